@@ -1,0 +1,169 @@
+"""Every use of torch's private compiler APIs lives here, behind version checks.
+
+shapebucket supports torch >= 2.6. Names moved between releases:
+``cache_size_limit`` became ``recompile_limit`` (2.7), ``set_stance`` appeared in
+2.6, ``save_cache_artifacts`` in 2.7. The rest of the package calls only the
+functions below, so a torch upgrade touches one file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+__all__ = [
+    "TORCH_VERSION",
+    "add_recompile_handler",
+    "cache_artifacts_supported",
+    "get_recompile_limit",
+    "inductor_cache_dir",
+    "load_cache_artifacts",
+    "mark_dynamic_dim",
+    "recompile_error_types",
+    "save_cache_artifacts",
+    "set_recompile_limit",
+    "stance",
+    "unique_graphs",
+]
+
+
+def _parse_version(text: str) -> tuple[int, int]:
+    major, minor = text.split("+")[0].split(".")[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+TORCH_VERSION = _parse_version(torch.__version__)
+if TORCH_VERSION < (2, 6):  # pragma: no cover - guarded by the package's torch>=2.6 requirement
+    raise ImportError(f"shapebucket needs torch >= 2.6, found {torch.__version__}")
+
+
+def _dynamo() -> Any:
+    import torch._dynamo
+
+    return torch._dynamo
+
+
+def _limit_name() -> str:
+    config = _dynamo().config
+    return "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+
+
+def get_recompile_limit() -> int:
+    """Dynamo's per-code-object recompile limit (8 by default)."""
+    return int(getattr(_dynamo().config, _limit_name()))
+
+
+def set_recompile_limit(value: int) -> int:
+    """Set the global recompile limit; returns the previous value."""
+    config = _dynamo().config
+    name = _limit_name()
+    old = int(getattr(config, name))
+    setattr(config, name, int(value))
+    # The accumulated limit caps all recompiles of one code object across guards.
+    acc = getattr(
+        config, "accumulated_recompile_limit", getattr(config, "accumulated_cache_size_limit", None)
+    )
+    if acc is not None and acc < value:
+        attr = (
+            "accumulated_recompile_limit"
+            if hasattr(config, "accumulated_recompile_limit")
+            else "accumulated_cache_size_limit"
+        )
+        setattr(config, attr, int(value))
+    return old
+
+
+def unique_graphs() -> int:
+    """Graphs dynamo compiled in this process so far (``torch._dynamo.reset`` does not clear it)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def mark_dynamic_dim(
+    t: torch.Tensor, dim: int, *, strict: bool, min: int | None, max: int | None
+) -> None:
+    """``mark_dynamic`` with its range when ``strict``, else ``maybe_mark_dynamic`` (no range)."""
+    d = _dynamo()
+    if strict:
+        kwargs = {k: v for k, v in (("min", min), ("max", max)) if v is not None}
+        d.mark_dynamic(t, dim, **kwargs)
+    else:
+        # maybe_mark_dynamic takes no range in any supported torch release.
+        d.maybe_mark_dynamic(t, dim)
+
+
+@contextlib.contextmanager
+def stance(name: str) -> Iterator[None]:
+    """``torch.compiler.set_stance(name)`` for the block, restoring the previous stance."""
+    with torch.compiler.set_stance(name):
+        yield
+
+
+def recompile_error_types() -> tuple[type[BaseException], ...]:
+    """Exception types the compiler raises under the ``fail_on_recompile`` stance."""
+    from torch._dynamo import exc
+
+    types: list[type[BaseException]] = (
+        [exc.RecompileError] if hasattr(exc, "RecompileError") else []
+    )
+    types.append(RuntimeError)
+    return tuple(types)
+
+
+@contextlib.contextmanager
+def add_recompile_handler(handler: logging.Handler) -> Iterator[None]:
+    """Send dynamo's ``recompiles`` log records to ``handler`` for the block.
+
+    Turns the artifact on the way ``TORCH_LOGS=recompiles`` does, and restores the
+    previous logging state afterwards.
+    """
+    from torch._logging import _internal
+
+    logger = logging.getLogger("torch._dynamo.guards.__recompiles")
+    state = _internal.log_state
+    was_enabled = state.is_artifact_enabled("recompiles")
+    if not was_enabled:
+        state.enable_artifact("recompiles")
+    old_level, old_propagate = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        logger.propagate = old_propagate
+        if not was_enabled:
+            state.artifact_names.discard("recompiles")
+
+
+def inductor_cache_dir() -> str:
+    """Directory inductor keeps compiled kernels and FX graphs in."""
+    if os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return str(cache_dir())
+
+
+def cache_artifacts_supported() -> bool:
+    return hasattr(torch.compiler, "save_cache_artifacts")
+
+
+def save_cache_artifacts() -> bytes | None:
+    if not cache_artifacts_supported():
+        return None
+    result = torch.compiler.save_cache_artifacts()
+    return None if result is None else result[0]
+
+
+def load_cache_artifacts(data: bytes) -> None:
+    if cache_artifacts_supported():
+        torch.compiler.load_cache_artifacts(data)

@@ -1,0 +1,268 @@
+"""``Buckets``: the sorted, immutable set of sequence lengths a model is compiled for.
+
+Edge rule: a length equal to a boundary lands in that bucket. ``bucket_for(L)``
+is the smallest bucket ``b`` with ``L <= b``, so with buckets ``(8, 16)`` the
+lengths 0..8 map to 8 and 9..16 map to 16.
+
+Buckets are ints ``>= 2`` because ``torch.compile`` always specializes sizes 0
+and 1: a bucket of 1 would compile a graph no other length can reuse.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import numbers
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+
+from .errors import ShapeBucketError
+
+__all__ = ["Buckets", "as_buckets"]
+
+
+def _check_int(name: str, value: Any, *, minimum: int | None = None) -> int:
+    """Return ``value`` as an int, or raise naming ``name`` and the value."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ShapeBucketError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ShapeBucketError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+class Buckets:
+    """An immutable, sorted set of bucket lengths, each an int >= 2.
+
+    Hashable, comparable by value, iterable, picklable.
+
+    >>> b = Buckets([16, 32, 64])
+    >>> b.bucket_for(17), b.bucket_for(32), len(b), b.max_len
+    (32, 32, 3, 64)
+    >>> Buckets.multiples(32, max_len=100)
+    Buckets([32, 64, 96, 128])
+    """
+
+    __slots__ = ("_array", "_lengths")
+    _lengths: tuple[int, ...]
+    _array: np.ndarray
+
+    def __init__(self, lengths: Iterable[int]) -> None:
+        if isinstance(lengths, Buckets):
+            values: tuple[int, ...] = lengths.lengths
+        else:
+            if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Iterable):
+                raise ShapeBucketError(
+                    f"Buckets takes an iterable of ints, got {lengths!r}; "
+                    "for example Buckets([16, 32, 64])"
+                )
+            values = tuple(_check_int(f"bucket {i}", v, minimum=2) for i, v in enumerate(lengths))
+            if not values:
+                raise ShapeBucketError("Buckets needs at least one length, got an empty sequence")
+            for i in range(1, len(values)):
+                if values[i] == values[i - 1]:
+                    raise ShapeBucketError(
+                        f"bucket lengths must be unique: {values[i]} appears twice in {list(values)}"
+                    )
+                if values[i] < values[i - 1]:
+                    raise ShapeBucketError(
+                        f"bucket lengths must be sorted ascending: {values[i]} follows {values[i - 1]} "
+                        f"in {list(values)}; pass sorted(lengths) if the order does not matter"
+                    )
+        object.__setattr__(self, "_lengths", values)
+        array = np.asarray(values, dtype=np.int64)
+        array.flags.writeable = False
+        object.__setattr__(self, "_array", array)
+
+    # -- constructors -------------------------------------------------------
+
+    @classmethod
+    def multiples(cls, of: int, max_len: int, min_len: int | None = None) -> Buckets:
+        """Every multiple of ``of`` from ``min_len`` (default ``of``) up to ``max_len``.
+
+        Both ends are rounded up to a multiple of ``of`` (and to at least 2).
+
+        >>> Buckets.multiples(8, max_len=30)
+        Buckets([8, 16, 24, 32])
+        >>> Buckets.multiples(8, max_len=32, min_len=17)
+        Buckets([24, 32])
+        """
+        of = _check_int("of", of, minimum=1)
+        max_len = _check_int("max_len", max_len, minimum=1)
+        low = of if min_len is None else _check_int("min_len", min_len, minimum=1)
+        if min_len is not None and low > max_len:
+            raise ShapeBucketError(f"min_len ({low}) must be <= max_len ({max_len})")
+        first = _round_up(max(low, 2), of)
+        last = _round_up(max_len, of)
+        return cls(range(first, last + 1, of))
+
+    @classmethod
+    def powers_of_two(cls, max_len: int, min_len: int = 8) -> Buckets:
+        """Powers of two from ``min_len`` up to the first one >= ``max_len``.
+
+        >>> Buckets.powers_of_two(100)
+        Buckets([8, 16, 32, 64, 128])
+        """
+        max_len = _check_int("max_len", max_len, minimum=2)
+        min_len = _check_int("min_len", min_len, minimum=2)
+        if min_len > max_len:
+            raise ShapeBucketError(f"min_len ({min_len}) must be <= max_len ({max_len})")
+        lo = 1 << (min_len - 1).bit_length()
+        hi = 1 << (max_len - 1).bit_length()
+        return cls(1 << e for e in range(lo.bit_length() - 1, hi.bit_length()))
+
+    @classmethod
+    def geometric(cls, min_len: int, max_len: int, ratio: float, align: int = 8) -> Buckets:
+        """Boundaries growing by ``ratio``, each rounded up to a multiple of ``align``.
+
+        Starts at ``min_len`` and ends at the first boundary >= ``max_len``
+        (``max_len`` rounded up to ``align``). When rounding would repeat a value
+        the next multiple of ``align`` is taken, so the result is strictly
+        increasing.
+
+        >>> Buckets.geometric(16, 256, ratio=1.5, align=8)
+        Buckets([16, 24, 40, 64, 96, 144, 216, 256])
+        """
+        min_len = _check_int("min_len", min_len, minimum=2)
+        max_len = _check_int("max_len", max_len, minimum=2)
+        align = _check_int("align", align, minimum=1)
+        if (
+            isinstance(ratio, bool)
+            or not isinstance(ratio, numbers.Real)
+            or not math.isfinite(ratio)
+            or ratio <= 1
+        ):
+            raise ShapeBucketError(f"ratio must be a finite number > 1, got {ratio!r}")
+        if min_len > max_len:
+            raise ShapeBucketError(f"min_len ({min_len}) must be <= max_len ({max_len})")
+        last = _round_up(max_len, align)
+        out = [_round_up(min_len, align)]
+        while out[-1] < last:
+            nxt = max(_round_up(math.ceil(out[-1] * float(ratio)), align), out[-1] + align)
+            out.append(min(nxt, last))
+        return cls(out)
+
+    # -- queries ------------------------------------------------------------
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        """The bucket lengths, ascending."""
+        return self._lengths
+
+    @property
+    def max_len(self) -> int:
+        """The largest bucket: the longest sample these buckets accept."""
+        return self._lengths[-1]
+
+    def bucket_for(self, length: int) -> int:
+        """The smallest bucket >= ``length`` (a length equal to a boundary lands in it).
+
+        >>> Buckets([8, 16]).bucket_for(8), Buckets([8, 16]).bucket_for(9)
+        (8, 16)
+        """
+        length = _check_int("length", length, minimum=0)
+        i = bisect.bisect_left(self._lengths, length)
+        if i == len(self._lengths):
+            raise ShapeBucketError(self._overflow_message(length))
+        return self._lengths[i]
+
+    def index_for_many(self, lengths: Any) -> np.ndarray:
+        """Vectorised bucket *index* (0-based position in :attr:`lengths`) per length."""
+        arr = np.asarray(lengths)
+        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+            raise ShapeBucketError(f"lengths must be integers, got an array of dtype {arr.dtype}")
+        if arr.size:
+            lo = int(arr.min())
+            if lo < 0:
+                i = int(np.argmin(arr))
+                raise ShapeBucketError(f"length at index {i} is {lo}; lengths must be >= 0")
+            hi = int(arr.max())
+            if hi > self.max_len:
+                i = int(np.argmax(arr > self.max_len))
+                raise ShapeBucketError(
+                    f"length at index {i}: " + self._overflow_message(int(arr.flat[i]))
+                )
+        return np.searchsorted(self._array, arr, side="left")
+
+    def bucket_for_many(self, lengths: Any) -> np.ndarray:
+        """Vectorised :meth:`bucket_for` over an array of lengths.
+
+        >>> Buckets([8, 16]).bucket_for_many(np.array([1, 8, 9, 16]))
+        array([ 8,  8, 16, 16])
+        """
+        return self._array[self.index_for_many(lengths)]
+
+    def check_limit(self, limit: int | None = None) -> None:
+        """Raise if there are more buckets than the compiler's per-function recompile limit.
+
+        ``limit`` defaults to torch's ``recompile_limit`` (8 unless changed). With
+        ``dynamic=False`` each bucket is one graph; past the limit dynamo silently
+        runs the function eagerly.
+
+        >>> Buckets([16, 32]).check_limit(8)
+        """
+        if limit is None:
+            from ._torch_compat import get_recompile_limit
+
+            limit = get_recompile_limit()
+        limit = _check_int("limit", limit, minimum=1)
+        if len(self) > limit:
+            raise ShapeBucketError(
+                f"{len(self)} buckets exceed the compiler's recompile limit of {limit} per function: "
+                f"past it torch.compile silently runs eagerly. Use at most {limit} buckets "
+                f"(e.g. shapebucket.fit_buckets(lengths, k={limit})), or raise the limit with "
+                f"torch.compile(..., recompile_limit={len(self)}) or shapebucket.prewarm(...), which does it for you"
+            )
+
+    def _overflow_message(self, length: int) -> str:
+        return (
+            f"length {length} > largest bucket {self.max_len} in {self!r}; add a bucket >= {length} "
+            "or truncate the sample"
+        )
+
+    # -- protocol -----------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._lengths)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._lengths)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._lengths
+
+    def __getitem__(self, i: int) -> int:
+        return self._lengths[i]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Buckets):
+            return NotImplemented
+        return self._lengths == other._lengths
+
+    def __lt__(self, other: Buckets) -> bool:
+        if not isinstance(other, Buckets):
+            return NotImplemented
+        return self._lengths < other._lengths
+
+    def __hash__(self) -> int:
+        return hash(("Buckets", self._lengths))
+
+    def __repr__(self) -> str:
+        return f"Buckets({list(self._lengths)})"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Buckets is immutable")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Buckets, (self._lengths,))
+
+
+def as_buckets(buckets: Buckets | Iterable[int]) -> Buckets:
+    """``buckets`` as a :class:`Buckets` (a plain list of ints is accepted)."""
+    return buckets if isinstance(buckets, Buckets) else Buckets(buckets)

@@ -1,0 +1,14 @@
+"""The one exception type shapebucket raises for bad input or configuration."""
+
+from __future__ import annotations
+
+__all__ = ["ShapeBucketError"]
+
+
+class ShapeBucketError(ValueError):
+    """Bad input or configuration.
+
+    Messages name the offending key, sample index and value, the limit it broke
+    and how to fix it. It subclasses :class:`ValueError`, so code that already
+    catches ``ValueError`` keeps working.
+    """

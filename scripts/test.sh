@@ -3,5 +3,5 @@
 # (torch pinned to the CPU build by constraints.txt), lints, then runs pytest.
 EXTRAS="test"
 source "$(dirname "$0")/_venv.sh"
-.venv/bin/ruff check shapebucket benchmarks tests docs
+.venv/bin/ruff check .
 .venv/bin/python -m pytest "$@"

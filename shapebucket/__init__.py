@@ -6,10 +6,13 @@
 """
 
 from .buckets import Buckets
+from .collate import BucketCollator, CollateStats
 from .errors import ShapeBucketError
 
 __all__ = [
+    "BucketCollator",
     "Buckets",
+    "CollateStats",
     "ShapeBucketError",
 ]
 

@@ -8,12 +8,18 @@
 from .buckets import Buckets
 from .collate import BucketCollator, CollateStats
 from .errors import ShapeBucketError
+from .fit import PaddingReport, PolicyComparison, compare_policies, fit_buckets, padding_report
 
 __all__ = [
     "BucketCollator",
     "Buckets",
     "CollateStats",
+    "PaddingReport",
+    "PolicyComparison",
     "ShapeBucketError",
+    "compare_policies",
+    "fit_buckets",
+    "padding_report",
 ]
 
 __version__ = "0.1.0"

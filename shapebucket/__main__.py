@@ -1,34 +1,143 @@
-"""Command line: ``python -m shapebucket {demo,suggest,bench}``."""
+"""Command line: ``python -m shapebucket {suggest,bench,demo}``.
+
+* ``suggest LENGTHS_FILE``: compare bucket policies on your lengths and print the
+  ``Buckets(...)`` line to paste.
+* ``bench``: the steps/sec benchmark (``benchmarks/steps_per_sec.py``).
+* ``demo``: ``suggest`` on the built-in length mixture.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from .buckets import Buckets
+import numpy as np
+
 from .data import mixture_lengths
+from .errors import ShapeBucketError
+from .fit import compare_policies
 
 
-def _demo(args: argparse.Namespace) -> int:
-    lengths = mixture_lengths(args.n, seed=0)
-    for name, buckets in [
-        ("multiples of 32", Buckets.multiples(32, int(lengths.max()))),
-        ("powers of two", Buckets.powers_of_two(int(lengths.max()))),
-    ]:
-        b = buckets.bucket_for_many(lengths)
-        print(f"{name:16s} {buckets!r}: token efficiency {lengths.sum() / b.sum():.1%}")
+def read_lengths(path: str | Path) -> np.ndarray:
+    """Lengths from a ``.npy`` file or a text file with one int per line."""
+    path = Path(path)
+    if not path.exists():
+        raise ShapeBucketError(f"lengths file {str(path)!r} does not exist")
+    if path.suffix == ".npy":
+        return np.load(path)
+    lines = path.read_text().split()
+    try:
+        return np.array([int(x) for x in lines], dtype=np.int64)
+    except ValueError:
+        i, bad = next((i, x) for i, x in enumerate(lines) if not x.lstrip("-").isdigit())
+        raise ShapeBucketError(f"{path}: value {i} is {bad!r}; expected one int per line") from None
+
+
+def plot_lengths(
+    lengths: np.ndarray, boundaries: Sequence[int], path: str | Path, title: str
+) -> None:
+    """A histogram of ``lengths`` with the bucket boundaries drawn on it (PNG)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ShapeBucketError(
+            "--plot needs matplotlib: pip install 'shapebucket[bench]'"
+        ) from None
+    fig, ax = plt.subplots(figsize=(8, 4))
+    lo, hi = int(lengths.min()), int(lengths.max())
+    # one bin per length when that is readable, else 200 even bins
+    bins = np.arange(lo, hi + 2) - 0.5 if hi - lo < 1000 else 200
+    ax.hist(lengths, bins=bins, color="#4c72b0")
+    for b in boundaries:
+        ax.axvline(b, color="#c44e52", linewidth=1)
+    ax.set_xlabel("sample length (red: bucket boundaries)")
+    ax.set_ylabel("samples")
+    ax.set_yscale("log")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int:
+    if lengths is None:
+        lengths = read_lengths(args.lengths_file)
+    table = compare_policies(
+        lengths, args.k, align=args.align, batch_size=args.batch_size, sampler=args.sampler
+    )
+    print(table)
+    print()
+    print("Suggested (paste into your code):")
+    print(f"    buckets = shapebucket.{table.fitted!r}")
+    if args.plot:
+        plot_lengths(
+            lengths,
+            list(table.fitted),
+            args.plot,
+            f"fitted buckets (k={args.k}, align={args.align})",
+        )
+        print(f"wrote {args.plot}")
     return 0
 
 
+def _demo(args: argparse.Namespace) -> int:
+    return _suggest(args, mixture_lengths(args.n, seed=0))
+
+
+def _bench(args: argparse.Namespace, rest: list[str]) -> int:
+    from .bench import main as bench_main
+
+    return int(bench_main(rest))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shapebucket", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m shapebucket",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="print bucket tables for the built-in length mixture")
-    demo.add_argument("--n", type=int, default=100_000)
+
+    def fit_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--k", type=int, default=8, help="number of buckets (default 8, the recompile limit)"
+        )
+        p.add_argument(
+            "--align", type=int, default=8, help="buckets are multiples of this (default 8)"
+        )
+        p.add_argument("--batch-size", type=int, default=64)
+        p.add_argument(
+            "--sampler",
+            choices=["bucketed", "random"],
+            default="bucketed",
+            help="how batches are formed",
+        )
+        p.add_argument("--plot", metavar="PNG", help="write a histogram with the boundaries")
+
+    suggest = sub.add_parser("suggest", help="fit buckets to a lengths file and compare policies")
+    suggest.add_argument("lengths_file", help="one int per line, or a .npy array")
+    fit_flags(suggest)
+    suggest.set_defaults(func=_suggest)
+    demo = sub.add_parser("demo", help="suggest on the built-in length mixture")
+    demo.add_argument("--n", type=int, default=200_000)
+    fit_flags(demo)
     demo.set_defaults(func=_demo)
+    sub.add_parser("bench", help="the steps/sec benchmark; see 'bench --help'", add_help=False)
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        return _bench(argparse.Namespace(), argv[1:])
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except ShapeBucketError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

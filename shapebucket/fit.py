@@ -1,0 +1,397 @@
+"""``fit_buckets``: the optimal K bucket boundaries for a dataset, and padding reports.
+
+The objective depends on how batches are formed, so it is an explicit choice:
+
+* ``sampler="bucketed"`` (the library's :class:`BucketBatchSampler`): each
+  sample is padded to its own bucket. Minimise ``sum_i cost(bucket_for(len_i))``.
+* ``sampler="random"`` (plain shuffled batches of ``batch_size``): a batch is
+  padded to the bucket of its longest member, whose distribution is
+  ``P(max <= m) = F(m) ** batch_size``. Minimise the expected cost of that bucket.
+
+Both are sums over buckets of ``cost(b_j) * weight(b_{j-1} < x <= b_j)`` with an
+increasing cost, so the cost of a bucket range is Monge and a divide-and-conquer
+dynamic programme over the distinct aligned lengths finds the exact optimum in
+``O(k n log n)`` (vectorised with numpy, one level of the recursion at a time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from .buckets import Buckets, _check_int, _round_up, as_buckets
+from .errors import ShapeBucketError
+
+__all__ = ["PaddingReport", "PolicyComparison", "compare_policies", "fit_buckets", "padding_report"]
+
+Sampler = Literal["bucketed", "random"]
+Cost = Literal["tokens", "attention"] | Callable[[int], float]
+
+
+def _histogram(lengths: Any, *, allow_zero: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct lengths (ascending) and their counts."""
+    arr = np.asarray(lengths)
+    if arr.ndim != 1:
+        arr = arr.reshape(-1)
+    if arr.size == 0:
+        raise ShapeBucketError("lengths is empty; pass at least one sample length")
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.floor(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            bad = (
+                int(np.flatnonzero(~np.isfinite(arr) | (arr != np.floor(arr)))[0])
+                if arr.dtype.kind == "f"
+                else 0
+            )
+            raise ShapeBucketError(
+                f"lengths must be integers; index {bad} is {arr.reshape(-1)[bad].item()!r} (dtype {arr.dtype})"
+            )
+    lo = int(arr.min())
+    if lo < 0 or (lo == 0 and not allow_zero):
+        i = int(np.argmin(arr))
+        raise ShapeBucketError(
+            f"length at index {i} is {lo}; lengths must be >= {0 if allow_zero else 1}"
+        )
+    hi = int(arr.max())
+    if hi <= 1 << 26:
+        counts = np.bincount(arr)
+        values = np.flatnonzero(counts)
+        return values.astype(np.int64), counts[values].astype(np.float64)
+    values, counts = np.unique(arr, return_counts=True)
+    return values.astype(np.int64), counts.astype(np.float64)
+
+
+def _check_sampler(sampler: str, batch_size: int) -> int:
+    if sampler not in ("bucketed", "random"):
+        raise ShapeBucketError(f"sampler must be 'bucketed' or 'random', got {sampler!r}")
+    return _check_int("batch_size", batch_size, minimum=1)
+
+
+def _cost_values(cost: Cost, boundaries: np.ndarray) -> np.ndarray:
+    b = boundaries.astype(np.float64)
+    if cost == "tokens":
+        return b
+    if cost == "attention":
+        return b * b
+    if not callable(cost):
+        raise ShapeBucketError(
+            f"cost must be 'tokens', 'attention' or a callable length -> float, got {cost!r}"
+        )
+    values = np.array([float(cost(int(x))) for x in boundaries], dtype=np.float64)
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        i = int(np.flatnonzero(~np.isfinite(values) | (values < 0))[0])
+        raise ShapeBucketError(
+            f"cost({int(boundaries[i])}) = {values[i]!r}; costs must be finite and >= 0"
+        )
+    drops = np.flatnonzero(np.diff(values) < 0)
+    if drops.size:
+        i = int(drops[0])
+        raise ShapeBucketError(
+            f"cost must not decrease with length: cost({int(boundaries[i])}) = {values[i]} > "
+            f"cost({int(boundaries[i + 1])}) = {values[i + 1]}"
+        )
+    return values
+
+
+def _weights(counts: np.ndarray, sampler: str, batch_size: int) -> np.ndarray:
+    """Weight of each candidate boundary's group: sample counts, or batch-max probabilities."""
+    if sampler == "bucketed":
+        return counts
+    cdf = np.cumsum(counts) / counts.sum()
+    cdf[-1] = 1.0
+    return np.diff(cdf**batch_size, prepend=0.0)
+
+
+def _min_plus_layer(
+    prev: np.ndarray, c: np.ndarray, W: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``cur[j] = min_{0 <= i < j} prev[i] + c[j] * (W[j] - W[i])`` for j = 1..n, with the
+    leftmost argmin. Divide and conquer over j (the argmin is monotone because the
+    range cost is Monge), vectorised across all segments of one recursion level."""
+    n = len(W) - 1
+    cur = np.full(n + 1, np.inf)
+    cur[0] = 0.0
+    opt = np.zeros(n + 1, dtype=np.int64)
+    jl, jr = np.array([1]), np.array([n])
+    ol, orr = np.array([0]), np.array([n - 1])
+    while jl.size:
+        mid = (jl + jr) // 2
+        lo, hi = ol, np.minimum(orr, mid - 1)
+        cnt = hi - lo + 1
+        starts = np.cumsum(cnt) - cnt
+        seg = np.repeat(np.arange(len(mid)), cnt)
+        i = np.repeat(lo - starts, cnt) + np.arange(int(cnt.sum()))
+        j = mid[seg]
+        val = prev[i] + c[j] * (W[j] - W[i])
+        mins = np.minimum.reduceat(val, starts)
+        hits = np.flatnonzero(val == mins[seg])
+        first = hits[np.r_[True, seg[hits][1:] != seg[hits][:-1]]]
+        best = i[first]
+        cur[mid], opt[mid] = mins, best
+        left, right = jl <= mid - 1, mid + 1 <= jr
+        jl, jr, ol, orr = (
+            np.concatenate([jl[left], mid[right] + 1]),
+            np.concatenate([mid[left] - 1, jr[right]]),
+            np.concatenate([ol[left], best[right]]),
+            np.concatenate([best[left], orr[right]]),
+        )
+    return cur, opt
+
+
+def _optimal_boundaries(
+    cands: np.ndarray, weights: np.ndarray, costs: np.ndarray, k: int
+) -> list[int]:
+    n = len(cands)
+    W = np.concatenate([[0.0], np.cumsum(weights)])
+    c = np.concatenate([[0.0], costs])  # c[j] is the cost of boundary cands[j - 1]
+    prev = np.full(n + 1, np.inf)
+    prev[0] = 0.0
+    choices = []
+    for _ in range(min(k, n)):
+        prev, opt = _min_plus_layer(prev, c, W)
+        choices.append(opt)
+    out, j = [], n
+    for opt in reversed(choices):
+        if j == 0:
+            break
+        out.append(int(cands[j - 1]))
+        j = int(opt[j])
+    return sorted(out)
+
+
+def fit_buckets(
+    lengths: Sequence[int] | np.ndarray,
+    k: int = 8,
+    *,
+    align: int = 1,
+    max_len: int | None = None,
+    batch_size: int = 1,
+    sampler: Sampler = "bucketed",
+    cost: Cost = "tokens",
+) -> Buckets:
+    """The at-most-``k`` aligned buckets that minimise the expected padded cost.
+
+    Args:
+        lengths: sample lengths (a sequence or numpy array, up to tens of millions).
+        k: the most buckets to return (keep it <= the recompile limit, 8).
+        align: every bucket is a multiple of this (8 or 32 suit tensor cores).
+        max_len: the largest bucket covers ``max_len`` instead of ``max(lengths)``;
+            lengths above it raise.
+        batch_size: batch size, used by ``sampler="random"`` only.
+        sampler: ``"bucketed"`` if batches are formed inside a bucket
+            (:class:`BucketBatchSampler`), ``"random"`` for plain shuffled batches.
+        cost: ``"tokens"`` (padded length), ``"attention"`` (its square) or a
+            non-decreasing callable ``length -> cost``.
+
+    The result is exact: no aligned set of at most ``k`` boundaries covering the
+    longest length has a lower objective.
+
+    >>> fit_buckets([3, 3, 5, 9, 30], k=2, align=8)
+    Buckets([8, 32])
+    >>> fit_buckets([4, 4, 5, 9, 30], k=3)
+    Buckets([5, 9, 30])
+    """
+    k = _check_int("k", k, minimum=1)
+    align = _check_int("align", align, minimum=1)
+    batch_size = _check_sampler(sampler, batch_size)
+    values, counts = _histogram(lengths)
+    longest = int(values[-1])
+    if max_len is not None:
+        max_len = _check_int("max_len", max_len, minimum=2)
+        if longest > max_len:
+            arr = np.asarray(lengths).reshape(-1)
+            i = int(np.argmax(arr > max_len))
+            raise ShapeBucketError(
+                f"length at index {i} is {int(arr[i])} > max_len {max_len}; such samples would be "
+                "truncated or rejected later: raise max_len, or drop/truncate them before fitting"
+            )
+    floor = _round_up(2, align)
+    rounded = np.maximum(-(-values // align) * align, floor)
+    cands, group = np.unique(rounded, return_inverse=True)
+    group_counts = np.bincount(group, weights=counts)
+    top = _round_up(max(longest, max_len or 0, 2), align)
+    if cands[-1] != top:
+        cands = np.append(cands, top)
+        group_counts = np.append(group_counts, 0.0)
+    weights = _weights(group_counts, sampler, batch_size)
+    costs = _cost_values(cost, cands)
+    return Buckets(_optimal_boundaries(cands, weights, costs, k))
+
+
+@dataclass
+class PaddingReport:
+    """How much compute a bucket set spends on padding for a length distribution.
+
+    For ``sampler="bucketed"`` ``share`` is the share of samples per bucket; for
+    ``"random"`` it is the share of batches.
+    """
+
+    buckets: Buckets
+    sampler: str
+    batch_size: int
+    n_samples: int
+    token_efficiency: float
+    attention_efficiency: float
+    num_shapes: int
+    expected_padded_length: float
+    mean_length: float
+    share: dict[int, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "buckets": list(self.buckets),
+            "sampler": self.sampler,
+            "batch_size": self.batch_size,
+            "n_samples": self.n_samples,
+            "token_efficiency": self.token_efficiency,
+            "attention_efficiency": self.attention_efficiency,
+            "num_shapes": self.num_shapes,
+            "expected_padded_length": self.expected_padded_length,
+            "mean_length": self.mean_length,
+            "share": {str(b): s for b, s in self.share.items()},
+        }
+
+    def __str__(self) -> str:
+        per = "samples" if self.sampler == "bucketed" else "batches"
+        lines = [
+            f"{self.buckets!r}, sampler={self.sampler!r}, batch_size={self.batch_size}, {self.n_samples:,} samples",
+            f"token efficiency {self.token_efficiency:.1%}, attention efficiency {self.attention_efficiency:.1%}, "
+            f"{self.num_shapes} shapes, mean length {self.mean_length:.1f}, expected padded length {self.expected_padded_length:.1f}",
+            f"{'bucket':>8s} {'share of ' + per:>18s}",
+        ]
+        lines += [f"{b:>8d} {s:>18.2%}" for b, s in self.share.items()]
+        return "\n".join(lines)
+
+
+def padding_report(
+    lengths: Sequence[int] | np.ndarray,
+    buckets: Buckets | Sequence[int],
+    *,
+    batch_size: int = 1,
+    sampler: Sampler = "bucketed",
+) -> PaddingReport:
+    """Token and attention efficiency of ``buckets`` on ``lengths``.
+
+    >>> r = padding_report([4, 8, 12], Buckets([8, 16]))
+    >>> round(r.token_efficiency, 3), r.num_shapes
+    (0.75, 2)
+    """
+    buckets = as_buckets(buckets)
+    batch_size = _check_sampler(sampler, batch_size)
+    values, counts = _histogram(lengths)
+    idx = buckets.index_for_many(values)
+    bl = np.asarray(buckets.lengths, dtype=np.float64)
+    n = float(counts.sum())
+    real1, real2 = (
+        float((values * counts).sum()),
+        float((values.astype(np.float64) ** 2 * counts).sum()),
+    )
+    if sampler == "bucketed":
+        per_bucket = np.bincount(idx, weights=counts, minlength=len(buckets)) / n
+    else:
+        per_bucket_counts = np.bincount(idx, weights=counts, minlength=len(buckets))
+        cdf = np.cumsum(per_bucket_counts) / n
+        cdf[-1] = 1.0
+        per_bucket = np.diff(cdf**batch_size, prepend=0.0)
+    exp_len = float((per_bucket * bl).sum())
+    exp_len2 = float((per_bucket * bl * bl).sum())
+    return PaddingReport(
+        buckets=buckets,
+        sampler=sampler,
+        batch_size=batch_size,
+        n_samples=int(n),
+        token_efficiency=(real1 / n) / exp_len,
+        attention_efficiency=(real2 / n) / exp_len2,
+        num_shapes=int(np.count_nonzero(per_bucket > 0)),
+        expected_padded_length=exp_len,
+        mean_length=real1 / n,
+        share={int(b): float(s) for b, s in zip(buckets.lengths, per_bucket, strict=True) if s > 0},
+    )
+
+
+@dataclass
+class PolicyComparison:
+    """Rows of (policy name, buckets, report), printable as one table."""
+
+    rows: list[tuple[str, PaddingReport]]
+    limit: int
+
+    def __str__(self) -> str:
+        first = self.rows[0][1]
+        head = (
+            f"{first.n_samples:,} samples, mean length {first.mean_length:.1f}, sampler={first.sampler!r}, "
+            f"batch_size={first.batch_size}"
+        )
+        lines = [
+            head,
+            f"{'policy':<18s} {'buckets':>7s} {'shapes':>6s} {'tokens':>7s} {'attention':>9s}  boundaries",
+        ]
+        for name, r in self.rows:
+            over = " (over recompile limit)" if len(r.buckets) > self.limit else ""
+            shown = (
+                list(r.buckets)
+                if len(r.buckets) <= 10
+                else [*list(r.buckets)[:4], "...", *list(r.buckets)[-2:]]
+            )
+            lines.append(
+                f"{name:<18s} {len(r.buckets):>7d} {r.num_shapes:>6d} {r.token_efficiency:>7.1%} "
+                f"{r.attention_efficiency:>9.1%}  {shown}{over}"
+            )
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"limit": self.limit, "rows": [{"policy": n, **r.to_dict()} for n, r in self.rows]}
+
+    @property
+    def fitted(self) -> Buckets:
+        return self.rows[-1][1].buckets
+
+
+def quantile_buckets(lengths: Any, k: int, align: int = 1) -> Buckets:
+    """Boundaries at the ``i/k`` quantiles of ``lengths`` (rounded up to ``align``), as
+    fairseq-style percentile bucketing does; the last one covers the longest length."""
+    arr = np.asarray(lengths)
+    qs = np.quantile(arr, np.arange(1, k + 1) / k, method="higher")
+    qs = np.maximum(-(-qs.astype(np.int64) // align) * align, _round_up(2, align))
+    return Buckets(np.unique(qs).tolist())
+
+
+def compare_policies(
+    lengths: Sequence[int] | np.ndarray,
+    k: int = 8,
+    *,
+    align: int = 8,
+    batch_size: int = 1,
+    sampler: Sampler = "bucketed",
+    cost: Cost = "tokens",
+    limit: int = 8,
+) -> PolicyComparison:
+    """One table: multiples of 8 and 32, powers of two, quantiles and the fitted buckets.
+
+    >>> print(compare_policies([5, 9, 17, 30, 64], k=2).rows[-1][0])
+    fitted (k=2)
+    """
+    arr = np.asarray(lengths)
+    longest = int(arr.max()) if arr.size else 0
+    top = max(longest, 2)
+    policies: list[tuple[str, Buckets]] = [
+        ("multiples of 8", Buckets.multiples(8, top)),
+        ("multiples of 32", Buckets.multiples(32, top)),
+        ("powers of two", Buckets.powers_of_two(top, min_len=min(8, top))),
+        (f"quantiles (k={k})", quantile_buckets(arr, k, align)),
+        (
+            f"fitted (k={k})",
+            fit_buckets(arr, k, align=align, batch_size=batch_size, sampler=sampler, cost=cost),
+        ),
+    ]
+    return PolicyComparison(
+        rows=[
+            (name, padding_report(arr, b, batch_size=batch_size, sampler=sampler))
+            for name, b in policies
+        ],
+        limit=limit,
+    )

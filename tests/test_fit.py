@@ -1,0 +1,156 @@
+import itertools
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from shapebucket import Buckets, ShapeBucketError, compare_policies, fit_buckets, padding_report
+from shapebucket.data import mixture_lengths
+
+COSTS = {
+    "tokens": lambda b: float(b),
+    "attention": lambda b: float(b) ** 2,
+    "callable": lambda b: 3.0 * b + 100.0,
+}
+
+
+def objective(lengths, boundaries, sampler, batch_size, cost):
+    """Reference objective, written independently of fit.py."""
+    lengths = np.asarray(lengths)
+    bs = sorted(boundaries)
+    if sampler == "bucketed":
+        return sum(cost(min(b for b in bs if b >= x)) for x in lengths)
+    total, prev_f = 0.0, 0.0
+    for b in bs:
+        f = float(np.mean(lengths <= b))
+        total += cost(b) * (f**batch_size - prev_f**batch_size)
+        prev_f = f
+    return total
+
+
+def brute_force(lengths, k, align, sampler, batch_size, cost, max_len=None):
+    top = -(-max(max(lengths), max_len or 0, 2) // align) * align
+    first = -(-2 // align) * align
+    grid = list(range(first, top, align))
+    best = None
+    for size in range(0, k):
+        for combo in itertools.combinations(grid, size):
+            value = objective(lengths, [*combo, top], sampler, batch_size, cost)
+            best = value if best is None else min(best, value)
+    return best
+
+
+@given(
+    lengths=st.lists(st.integers(0, 40), min_size=1, max_size=30),
+    k=st.integers(1, 4),
+    align=st.sampled_from([1, 2, 4, 8]),
+    sampler=st.sampled_from(["bucketed", "random"]),
+    batch_size=st.integers(1, 5),
+    cost_name=st.sampled_from(sorted(COSTS)),
+)
+def test_fit_reaches_brute_force_optimum(lengths, k, align, sampler, batch_size, cost_name):
+    cost = COSTS[cost_name]
+    arg = cost_name if cost_name != "callable" else cost
+    got = fit_buckets(lengths, k, align=align, sampler=sampler, batch_size=batch_size, cost=arg)
+    assert len(got) <= k
+    assert all(b % align == 0 and b >= 2 for b in got)
+    assert got.max_len >= max(lengths) and got.max_len - max(max(lengths), 2) < align
+    want = brute_force(lengths, k, align, sampler, batch_size, cost)
+    assert objective(lengths, list(got), sampler, batch_size, cost) == pytest.approx(
+        want, rel=1e-9, abs=1e-9
+    )
+
+
+@given(
+    lengths=st.lists(st.integers(1, 30), min_size=1, max_size=20),
+    k=st.integers(1, 3),
+    max_len=st.integers(30, 45),
+)
+def test_max_len_sets_the_top_bucket(lengths, k, max_len):
+    got = fit_buckets(lengths, k, align=4, max_len=max_len)
+    assert got.max_len == -(-max_len // 4) * 4
+    want = brute_force(lengths, k, 4, "bucketed", 1, COSTS["tokens"], max_len=max_len)
+    assert objective(lengths, list(got), "bucketed", 1, COSTS["tokens"]) == pytest.approx(want)
+
+
+def test_mixture_efficiency_and_sampler_choice_matters():
+    lengths = mixture_lengths(200_000, seed=0)
+    bucketed = fit_buckets(lengths, 8, align=8, sampler="bucketed")
+    assert len(bucketed) == 8
+    r = padding_report(lengths, bucketed, batch_size=64, sampler="bucketed")
+    assert r.token_efficiency >= 0.85
+    random_fit = fit_buckets(lengths, 8, align=8, sampler="random", batch_size=64)
+    under_random = padding_report(
+        lengths, random_fit, batch_size=64, sampler="random"
+    ).token_efficiency
+    assert (
+        padding_report(lengths, bucketed, batch_size=64, sampler="random").token_efficiency
+        < under_random
+    )
+    assert (
+        padding_report(lengths, random_fit, batch_size=64, sampler="bucketed").token_efficiency
+        < r.token_efficiency
+    )
+
+
+def test_padding_report_numbers_and_dict():
+    r = padding_report([4, 8, 12, 16], Buckets([8, 16]))
+    assert r.token_efficiency == pytest.approx(40 / 48)
+    assert r.attention_efficiency == pytest.approx((16 + 64 + 144 + 256) / (64 + 64 + 256 + 256))
+    assert r.share == {8: 0.5, 16: 0.5} and r.num_shapes == 2 and r.expected_padded_length == 12
+    rr = padding_report([4, 8, 12, 16], Buckets([8, 16, 32]), batch_size=2, sampler="random")
+    # P(max <= 8) = (1/2)^2, so a quarter of batches use bucket 8
+    assert rr.share == {8: 0.25, 16: 0.75} and rr.num_shapes == 2
+    assert rr.expected_padded_length == pytest.approx(0.25 * 8 + 0.75 * 16)
+    json.dumps(r.to_dict())
+    assert "token efficiency" in str(r) and "share of samples" in str(r)
+
+
+def test_compare_policies_table():
+    table = compare_policies(mixture_lengths(20_000), k=8, align=8, batch_size=64)
+    names = [n for n, _ in table.rows]
+    assert names == [
+        "multiples of 8",
+        "multiples of 32",
+        "powers of two",
+        "quantiles (k=8)",
+        "fitted (k=8)",
+    ]
+    fitted_eff = table.rows[-1][1].token_efficiency
+    assert all(fitted_eff >= r.token_efficiency for _, r in table.rows[1:])
+    assert "over recompile limit" in str(table)  # 32 multiples of 8
+    json.dumps(table.to_dict())
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"lengths": []}, "empty"),
+        ({"lengths": [3, -1]}, "index 1 is -1"),
+        ({"lengths": [3.5]}, "index 0 is 3.5"),
+        ({"lengths": [3], "k": 0}, "k must be >= 1, got 0"),
+        ({"lengths": [3], "align": 0}, "align must be >= 1, got 0"),
+        ({"lengths": [3, 50], "max_len": 40}, "index 1 is 50 > max_len 40"),
+        ({"lengths": [3], "sampler": "sorted"}, "'sorted'"),
+        ({"lengths": [3], "batch_size": 0}, "batch_size must be >= 1, got 0"),
+        ({"lengths": [3], "cost": "flops"}, "'flops'"),
+        ({"lengths": [3, 9], "cost": lambda b: -b}, "finite and >= 0"),
+        ({"lengths": [3, 9], "cost": lambda b: 100 - b}, "must not decrease"),
+    ],
+)
+def test_bad_input(kwargs, needle):
+    with pytest.raises(ShapeBucketError, match=needle):
+        fit_buckets(**kwargs)
+
+
+def test_ten_million_lengths_is_fast():
+    import time
+
+    lengths = mixture_lengths(10_000_000, seed=1)
+    start = time.perf_counter()
+    fit_buckets(lengths, 8, align=8)
+    # generous bound: the note records the measured figure; this only catches a
+    # regression to per-sample Python work (which takes minutes)
+    assert time.perf_counter() - start < 10

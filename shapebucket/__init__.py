@@ -9,13 +9,16 @@ from .buckets import Buckets
 from .collate import BucketCollator, CollateStats
 from .errors import ShapeBucketError
 from .fit import PaddingReport, PolicyComparison, compare_policies, fit_buckets, padding_report
+from .sampler import BucketBatchSampler, SamplerStats
 
 __all__ = [
+    "BucketBatchSampler",
     "BucketCollator",
     "Buckets",
     "CollateStats",
     "PaddingReport",
     "PolicyComparison",
+    "SamplerStats",
     "ShapeBucketError",
     "compare_policies",
     "fit_buckets",

@@ -1,0 +1,91 @@
+"""Token efficiency over one epoch: BucketBatchSampler vs random batches.
+
+Counts real tokens / computed tokens (batch rows x padded length) over an epoch
+of the project's length mixture, for random batches padded to their longest
+sample, random batches padded to fitted buckets, and BucketBatchSampler with
+fitted buckets (with and without pad rows from ``pad_batch_to``).
+
+    python benchmarks/sampler_efficiency.py [--n 200000] [--batch-size 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from shapebucket import BucketBatchSampler, fit_buckets
+from shapebucket.data import mixture_lengths
+
+
+def efficiency(lengths: np.ndarray, batches: list[np.ndarray], padded_len, rows=None) -> float:
+    real = sum(int(lengths[b].sum()) for b in batches)
+    computed = sum((rows(b) if rows else len(b)) * padded_len(b) for b in batches)
+    return real / computed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--n", type=int, default=200_000)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--k", type=int, default=8)
+    parser.add_argument("--align", type=int, default=8)
+    args = parser.parse_args()
+    lengths = mixture_lengths(args.n, seed=0)
+    B = args.batch_size
+    perm = np.random.default_rng(0).permutation(args.n)
+    random_batches = [perm[i : i + B] for i in range(0, args.n, B)]
+    fitted_random = fit_buckets(lengths, args.k, align=args.align, sampler="random", batch_size=B)
+    fitted = fit_buckets(lengths, args.k, align=args.align, sampler="bucketed")
+    sampler = BucketBatchSampler(lengths, fitted, batch_size=B, seed=0)
+    bucket_batches = [np.asarray(b) for b in sampler]
+    promoted = [
+        np.asarray(b)
+        for b in BucketBatchSampler(lengths, fitted, batch_size=B, seed=0, leftovers="promote")
+    ]
+
+    rows = [
+        (
+            "random batches, pad to longest",
+            efficiency(lengths, random_batches, lambda b: int(lengths[b].max())),
+        ),
+        (
+            f"random batches, fitted-for-random {fitted_random!r}",
+            efficiency(
+                lengths, random_batches, lambda b: fitted_random.bucket_for(int(lengths[b].max()))
+            ),
+        ),
+        (
+            f"BucketBatchSampler, {fitted!r}",
+            efficiency(lengths, bucket_batches, lambda b: fitted.bucket_for(int(lengths[b].max()))),
+        ),
+        (
+            "  same, short batches padded with pad_batch_to",
+            efficiency(
+                lengths,
+                bucket_batches,
+                lambda b: fitted.bucket_for(int(lengths[b].max())),
+                rows=lambda b: B,
+            ),
+        ),
+        (
+            '  leftovers="promote", pad_batch_to',
+            efficiency(
+                lengths,
+                promoted,
+                lambda b: fitted.bucket_for(int(lengths[b].max())),
+                rows=lambda b: B,
+            ),
+        ),
+    ]
+    print(
+        f"{args.n:,} samples of the mixture, batch {B}, k={args.k}, align={args.align}; {sampler.stats}"
+    )
+    for name, eff in rows:
+        print(f"{eff:7.1%}  {name}")
+
+
+if __name__ == "__main__":
+    main()

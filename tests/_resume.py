@@ -1,0 +1,21 @@
+"""Shared save/restore check for every stateful sampler."""
+
+from collections.abc import Callable
+from typing import Any
+
+
+def check_resume_at_every_position(make_sampler: Callable[[], Any], epoch: int = 0) -> None:
+    """For every position k of an epoch: a fresh sampler restored from the state
+    saved after k batches yields exactly the remaining batches."""
+    ref = make_sampler()
+    ref.set_epoch(epoch)
+    full = list(ref)
+    for k in range(len(full) + 1):
+        s = make_sampler()
+        s.set_epoch(epoch)
+        it = iter(s)
+        head = [next(it) for _ in range(k)]
+        state = s.state_dict()
+        restored = make_sampler()
+        restored.load_state_dict(state)
+        assert head + list(restored) == full, f"resume after {k} batches differs"

@@ -1,0 +1,283 @@
+import collections
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from _resume import check_resume_at_every_position
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader, Dataset
+
+from shapebucket import BucketBatchSampler, BucketCollator, Buckets, ShapeBucketError
+
+BUCKETS = Buckets([4, 8, 16, 32])
+
+
+@st.composite
+def configs(draw):
+    lengths = draw(st.lists(st.integers(1, 32), min_size=1, max_size=120))
+    by_tokens = draw(st.booleans())
+    kwargs = dict(
+        shuffle=draw(st.booleans()),
+        seed=draw(st.integers(0, 2**16)),
+        drop_last=draw(st.booleans()),
+        leftovers=draw(st.sampled_from(["keep", "promote"])),
+    )
+    if by_tokens:
+        kwargs["max_tokens"] = draw(st.integers(32, 200))
+        kwargs["batch_multiple"] = draw(st.sampled_from([1, 2]))
+        if kwargs["max_tokens"] // 32 < kwargs["batch_multiple"]:
+            kwargs["batch_multiple"] = 1
+    else:
+        kwargs["batch_size"] = draw(st.integers(1, 9))
+    return np.array(lengths), kwargs
+
+
+def epoch_union(lengths, kwargs, replicas, epoch=0):
+    per_rank = []
+    for rank in range(replicas):
+        s = BucketBatchSampler(lengths, BUCKETS, num_replicas=replicas, rank=rank, **kwargs)
+        s.set_epoch(epoch)
+        per_rank.append(list(s))
+    return per_rank, s.stats
+
+
+@given(configs(), st.integers(1, 3))
+def test_each_index_once_or_counted(cfg, replicas):
+    lengths, kwargs = cfg
+    per_rank, stats = epoch_union(lengths, kwargs, replicas)
+    assert len({len(r) for r in per_rank}) == 1  # same number of batches on every rank
+    assert all(len(r) == stats.batches for r in per_rank)
+    seen = collections.Counter(i for r in per_rank for b in r for i in b)
+    assert sum(seen.values()) == len(lengths) - stats.dropped + stats.duplicated
+    assert len(seen) == len(lengths) - stats.dropped
+    assert sum(c - 1 for c in seen.values()) == stats.duplicated
+    if not kwargs["drop_last"]:
+        assert set(seen) == set(range(len(lengths)))
+    if replicas == 1:
+        assert stats.duplicated == 0
+    # all ranks are in the planned bucket at every step; with "promote", a batch made
+    # only of promoted samples fits (and is collated to) a smaller bucket
+    s = BucketBatchSampler(lengths, BUCKETS, num_replicas=replicas, rank=0, **kwargs)
+    planned = s.batch_buckets(epoch=0).tolist()
+    for step, plan in zip(zip(*per_rank, strict=True), planned, strict=True):
+        buckets = {BUCKETS.bucket_for(int(lengths[b].max())) for b in step}
+        if kwargs["leftovers"] == "keep":
+            assert buckets == {plan}
+        else:
+            assert max(buckets) <= plan
+    for t in range(stats.batches):
+        ids = [i for r in per_rank for i in r[t]]
+        if len(set(ids)) != len(ids):
+            assert stats.duplicated > 0
+
+
+@given(configs())
+def test_batches_fit_smallest_bucket_and_budget(cfg):
+    lengths, kwargs = cfg
+    s = BucketBatchSampler(lengths, BUCKETS, **kwargs)
+    collate = BucketCollator(BUCKETS, pad_batch_to=s.batch_sizes, mask_key=None)
+    shapes, collated = set(), set()
+    for batch, plan in zip(s, s.batch_buckets(epoch=0).tolist(), strict=True):
+        assert batch
+        bucket = BUCKETS.bucket_for(int(lengths[batch].max()))
+        smallest = BUCKETS.bucket_for(int(lengths[batch].min()))
+        if kwargs["leftovers"] == "keep":
+            assert smallest == bucket == plan  # no smaller bucket fits all of them
+        else:
+            assert bucket <= plan  # promoted leftovers come from smaller buckets
+        if "max_tokens" in kwargs:
+            assert len(batch) * plan <= kwargs["max_tokens"]
+        shapes.add((len(batch), bucket))
+        collated.add(tuple(collate([[1] * int(lengths[i]) for i in batch])[0].shape))
+    # paired with pad_batch_to=sampler.batch_sizes, there is one shape per bucket at most
+    assert collated <= {(n, b) for b, n in s.batch_sizes.items()}
+    if kwargs["leftovers"] == "keep":
+        assert len(shapes) == s.stats.shapes
+        used = len(set(BUCKETS.bucket_for_many(lengths).tolist()))
+        assert len(shapes) <= (used if kwargs["drop_last"] else 2 * used)
+
+
+@given(configs(), st.integers(0, 5))
+def test_resume_at_every_position(cfg, epoch):
+    lengths, kwargs = cfg
+    lengths = lengths[:40]
+    check_resume_at_every_position(lambda: BucketBatchSampler(lengths, BUCKETS, **kwargs), epoch)
+
+
+def test_epochs_differ_and_repeat():
+    lengths = np.random.default_rng(0).integers(1, 33, 500)
+    s = BucketBatchSampler(lengths, BUCKETS, batch_size=8, seed=3)
+    s.set_epoch(1)
+    a = list(s)
+    s.set_epoch(1)
+    assert list(s) == a
+    s.set_epoch(2)
+    b = list(s)
+    assert a != b and sorted(map(sorted, a)) != sorted(map(sorted, b))
+    # a full pass moves to the next epoch by itself
+    s.set_epoch(1)
+    list(s)
+    assert s.epoch == 2 and list(s) == b
+    # no global RNG: numpy's global state is untouched and irrelevant
+    np.random.seed(0)
+    before = np.random.get_state()[1].copy()
+    s.set_epoch(1)
+    assert list(s) == a
+    assert (np.random.get_state()[1] == before).all()
+
+
+def test_unshuffled_is_sorted_and_deterministic():
+    lengths = np.array([9, 3, 3, 30, 5, 9, 2])
+    s = BucketBatchSampler(lengths, BUCKETS, batch_size=2, shuffle=False)
+    assert list(s) == [[1, 2], [6], [4], [0, 5], [3]]
+    assert s.batch_buckets().tolist() == [4, 4, 8, 16, 32]
+
+
+def test_promote_and_drop_counts():
+    lengths = np.array([3] * 5 + [7] * 3 + [20] * 2)
+    keep = BucketBatchSampler(lengths, BUCKETS, batch_size=4, shuffle=False)
+    assert keep.stats.short_batches == 3 and keep.stats.shapes == 4
+    promote = BucketBatchSampler(lengths, BUCKETS, batch_size=4, shuffle=False, leftovers="promote")
+    assert [len(b) for b in promote] == [4, 4, 2] and promote.stats.promotions == 1
+    drop = BucketBatchSampler(lengths, BUCKETS, batch_size=4, shuffle=False, drop_last=True)
+    assert list(drop) == [[0, 1, 2, 3]] and drop.stats.dropped == 6
+
+
+def test_max_tokens_batch_sizes_and_collator_pairing():
+    lengths = np.random.default_rng(1).integers(1, 33, 300)
+    s = BucketBatchSampler(lengths, BUCKETS, max_tokens=64, batch_multiple=2)
+    assert s.batch_sizes == {4: 16, 8: 8, 16: 4, 32: 2}
+    collate = BucketCollator(BUCKETS, pad_batch_to=s.batch_sizes)
+    shapes = {tuple(collate([[1] * int(lengths[i]) for i in b])[0].shape) for b in s}
+    assert shapes <= {(16, 4), (8, 8), (4, 16), (2, 32)}
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, needle",
+    [
+        ([[3, 0, 4]], {"batch_size": 2}, "sample 1 has length 0"),
+        ([[3, -2]], {"batch_size": 2}, "sample 1 has length -2"),
+        ([[3, 40]], {"batch_size": 2}, r"sample 1 has length 40 > largest bucket 32"),
+        ([[3]], {}, "exactly one of batch_size and max_tokens"),
+        ([[3]], {"batch_size": 2, "max_tokens": 64}, "exactly one"),
+        ([[3]], {"max_tokens": 31}, "max_tokens=31 .* use max_tokens >= 32"),
+        ([[3]], {"max_tokens": 40, "batch_multiple": 2}, "use max_tokens >= 64"),
+        ([[3]], {"batch_size": 0}, "batch_size must be >= 1, got 0"),
+        ([[3]], {"batch_size": 2, "num_replicas": 2, "rank": 2}, "rank 2 is not < num_replicas 2"),
+        ([[3]], {"batch_size": 2, "leftovers": "merge"}, "'merge'"),
+        ([[]], {"batch_size": 2}, "non-empty"),
+        ([[3.5]], {"batch_size": 2}, "dtype float64"),
+    ],
+)
+def test_bad_input(args, kwargs, needle):
+    with pytest.raises(ShapeBucketError, match=needle):
+        BucketBatchSampler(*args, BUCKETS, **kwargs)
+
+
+def test_state_from_other_config_is_refused():
+    a = BucketBatchSampler([3, 5, 9], BUCKETS, batch_size=2)
+    b = BucketBatchSampler([3, 5, 9], BUCKETS, batch_size=1)
+    with pytest.raises(ShapeBucketError, match="other lengths, buckets"):
+        b.load_state_dict(a.state_dict())
+    with pytest.raises(ShapeBucketError, match="no 'fingerprint'"):
+        b.load_state_dict({"epoch": 0, "position": 0, "seed": 0})
+
+
+def test_pickles():
+    s = BucketBatchSampler(np.arange(1, 33), BUCKETS, batch_size=3, seed=5)
+    assert list(pickle.loads(pickle.dumps(s))) == list(s)
+
+
+class Lengths(Dataset):
+    def __init__(self, lengths):
+        self.lengths = lengths
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def __getitem__(self, i):
+        return {"input_ids": [i] * int(self.lengths[i])}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_dataloader_workers(method):
+    lengths = np.random.default_rng(2).integers(1, 33, 100)
+    sampler = BucketBatchSampler(lengths, BUCKETS, batch_size=8, seed=1)
+    collate = BucketCollator(BUCKETS, pad_batch_to=8)
+    want = [
+        b["input_ids"]
+        for b in DataLoader(Lengths(lengths), batch_sampler=sampler, collate_fn=collate)
+    ]
+    sampler.set_epoch(0)
+    got = [
+        b["input_ids"]
+        for b in DataLoader(
+            Lengths(lengths),
+            batch_sampler=sampler,
+            collate_fn=collate,
+            num_workers=2,
+            multiprocessing_context=method,
+        )
+    ]
+    assert len(got) == len(want) == len(sampler)
+    assert all((a == b).all() for a, b in zip(got, want, strict=True))
+
+
+DIST_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    import numpy as np
+    import torch.distributed as dist
+    from shapebucket import BucketBatchSampler, Buckets
+
+    dist.init_process_group("gloo")
+    lengths = np.random.default_rng(0).integers(1, 33, 203)
+    s = BucketBatchSampler(lengths, Buckets([4, 8, 16, 32]), batch_size=5, seed=7)  # world and rank from torch.distributed
+    s.set_epoch(1)
+    batches = list(s)
+    buckets = [int(Buckets([4, 8, 16, 32]).bucket_for(int(lengths[b].max()))) for b in batches]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, {"rank": dist.get_rank(), "world": s.num_replicas, "batches": batches, "buckets": buckets, "dup": s.stats.duplicated})
+    if dist.get_rank() == 0:
+        json.dump(out, open(sys.argv[1], "w"))
+    dist.destroy_process_group()
+    """
+)
+
+
+@pytest.mark.slow
+def test_two_process_gloo(tmp_path):
+    script = tmp_path / "dist_sampler.py"
+    script.write_text(DIST_SCRIPT)
+    out = tmp_path / "out.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        "29531",
+        str(script),
+        str(out),
+    ]
+    subprocess.run(cmd, check=True, env=env, timeout=240, capture_output=True)
+    import json
+
+    r0, r1 = json.loads(out.read_text())
+    assert r0["world"] == r1["world"] == 2
+    assert len(r0["batches"]) == len(r1["batches"]) > 0
+    assert r0["buckets"] == r1["buckets"]  # same bucket at every step
+    ids0 = collections.Counter(i for b in r0["batches"] for i in b)
+    ids1 = collections.Counter(i for b in r1["batches"] for i in b)
+    assert set(ids0) | set(ids1) == set(range(203))
+    total = ids0 + ids1
+    # ranks are disjoint except for the counted repeats that even out short steps
+    assert sum(c - 1 for c in total.values()) == r0["dup"] == r1["dup"]

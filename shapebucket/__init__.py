@@ -7,6 +7,16 @@
 
 from .buckets import Buckets
 from .collate import BucketCollator, CollateStats
+from .compile import (
+    CompileCounter,
+    PrewarmReport,
+    count_compiles,
+    load_compile_cache,
+    mark_dynamic,
+    no_recompiles,
+    prewarm,
+    save_compile_cache,
+)
 from .errors import ShapeBucketError
 from .fit import PaddingReport, PolicyComparison, compare_policies, fit_buckets, padding_report
 from .sampler import BucketBatchSampler, SamplerStats
@@ -16,13 +26,21 @@ __all__ = [
     "BucketCollator",
     "Buckets",
     "CollateStats",
+    "CompileCounter",
     "PaddingReport",
     "PolicyComparison",
+    "PrewarmReport",
     "SamplerStats",
     "ShapeBucketError",
     "compare_policies",
+    "count_compiles",
     "fit_buckets",
+    "load_compile_cache",
+    "mark_dynamic",
+    "no_recompiles",
     "padding_report",
+    "prewarm",
+    "save_compile_cache",
 ]
 
 __version__ = "0.1.0"

@@ -18,13 +18,16 @@ import torch
 
 __all__ = [
     "TORCH_VERSION",
+    "add_limit_handler",
     "add_recompile_handler",
     "cache_artifacts_supported",
+    "fresh_inductor_cache",
     "get_recompile_limit",
     "inductor_cache_dir",
     "load_cache_artifacts",
     "mark_dynamic_dim",
     "recompile_error_types",
+    "reset_compiler",
     "save_cache_artifacts",
     "set_recompile_limit",
     "stance",
@@ -167,3 +170,40 @@ def save_cache_artifacts() -> bytes | None:
 def load_cache_artifacts(data: bytes) -> None:
     if cache_artifacts_supported():
         torch.compiler.load_cache_artifacts(data)
+
+
+@contextlib.contextmanager
+def fresh_inductor_cache(directory: str) -> Iterator[None]:
+    """Compile into an empty inductor cache for the block (and clear in-memory caches),
+    so each benchmark strategy pays its own cold compile."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+    except ImportError:  # pragma: no cover - older torch: set the variable by hand
+        old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = directory
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
+        return
+    with temporary_cache_dir(directory):
+        yield
+
+
+def reset_compiler() -> None:
+    """Forget every compiled graph (``torch._dynamo.reset``)."""
+    _dynamo().reset()
+
+
+@contextlib.contextmanager
+def add_limit_handler(handler: logging.Handler) -> Iterator[None]:
+    """Send dynamo's 'hit config.recompile_limit' warnings to ``handler`` for the block."""
+    logger = logging.getLogger("torch._dynamo.convert_frame")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)

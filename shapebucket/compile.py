@@ -144,12 +144,15 @@ def mark_dynamic(
 
 
 class _ReasonHandler(logging.Handler):
-    def __init__(self, sink: list[str]) -> None:
+    def __init__(self, sink: list[str], contains: str = "") -> None:
         super().__init__(logging.DEBUG)
         self.sink = sink
+        self.contains = contains
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.sink.append(record.getMessage())
+        message = record.getMessage()
+        if self.contains in message:
+            self.sink.append(message)
 
 
 class CompileCounter:
@@ -158,6 +161,8 @@ class CompileCounter:
     Graphs are the delta of dynamo's ``unique_graphs`` counter (which
     ``torch._dynamo.reset()`` does not clear); reasons come from the
     ``recompiles`` log channel, switched on for the block and restored after.
+    ``limit_hits`` collects dynamo's "hit config.recompile_limit" warnings: each
+    is a function that from then on runs eagerly (or raises, under ``fullgraph``).
 
     >>> with CompileCounter() as cc:
     ...     pass
@@ -167,6 +172,7 @@ class CompileCounter:
 
     def __init__(self) -> None:
         self.recompiles: list[str] = []
+        self.limit_hits: list[str] = []
         self._start: int | None = None
         self._end: int | None = None
         self._stack: contextlib.ExitStack | None = None
@@ -182,6 +188,7 @@ class CompileCounter:
     def __enter__(self) -> CompileCounter:
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(compat.add_recompile_handler(_ReasonHandler(self.recompiles)))
+        self._stack.enter_context(compat.add_limit_handler(_ReasonHandler(self.limit_hits, "hit config.")))
         self._start, self._end = compat.unique_graphs(), None
         return self
 
@@ -192,6 +199,8 @@ class CompileCounter:
 
     def __str__(self) -> str:
         lines = [f"{self.graphs} graphs compiled, {len(self.recompiles)} recompiles"]
+        if self.limit_hits:
+            lines[0] += f", recompile limit hit {len(self.limit_hits)} times"
         lines += [f"  - {r.strip().splitlines()[-1].strip()}" for r in self.recompiles]
         return "\n".join(lines)
 
@@ -228,10 +237,14 @@ def no_recompiles(buckets: Buckets | Sequence[int] | None = None) -> Iterator[No
         text = str(e)
         if "fail_on_recompile" not in text:
             raise
-        found = _MISMATCH.findall(text)
-        if found:
-            name, dim, _, actual = found[0]
+        failures = re.findall(r"- \d+/\d+: (.*)", text)
+        sizes = [m for f in failures if (m := _MISMATCH.search(f))]
+        others = [f for f in failures if not _MISMATCH.search(f)]
+        if sizes and not others:
+            name, dim, _, actual = sizes[0].groups()
             what = f"input {name!r} has size {actual} at dim {dim}, a shape that was not prewarmed"
+        elif others:
+            what = f"an input failed a guard other than its size ({others[0].strip()}), e.g. a different stride, dtype or device than the prewarmed batch"
         else:
             what = "an input or guard changed in a way that was not prewarmed"
         where = f"; buckets are {table!r}" if table is not None else ""
@@ -417,6 +430,12 @@ def _resize(t: torch.Tensor, dim: int, size: int, pad: Any, left: bool) -> torch
     return torch.cat([filler, t] if left else [t, filler], dim=dim)
 
 
+def _like_collated(t: torch.Tensor) -> torch.Tensor:
+    # collated batches are contiguous; dynamo guards on strides, so a cropped
+    # view would compile a graph no real batch can use
+    return t.contiguous()
+
+
 def _batch_from_example(
     example: Any, bucket: int, rows: int | None, seq_keys: set[str] | None, collator: Any
 ) -> Any:
@@ -449,7 +468,7 @@ def _batch_from_example(
         if rows is not None and value.ndim >= 1 and value.shape[0] == batch0 and rows != batch0:
             index = torch.arange(rows, device=value.device) % batch0
             value = value.index_select(0, index)
-        return value
+        return _like_collated(value)
 
     return convert("", example)
 

@@ -68,7 +68,7 @@ def restore_limit():
 
 def test_prewarm_then_no_recompiles(compiled):
     _, cmodel = compiled
-    example = batch_of([5, 7, 3])
+    example = batch_of([5, 12, 3])  # bucket 16: prewarm crops it to 8 and pads it to 24
     with CompileCounter() as outer:
         report = prewarm(cmodel, BUCKETS, example=example, collator=COLLATE, progress=False)
     assert list(report.graphs) == [8, 16, 24]

@@ -113,6 +113,7 @@ def mark_dynamic(
     for path, value in _walk(batch):
         if not isinstance(value, torch.Tensor) or value.ndim <= dim:
             continue
+        path = path or "<tensor>"
         top = re.split(r"[.\[]", path, maxsplit=1)[0] or path
         if wanted is not None and path not in wanted and top not in wanted:
             continue

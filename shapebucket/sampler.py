@@ -147,7 +147,8 @@ class BucketBatchSampler(Sampler[list[int]]):
                 f"rank {self.rank} is not < num_replicas {self.num_replicas}; ranks count from 0"
             )
         self.epoch = 0
-        self._position = 0
+        self._position = 0  # batches yielded in the current epoch
+        self._resume_at = 0  # where the next __iter__ starts (set by load_state_dict)
         self._skeleton = self._build_skeleton()
 
     # -- validation ---------------------------------------------------------------
@@ -298,7 +299,10 @@ class BucketBatchSampler(Sampler[list[int]]):
     def __iter__(self) -> Iterator[list[int]]:
         flat, offsets, sizes, _ = self._epoch_plan(self.epoch)
         r = self.rank
-        start = self._position
+        # a new iteration starts the epoch afresh unless a state was just loaded, so an
+        # abandoned iterator (e.g. next(iter(loader)) for an example) skips nothing
+        start, self._resume_at = self._resume_at, 0
+        self._position = start
         for t in range(start, len(offsets)):
             s = int(sizes[t])
             lo = int(offsets[t]) + r * s
@@ -324,7 +328,7 @@ class BucketBatchSampler(Sampler[list[int]]):
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch`` (as ``DistributedSampler.set_epoch``); restarts the epoch."""
         self.epoch = _check_int("epoch", epoch, minimum=0)
-        self._position = 0
+        self._position = self._resume_at = 0
 
     def state_dict(self) -> dict[str, Any]:
         """Epoch, seed and the number of batches this sampler has yielded in the epoch.
@@ -342,7 +346,10 @@ class BucketBatchSampler(Sampler[list[int]]):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state``: the next iteration yields exactly the batches not yet yielded."""
+        """Continue from ``state``: the next iteration yields exactly the batches not yet yielded.
+
+        Only the next ``__iter__`` resumes; later ones start their epoch from the beginning.
+        """
         for key in ("epoch", "position", "seed", "fingerprint"):
             if key not in state:
                 raise ShapeBucketError(f"state has no {key!r}; pass what state_dict() returned")
@@ -356,7 +363,7 @@ class BucketBatchSampler(Sampler[list[int]]):
             raise ShapeBucketError(f"state position {position!r} is outside 0..{len(self)}")
         self.seed = _check_int("seed", state["seed"])
         self.epoch = _check_int("epoch", state["epoch"], minimum=0)
-        self._position = int(position)
+        self._position = self._resume_at = int(position)
 
     def __repr__(self) -> str:
         size = (

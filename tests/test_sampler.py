@@ -131,6 +131,15 @@ def test_epochs_differ_and_repeat():
     assert (np.random.get_state()[1] == before).all()
 
 
+def test_abandoned_iterator_skips_nothing():
+    lengths = np.random.default_rng(0).integers(1, 33, 100)
+    s = BucketBatchSampler(lengths, BUCKETS, batch_size=8)
+    first = next(iter(s))  # e.g. an example batch for prewarm
+    full = list(s)
+    assert full[0] == first and len(full) == len(s)
+    assert sorted(i for b in full for i in b) == list(range(100))
+
+
 def test_unshuffled_is_sorted_and_deterministic():
     lengths = np.array([9, 3, 3, 30, 5, 9, 2])
     s = BucketBatchSampler(lengths, BUCKETS, batch_size=2, shuffle=False)

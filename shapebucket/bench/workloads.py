@@ -11,23 +11,21 @@ import numpy as np
 
 from ..data import mixture_lengths
 
-__all__ = ["load_workload", "stdlib_docstring_lengths"]
+__all__ = ["load_workload", "stdlib_docstring_lengths", "stdlib_docstring_paragraphs"]
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
-def stdlib_docstring_lengths() -> np.ndarray:
-    """Token counts of the paragraphs of the docstrings in Python's standard library.
+def stdlib_docstring_paragraphs() -> list[str]:
+    """The paragraphs of the docstrings in Python's standard library (real text, offline).
 
-    Real English technical text that every Python installation has offline: the
-    module, class and function docstrings of the top-level ``*.py`` modules of
-    the running interpreter's stdlib, split into paragraphs at blank lines and
-    tokenized into words and punctuation marks (a rough stand-in for a subword
-    tokenizer). Paragraphs of fewer than 2 tokens are skipped. About 8,000
-    paragraphs on CPython 3.11, median 14 tokens, longest about 600.
+    Real English technical text that every Python installation has: the module,
+    class and function docstrings of the top-level ``*.py`` modules of the
+    running interpreter's stdlib, split into paragraphs at blank lines, in a
+    fixed order (files sorted by name).
     """
     root = Path(sysconfig.get_paths()["stdlib"])
-    lengths: list[int] = []
+    paragraphs: list[str] = []
     for path in sorted(root.glob("*.py")):
         try:
             tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
@@ -37,11 +35,18 @@ def stdlib_docstring_lengths() -> np.ndarray:
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 doc = ast.get_docstring(node)
                 if doc:
-                    for para in re.split(r"\n\s*\n", doc):
-                        n = len(_TOKEN.findall(para))
-                        if n >= 2:
-                            lengths.append(n)
-    return np.asarray(lengths, dtype=np.int64)
+                    paragraphs.extend(p.strip() for p in re.split(r"\n\s*\n", doc) if p.strip())
+    return paragraphs
+
+
+def stdlib_docstring_lengths() -> np.ndarray:
+    """Token counts of :func:`stdlib_docstring_paragraphs`, tokenized into words and
+    punctuation marks (a rough stand-in for a subword tokenizer); paragraphs of
+    fewer than 2 tokens are skipped. About 8,000 paragraphs on CPython 3.11,
+    median 14 tokens, longest about 600.
+    """
+    counts = (len(_TOKEN.findall(p)) for p in stdlib_docstring_paragraphs())
+    return np.asarray([n for n in counts if n >= 2], dtype=np.int64)
 
 
 def load_workload(name: str, *, n: int, max_len: int, seed: int, lengths_file: str | None = None) -> tuple[np.ndarray, int]:

@@ -1,0 +1,72 @@
+"""shapebucket with DistributedDataParallel, on CPU with gloo.
+
+    torchrun --nproc-per-node 2 docs/examples/ddp.py [STEPS]
+
+Every rank builds the same buckets, takes its share of each step from the
+distributed BucketBatchSampler (all ranks in the same bucket at every step),
+prewarms every bucket, then trains inside no_recompiles(). Each rank prints one
+JSON line with its step count and the graphs compiled while training.
+"""
+
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+
+import shapebucket
+from shapebucket.bench.model import GPT, GPTConfig
+from shapebucket.data import mixture_lengths
+
+STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 12
+
+
+class RandomTokens(torch.utils.data.Dataset):
+    def __init__(self, lengths):
+        self.lengths = lengths
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def __getitem__(self, i):
+        ids = torch.randint(0, 256, (int(self.lengths[i]),), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids.roll(-1)}
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)  # same initial weights on every rank (DDP also broadcasts them)
+    lengths = mixture_lengths(4000, seed=0)
+    buckets = shapebucket.fit_buckets(lengths, k=3, align=8)
+    sampler = shapebucket.BucketBatchSampler(lengths, buckets, batch_size=8, seed=0)  # world/rank from dist
+    collate = shapebucket.BucketCollator(buckets, pad_batch_to=sampler.batch_sizes)
+    loader = DataLoader(RandomTokens(lengths), batch_sampler=sampler, collate_fn=collate)
+
+    model = DDP(GPT(GPTConfig(vocab=256, dim=32, layers=1, heads=2, max_len=int(buckets.max_len))))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    compiled = torch.compile(model, dynamic=False)
+
+    def train_step(batch):
+        loss = compiled(batch["input_ids"], batch["labels"], batch["attention_mask"])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    report = shapebucket.prewarm(compiled, buckets, example=next(iter(loader)), collator=collate, step=train_step, optimizer=opt, progress=rank == 0)
+    steps = 0
+    with shapebucket.count_compiles() as cc, shapebucket.no_recompiles(buckets):
+        for batch in loader:
+            train_step(batch)
+            steps += 1
+            if steps == STEPS:
+                break
+    print(json.dumps({"rank": rank, "steps": steps, "train_graphs": cc.graphs, "recompiles": len(cc.recompiles), "prewarm_graphs": report.total_graphs}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

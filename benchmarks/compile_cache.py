@@ -46,17 +46,25 @@ def child(mode: str, cache: str, buckets: list[int]) -> None:
 
     def make_batch(n: int) -> dict[str, torch.Tensor]:
         ids = torch.randint(0, 512, (16, n))
-        return {"input_ids": ids, "labels": ids, "attention_mask": torch.ones(16, n, dtype=torch.bool)}
+        return {
+            "input_ids": ids,
+            "labels": ids,
+            "attention_mask": torch.ones(16, n, dtype=torch.bool),
+        }
 
     start = time.perf_counter()
-    report = shapebucket.prewarm(fwd, buckets, make_batch=make_batch, step=step, optimizer=opt, progress=False, verify=False)
+    report = shapebucket.prewarm(
+        fwd, buckets, make_batch=make_batch, step=step, optimizer=opt, progress=False, verify=False
+    )
     seconds = time.perf_counter() - start
     saved = shapebucket.save_compile_cache(cache) if mode == "cold" else {}
     print(json.dumps({"mode": mode, "prewarm_s": seconds, "graphs": report.total_graphs, **saved}))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--buckets", default="32,64,128,256")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "CACHE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -72,17 +80,30 @@ def main() -> None:
             t0 = time.perf_counter()
             out = subprocess.run(
                 [sys.executable, __file__, "--buckets", args.buckets, "--child", mode, cache],
-                env=env, check=True, capture_output=True, text=True,
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
             ).stdout
             results[mode] = json.loads(out.strip().splitlines()[-1])
             results[mode]["process_s"] = time.perf_counter() - t0
     cold, warm, art = results["cold"], results["warm"], results["artifacts"]
-    print(f"prewarm of {len(buckets)} buckets {buckets}, benchmark GPT (fwd + bwd + AdamW), each in a fresh process")
+    print(
+        f"prewarm of {len(buckets)} buckets {buckets}, benchmark GPT (fwd + bwd + AdamW), each in a fresh process"
+    )
     print(f"{'':26s} {'prewarm s':>9s} {'process s':>9s} {'graphs':>6s}")
-    for label, r in (("cold (empty cache)", cold), ("warm (load_compile_cache)", warm), ("artifacts only", art)):
+    for label, r in (
+        ("cold (empty cache)", cold),
+        ("warm (load_compile_cache)", warm),
+        ("artifacts only", art),
+    ):
         print(f"{label:26s} {r['prewarm_s']:>9.2f} {r['process_s']:>9.2f} {r['graphs']:>6d}")
-    print(f"saved cache: {cold['artifacts_bytes'] / 1e6:.1f} MB artifacts, {cold['inductor_bytes'] / 1e6:.1f} MB inductor directory")
-    print(f"cold / warm prewarm: {cold['prewarm_s'] / warm['prewarm_s']:.1f}x; cold / artifacts-only: {cold['prewarm_s'] / art['prewarm_s']:.1f}x")
+    print(
+        f"saved cache: {cold['artifacts_bytes'] / 1e6:.1f} MB artifacts, {cold['inductor_bytes'] / 1e6:.1f} MB inductor directory"
+    )
+    print(
+        f"cold / warm prewarm: {cold['prewarm_s'] / warm['prewarm_s']:.1f}x; cold / artifacts-only: {cold['prewarm_s'] / art['prewarm_s']:.1f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The steps/sec benchmark (the README's main job); same as ``python -m shapebucket bench``.
 
-    python benchmarks/steps_per_sec.py [--quick] [--workload mixture|text] [--strategies a,b] ...
+python benchmarks/steps_per_sec.py [--quick] [--workload mixture|text] [--strategies a,b] ...
 """
 
 import sys

@@ -20,6 +20,7 @@ __all__ = [
     "TORCH_VERSION",
     "add_limit_handler",
     "add_recompile_handler",
+    "automatic_dynamic",
     "cache_artifacts_supported",
     "fresh_inductor_cache",
     "get_recompile_limit",
@@ -207,3 +208,16 @@ def add_limit_handler(handler: logging.Handler) -> Iterator[None]:
         yield
     finally:
         logger.removeHandler(handler)
+
+
+@contextlib.contextmanager
+def automatic_dynamic(enabled: bool) -> Iterator[None]:
+    """Switch dynamo's automatic dynamic shapes (what ``dynamic=None`` does after a
+    recompile) on or off for the block."""
+    config = _dynamo().config
+    old = config.automatic_dynamic_shapes
+    config.automatic_dynamic_shapes = enabled
+    try:
+        yield
+    finally:
+        config.automatic_dynamic_shapes = old

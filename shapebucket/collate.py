@@ -46,6 +46,11 @@ class CollateStats:
     the collator, so these counters live in the workers and the main process's
     copy stays at zero; count in the main process from the batches instead (for
     example ``batch["attention_mask"].sum()``) when workers are used.
+
+    >>> collate = BucketCollator([8])
+    >>> _ = collate([[1, 2, 3], [4]])
+    >>> collate.stats.real_tokens, collate.stats.padded_tokens, collate.stats.batches_per_bucket
+    (4, 12, {8: 1})
     """
 
     batches: int = 0
@@ -103,7 +108,11 @@ class BucketCollator:
             samples do not carry it; ``None`` adds none.
         pad_batch_to: pad a short batch with all-pad rows to this many rows
             (an int, or a mapping ``bucket length -> rows`` such as
-            ``BucketBatchSampler.batch_sizes``) and add a ``"sample_mask"``.
+            ``BucketBatchSampler.batch_sizes``) and add a bool row mask under
+            ``sample_mask_key``.
+        sample_mask_key: where the row mask goes (default ``"sample_mask"``);
+            ``None`` adds none, for models that reject unknown keys (pad rows
+            still have an all-False mask and labels -100).
         overflow: ``"error"`` or ``"truncate"`` for samples longer than the
             largest bucket.
         seq_dim: the sequence dimension of each sample's value (0 for ``[T, F]``).
@@ -123,6 +132,7 @@ class BucketCollator:
     pad_batch_to: int | Mapping[int, int] | None = field(default=None, kw_only=True)
     overflow: Literal["error", "truncate"] = field(default="error", kw_only=True)
     seq_dim: int = field(default=0, kw_only=True)
+    sample_mask_key: str | None = field(default="sample_mask", kw_only=True)
     stats: CollateStats = field(default_factory=CollateStats, init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -135,8 +145,10 @@ class BucketCollator:
             raise ShapeBucketError(f"overflow must be 'error' or 'truncate', got {self.overflow!r}")
         if isinstance(self.seq_dim, bool) or not isinstance(self.seq_dim, int) or self.seq_dim < 0:
             raise ShapeBucketError(f"seq_dim must be an int >= 0, got {self.seq_dim!r}")
-        if self.mask_key is not None and not isinstance(self.mask_key, str):
-            raise ShapeBucketError(f"mask_key must be a str or None, got {self.mask_key!r}")
+        for name in ("mask_key", "sample_mask_key"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise ShapeBucketError(f"{name} must be a str or None, got {value!r}")
         if self.pad_values is not None:
             if not isinstance(self.pad_values, Mapping):
                 raise ShapeBucketError(
@@ -194,6 +206,8 @@ class BucketCollator:
             f"mask_key={self.mask_key!r}",
             f"overflow={self.overflow!r}",
         ]
+        if self.sample_mask_key != "sample_mask":
+            settings.append(f"sample_mask_key={self.sample_mask_key!r}")
         for name in ("pad_values", "length_key", "sequence_keys", "pad_batch_to"):
             value = getattr(self, name)
             if value is not None:
@@ -262,10 +276,10 @@ class BucketCollator:
             full = torch.zeros(rows, bucket, dtype=torch.bool)
             full[:n_real] = mask
             out[self.mask_key] = full
-        if self.pad_batch_to is not None:
+        if self.pad_batch_to is not None and self.sample_mask_key is not None:
             sample_mask = torch.zeros(rows, dtype=torch.bool)
             sample_mask[:n_real] = True
-            out["sample_mask"] = sample_mask
+            out[self.sample_mask_key] = sample_mask
 
         real = int(lens.sum())
         st = self.stats

@@ -189,7 +189,9 @@ class CompileCounter:
     def __enter__(self) -> CompileCounter:
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(compat.add_recompile_handler(_ReasonHandler(self.recompiles)))
-        self._stack.enter_context(compat.add_limit_handler(_ReasonHandler(self.limit_hits, "hit config.")))
+        self._stack.enter_context(
+            compat.add_limit_handler(_ReasonHandler(self.limit_hits, "hit config."))
+        )
         self._start, self._end = compat.unique_graphs(), None
         return self
 
@@ -210,7 +212,14 @@ class CompileCounter:
 
 
 def count_compiles() -> CompileCounter:
-    """A :class:`CompileCounter`, for ``with count_compiles() as cc: ...``."""
+    """A :class:`CompileCounter`, for ``with count_compiles() as cc: ...``.
+
+    >>> f = torch.compile(lambda x: x * 2, dynamic=False)
+    >>> with count_compiles() as cc:
+    ...     _ = f(torch.ones(3))
+    >>> cc.graphs
+    1
+    """
     return CompileCounter()
 
 
@@ -229,6 +238,17 @@ def no_recompiles(buckets: Buckets | Sequence[int] | None = None) -> Iterator[No
     error). The error names the input size that was not prewarmed and, when
     ``buckets`` is given, the bucket table. Functions compiled for the first time
     inside the block still compile: only *re*compiles fail.
+
+    >>> f = torch.compile(lambda x: x + 1, dynamic=False)
+    >>> _ = f(torch.ones(2, 8))
+    >>> with no_recompiles([8, 16]):
+    ...     _ = f(torch.ones(2, 8))  # a compiled shape: fine
+    >>> try:
+    ...     with no_recompiles([8, 16]):
+    ...         _ = f(torch.ones(2, 16))  # a new shape
+    ... except ShapeBucketError as e:
+    ...     print(str(e).splitlines()[0][:80])
+    recompile inside no_recompiles(): input 'x' has size 16 at dim 1, a shape that w
     """
     table = None if buckets is None else as_buckets(buckets)
     try:
@@ -260,7 +280,12 @@ def no_recompiles(buckets: Buckets | Sequence[int] | None = None) -> Iterator[No
 
 @dataclass
 class PrewarmReport:
-    """What :func:`prewarm` compiled: per bucket seconds and graphs, and the totals."""
+    """What :func:`prewarm` compiled: per bucket seconds and graphs, and the totals.
+
+    >>> report = prewarm(lambda x: x.sum(), [4, 8], make_batch=lambda n: torch.ones(2, n), progress=False)
+    >>> list(report.seconds), report.total_graphs  # an uncompiled function: nothing to compile
+    ([4, 8], 0)
+    """
 
     buckets: Buckets
     seconds: dict[int, float] = field(default_factory=dict)
@@ -553,6 +578,11 @@ def prewarm(
     globally (torch sets a per-function limit only at ``torch.compile`` time) and
     the report says so; ``raise_limit=False`` raises :class:`ShapeBucketError`
     instead.
+
+    >>> model = torch.compile(torch.nn.Linear(4, 2), dynamic=False)
+    >>> report = prewarm(model, [8, 16], make_batch=lambda n: torch.ones(n, 4), progress=False)
+    >>> report.total_graphs, list(report.graphs)
+    (2, [8, 16])
     """
     buckets = as_buckets(buckets)
     if (example is None) == (make_batch is None):
@@ -615,12 +645,25 @@ def prewarm(
 # -- compile cache -------------------------------------------------------------------------
 
 
+def _copy_new(src: str, dst: str) -> None:
+    """Copy a file unless ``dst`` exists. Inductor's cache is content-addressed (a
+    file's name is its key), and overwriting a compiled ``.so`` that a process has
+    loaded corrupts that process's mapping of it (seen as a crash at exit)."""
+    if not Path(dst).exists():
+        shutil.copy2(src, dst)
+
+
 def save_compile_cache(path: str | Path) -> dict[str, int]:
     """Persist what the compiler built in this process to directory ``path``.
 
     Writes the compiler's cache artifacts (``torch.compiler.save_cache_artifacts``,
     torch >= 2.7) and a copy of inductor's cache directory (compiled kernels and
     FX graphs; on CPU this is what saves the most time). Returns byte counts.
+
+    >>> import tempfile
+    >>> sizes = save_compile_cache(tempfile.mkdtemp())
+    >>> sorted(sizes)
+    ['artifacts_bytes', 'inductor_bytes']
     """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -632,9 +675,8 @@ def save_compile_cache(path: str | Path) -> dict[str, int]:
     src = Path(compat.inductor_cache_dir())
     if src.is_dir():
         dst = path / "inductor"
-        shutil.copytree(
-            src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.lock", "*.tmp*")
-        )
+        skip = shutil.ignore_patterns("*.lock", "*.tmp*")
+        shutil.copytree(src, dst, dirs_exist_ok=True, ignore=skip, copy_function=_copy_new)
         sizes["inductor_bytes"] = sum(f.stat().st_size for f in dst.rglob("*") if f.is_file())
     return sizes
 
@@ -643,6 +685,10 @@ def load_compile_cache(path: str | Path) -> bool:
     """Restore a cache written by :func:`save_compile_cache`; call before the first compile.
 
     Returns False (and changes nothing) when ``path`` holds no cache.
+
+    >>> import tempfile
+    >>> load_compile_cache(tempfile.mkdtemp())  # an empty directory holds no cache
+    False
     """
     path = Path(path)
     found = False
@@ -652,6 +698,6 @@ def load_compile_cache(path: str | Path) -> bool:
     if (path / "inductor").is_dir():
         dst = Path(compat.inductor_cache_dir())
         dst.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(path / "inductor", dst, dirs_exist_ok=True)
+        shutil.copytree(path / "inductor", dst, dirs_exist_ok=True, copy_function=_copy_new)
         found = True
     return found

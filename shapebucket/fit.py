@@ -228,6 +228,10 @@ class PaddingReport:
 
     For ``sampler="bucketed"`` ``share`` is the share of samples per bucket; for
     ``"random"`` it is the share of batches.
+
+    >>> report = padding_report([4, 8, 12, 16], [8, 16])
+    >>> report.share, report.expected_padded_length
+    ({8: 0.5, 16: 0.5}, 12.0)
     """
 
     buckets: Buckets
@@ -315,7 +319,12 @@ def padding_report(
 
 @dataclass
 class PolicyComparison:
-    """Rows of (policy name, buckets, report), printable as one table."""
+    """Rows of (policy name, report), printable as one table; ``fitted`` is the last row's buckets.
+
+    >>> table = compare_policies([5, 9, 17, 30, 64], k=2)
+    >>> [name for name, _ in table.rows][:2], table.fitted
+    (['multiples of 8', 'multiples of 32'], Buckets([32, 64]))
+    """
 
     rows: list[tuple[str, PaddingReport]]
     limit: int

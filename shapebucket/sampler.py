@@ -46,6 +46,10 @@ class SamplerStats:
     distinct planned ``(batch size, bucket)`` pairs, before any ``pad_batch_to``
     in the collator (with ``leftovers="promote"`` a batch made only of promoted
     samples is collated at their smaller bucket; see ``docs/sampler.md``).
+
+    >>> s = BucketBatchSampler([3, 5, 9, 12, 4], [8, 16], batch_size=2, drop_last=True)
+    >>> s.stats.batches, s.stats.dropped, s.stats.shapes
+    (2, 1, 2)
     """
 
     num_samples: int

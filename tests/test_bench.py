@@ -8,16 +8,40 @@ import pytest
 from shapebucket.bench import SAME_BATCHES, STRATEGIES, StrategyResult, check_losses, format_table
 from shapebucket.bench.workloads import load_workload, stdlib_docstring_lengths
 
-REQUIRED = {"name", "steps_per_sec", "useful_tokens_per_sec", "warmup_s", "graphs", "timed_recompiles", "recompile_limit_hit", "token_efficiency", "peak_mem_mb", "final_loss"}
+REQUIRED = {
+    "name",
+    "steps_per_sec",
+    "useful_tokens_per_sec",
+    "warmup_s",
+    "graphs",
+    "timed_recompiles",
+    "recompile_limit_hit",
+    "token_efficiency",
+    "peak_mem_mb",
+    "final_loss",
+}
 
 
 def bench(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "shapebucket", "bench", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "shapebucket", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.slow
 def test_quick_run_writes_table_json_and_plot(tmp_path):
-    out = bench("--quick", "--cache", "shared", "--json", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png"))
+    out = bench(
+        "--quick",
+        "--cache",
+        "shared",
+        "--json",
+        str(tmp_path / "r.json"),
+        "--plot",
+        str(tmp_path / "r.png"),
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["config"]["torch"] and data["config"]["batch_size"] == 16
@@ -28,7 +52,10 @@ def test_quick_run_writes_table_json_and_plot(tmp_path):
         assert r.keys() >= REQUIRED
         assert r["steps_per_sec"] > 0 and 0 < r["token_efficiency"] <= 1
     by = {r["name"]: r for r in data["results"]}
-    assert by["shapebucket"]["timed_recompiles"] == 0 and by["shapebucket-random"]["timed_recompiles"] == 0
+    assert (
+        by["shapebucket"]["timed_recompiles"] == 0
+        and by["shapebucket-random"]["timed_recompiles"] == 0
+    )
     assert by["shapebucket"]["token_efficiency"] > by["eager-longest"]["token_efficiency"]
     assert by["eager-max"]["graphs"] == 0 and by["static-max"]["graphs"] >= 1
     assert "loss check:" in out.stdout and "vs best" in out.stdout
@@ -36,7 +63,19 @@ def test_quick_run_writes_table_json_and_plot(tmp_path):
 
 
 def test_loss_check_fails_when_the_padding_mask_is_broken(tmp_path):
-    common = ["--quick", "--strategies", "eager-max,eager-longest", "--steps", "3", "--warmup-steps", "1", "--json", "", "--plot", ""]
+    common = [
+        "--quick",
+        "--strategies",
+        "eager-max,eager-longest",
+        "--steps",
+        "3",
+        "--warmup-steps",
+        "1",
+        "--json",
+        "",
+        "--plot",
+        "",
+    ]
     good = bench(*common)
     assert good.returncode == 0, good.stderr[-2000:]
     assert "agree at every step" in good.stdout
@@ -54,7 +93,12 @@ def test_check_losses_unit():
     problems = check_losses([a, b, c])
     assert len(problems) == 1 and problems[0].startswith("dynamic-true: step 1")
     assert "shapebucket" not in SAME_BATCHES
-    table = format_table([StrategyResult("static-max", useful_tokens_per_sec=10.0), StrategyResult("shapebucket", useful_tokens_per_sec=25.0)])
+    table = format_table(
+        [
+            StrategyResult("static-max", useful_tokens_per_sec=10.0),
+            StrategyResult("shapebucket", useful_tokens_per_sec=25.0),
+        ]
+    )
     assert "2.50x" in table
 
 

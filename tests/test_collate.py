@@ -138,6 +138,8 @@ def test_pad_batch_to_mapping_and_repr_and_pickle():
     assert c([[1] * 5])[0].shape == (2, 8)
     assert "Buckets([4, 8, 16, 32])" in repr(c) and "pad_batch_to" in repr(c)
     c([[1, 2]])
+    no_rows = BucketCollator(BUCKETS, pad_batch_to=4, sample_mask_key=None)([{"input_ids": [1, 2]}])
+    assert set(no_rows) == {"input_ids", "attention_mask"} and no_rows["input_ids"].shape == (4, 4)
     clone = pickle.loads(pickle.dumps(c))
     assert clone.stats.batches == 0 and c.stats.batches == 3
     assert clone.buckets == c.buckets and clone.pad_batch_to == c.pad_batch_to

@@ -24,11 +24,36 @@ def test_train_loop():
     assert "training: 0 graphs compiled, 0 recompiles" in out.stdout
 
 
-def test_ddp_two_ranks_same_steps_no_recompile():
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533", str(EXAMPLES / "ddp.py"), "6"]
+def test_ddp_two_ranks_same_steps_no_recompile(tmp_path):
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        "29533",
+        str(EXAMPLES / "ddp.py"),
+        "6",
+        str(tmp_path),
+    ]
     out = run(cmd)
     assert out.returncode == 0, out.stderr[-3000:]
-    ranks = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert sorted(r["rank"] for r in ranks) == [0, 1]
     assert ranks[0]["steps"] == ranks[1]["steps"] == 6
-    assert all(r["train_graphs"] == 0 and r["recompiles"] == 0 and r["prewarm_graphs"] > 0 for r in ranks)
+    assert all(
+        r["train_graphs"] == 0 and r["recompiles"] == 0 and r["prewarm_graphs"] > 0 for r in ranks
+    )
+
+
+def test_hf_trainer_buckets_with_torch_compile():
+    pytest.importorskip("transformers")
+    out = run([sys.executable, str(EXAMPLES / "hf_trainer.py"), "8"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+    assert result["steps"] == 8
+    used = {int(b) for b in result["batches_per_bucket"]}
+    assert used <= set(result["buckets"]) and sum(result["batches_per_bucket"].values()) >= 8
+    # one static graph (or more, per graph break) for every bucket seen, never the recompile limit
+    assert result["limit_hits"] == 0 and result["graphs"] >= len(used)

@@ -1,15 +1,17 @@
 """shapebucket with DistributedDataParallel, on CPU with gloo.
 
-    torchrun --nproc-per-node 2 docs/examples/ddp.py [STEPS]
+    torchrun --nproc-per-node 2 docs/examples/ddp.py [STEPS] [OUT_DIR]
 
 Every rank builds the same buckets, takes its share of each step from the
 distributed BucketBatchSampler (all ranks in the same bucket at every step),
 prewarms every bucket, then trains inside no_recompiles(). Each rank prints one
-JSON line with its step count and the graphs compiled while training.
+JSON line with its step count and the graphs compiled while training (and writes
+it to OUT_DIR/rank<N>.json when OUT_DIR is given).
 """
 
 import json
 import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -31,7 +33,9 @@ class RandomTokens(torch.utils.data.Dataset):
         return len(self.lengths)
 
     def __getitem__(self, i):
-        ids = torch.randint(0, 256, (int(self.lengths[i]),), generator=torch.Generator().manual_seed(i))
+        ids = torch.randint(
+            0, 256, (int(self.lengths[i]),), generator=torch.Generator().manual_seed(i)
+        )
         return {"input_ids": ids, "labels": ids.roll(-1)}
 
 
@@ -41,7 +45,9 @@ def main():
     torch.manual_seed(0)  # same initial weights on every rank (DDP also broadcasts them)
     lengths = mixture_lengths(4000, seed=0)
     buckets = shapebucket.fit_buckets(lengths, k=3, align=8)
-    sampler = shapebucket.BucketBatchSampler(lengths, buckets, batch_size=8, seed=0)  # world/rank from dist
+    sampler = shapebucket.BucketBatchSampler(
+        lengths, buckets, batch_size=8, seed=0
+    )  # world/rank from dist
     collate = shapebucket.BucketCollator(buckets, pad_batch_to=sampler.batch_sizes)
     loader = DataLoader(RandomTokens(lengths), batch_sampler=sampler, collate_fn=collate)
 
@@ -56,7 +62,15 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss.detach()
 
-    report = shapebucket.prewarm(compiled, buckets, example=next(iter(loader)), collator=collate, step=train_step, optimizer=opt, progress=rank == 0)
+    report = shapebucket.prewarm(
+        compiled,
+        buckets,
+        example=next(iter(loader)),
+        collator=collate,
+        step=train_step,
+        optimizer=opt,
+        progress=rank == 0,
+    )
     steps = 0
     with shapebucket.count_compiles() as cc, shapebucket.no_recompiles(buckets):
         for batch in loader:
@@ -64,7 +78,18 @@ def main():
             steps += 1
             if steps == STEPS:
                 break
-    print(json.dumps({"rank": rank, "steps": steps, "train_graphs": cc.graphs, "recompiles": len(cc.recompiles), "prewarm_graphs": report.total_graphs}), flush=True)
+    line = json.dumps(
+        {
+            "rank": rank,
+            "steps": steps,
+            "train_graphs": cc.graphs,
+            "recompiles": len(cc.recompiles),
+            "prewarm_graphs": report.total_graphs,
+        }
+    )
+    print(line, flush=True)
+    if len(sys.argv) > 2:
+        Path(sys.argv[2], f"rank{rank}.json").write_text(line)
     dist.destroy_process_group()
 
 

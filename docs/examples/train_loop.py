@@ -56,14 +56,20 @@ def main():
         return loss.detach()
 
     example = next(iter(loader))
-    print(shapebucket.prewarm(compiled, buckets, example=example, collator=collate, step=train_step, optimizer=opt))
+    print(
+        shapebucket.prewarm(
+            compiled, buckets, example=example, collator=collate, step=train_step, optimizer=opt
+        )
+    )
 
     # 6. train; any recompile would raise a ShapeBucketError naming the shape
     with shapebucket.count_compiles() as cc, shapebucket.no_recompiles(buckets):
         for step, batch in zip(range(STEPS), loader, strict=False):
             loss = train_step(batch)
             if step % 10 == 0 or step == STEPS - 1:
-                print(f"step {step:3d}  length {batch['input_ids'].shape[1]:3d}  loss {loss.item():.3f}")
+                print(
+                    f"step {step:3d}  length {batch['input_ids'].shape[1]:3d}  loss {loss.item():.3f}"
+                )
     print(f"training: {cc}")
     if cc.graphs:
         raise SystemExit("recompiled during training")

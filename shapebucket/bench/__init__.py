@@ -107,7 +107,9 @@ def _peak_memory_mb(device: torch.device) -> float:
 # -- data -----------------------------------------------------------------------------------
 
 
-def _samples(lengths: np.ndarray, vocab: int, seed: int) -> Callable[[Sequence[int]], list[dict[str, torch.Tensor]]]:
+def _samples(
+    lengths: np.ndarray, vocab: int, seed: int
+) -> Callable[[Sequence[int]], list[dict[str, torch.Tensor]]]:
     """Samples with random token ids, the same ids for an index in every strategy."""
 
     def get(indices: Sequence[int]) -> list[dict[str, torch.Tensor]]:
@@ -122,7 +124,10 @@ def _samples(lengths: np.ndarray, vocab: int, seed: int) -> Callable[[Sequence[i
 
 
 def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    return {
+        k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+        for k, v in batch.items()
+    }
 
 
 # -- one strategy -----------------------------------------------------------------------------
@@ -157,10 +162,14 @@ def _plan(name: str, s: _Setup) -> tuple[list[np.ndarray], BucketCollator, Bucke
     if name == "compile-default":
         return s.random_batches[:n], BucketCollator(Buckets.multiples(8, max_len)), None
     if name == "shapebucket-random":
-        buckets = fit_buckets(s.lengths, s.k, align=8, sampler="random", batch_size=B, max_len=max_len)
+        buckets = fit_buckets(
+            s.lengths, s.k, align=8, sampler="random", batch_size=B, max_len=max_len
+        )
         return s.random_batches[:n], BucketCollator(buckets), buckets
     buckets = {
-        "shapebucket": lambda: fit_buckets(s.lengths, s.k, align=8, sampler="bucketed", max_len=max_len),
+        "shapebucket": lambda: fit_buckets(
+            s.lengths, s.k, align=8, sampler="bucketed", max_len=max_len
+        ),
         "shapebucket-x32": lambda: Buckets.multiples(32, max_len),
         "shapebucket-pow2": lambda: Buckets.powers_of_two(max_len, min_len=8),
     }[name]()
@@ -176,7 +185,12 @@ def _run_strategy(name: str, s: _Setup) -> StrategyResult:
     result = StrategyResult(name=name)
     index_batches, collate, buckets = _plan(name, s)
     if s.break_mask == name:  # deliberately wrong: pad tokens count in the loss and are attended to
-        collate = BucketCollator(collate.buckets, pad_values={"labels": 0}, mask_key=None, pad_batch_to=collate.pad_batch_to)
+        collate = BucketCollator(
+            collate.buckets,
+            pad_values={"labels": 0},
+            mask_key=None,
+            pad_batch_to=collate.pad_batch_to,
+        )
     batches = []
     for idx in index_batches:
         b = collate(s.get_samples(idx))
@@ -225,7 +239,16 @@ def _run_strategy(name: str, s: _Setup) -> StrategyResult:
     with CompileCounter() as total:
         t0 = time.perf_counter()
         if buckets is not None:
-            prewarm(fwd, buckets, example=batches[0], collator=collate, batch_size=s.batch_size, step=step, optimizer=opt, progress=False)
+            prewarm(
+                fwd,
+                buckets,
+                example=batches[0],
+                collator=collate,
+                batch_size=s.batch_size,
+                step=step,
+                optimizer=opt,
+                progress=False,
+            )
         for b in batches[: s.warmup_steps]:
             losses.append(step(b))
         sync()
@@ -263,7 +286,9 @@ class _nullcontext:
 # -- the run ---------------------------------------------------------------------------------------
 
 
-def check_losses(results: Sequence[StrategyResult], rtol: float = 2e-3, atol: float = 2e-3) -> list[str]:
+def check_losses(
+    results: Sequence[StrategyResult], rtol: float = 2e-3, atol: float = 2e-3
+) -> list[str]:
     """Compare the per-step losses of the strategies that saw the same batches.
 
     Returns one line per disagreement (empty when all agree): padding with a
@@ -306,14 +331,18 @@ def format_table(results: Sequence[StrategyResult]) -> str:
         if r.error is not None:
             lines.append(f"{r.name:<19s} failed: {r.error}")
             continue
-        ratio = f"{r.useful_tokens_per_sec / best.useful_tokens_per_sec:6.2f}x" if best else "    -  "
+        ratio = (
+            f"{r.useful_tokens_per_sec / best.useful_tokens_per_sec:6.2f}x" if best else "    -  "
+        )
         lines.append(
             f"{r.name:<19s} {r.useful_tokens_per_sec:>12,.0f} {ratio:>7s} {r.steps_per_sec:>8.2f} {r.warmup_s:>8.1f} "
             f"{r.graphs:>6d} {r.timed_recompiles:>16d} {'yes' if r.recompile_limit_hit else 'no':>9s} "
             f"{r.token_efficiency:>7.1%} {r.peak_mem_mb:>8.0f} {r.final_loss:>7.3f}"
         )
     if best is not None:
-        lines.append(f"'vs best': useful tokens/sec relative to the best compiled strategy without shapebucket ({best.name})")
+        lines.append(
+            f"'vs best': useful tokens/sec relative to the best compiled strategy without shapebucket ({best.name})"
+        )
     return "\n".join(lines)
 
 
@@ -325,7 +354,12 @@ def plot(results: Sequence[StrategyResult], path: str | Path, title: str) -> Non
 
     ok = [r for r in results if r.error is None]
     names = [r.name for r in ok]
-    colors = ["#55a868" if n.startswith("shapebucket") else ("#4c72b0" if n in COMPILED_BASELINES else "#8c8c8c") for n in names]
+    colors = [
+        "#55a868"
+        if n.startswith("shapebucket")
+        else ("#4c72b0" if n in COMPILED_BASELINES else "#8c8c8c")
+        for n in names
+    ]
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     a.barh(names, [r.useful_tokens_per_sec for r in ok], color=colors)
     a.set_xlabel("useful (real) tokens / s, higher is better")
@@ -342,11 +376,24 @@ def plot(results: Sequence[StrategyResult], path: str | Path, title: str) -> Non
 
 def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult]]:
     device = torch.device(args.device)
-    cfg = GPTConfig(vocab=args.vocab, dim=args.dim, layers=args.layers, heads=args.heads, max_len=args.max_len)
-    lengths, clipped = load_workload(args.workload, n=args.samples, max_len=args.max_len, seed=args.seed, lengths_file=args.lengths)
+    cfg = GPTConfig(
+        vocab=args.vocab, dim=args.dim, layers=args.layers, heads=args.heads, max_len=args.max_len
+    )
+    lengths, clipped = load_workload(
+        args.workload,
+        n=args.samples,
+        max_len=args.max_len,
+        seed=args.seed,
+        lengths_file=args.lengths,
+    )
     rng = np.random.default_rng(args.seed)
     n_steps = args.warmup_steps + args.steps
-    perm = np.concatenate([rng.permutation(len(lengths)) for _ in range(math.ceil(n_steps * args.batch_size / len(lengths)))])
+    perm = np.concatenate(
+        [
+            rng.permutation(len(lengths))
+            for _ in range(math.ceil(n_steps * args.batch_size / len(lengths)))
+        ]
+    )
     random_batches = [perm[i * args.batch_size : (i + 1) * args.batch_size] for i in range(n_steps)]
     torch.manual_seed(args.seed)
     init_state = {k: v.clone() for k, v in GPT(cfg).state_dict().items()}
@@ -397,7 +444,11 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult]]
                 with cache:
                     results.append(_run_strategy(name, setup))
             except Exception as e:  # one strategy failing must not hide the others
-                results.append(StrategyResult(name=name, error=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"))
+                results.append(
+                    StrategyResult(
+                        name=name, error=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                    )
+                )
     return config, results
 
 
@@ -410,17 +461,53 @@ def _bar(names: list[str]) -> Any:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m shapebucket bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="a small smoke run (tiny model, few steps, k=3, strategies 1-8)")
+    p = argparse.ArgumentParser(
+        prog="python -m shapebucket bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small smoke run (tiny model, few steps, k=3, strategies 1-8)",
+    )
     p.add_argument("--workload", choices=["mixture", "text"], default="mixture")
-    p.add_argument("--lengths", metavar="FILE", help="your own lengths (one int per line, or .npy); overrides --workload")
-    p.add_argument("--strategies", default=None, help="comma-separated subset of: " + ", ".join(STRATEGIES) + " (default: all; --quick: the first 8)")
-    p.add_argument("--device", default="cpu", help="cpu (default) or cuda (bf16 autocast; not tested by this project)")
-    p.add_argument("--mode", default=None, choices=[None, "default", "reduce-overhead", "max-autotune"], help="torch.compile mode (GPU)")
-    p.add_argument("--steps", type=int, default=None, help="timed steps per strategy (default 30, quick 6)")
-    p.add_argument("--warmup-steps", type=int, default=None, help="untimed steps before timing (default 3, quick 2)")
+    p.add_argument(
+        "--lengths",
+        metavar="FILE",
+        help="your own lengths (one int per line, or .npy); overrides --workload",
+    )
+    p.add_argument(
+        "--strategies",
+        default=None,
+        help="comma-separated subset of: "
+        + ", ".join(STRATEGIES)
+        + " (default: all; --quick: the first 8)",
+    )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu (default) or cuda (bf16 autocast; not tested by this project)",
+    )
+    p.add_argument(
+        "--mode",
+        default=None,
+        choices=[None, "default", "reduce-overhead", "max-autotune"],
+        help="torch.compile mode (GPU)",
+    )
+    p.add_argument(
+        "--steps", type=int, default=None, help="timed steps per strategy (default 30, quick 6)"
+    )
+    p.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=None,
+        help="untimed steps before timing (default 3, quick 2)",
+    )
     p.add_argument("--batch-size", type=int, default=None, help="default 64, quick 16")
-    p.add_argument("--samples", type=int, default=200_000, help="samples drawn for the mixture workload")
+    p.add_argument(
+        "--samples", type=int, default=200_000, help="samples drawn for the mixture workload"
+    )
     p.add_argument("--k", type=int, default=None, help="fitted buckets (default 8, quick 3)")
     p.add_argument("--vocab", type=int, default=512)
     p.add_argument("--dim", type=int, default=None, help="model width (default 128, quick 32)")
@@ -428,18 +515,36 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cache", choices=["fresh", "shared"], default="fresh", help="fresh: an empty compile cache per strategy (honest warm-up); shared: reuse")
+    p.add_argument(
+        "--cache",
+        choices=["fresh", "shared"],
+        default="fresh",
+        help="fresh: an empty compile cache per strategy (honest warm-up); shared: reuse",
+    )
     p.add_argument("--json", default="results/steps_per_sec.json", metavar="PATH")
     p.add_argument("--plot", default="results/steps_per_sec.png", metavar="PATH")
-    p.add_argument("--no-check", action="store_true", help="do not fail when the losses of strategies 1-7 disagree")
-    p.add_argument("--break-mask", default=None, help=argparse.SUPPRESS)  # for the test that the check can fail
+    p.add_argument(
+        "--no-check",
+        action="store_true",
+        help="do not fail when the losses of strategies 1-7 disagree",
+    )
+    p.add_argument(
+        "--break-mask", default=None, help=argparse.SUPPRESS
+    )  # for the test that the check can fail
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     quick = args.quick
-    defaults = {"steps": (30, 6), "warmup_steps": (3, 2), "batch_size": (64, 16), "k": (8, 3), "dim": (128, 32), "layers": (2, 1)}
+    defaults = {
+        "steps": (30, 6),
+        "warmup_steps": (3, 2),
+        "batch_size": (64, 16),
+        "k": (8, 3),
+        "dim": (128, 32),
+        "layers": (2, 1),
+    }
     for key, (full, small) in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, small if quick else full)
@@ -450,7 +555,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     unknown = [s for s in args.strategies if s not in STRATEGIES]
     if unknown:
-        print(f"error: unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}", file=sys.stderr)
+        print(
+            f"error: unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}",
+            file=sys.stderr,
+        )
         return 2
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("error: --device cuda but torch.cuda.is_available() is False", file=sys.stderr)
@@ -471,12 +579,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(payload, indent=2))
         print(f"wrote {args.json}")
     if args.plot:
-        plot(results, args.plot, f"{config['workload']}, batch {config['batch_size']}, torch {config['torch']}, {config['device']}")
+        plot(
+            results,
+            args.plot,
+            f"{config['workload']}, batch {config['batch_size']}, torch {config['torch']}, {config['device']}",
+        )
         print(f"wrote {args.plot}")
     status = 0
     for r in results:
         if r.name.startswith("shapebucket") and r.error is None and r.timed_recompiles:
-            print(f"FAIL: {r.name} recompiled {r.timed_recompiles} times in its timed phase", file=sys.stderr)
+            print(
+                f"FAIL: {r.name} recompiled {r.timed_recompiles} times in its timed phase",
+                file=sys.stderr,
+            )
             status = 1
     problems = check_losses(results)
     if problems:

@@ -30,12 +30,16 @@ class Block(nn.Module):
         self.proj = nn.Linear(cfg.dim, cfg.dim)
         self.ln2 = nn.LayerNorm(cfg.dim)
         self.mlp = nn.Sequential(
-            nn.Linear(cfg.dim, cfg.mlp_ratio * cfg.dim), nn.GELU(), nn.Linear(cfg.mlp_ratio * cfg.dim, cfg.dim)
+            nn.Linear(cfg.dim, cfg.mlp_ratio * cfg.dim),
+            nn.GELU(),
+            nn.Linear(cfg.mlp_ratio * cfg.dim, cfg.dim),
         )
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         B, L, D = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(B, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = (
+            self.qkv(self.ln1(x)).view(B, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
+        )
         att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         x = x + self.proj(att.transpose(1, 2).reshape(B, L, D))
         return x + self.mlp(self.ln2(x))
@@ -62,7 +66,9 @@ class GPT(nn.Module):
         self.ln = nn.LayerNorm(cfg.dim)
         self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor
+    ) -> torch.Tensor:
         L = input_ids.shape[1]
         positions = torch.arange(L, device=input_ids.device)
         x = self.tok(input_ids) + self.pos(positions)

@@ -49,7 +49,9 @@ def stdlib_docstring_lengths() -> np.ndarray:
     return np.asarray([n for n in counts if n >= 2], dtype=np.int64)
 
 
-def load_workload(name: str, *, n: int, max_len: int, seed: int, lengths_file: str | None = None) -> tuple[np.ndarray, int]:
+def load_workload(
+    name: str, *, n: int, max_len: int, seed: int, lengths_file: str | None = None
+) -> tuple[np.ndarray, int]:
     """``(lengths, clipped)``: the workload's lengths, clipped to ``max_len``, and how many were clipped.
 
     ``mixture`` draws ``n`` samples; ``text`` and ``file`` use all their lengths.

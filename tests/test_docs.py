@@ -1,0 +1,35 @@
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import shapebucket
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_all_is_sorted_and_every_public_name_has_an_example():
+    assert list(shapebucket.__all__) == sorted(shapebucket.__all__)
+    missing = [
+        n
+        for n in shapebucket.__all__
+        if ">>>" not in (inspect.getdoc(getattr(shapebucket, n)) or "")
+    ]
+    assert missing == []
+
+
+def test_api_docs_are_built_from_the_docstrings():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "build_api_docs.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    text = (ROOT / "docs" / "api.md").read_text()
+    assert all(f"## `{name}`" in text for name in shapebucket.__all__)
+
+
+def test_readme_commands_are_what_ci_runs():
+    readme = (ROOT / "README.md").read_text()
+    assert "bash scripts/test.sh" in readme and "bash scripts/bench.sh" in readme
+    assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text()

@@ -12,6 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +52,7 @@ def plot_lengths(
     fig, ax = plt.subplots(figsize=(8, 4))
     lo, hi = int(lengths.min()), int(lengths.max())
     # one bin per length when that is readable, else 200 even bins
-    bins = np.arange(lo, hi + 2) - 0.5 if hi - lo < 1000 else 200
+    bins: Any = np.arange(lo, hi + 2) - 0.5 if hi - lo < 1000 else 200
     ax.hist(lengths, bins=bins, color="#4c72b0")
     for b in boundaries:
         ax.axvline(b, color="#c44e52", linewidth=1)

@@ -24,7 +24,7 @@ import numbers
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -124,7 +124,7 @@ class BucketCollator:
     """
 
     buckets: Buckets | Sequence[int]
-    pad_values: Mapping[Key, Any] | None = field(default=None, kw_only=True)
+    pad_values: Mapping[Any, Any] | None = field(default=None, kw_only=True)
     length_key: Key | None = field(default=None, kw_only=True)
     sequence_keys: Sequence[Key] | None = field(default=None, kw_only=True)
     padding_side: Literal["right", "left"] = field(default="right", kw_only=True)
@@ -168,6 +168,11 @@ class BucketCollator:
             if not self.sequence_keys:
                 raise ShapeBucketError("sequence_keys must name at least one key, got []")
         self.pad_batch_to = self._check_pad_batch_to(self.pad_batch_to)
+
+    @property
+    def _table(self) -> Buckets:
+        # __post_init__ turns any sequence of ints into Buckets
+        return cast(Buckets, self.buckets)
 
     def _check_pad_batch_to(self, value: Any) -> int | dict[int, int] | None:
         if value is None:
@@ -253,10 +258,10 @@ class BucketCollator:
 
         n_real = len(samples)
         longest = int(lens.max())
-        if longest > self.buckets.max_len:
+        if longest > self._table.max_len:
             lens = self._overflow(lens, length_key, seq_keys, columns)
-            longest = self.buckets.max_len
-        bucket = self.buckets.bucket_for(longest)
+            longest = self._table.max_len
+        bucket = self._table.bucket_for(longest)
         rows = self._rows(bucket, n_real)
 
         positions = torch.arange(bucket)
@@ -341,7 +346,7 @@ class BucketCollator:
     def _overflow(
         self, lens: np.ndarray, length_key: Key, seq_keys: list[Key], columns: dict[Key, list[Any]]
     ) -> np.ndarray:
-        limit = self.buckets.max_len
+        limit = self._table.max_len
         over = np.flatnonzero(lens > limit)
         if self.overflow == "error":
             i = int(over[0])
@@ -354,7 +359,7 @@ class BucketCollator:
         index = (slice(None),) * self.seq_dim + (keep,)
         for k in seq_keys:
             column = columns[k] = list(columns[k])
-            for i in over:
+            for i in over.tolist():
                 v = column[i]
                 column[i] = v[keep] if isinstance(v, (list, tuple)) else v[index]
         self.stats.truncated_samples += len(over)
@@ -365,7 +370,7 @@ class BucketCollator:
         target = self.pad_batch_to
         if target is None:
             return n_real
-        rows = target if isinstance(target, int) else target[bucket]
+        rows = int(target if isinstance(target, int) else target[bucket])
         if n_real > rows:
             raise ShapeBucketError(
                 f"batch of {n_real} samples is larger than pad_batch_to={rows} for bucket {bucket}; "

@@ -363,7 +363,7 @@ class BucketBatchSampler(Sampler[list[int]]):
                 "resume with the same configuration (or start the epoch afresh with set_epoch)"
             )
         position = state["position"]
-        if not isinstance(position, numbers.Integral) or not 0 <= position <= len(self):
+        if not isinstance(position, numbers.Integral) or not 0 <= int(position) <= len(self):
             raise ShapeBucketError(f"state position {position!r} is outside 0..{len(self)}")
         self.seed = _check_int("seed", state["seed"])
         self.epoch = _check_int("epoch", state["epoch"], minimum=0)

@@ -4,6 +4,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from shapebucket.bench import SAME_BATCHES, STRATEGIES, StrategyResult, check_losses, format_table
 from shapebucket.bench.workloads import load_workload, stdlib_docstring_lengths
@@ -82,6 +83,27 @@ def test_loss_check_fails_when_the_padding_mask_is_broken(tmp_path):
     broken = bench(*common, "--break-mask", "eager-longest")
     assert broken.returncode == 1
     assert "disagree on the loss" in broken.stderr and "eager-longest: step 0" in broken.stderr
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this project's machines)"
+)
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_quick_run_on_gpu(tmp_path, mode):
+    out = bench(
+        "--quick",
+        "--device",
+        "cuda",
+        "--mode",
+        mode,
+        "--json",
+        str(tmp_path / "r.json"),
+        "--plot",
+        "",
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    results = json.loads((tmp_path / "r.json").read_text())["results"]
+    assert all(r["error"] is None for r in results)
 
 
 def test_check_losses_unit():

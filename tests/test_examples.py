@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _helpers import torchrun
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 pytestmark = pytest.mark.slow
@@ -25,18 +26,7 @@ def test_train_loop():
 
 
 def test_ddp_two_ranks_same_steps_no_recompile(tmp_path):
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-port",
-        "29533",
-        str(EXAMPLES / "ddp.py"),
-        "6",
-        str(tmp_path),
-    ]
+    cmd = torchrun(EXAMPLES / "ddp.py", 6, tmp_path, port=29533)
     out = run(cmd)
     assert out.returncode == 0, out.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]

@@ -2,12 +2,11 @@ import collections
 import os
 import pickle
 import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
-from _resume import check_resume_at_every_position
+from _helpers import check_resume_at_every_position, torchrun
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
@@ -266,17 +265,7 @@ def test_two_process_gloo(tmp_path):
     script.write_text(DIST_SCRIPT)
     out = tmp_path / "out.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        "2",
-        "--master-port",
-        "29531",
-        str(script),
-        str(out),
-    ]
+    cmd = torchrun(script, out, port=29531)
     subprocess.run(cmd, check=True, env=env, timeout=240, capture_output=True)
     import json
 

@@ -109,10 +109,10 @@ def _peak_memory_mb(device: torch.device) -> float:
 
 def _samples(
     lengths: np.ndarray, vocab: int, seed: int
-) -> Callable[[Sequence[int]], list[dict[str, torch.Tensor]]]:
+) -> Callable[[Sequence[int] | np.ndarray], list[dict[str, torch.Tensor]]]:
     """Samples with random token ids, the same ids for an index in every strategy."""
 
-    def get(indices: Sequence[int]) -> list[dict[str, torch.Tensor]]:
+    def get(indices: Sequence[int] | np.ndarray) -> list[dict[str, torch.Tensor]]:
         out = []
         for i in indices:
             g = torch.Generator().manual_seed(seed * 1_000_003 + int(i))
@@ -148,7 +148,7 @@ class _Setup:
     break_mask: str | None
     init_state: dict[str, torch.Tensor]
     random_batches: list[np.ndarray]
-    get_samples: Callable[[Sequence[int]], list[dict[str, torch.Tensor]]]
+    get_samples: Callable[[Sequence[int] | np.ndarray], list[dict[str, torch.Tensor]]]
 
 
 def _plan(name: str, s: _Setup) -> tuple[list[np.ndarray], BucketCollator, Buckets | None]:
@@ -174,7 +174,7 @@ def _plan(name: str, s: _Setup) -> tuple[list[np.ndarray], BucketCollator, Bucke
         "shapebucket-pow2": lambda: Buckets.powers_of_two(max_len, min_len=8),
     }[name]()
     sampler = BucketBatchSampler(s.lengths, buckets, batch_size=B, seed=s.seed)
-    batches = []
+    batches: list[np.ndarray] = []
     for epoch in range(math.ceil(n / len(sampler))):
         sampler.set_epoch(epoch)
         batches.extend(np.asarray(b) for b in sampler)
@@ -191,7 +191,7 @@ def _run_strategy(name: str, s: _Setup) -> StrategyResult:
             mask_key=None,
             pad_batch_to=collate.pad_batch_to,
         )
-    batches = []
+    batches: list[dict[str, Any]] = []
     for idx in index_batches:
         b = collate(s.get_samples(idx))
         b.pop("sample_mask", None)

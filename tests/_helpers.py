@@ -19,3 +19,20 @@ def check_resume_at_every_position(make_sampler: Callable[[], Any], epoch: int =
         restored = make_sampler()
         restored.load_state_dict(state)
         assert head + list(restored) == full, f"resume after {k} batches differs"
+
+
+def torchrun(script, *args, port: int) -> list[str]:
+    """The command that runs ``script`` on 2 local processes (gloo on CPU)."""
+    import sys
+
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(port),
+        str(script),
+        *map(str, args),
+    ]

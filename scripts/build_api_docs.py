@@ -52,6 +52,13 @@ def render() -> str:
                     continue
                 sig = attr if isinstance(member, property) else _signature(target, attr)
                 parts += [f"### `{name}.{sig}`", "", _as_markdown(mdoc), ""]
+    parts += [
+        "## `shapebucket.hf.BucketTrainer`",
+        "",
+        "The Hugging Face `Trainer` integration lives in `shapebucket.hf` (it imports",
+        "transformers, so the top-level package does not); see `docs/integrations.md`.",
+        "",
+    ]
     return "\n".join(parts).rstrip() + "\n"
 
 

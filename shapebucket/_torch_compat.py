@@ -27,7 +27,6 @@ __all__ = [
     "inductor_cache_dir",
     "load_cache_artifacts",
     "mark_dynamic_dim",
-    "recompile_error_types",
     "reset_compiler",
     "save_cache_artifacts",
     "set_recompile_limit",
@@ -107,17 +106,6 @@ def stance(name: str) -> Iterator[None]:
     """``torch.compiler.set_stance(name)`` for the block, restoring the previous stance."""
     with torch.compiler.set_stance(name):
         yield
-
-
-def recompile_error_types() -> tuple[type[BaseException], ...]:
-    """Exception types the compiler raises under the ``fail_on_recompile`` stance."""
-    from torch._dynamo import exc
-
-    types: list[type[BaseException]] = (
-        [exc.RecompileError] if hasattr(exc, "RecompileError") else []
-    )
-    types.append(RuntimeError)
-    return tuple(types)
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ By default every strategy compiles into its own empty inductor cache
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -144,7 +145,6 @@ class _Setup:
     seed: int
     device: torch.device
     mode: str | None
-    cache: str
     break_mask: str | None
     init_state: dict[str, torch.Tensor]
     random_batches: list[np.ndarray]
@@ -254,7 +254,7 @@ def _run_strategy(name: str, s: _Setup) -> StrategyResult:
         sync()
         result.warmup_s = time.perf_counter() - t0
         with CompileCounter() as timed:
-            guard = no_recompiles(buckets) if buckets is not None else _nullcontext()
+            guard = no_recompiles(buckets) if buckets is not None else contextlib.nullcontext()
             with guard:
                 t1 = time.perf_counter()
                 for b in batches[s.warmup_steps :]:
@@ -273,14 +273,6 @@ def _run_strategy(name: str, s: _Setup) -> StrategyResult:
     result.losses = [float(x) for x in torch.stack(losses).float().cpu()]
     result.final_loss = result.losses[-1]
     return result
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 # -- the run ---------------------------------------------------------------------------------------
@@ -407,7 +399,6 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult]]
         seed=args.seed,
         device=device,
         mode=args.mode,
-        cache=args.cache,
         break_mask=args.break_mask,
         init_state=init_state,
         random_batches=random_batches,
@@ -439,7 +430,11 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult]]
         if hasattr(bar, "set_postfix_str"):
             bar.set_postfix_str(name)
         with tempfile.TemporaryDirectory(prefix="shapebucket-bench-") as tmp:
-            cache = compat.fresh_inductor_cache(tmp) if args.cache == "fresh" else _nullcontext()
+            cache = (
+                compat.fresh_inductor_cache(tmp)
+                if args.cache == "fresh"
+                else contextlib.nullcontext()
+            )
             try:
                 with cache:
                     results.append(_run_strategy(name, setup))

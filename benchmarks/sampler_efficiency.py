@@ -46,38 +46,29 @@ def main() -> None:
         for b in BucketBatchSampler(lengths, fitted, batch_size=B, seed=0, leftovers="promote")
     ]
 
+    def longest(b: np.ndarray) -> int:
+        return int(lengths[b].max())
+
+    def fitted_len(b: np.ndarray) -> int:
+        return fitted.bucket_for(longest(b))
+
+    def full_rows(b: np.ndarray) -> int:
+        return B
+
     rows = [
-        (
-            "random batches, pad to longest",
-            efficiency(lengths, random_batches, lambda b: int(lengths[b].max())),
-        ),
+        ("random batches, pad to longest", efficiency(lengths, random_batches, longest)),
         (
             f"random batches, fitted-for-random {fitted_random!r}",
-            efficiency(
-                lengths, random_batches, lambda b: fitted_random.bucket_for(int(lengths[b].max()))
-            ),
+            efficiency(lengths, random_batches, lambda b: fitted_random.bucket_for(longest(b))),
         ),
-        (
-            f"BucketBatchSampler, {fitted!r}",
-            efficiency(lengths, bucket_batches, lambda b: fitted.bucket_for(int(lengths[b].max()))),
-        ),
+        (f"BucketBatchSampler, {fitted!r}", efficiency(lengths, bucket_batches, fitted_len)),
         (
             "  same, short batches padded with pad_batch_to",
-            efficiency(
-                lengths,
-                bucket_batches,
-                lambda b: fitted.bucket_for(int(lengths[b].max())),
-                rows=lambda b: B,
-            ),
+            efficiency(lengths, bucket_batches, fitted_len, rows=full_rows),
         ),
         (
             '  leftovers="promote", pad_batch_to',
-            efficiency(
-                lengths,
-                promoted,
-                lambda b: fitted.bucket_for(int(lengths[b].max())),
-                rows=lambda b: B,
-            ),
+            efficiency(lengths, promoted, fitted_len, rows=full_rows),
         ),
     ]
     print(

@@ -90,10 +90,10 @@ def _demo(args: argparse.Namespace) -> int:
     return _suggest(args, mixture_lengths(args.n, seed=0))
 
 
-def _bench(args: argparse.Namespace, rest: list[str]) -> int:
+def _bench(argv: list[str]) -> int:
     from .bench import main as bench_main
 
-    return int(bench_main(rest))
+    return int(bench_main(argv))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:
-        return _bench(argparse.Namespace(), argv[1:])
+        return _bench(argv[1:])
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -201,9 +201,6 @@ class BucketCollator:
         state["stats"] = CollateStats()  # a worker's counters start from zero
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-
     def __repr__(self) -> str:
         settings = [
             f"buckets={self.buckets!r}",

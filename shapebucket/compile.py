@@ -434,14 +434,17 @@ def _restore(snap: _Snapshot) -> None:
         m.training = mode
 
 
-def _default_pad(key: str, t: torch.Tensor, collator: Any) -> Any:
+def _default_pad(key: Any, t: torch.Tensor, collator: Any) -> Any:
+    """The collator's pad value for ``key`` (a dict key, or a tuple position)."""
+    masks = (
+        getattr(collator, "mask_key", "attention_mask"),
+        getattr(collator, "sample_mask_key", None),
+    )
+    if key in masks:
+        return False if t.dtype == torch.bool else 0
     if collator is not None:
-        if key == getattr(collator, "mask_key", None) or key == "sample_mask":
-            return False if t.dtype == torch.bool else 0
-        return collator.pad_value(key if not key.isdigit() else int(key))
-    if key == "labels":
-        return -100
-    return False if t.dtype == torch.bool else 0
+        return collator.pad_value(key)
+    return -100 if key == "labels" else 0
 
 
 def _resize(t: torch.Tensor, dim: int, size: int, pad: Any, left: bool) -> torch.Tensor:
@@ -454,12 +457,6 @@ def _resize(t: torch.Tensor, dim: int, size: int, pad: Any, left: bool) -> torch
     shape[dim] = size - have
     filler = torch.full(shape, pad, dtype=t.dtype, device=t.device)
     return torch.cat([filler, t] if left else [t, filler], dim=dim)
-
-
-def _like_collated(t: torch.Tensor) -> torch.Tensor:
-    # collated batches are contiguous; dynamo guards on strides, so a cropped
-    # view would compile a graph no real batch can use
-    return t.contiguous()
 
 
 def _batch_from_example(
@@ -475,17 +472,16 @@ def _batch_from_example(
     batch0 = seq_tensors[0].shape[0]
     left = getattr(collator, "padding_side", "right") == "left"
 
-    def convert(path: str, value: Any) -> Any:
+    def convert(path: str, key: Any, value: Any) -> Any:
         if isinstance(value, Mapping):
             return type(value)(
-                {k: convert(f"{path}.{k}" if path else str(k), v) for k, v in value.items()}
+                {k: convert(f"{path}.{k}" if path else str(k), k, v) for k, v in value.items()}
             )  # type: ignore[call-arg]
         if isinstance(value, (list, tuple)):
-            items = [convert(f"{path}[{i}]", v) for i, v in enumerate(value)]
+            items = [convert(f"{path}[{i}]", i, v) for i, v in enumerate(value)]
             return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
         if not isinstance(value, torch.Tensor):
             return value
-        key = path.rsplit(".", 1)[-1]
         is_seq = (
             value.ndim >= 2 and value.shape[1] == length and (seq_keys is None or path in seq_keys)
         )
@@ -494,9 +490,11 @@ def _batch_from_example(
         if rows is not None and value.ndim >= 1 and value.shape[0] == batch0 and rows != batch0:
             index = torch.arange(rows, device=value.device) % batch0
             value = value.index_select(0, index)
-        return _like_collated(value)
+        # collated batches are contiguous; dynamo guards on strides, so a cropped
+        # view would compile a graph no real batch can use
+        return value.contiguous()
 
-    return convert("", example)
+    return convert("", None, example)
 
 
 def _run(model: Any, step: Callable[[Any], Any] | None, batch: Any) -> None:

@@ -188,6 +188,24 @@ def test_prewarm_batch_from_example_resizes_rows_and_pads():
     assert torch.equal(small["attention_mask"][3], small["attention_mask"][0])  # rows repeat
 
 
+def test_prewarm_pads_tuple_batches_with_the_collators_per_position_values():
+    collate = BucketCollator(Buckets([4, 8]), pad_values={1: -100})
+    example = collate([([1, 2, 3], [1, 2, 3]), ([4], [4])])
+    seen = []
+    prewarm(
+        None,
+        Buckets([4, 8]),
+        example=example,
+        step=seen.append,
+        collator=collate,
+        verify=False,
+        progress=False,
+    )
+    ids, labels, mask = seen[1]
+    assert ids.shape == labels.shape == mask.shape == (2, 8)
+    assert (ids[:, 4:] == 0).all() and (labels[:, 4:] == -100).all() and not mask[:, 4:].any()
+
+
 def test_prewarm_bad_arguments():
     with pytest.raises(ShapeBucketError, match="exactly one of example"):
         prewarm(None, BUCKETS, step=lambda b: None)

@@ -18,23 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from ._validate import check_int, check_lengths, round_up
 from .errors import ShapeBucketError
 
 __all__ = ["Buckets", "as_buckets"]
 
-
-def _check_int(name: str, value: Any, *, minimum: int | None = None) -> int:
-    """Return ``value`` as an int, or raise naming ``name`` and the value."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise ShapeBucketError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    value = int(value)
-    if minimum is not None and value < minimum:
-        raise ShapeBucketError(f"{name} must be >= {minimum}, got {value}")
-    return value
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 class Buckets:
@@ -62,7 +51,10 @@ class Buckets:
                     f"Buckets takes an iterable of ints, got {lengths!r}; "
                     "for example Buckets([16, 32, 64])"
                 )
-            values = tuple(_check_int(f"bucket {i}", v, minimum=2) for i, v in enumerate(lengths))
+            values = tuple(
+                check_int(f"bucket {i}", v, minimum=2, maximum=_INT64_MAX)
+                for i, v in enumerate(lengths)
+            )
             if not values:
                 raise ShapeBucketError("Buckets needs at least one length, got an empty sequence")
             for i in range(1, len(values)):
@@ -93,13 +85,13 @@ class Buckets:
         >>> Buckets.multiples(8, max_len=32, min_len=17)
         Buckets([24, 32])
         """
-        of = _check_int("of", of, minimum=1)
-        max_len = _check_int("max_len", max_len, minimum=1)
-        low = of if min_len is None else _check_int("min_len", min_len, minimum=1)
+        of = check_int("of", of, minimum=1)
+        max_len = check_int("max_len", max_len, minimum=1)
+        low = of if min_len is None else check_int("min_len", min_len, minimum=1)
         if min_len is not None and low > max_len:
             raise ShapeBucketError(f"min_len ({low}) must be <= max_len ({max_len})")
-        first = _round_up(max(low, 2), of)
-        last = _round_up(max_len, of)
+        first = round_up(max(low, 2), of)
+        last = round_up(max_len, of)
         return cls(range(first, last + 1, of))
 
     @classmethod
@@ -109,8 +101,8 @@ class Buckets:
         >>> Buckets.powers_of_two(100)
         Buckets([8, 16, 32, 64, 128])
         """
-        max_len = _check_int("max_len", max_len, minimum=2)
-        min_len = _check_int("min_len", min_len, minimum=2)
+        max_len = check_int("max_len", max_len, minimum=2)
+        min_len = check_int("min_len", min_len, minimum=2)
         if min_len > max_len:
             raise ShapeBucketError(f"min_len ({min_len}) must be <= max_len ({max_len})")
         lo = 1 << (min_len - 1).bit_length()
@@ -129,9 +121,9 @@ class Buckets:
         >>> Buckets.geometric(16, 256, ratio=1.5, align=8)
         Buckets([16, 24, 40, 64, 96, 144, 216, 256])
         """
-        min_len = _check_int("min_len", min_len, minimum=2)
-        max_len = _check_int("max_len", max_len, minimum=2)
-        align = _check_int("align", align, minimum=1)
+        min_len = check_int("min_len", min_len, minimum=2)
+        max_len = check_int("max_len", max_len, minimum=2)
+        align = check_int("align", align, minimum=1)
         if (
             isinstance(ratio, bool)
             or not isinstance(ratio, numbers.Real)
@@ -141,10 +133,10 @@ class Buckets:
             raise ShapeBucketError(f"ratio must be a finite number > 1, got {ratio!r}")
         if min_len > max_len:
             raise ShapeBucketError(f"min_len ({min_len}) must be <= max_len ({max_len})")
-        last = _round_up(max_len, align)
-        out = [_round_up(min_len, align)]
+        last = round_up(max_len, align)
+        out = [round_up(min_len, align)]
         while out[-1] < last:
-            nxt = max(_round_up(math.ceil(out[-1] * float(ratio)), align), out[-1] + align)
+            nxt = max(round_up(math.ceil(out[-1] * float(ratio)), align), out[-1] + align)
             out.append(min(nxt, last))
         return cls(out)
 
@@ -166,28 +158,22 @@ class Buckets:
         >>> Buckets([8, 16]).bucket_for(8), Buckets([8, 16]).bucket_for(9)
         (8, 16)
         """
-        length = _check_int("length", length, minimum=0)
+        length = check_int("length", length, minimum=0)
         i = bisect.bisect_left(self._lengths, length)
         if i == len(self._lengths):
             raise ShapeBucketError(self._overflow_message(length))
         return self._lengths[i]
 
     def index_for_many(self, lengths: Any) -> np.ndarray:
-        """Vectorised bucket *index* (0-based position in :attr:`lengths`) per length."""
-        arr = np.asarray(lengths)
-        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-            raise ShapeBucketError(f"lengths must be integers, got an array of dtype {arr.dtype}")
-        if arr.size:
-            lo = int(arr.min())
-            if lo < 0:
-                i = int(np.argmin(arr))
-                raise ShapeBucketError(f"length at index {i} is {lo}; lengths must be >= 0")
-            hi = int(arr.max())
-            if hi > self.max_len:
-                i = int(np.argmax(arr > self.max_len))
-                raise ShapeBucketError(
-                    f"length at index {i}: " + self._overflow_message(int(arr.flat[i]))
-                )
+        """Vectorised bucket *index* (0-based position in :attr:`lengths`) per length.
+
+        >>> Buckets([8, 16]).index_for_many([3, 9])
+        array([0, 1])
+        """
+        arr = check_lengths(lengths, minimum=0, allow_empty=True)
+        if arr.size and int(arr.max()) > self.max_len:
+            i = int(np.argmax(arr > self.max_len))
+            raise ShapeBucketError(f"length at index {i}: " + self._overflow_message(int(arr[i])))
         return np.searchsorted(self._array, arr, side="left")
 
     def bucket_for_many(self, lengths: Any) -> np.ndarray:
@@ -211,7 +197,7 @@ class Buckets:
             from ._torch_compat import get_recompile_limit
 
             limit = get_recompile_limit()
-        limit = _check_int("limit", limit, minimum=1)
+        limit = check_int("limit", limit, minimum=1)
         if len(self) > limit:
             raise ShapeBucketError(
                 f"{len(self)} buckets exceed the compiler's recompile limit of {limit} per function: "

@@ -1,10 +1,15 @@
-"""Built-in length distributions used by the demo, the benchmarks and the docs."""
+"""Lengths in and out: the built-in length mixture, and reading a lengths file."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
-__all__ = ["mixture_lengths"]
+from ._validate import check_lengths
+from .errors import ShapeBucketError
+
+__all__ = ["mixture_lengths", "read_lengths"]
 
 
 def mixture_lengths(n: int, seed: int = 0) -> np.ndarray:
@@ -19,3 +24,47 @@ def mixture_lengths(n: int, seed: int = 0) -> np.ndarray:
     lo = np.array([5, 33, 65])[part]
     hi = np.array([31, 63, 255])[part]
     return (rng.integers(lo, hi + 1) + 1).astype(np.int64)
+
+
+def read_lengths(path: str | Path) -> np.ndarray:
+    r"""Lengths from a ``.npy`` file (a 1-D integer array) or a text file with one int per
+    line, checked like every other lengths input (1-D ints >= 1).
+
+    >>> import tempfile, os
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = os.path.join(tmp, "lengths.txt")
+    ...     _ = open(path, "w").write("3\n5\n9\n")
+    ...     read_lengths(path).tolist()
+    [3, 5, 9]
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ShapeBucketError(f"lengths file {str(path)!r} does not exist")
+    if not path.is_file():
+        raise ShapeBucketError(
+            f"lengths file {str(path)!r} is not a file; pass a .npy file or a text file with one int per line"
+        )
+    if path.suffix == ".npy":
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:
+            raise ShapeBucketError(
+                f"{path}: not a readable .npy integer array ({e}); save lengths with np.save(path, np.asarray(lengths, dtype=np.int64))"
+            ) from None
+        return check_lengths(arr, name=f"lengths in {path}")
+    try:
+        words = path.read_text(encoding="utf-8").split()
+    except UnicodeDecodeError:
+        raise ShapeBucketError(
+            f"{path}: not a text file (it does not decode as UTF-8); pass one int per line, or a .npy file"
+        ) from None
+    if not words:
+        raise ShapeBucketError(f"{path} is empty; it needs one sample length per line")
+    values = []
+    for i, word in enumerate(words):
+        if not (word.isascii() and word.isdigit()):
+            raise ShapeBucketError(
+                f"{path}: value {i} is {word!r}; expected one int >= 1 per line"
+            )
+        values.append(int(word))
+    return check_lengths(values, name=f"lengths in {path}")

@@ -2,9 +2,9 @@
 
 The objective depends on how batches are formed, so it is an explicit choice:
 
-* ``sampler="bucketed"`` (the library's :class:`BucketBatchSampler`): each
+* ``batching="bucketed"`` (the library's :class:`BucketBatchSampler`): each
   sample is padded to its own bucket. Minimise ``sum_i cost(bucket_for(len_i))``.
-* ``sampler="random"`` (plain shuffled batches of ``batch_size``): a batch is
+* ``batching="random"`` (plain shuffled batches of ``batch_size``): a batch is
   padded to the bucket of its longest member, whose distribution is
   ``P(max <= m) = F(m) ** batch_size``. Minimise the expected cost of that bucket.
 
@@ -18,57 +18,53 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
-from .buckets import Buckets, _check_int, _round_up, as_buckets
+from ._validate import (
+    batch_max_distribution,
+    check_int,
+    check_lengths,
+    renamed_argument,
+    round_up,
+)
+from .buckets import Buckets, as_buckets
 from .errors import ShapeBucketError
 
-__all__ = ["PaddingReport", "PolicyComparison", "compare_policies", "fit_buckets", "padding_report"]
+__all__ = [
+    "DEFAULT_ALIGN",
+    "PaddingReport",
+    "PolicyComparison",
+    "compare_policies",
+    "fit_buckets",
+    "padding_report",
+]
 
-Sampler = Literal["bucketed", "random"]
+Batching = Literal["bucketed", "random"]
+#: The one default alignment of fitted buckets (``fit_buckets``, ``compare_policies``
+#: and the CLI): multiples of 8 suit tensor cores and vectorised CPU kernels.
+DEFAULT_ALIGN = 8
 Cost = Literal["tokens", "attention"] | Callable[[int], float]
 
 
-def _histogram(lengths: Any, *, allow_zero: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct lengths (ascending) and their counts."""
-    arr = np.asarray(lengths)
-    if arr.ndim != 1:
-        arr = arr.reshape(-1)
-    if arr.size == 0:
-        raise ShapeBucketError("lengths is empty; pass at least one sample length")
-    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.floor(arr)):
-            arr = arr.astype(np.int64)
-        else:
-            bad = (
-                int(np.flatnonzero(~np.isfinite(arr) | (arr != np.floor(arr)))[0])
-                if arr.dtype.kind == "f"
-                else 0
-            )
-            raise ShapeBucketError(
-                f"lengths must be integers; index {bad} is {arr.reshape(-1)[bad].item()!r} (dtype {arr.dtype})"
-            )
-    lo = int(arr.min())
-    if lo < 0 or (lo == 0 and not allow_zero):
-        i = int(np.argmin(arr))
-        raise ShapeBucketError(
-            f"length at index {i} is {lo}; lengths must be >= {0 if allow_zero else 1}"
-        )
-    hi = int(arr.max())
-    if hi <= 1 << 26:
-        counts = np.bincount(arr)
+def _histogram(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct lengths (ascending) and their counts, of lengths already checked."""
+    if int(lengths.max()) <= 1 << 26:
+        counts = np.bincount(lengths)
         values = np.flatnonzero(counts)
         return values.astype(np.int64), counts[values].astype(np.float64)
-    values, counts = np.unique(arr, return_counts=True)
+    values, counts = np.unique(lengths, return_counts=True)
     return values.astype(np.int64), counts.astype(np.float64)
 
 
-def _check_sampler(sampler: str, batch_size: int) -> int:
-    if sampler not in ("bucketed", "random"):
-        raise ShapeBucketError(f"sampler must be 'bucketed' or 'random', got {sampler!r}")
-    return _check_int("batch_size", batch_size, minimum=1)
+def _check_batching(
+    function: str, batching: str | None, sampler: str | None, batch_size: int
+) -> tuple[Batching, int]:
+    mode = renamed_argument(function, "sampler", sampler, "batching", batching, "bucketed")
+    if mode not in ("bucketed", "random"):
+        raise ShapeBucketError(f"batching must be 'bucketed' or 'random', got {mode!r}")
+    return cast(Batching, mode), check_int("batch_size", batch_size, minimum=1)
 
 
 def _cost_values(cost: Cost, boundaries: np.ndarray) -> np.ndarray:
@@ -97,13 +93,9 @@ def _cost_values(cost: Cost, boundaries: np.ndarray) -> np.ndarray:
     return values
 
 
-def _weights(counts: np.ndarray, sampler: str, batch_size: int) -> np.ndarray:
+def _weights(counts: np.ndarray, batching: str, batch_size: int) -> np.ndarray:
     """Weight of each candidate boundary's group: sample counts, or batch-max probabilities."""
-    if sampler == "bucketed":
-        return counts
-    cdf = np.cumsum(counts) / counts.sum()
-    cdf[-1] = 1.0
-    return np.diff(cdf**batch_size, prepend=0.0)
+    return counts if batching == "bucketed" else batch_max_distribution(counts, batch_size)
 
 
 def _min_plus_layer(
@@ -167,57 +159,60 @@ def fit_buckets(
     lengths: Sequence[int] | np.ndarray,
     k: int = 8,
     *,
-    align: int = 1,
+    align: int = DEFAULT_ALIGN,
     max_len: int | None = None,
     batch_size: int = 1,
-    sampler: Sampler = "bucketed",
+    batching: Batching | None = None,
     cost: Cost = "tokens",
+    sampler: Batching | None = None,
 ) -> Buckets:
     """The at-most-``k`` aligned buckets that minimise the expected padded cost.
 
     Args:
-        lengths: sample lengths (a sequence or numpy array, up to tens of millions).
+        lengths: sample lengths, ints >= 1 (a sequence or 1-D array, up to tens of millions).
         k: the most buckets to return (keep it <= the recompile limit, 8).
-        align: every bucket is a multiple of this (8 or 32 suit tensor cores).
+        align: every bucket is a multiple of this (default 8, which suits tensor
+            cores; 1 fits the lengths exactly).
         max_len: the largest bucket covers ``max_len`` instead of ``max(lengths)``;
             lengths above it raise.
-        batch_size: batch size, used by ``sampler="random"`` only.
-        sampler: ``"bucketed"`` if batches are formed inside a bucket
+        batch_size: batch size, used by ``batching="random"`` only.
+        batching: ``"bucketed"`` (default) if batches are formed inside a bucket
             (:class:`BucketBatchSampler`), ``"random"`` for plain shuffled batches.
         cost: ``"tokens"`` (padded length), ``"attention"`` (its square) or a
             non-decreasing callable ``length -> cost``.
+        sampler: the old name of ``batching`` (deprecated).
 
     The result is exact: no aligned set of at most ``k`` boundaries covering the
     longest length has a lower objective.
 
-    >>> fit_buckets([3, 3, 5, 9, 30], k=2, align=8)
+    >>> fit_buckets([3, 3, 5, 9, 30], k=2)
     Buckets([8, 32])
-    >>> fit_buckets([4, 4, 5, 9, 30], k=3)
+    >>> fit_buckets([4, 4, 5, 9, 30], k=3, align=1)
     Buckets([5, 9, 30])
     """
-    k = _check_int("k", k, minimum=1)
-    align = _check_int("align", align, minimum=1)
-    batch_size = _check_sampler(sampler, batch_size)
-    values, counts = _histogram(lengths)
+    mode, batch_size = _check_batching("fit_buckets", batching, sampler, batch_size)
+    k = check_int("k", k, minimum=1)
+    align = check_int("align", align, minimum=1)
+    arr = check_lengths(lengths)
+    values, counts = _histogram(arr)
     longest = int(values[-1])
     if max_len is not None:
-        max_len = _check_int("max_len", max_len, minimum=2)
+        max_len = check_int("max_len", max_len, minimum=2)
         if longest > max_len:
-            arr = np.asarray(lengths).reshape(-1)
             i = int(np.argmax(arr > max_len))
             raise ShapeBucketError(
-                f"length at index {i} is {int(arr[i])} > max_len {max_len}; such samples would be "
+                f"sample {i} has length {int(arr[i])} > max_len {max_len}; such samples would be "
                 "truncated or rejected later: raise max_len, or drop/truncate them before fitting"
             )
-    floor = _round_up(2, align)
-    rounded = np.maximum(-(-values // align) * align, floor)
+    floor = round_up(2, align)
+    rounded = np.maximum(round_up(values, align), floor)
     cands, group = np.unique(rounded, return_inverse=True)
     group_counts = np.bincount(group, weights=counts)
-    top = _round_up(max(longest, max_len or 0, 2), align)
+    top = round_up(max(longest, max_len or 0, 2), align)
     if cands[-1] != top:
         cands = np.append(cands, top)
         group_counts = np.append(group_counts, 0.0)
-    weights = _weights(group_counts, sampler, batch_size)
+    weights = _weights(group_counts, mode, batch_size)
     costs = _cost_values(cost, cands)
     return Buckets(_optimal_boundaries(cands, weights, costs, k))
 
@@ -226,7 +221,7 @@ def fit_buckets(
 class PaddingReport:
     """How much compute a bucket set spends on padding for a length distribution.
 
-    For ``sampler="bucketed"`` ``share`` is the share of samples per bucket; for
+    For ``batching="bucketed"`` ``share`` is the share of samples per bucket; for
     ``"random"`` it is the share of batches.
 
     >>> report = padding_report([4, 8, 12, 16], [8, 16])
@@ -235,7 +230,7 @@ class PaddingReport:
     """
 
     buckets: Buckets
-    sampler: str
+    batching: str
     batch_size: int
     n_samples: int
     token_efficiency: float
@@ -245,10 +240,22 @@ class PaddingReport:
     mean_length: float
     share: dict[int, float] = field(default_factory=dict)
 
+    @property
+    def sampler(self) -> str:
+        """The old name of :attr:`batching` (deprecated)."""
+        import warnings
+
+        warnings.warn(
+            "PaddingReport.sampler is deprecated; use PaddingReport.batching",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.batching
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "buckets": list(self.buckets),
-            "sampler": self.sampler,
+            "batching": self.batching,
             "batch_size": self.batch_size,
             "n_samples": self.n_samples,
             "token_efficiency": self.token_efficiency,
@@ -260,9 +267,9 @@ class PaddingReport:
         }
 
     def __str__(self) -> str:
-        per = "samples" if self.sampler == "bucketed" else "batches"
+        per = "samples" if self.batching == "bucketed" else "batches"
         lines = [
-            f"{self.buckets!r}, sampler={self.sampler!r}, batch_size={self.batch_size}, {self.n_samples:,} samples",
+            f"{self.buckets!r}, batching={self.batching!r}, batch_size={self.batch_size}, {self.n_samples:,} samples",
             f"token efficiency {self.token_efficiency:.1%}, attention efficiency {self.attention_efficiency:.1%}, "
             f"{self.num_shapes} shapes, mean length {self.mean_length:.1f}, expected padded length {self.expected_padded_length:.1f}",
             f"{'bucket':>8s} {'share of ' + per:>18s}",
@@ -276,17 +283,19 @@ def padding_report(
     buckets: Buckets | Sequence[int],
     *,
     batch_size: int = 1,
-    sampler: Sampler = "bucketed",
+    batching: Batching | None = None,
+    sampler: Batching | None = None,
 ) -> PaddingReport:
-    """Token and attention efficiency of ``buckets`` on ``lengths``.
+    """Token and attention efficiency of ``buckets`` on ``lengths`` (``sampler=`` is the
+    deprecated name of ``batching=``).
 
     >>> r = padding_report([4, 8, 12], Buckets([8, 16]))
     >>> round(r.token_efficiency, 3), r.num_shapes
     (0.75, 2)
     """
+    mode, batch_size = _check_batching("padding_report", batching, sampler, batch_size)
     buckets = as_buckets(buckets)
-    batch_size = _check_sampler(sampler, batch_size)
-    values, counts = _histogram(lengths)
+    values, counts = _histogram(check_lengths(lengths))
     idx = buckets.index_for_many(values)
     bl = np.asarray(buckets.lengths, dtype=np.float64)
     n = float(counts.sum())
@@ -294,18 +303,15 @@ def padding_report(
         float((values * counts).sum()),
         float((values.astype(np.float64) ** 2 * counts).sum()),
     )
-    if sampler == "bucketed":
-        per_bucket = np.bincount(idx, weights=counts, minlength=len(buckets)) / n
-    else:
-        per_bucket_counts = np.bincount(idx, weights=counts, minlength=len(buckets))
-        cdf = np.cumsum(per_bucket_counts) / n
-        cdf[-1] = 1.0
-        per_bucket = np.diff(cdf**batch_size, prepend=0.0)
+    per_bucket_counts = np.bincount(idx, weights=counts, minlength=len(buckets))
+    per_bucket = _weights(per_bucket_counts, mode, batch_size)
+    if mode == "bucketed":
+        per_bucket = per_bucket / n
     exp_len = float((per_bucket * bl).sum())
     exp_len2 = float((per_bucket * bl * bl).sum())
     return PaddingReport(
         buckets=buckets,
-        sampler=sampler,
+        batching=mode,
         batch_size=batch_size,
         n_samples=int(n),
         token_efficiency=(real1 / n) / exp_len,
@@ -332,7 +338,7 @@ class PolicyComparison:
     def __str__(self) -> str:
         first = self.rows[0][1]
         head = (
-            f"{first.n_samples:,} samples, mean length {first.mean_length:.1f}, sampler={first.sampler!r}, "
+            f"{first.n_samples:,} samples, mean length {first.mean_length:.1f}, batching={first.batching!r}, "
             f"batch_size={first.batch_size}"
         )
         lines = [
@@ -360,12 +366,11 @@ class PolicyComparison:
         return self.rows[-1][1].buckets
 
 
-def quantile_buckets(lengths: Any, k: int, align: int = 1) -> Buckets:
-    """Boundaries at the ``i/k`` quantiles of ``lengths`` (rounded up to ``align``), as
-    fairseq-style percentile bucketing does; the last one covers the longest length."""
-    arr = np.asarray(lengths)
-    qs = np.quantile(arr, np.arange(1, k + 1) / k, method="higher")
-    qs = np.maximum(-(-qs.astype(np.int64) // align) * align, _round_up(2, align))
+def quantile_buckets(lengths: np.ndarray, k: int, align: int = DEFAULT_ALIGN) -> Buckets:
+    """Boundaries at the ``i/k`` quantiles of checked ``lengths`` (rounded up to ``align``),
+    as fairseq-style percentile bucketing does; the last one covers the longest length."""
+    qs = np.quantile(lengths, np.arange(1, k + 1) / k, method="higher").astype(np.int64)
+    qs = np.maximum(round_up(qs, align), round_up(2, align))
     return Buckets(np.unique(qs).tolist())
 
 
@@ -373,20 +378,25 @@ def compare_policies(
     lengths: Sequence[int] | np.ndarray,
     k: int = 8,
     *,
-    align: int = 8,
+    align: int = DEFAULT_ALIGN,
     batch_size: int = 1,
-    sampler: Sampler = "bucketed",
+    batching: Batching | None = None,
     cost: Cost = "tokens",
     limit: int = 8,
+    sampler: Batching | None = None,
 ) -> PolicyComparison:
-    """One table: multiples of 8 and 32, powers of two, quantiles and the fitted buckets.
+    """One table: multiples of 8 and 32, powers of two, quantiles and the fitted buckets
+    (``sampler=`` is the deprecated name of ``batching=``).
 
     >>> print(compare_policies([5, 9, 17, 30, 64], k=2).rows[-1][0])
     fitted (k=2)
     """
-    arr = np.asarray(lengths)
-    longest = int(arr.max()) if arr.size else 0
-    top = max(longest, 2)
+    mode, batch_size = _check_batching("compare_policies", batching, sampler, batch_size)
+    arr = check_lengths(lengths)
+    k = check_int("k", k, minimum=1)
+    align = check_int("align", align, minimum=1)
+    limit = check_int("limit", limit, minimum=1)
+    top = max(int(arr.max()), 2)
     policies: list[tuple[str, Buckets]] = [
         ("multiples of 8", Buckets.multiples(8, top)),
         ("multiples of 32", Buckets.multiples(32, top)),
@@ -394,12 +404,12 @@ def compare_policies(
         (f"quantiles (k={k})", quantile_buckets(arr, k, align)),
         (
             f"fitted (k={k})",
-            fit_buckets(arr, k, align=align, batch_size=batch_size, sampler=sampler, cost=cost),
+            fit_buckets(arr, k, align=align, batch_size=batch_size, batching=mode, cost=cost),
         ),
     ]
     return PolicyComparison(
         rows=[
-            (name, padding_report(arr, b, batch_size=batch_size, sampler=sampler))
+            (name, padding_report(arr, b, batch_size=batch_size, batching=mode))
             for name, b in policies
         ],
         limit=limit,

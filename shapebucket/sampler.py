@@ -15,13 +15,15 @@ An epoch's plan is built with numpy from ``(seed, epoch)`` alone:
 4. steps are shuffled across buckets (``shuffle=True``) with the same generator.
 
 Because the plan depends on nothing else, ``state_dict`` only needs the epoch
-and the number of batches already yielded.
+and the number of batches already yielded. Steps 1-3 are :func:`plan_steps` and
+step 4 is :func:`plan_epoch`, plain functions that can be tested alone; the
+sampler's settings are fixed when it builds its plan (they are read-only
+attributes: make a new sampler to change one).
 """
 
 from __future__ import annotations
 
 import hashlib
-import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -29,10 +31,20 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Sampler
 
-from .buckets import Buckets, _check_int, as_buckets
+from ._validate import check_int, check_lengths
+from .buckets import Buckets, as_buckets
 from .errors import ShapeBucketError
 
-__all__ = ["BucketBatchSampler", "SamplerStats"]
+__all__ = [
+    "BucketBatchSampler",
+    "EpochPlan",
+    "SamplerStats",
+    "StepPlan",
+    "plan_epoch",
+    "plan_steps",
+]
+
+Leftovers = Literal["keep", "promote"]
 
 
 @dataclass(frozen=True)
@@ -63,17 +75,134 @@ class SamplerStats:
 
 
 @dataclass(frozen=True)
-class _Skeleton:
-    """The epoch-independent part of the plan."""
+class StepPlan:
+    """The epoch-independent part of a plan: which bucket each global step is in, and its size.
+
+    Built by :func:`plan_steps`; the samples of each step are chosen per epoch
+    by :func:`plan_epoch`.
+    """
 
     step_bucket: np.ndarray  # bucket index of each global step, in construction order
     step_size: np.ndarray  # per-rank batch size of each step
-    seg_start: (
-        np.ndarray
-    )  # per bucket: first position of its effective segment in the grouped order
+    seg_start: np.ndarray  # per bucket: first position of its segment in the grouped order
     seg_full: np.ndarray  # per bucket: indices covered by full steps
     seg_left: np.ndarray  # per bucket: leftover indices kept as a short step (0 if none)
     stats: SamplerStats
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """One epoch's order: global step ``t`` is ``flat[offsets[t]:][: num_replicas * sizes[t]]``,
+    rank ``r`` taking the ``r``-th slice of ``sizes[t]`` indices; ``buckets[t]`` is its bucket index."""
+
+    flat: np.ndarray
+    offsets: np.ndarray
+    sizes: np.ndarray
+    buckets: np.ndarray
+
+
+def plan_steps(
+    bucket_counts: Sequence[int] | np.ndarray,
+    batch_sizes: Sequence[int],
+    *,
+    num_replicas: int = 1,
+    drop_last: bool = False,
+    leftovers: Leftovers = "keep",
+) -> StepPlan:
+    """Cut each bucket's samples into global steps (steps 2-3 of the module docstring).
+
+    ``bucket_counts[j]`` samples fall in bucket ``j``, whose per-rank batch size
+    is ``batch_sizes[j]``.
+
+    >>> plan = plan_steps([5, 2], [2, 2])
+    >>> plan.step_bucket.tolist(), plan.step_size.tolist(), plan.stats.short_batches
+    ([0, 0, 0, 1], [2, 2, 1, 2], 1)
+    """
+    counts = np.asarray(bucket_counts, dtype=np.int64)
+    R = num_replicas
+    step_bucket: list[np.ndarray] = []
+    step_size: list[np.ndarray] = []
+    seg_start = np.zeros(len(counts), dtype=np.int64)
+    seg_full = np.zeros(len(counts), dtype=np.int64)
+    seg_left = np.zeros(len(counts), dtype=np.int64)
+    dropped = duplicated = promotions = short = 0
+    pos, carry = 0, 0
+    last = len(counts) - 1
+    for j, (n, bs) in enumerate(zip(counts.tolist(), batch_sizes, strict=True)):
+        seg_start[j] = pos - carry
+        total = n + carry
+        g = R * bs
+        full, rest = divmod(total, g)
+        seg_full[j] = full * g
+        step_bucket.append(np.full(full, j))
+        step_size.append(np.full(full, bs))
+        carry = 0
+        if rest:
+            if leftovers == "promote" and j < last:
+                carry = rest
+                promotions += rest
+            elif drop_last:
+                dropped += rest
+            else:
+                per_rank = -(-rest // R)
+                duplicated += per_rank * R - rest
+                seg_left[j] = rest
+                step_bucket.append(np.array([j]))
+                step_size.append(np.array([per_rank]))
+                short += 1
+        pos += n
+    sb = np.concatenate(step_bucket).astype(np.int64)
+    ss = np.concatenate(step_size).astype(np.int64)
+    shapes = len({(int(a), int(b)) for a, b in zip(sb.tolist(), ss.tolist(), strict=True)})
+    stats = SamplerStats(
+        num_samples=int(counts.sum()),
+        batches=len(sb),
+        full_batches=len(sb) - short,
+        short_batches=short,
+        dropped=dropped,
+        duplicated=duplicated,
+        promotions=promotions,
+        shapes=shapes,
+    )
+    return StepPlan(sb, ss, seg_start, seg_full, seg_left, stats)
+
+
+def plan_epoch(
+    plan: StepPlan,
+    bucket_index: np.ndarray,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool = True,
+    num_replicas: int = 1,
+) -> EpochPlan:
+    """The order of one epoch (steps 1 and 4 of the module docstring), from ``(seed, epoch)`` alone.
+
+    >>> plan = plan_steps([3, 1], [2, 2])
+    >>> plan_epoch(plan, np.array([0, 1, 0, 0]), seed=0, epoch=0, shuffle=False).flat.tolist()
+    [0, 2, 3, 1]
+    """
+    R = num_replicas
+    if shuffle:
+        rng = np.random.default_rng([seed, epoch])
+        perm = rng.permutation(len(bucket_index))
+        grouped = perm[np.argsort(bucket_index[perm], kind="stable")]
+    else:
+        rng = None
+        grouped = np.argsort(bucket_index, kind="stable")
+    pieces = []
+    for j in range(len(plan.seg_start)):
+        start, full, rest = int(plan.seg_start[j]), int(plan.seg_full[j]), int(plan.seg_left[j])
+        pieces.append(grouped[start : start + full])
+        if rest:
+            left = grouped[start + full : start + full + rest]
+            per_rank = -(-rest // R)
+            pieces.append(np.resize(left, per_rank * R))  # repeats the first indices when short
+    flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+    widths = plan.step_size * R
+    offsets = np.cumsum(widths) - widths
+    order = rng.permutation(len(widths)) if rng is not None else np.arange(len(widths))
+    return EpochPlan(flat, offsets[order], plan.step_size[order], plan.step_bucket[order])
 
 
 def _default_distributed() -> tuple[int, int]:
@@ -82,6 +211,21 @@ def _default_distributed() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), dist.get_rank()
     return 1, 0
+
+
+@dataclass(frozen=True)
+class _Settings:
+    buckets: Buckets
+    lengths: np.ndarray
+    batch_size: int | None
+    max_tokens: int | None
+    batch_multiple: int
+    batch_sizes: dict[int, int]
+    shuffle: bool
+    drop_last: bool
+    leftovers: Leftovers
+    num_replicas: int
+    rank: int
 
 
 class BucketBatchSampler(Sampler[list[int]]):
@@ -105,10 +249,22 @@ class BucketBatchSampler(Sampler[list[int]]):
         num_replicas, rank: distributed world size and rank; read from
             ``torch.distributed`` when it is initialised, else 1 and 0.
 
+    The settings are fixed once the plan is built: they read as attributes
+    (``sampler.drop_last``) but cannot be assigned; make a new sampler instead.
+
     >>> s = BucketBatchSampler([3, 5, 9, 12, 4], Buckets([8, 16]), batch_size=2, shuffle=False)
     >>> list(s), len(s), s.batch_sizes
     ([[0, 1], [4], [2, 3]], 3, {8: 2, 16: 2})
     """
+
+    _SETTINGS = frozenset(_Settings.__dataclass_fields__) | {"seed", "epoch", "bucket_index"}
+    _cfg: _Settings
+    _bucket_index: np.ndarray
+    _plan: StepPlan
+    _seed: int
+    _epoch: int
+    _position: int  # batches yielded in the current epoch
+    _resume_at: int  # where the next __iter__ starts (set by load_state_dict)
 
     def __init__(
         self,
@@ -121,218 +277,170 @@ class BucketBatchSampler(Sampler[list[int]]):
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
-        leftovers: Literal["keep", "promote"] = "keep",
+        leftovers: Leftovers = "keep",
         num_replicas: int | None = None,
         rank: int | None = None,
     ) -> None:
-        self.buckets = as_buckets(buckets)
-        self.lengths = self._check_lengths(lengths)
-        self.bucket_index = self.buckets.index_for_many(self.lengths).astype(np.int32)
-        self.batch_sizes = self._batch_sizes(batch_size, max_tokens, batch_multiple)
-        self.batch_size, self.max_tokens, self.batch_multiple = (
-            batch_size,
-            max_tokens,
-            batch_multiple,
-        )
+        table = as_buckets(buckets)
+        arr = check_lengths(lengths)
+        if int(arr.max()) > table.max_len:
+            i = int(np.argmax(arr > table.max_len))
+            raise ShapeBucketError(
+                f"sample {i} has length {int(arr[i])} > largest bucket {table.max_len} of "
+                f"{table!r}; add a bucket >= {int(arr[i])}, or clip the lengths you pass here "
+                "and collate with overflow='truncate'"
+            )
+        arr = arr.copy()  # our own, read-only: the plan depends on it
+        arr.flags.writeable = False
         if leftovers not in ("keep", "promote"):
             raise ShapeBucketError(f"leftovers must be 'keep' or 'promote', got {leftovers!r}")
-        self.leftovers = leftovers
-        self.shuffle = bool(shuffle)
-        self.drop_last = bool(drop_last)
-        self.seed = _check_int("seed", seed)
         if num_replicas is None or rank is None:
             world, own = _default_distributed()
             num_replicas = world if num_replicas is None else num_replicas
             rank = own if rank is None else rank
-        self.num_replicas = _check_int("num_replicas", num_replicas, minimum=1)
-        self.rank = _check_int("rank", rank, minimum=0)
-        if self.rank >= self.num_replicas:
+        num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+        rank = check_int("rank", rank, minimum=0)
+        if rank >= num_replicas:
             raise ShapeBucketError(
-                f"rank {self.rank} is not < num_replicas {self.num_replicas}; ranks count from 0"
+                f"rank {rank} is not < num_replicas {num_replicas}; ranks count from 0"
             )
-        self.epoch = 0
-        self._position = 0  # batches yielded in the current epoch
-        self._resume_at = 0  # where the next __iter__ starts (set by load_state_dict)
-        self._skeleton = self._build_skeleton()
+        cfg = _Settings(
+            buckets=table,
+            lengths=arr,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            batch_multiple=batch_multiple,
+            batch_sizes=_batch_sizes(table, batch_size, max_tokens, batch_multiple),
+            shuffle=bool(shuffle),
+            drop_last=bool(drop_last),
+            leftovers=leftovers,
+            num_replicas=num_replicas,
+            rank=rank,
+        )
+        index = table.index_for_many(arr).astype(np.int32)
+        index.flags.writeable = False
+        set_ = object.__setattr__
+        set_(self, "_cfg", cfg)
+        set_(self, "_bucket_index", index)
+        set_(self, "_seed", check_int("seed", seed, minimum=0))
+        set_(self, "_epoch", 0)
+        set_(self, "_position", 0)
+        set_(self, "_resume_at", 0)
+        set_(
+            self,
+            "_plan",
+            plan_steps(
+                np.bincount(index, minlength=len(table)),
+                [cfg.batch_sizes[b] for b in table],
+                num_replicas=num_replicas,
+                drop_last=cfg.drop_last,
+                leftovers=leftovers,
+            ),
+        )
 
-    # -- validation ---------------------------------------------------------------
+    # -- read-only settings -------------------------------------------------------
 
-    def _check_lengths(self, lengths: Any) -> np.ndarray:
-        arr = np.asarray(lengths)
-        if arr.ndim != 1 or arr.size == 0:
-            raise ShapeBucketError(
-                f"lengths must be a non-empty 1-D sequence of ints, got shape {arr.shape}"
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._SETTINGS:
+            how = {
+                "seed": "pass seed= to a new sampler, or load_state_dict() a saved state",
+                "epoch": "call set_epoch()",
+            }.get(name, f"make a new BucketBatchSampler(..., {name}=...)")
+            raise AttributeError(
+                f"BucketBatchSampler.{name} is fixed once the sampler has built its plan; {how}"
             )
-        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-            raise ShapeBucketError(
-                f"lengths must be ints, got dtype {arr.dtype} (index 0 is {arr[0]!r})"
-            )
-        arr = arr.astype(np.int64, copy=False)
-        bad = np.flatnonzero(arr < 1)
-        if bad.size:
-            i = int(bad[0])
-            raise ShapeBucketError(
-                f"sample {i} has length {int(arr[i])}; lengths must be >= 1 (filter out empty samples first)"
-            )
-        over = np.flatnonzero(arr > self.buckets.max_len)
-        if over.size:
-            i = int(over[0])
-            raise ShapeBucketError(
-                f"sample {i} has length {int(arr[i])} > largest bucket {self.buckets.max_len} of "
-                f"{self.buckets!r}; add a bucket >= {int(arr[i])}, or clip the lengths you pass here "
-                "and collate with overflow='truncate'"
-            )
-        return arr
+        object.__setattr__(self, name, value)
 
-    def _batch_sizes(
-        self, batch_size: int | None, max_tokens: int | None, batch_multiple: int
-    ) -> dict[int, int]:
-        if (batch_size is None) == (max_tokens is None):
-            raise ShapeBucketError(
-                f"pass exactly one of batch_size and max_tokens, got batch_size={batch_size!r}, max_tokens={max_tokens!r}"
-            )
-        multiple = _check_int("batch_multiple", batch_multiple, minimum=1)
-        if batch_size is not None:
-            size = _check_int("batch_size", batch_size, minimum=1)
-            return {b: size for b in self.buckets}
-        budget = _check_int("max_tokens", max_tokens, minimum=1)
-        largest = self.buckets.max_len
-        if budget // largest < multiple:
-            raise ShapeBucketError(
-                f"max_tokens={budget} gives the largest bucket {largest} fewer than batch_multiple={multiple} "
-                f"samples; use max_tokens >= {largest * multiple}"
-            )
-        return {b: (budget // b) // multiple * multiple for b in self.buckets}
+    buckets = property(lambda self: self._cfg.buckets, doc="The bucket table.")
+    lengths = property(lambda self: self._cfg.lengths, doc="The lengths (a read-only array).")
+    batch_size = property(lambda self: self._cfg.batch_size, doc="``batch_size=`` as given.")
+    max_tokens = property(lambda self: self._cfg.max_tokens, doc="``max_tokens=`` as given.")
+    batch_multiple = property(lambda self: self._cfg.batch_multiple, doc="``batch_multiple=``.")
+    shuffle = property(lambda self: self._cfg.shuffle, doc="Whether batches are shuffled.")
+    drop_last = property(lambda self: self._cfg.drop_last, doc="Whether leftovers are dropped.")
+    leftovers = property(lambda self: self._cfg.leftovers, doc="``'keep'`` or ``'promote'``.")
+    num_replicas = property(lambda self: self._cfg.num_replicas, doc="The world size.")
+    rank = property(lambda self: self._cfg.rank, doc="This process's rank.")
+    seed = property(lambda self: self._seed, doc="The seed of the order.")
+    epoch = property(lambda self: self._epoch, doc="The current epoch (see :meth:`set_epoch`).")
+    bucket_index = property(
+        lambda self: self._bucket_index, doc="Each sample's bucket index (read-only)."
+    )
+
+    @property
+    def batch_sizes(self) -> dict[int, int]:
+        """Rows per bucket: ``{bucket length: per-rank batch size}`` (a copy).
+
+        Pass it to ``BucketCollator(batch_sizes=...)`` and ``prewarm(batch_sizes=...)``
+        so short batches get the same shape as full ones.
+        """
+        return dict(self._cfg.batch_sizes)
 
     def _fingerprint(self) -> str:
-        h = hashlib.sha1(self.lengths.tobytes())
+        cfg = self._cfg
+        h = hashlib.sha1(cfg.lengths.tobytes())
         h.update(
             repr(
                 (
-                    self.buckets.lengths,
-                    sorted(self.batch_sizes.items()),
-                    self.shuffle,
-                    self.drop_last,
-                    self.leftovers,
-                    self.num_replicas,
+                    cfg.buckets.lengths,
+                    sorted(cfg.batch_sizes.items()),
+                    cfg.shuffle,
+                    cfg.drop_last,
+                    cfg.leftovers,
+                    cfg.num_replicas,
                 )
             ).encode()
         )
         return h.hexdigest()
 
-    # -- the plan -------------------------------------------------------------------
-
-    def _build_skeleton(self) -> _Skeleton:
-        counts = np.bincount(self.bucket_index, minlength=len(self.buckets))
-        R = self.num_replicas
-        sizes = [self.batch_sizes[b] for b in self.buckets]
-        step_bucket: list[np.ndarray] = []
-        step_size: list[np.ndarray] = []
-        seg_start = np.zeros(len(counts), dtype=np.int64)
-        seg_full = np.zeros(len(counts), dtype=np.int64)
-        seg_left = np.zeros(len(counts), dtype=np.int64)
-        dropped = duplicated = promotions = short = 0
-        pos, carry = 0, 0
-        last = len(counts) - 1
-        for j, (n, bs) in enumerate(zip(counts.tolist(), sizes, strict=True)):
-            seg_start[j] = pos - carry
-            total = n + carry
-            g = R * bs
-            full, rest = divmod(total, g)
-            seg_full[j] = full * g
-            step_bucket.append(np.full(full, j))
-            step_size.append(np.full(full, bs))
-            carry = 0
-            if rest:
-                if self.leftovers == "promote" and j < last:
-                    carry = rest
-                    promotions += rest
-                elif self.drop_last:
-                    dropped += rest
-                else:
-                    per_rank = -(-rest // R)
-                    duplicated += per_rank * R - rest
-                    seg_left[j] = rest
-                    step_bucket.append(np.array([j]))
-                    step_size.append(np.array([per_rank]))
-                    short += 1
-            pos += n
-        sb = np.concatenate(step_bucket).astype(np.int64)
-        ss = np.concatenate(step_size).astype(np.int64)
-        shapes = len({(int(a), int(b)) for a, b in zip(sb.tolist(), ss.tolist(), strict=True)})
-        stats = SamplerStats(
-            num_samples=len(self.lengths),
-            batches=len(sb),
-            full_batches=len(sb) - short,
-            short_batches=short,
-            dropped=dropped,
-            duplicated=duplicated,
-            promotions=promotions,
-            shapes=shapes,
-        )
-        return _Skeleton(sb, ss, seg_start, seg_full, seg_left, stats)
-
-    def _epoch_plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(flat, offsets, sizes, buckets)``: step ``t`` is ``flat[offsets[t]:][: R * sizes[t]]``."""
-        sk = self._skeleton
-        R = self.num_replicas
-        if self.shuffle:
-            rng = np.random.default_rng([self.seed, epoch])
-            perm = rng.permutation(len(self.lengths))
-            grouped = perm[np.argsort(self.bucket_index[perm], kind="stable")]
-        else:
-            rng = None
-            grouped = np.argsort(self.bucket_index, kind="stable")
-        pieces = []
-        for j in range(len(self.buckets)):
-            start = int(sk.seg_start[j])
-            pieces.append(grouped[start : start + int(sk.seg_full[j])])
-            rest = int(sk.seg_left[j])
-            if rest:
-                left = grouped[start + int(sk.seg_full[j]) : start + int(sk.seg_full[j]) + rest]
-                per_rank = -(-rest // R)
-                pieces.append(np.resize(left, per_rank * R))  # repeats the first indices when short
-        flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
-        widths = sk.step_size * R
-        offsets = np.cumsum(widths) - widths
-        order = rng.permutation(len(widths)) if rng is not None else np.arange(len(widths))
-        return flat, offsets[order], sk.step_size[order], sk.step_bucket[order]
-
     # -- Sampler protocol ---------------------------------------------------------------
 
+    def _epoch_plan(self, epoch: int) -> EpochPlan:
+        return plan_epoch(
+            self._plan,
+            self._bucket_index,
+            seed=self._seed,
+            epoch=epoch,
+            shuffle=self._cfg.shuffle,
+            num_replicas=self._cfg.num_replicas,
+        )
+
     def __iter__(self) -> Iterator[list[int]]:
-        flat, offsets, sizes, _ = self._epoch_plan(self.epoch)
-        r = self.rank
+        plan = self._epoch_plan(self._epoch)
+        r = self._cfg.rank
         # a new iteration starts the epoch afresh unless a state was just loaded, so an
         # abandoned iterator (e.g. next(iter(loader)) for an example) skips nothing
-        start, self._resume_at = self._resume_at, 0
-        self._position = start
-        for t in range(start, len(offsets)):
-            s = int(sizes[t])
-            lo = int(offsets[t]) + r * s
-            self._position = t + 1
-            yield flat[lo : lo + s].tolist()
+        start = self._resume_at
+        set_ = object.__setattr__
+        set_(self, "_resume_at", 0)
+        set_(self, "_position", start)
+        for t in range(start, len(plan.offsets)):
+            s = int(plan.sizes[t])
+            lo = int(plan.offsets[t]) + r * s
+            set_(self, "_position", t + 1)
+            yield plan.flat[lo : lo + s].tolist()
         # a full pass ends the epoch; set_epoch() overrides
-        self.epoch += 1
-        self._position = 0
+        set_(self, "_epoch", self._epoch + 1)
+        set_(self, "_position", 0)
 
     def __len__(self) -> int:
-        return self._skeleton.stats.batches
+        return self._plan.stats.batches
 
     @property
     def stats(self) -> SamplerStats:
         """Counts for one epoch: batches, dropped and duplicated samples, shapes."""
-        return self._skeleton.stats
+        return self._plan.stats
 
     def batch_buckets(self, epoch: int | None = None) -> np.ndarray:
         """The bucket length of every batch of ``epoch`` (default: the current one), in order."""
-        _, _, _, bidx = self._epoch_plan(self.epoch if epoch is None else epoch)
-        return np.asarray(self.buckets.lengths)[bidx]
+        plan = self._epoch_plan(self._epoch if epoch is None else epoch)
+        return np.asarray(self.buckets.lengths)[plan.buckets]
 
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch`` (as ``DistributedSampler.set_epoch``); restarts the epoch."""
-        self.epoch = _check_int("epoch", epoch, minimum=0)
-        self._position = self._resume_at = 0
+        object.__setattr__(self, "_epoch", check_int("epoch", epoch, minimum=0))
+        object.__setattr__(self, "_position", 0)
+        object.__setattr__(self, "_resume_at", 0)
 
     def state_dict(self) -> dict[str, Any]:
         """Epoch, seed and the number of batches this sampler has yielded in the epoch.
@@ -342,9 +450,9 @@ class BucketBatchSampler(Sampler[list[int]]):
         number of batches your loop actually consumed before saving.
         """
         return {
-            "epoch": self.epoch,
+            "epoch": self._epoch,
             "position": self._position,
-            "seed": self.seed,
+            "seed": self._seed,
             "num_batches": len(self),
             "fingerprint": self._fingerprint(),
         }
@@ -354,6 +462,10 @@ class BucketBatchSampler(Sampler[list[int]]):
 
         Only the next ``__iter__`` resumes; later ones start their epoch from the beginning.
         """
+        if not isinstance(state, dict):
+            raise ShapeBucketError(
+                f"state must be the dict that state_dict() returned, got {type(state).__name__}"
+            )
         for key in ("epoch", "position", "seed", "fingerprint"):
             if key not in state:
                 raise ShapeBucketError(f"state has no {key!r}; pass what state_dict() returned")
@@ -362,21 +474,44 @@ class BucketBatchSampler(Sampler[list[int]]):
                 "state was saved by a sampler with other lengths, buckets, batch sizes or world size; "
                 "resume with the same configuration (or start the epoch afresh with set_epoch)"
             )
-        position = state["position"]
-        if not isinstance(position, numbers.Integral) or not 0 <= int(position) <= len(self):
-            raise ShapeBucketError(f"state position {position!r} is outside 0..{len(self)}")
-        self.seed = _check_int("seed", state["seed"])
-        self.epoch = _check_int("epoch", state["epoch"], minimum=0)
-        self._position = self._resume_at = int(position)
+        position = check_int("state['position']", state["position"], minimum=0, maximum=len(self))
+        seed = check_int("state['seed']", state["seed"], minimum=0)
+        epoch = check_int("state['epoch']", state["epoch"], minimum=0)
+        object.__setattr__(self, "_seed", seed)
+        object.__setattr__(self, "_epoch", epoch)
+        object.__setattr__(self, "_position", position)
+        object.__setattr__(self, "_resume_at", position)
 
     def __repr__(self) -> str:
+        cfg = self._cfg
         size = (
-            f"batch_size={self.batch_size}"
-            if self.batch_size is not None
-            else f"max_tokens={self.max_tokens}"
+            f"batch_size={cfg.batch_size}"
+            if cfg.batch_size is not None
+            else f"max_tokens={cfg.max_tokens}"
         )
         return (
-            f"BucketBatchSampler({len(self.lengths):,} samples, {self.buckets!r}, {size}, shuffle={self.shuffle}, "
-            f"drop_last={self.drop_last}, leftovers={self.leftovers!r}, rank {self.rank}/{self.num_replicas}, "
+            f"BucketBatchSampler({len(cfg.lengths):,} samples, {cfg.buckets!r}, {size}, shuffle={cfg.shuffle}, "
+            f"drop_last={cfg.drop_last}, leftovers={cfg.leftovers!r}, rank {cfg.rank}/{cfg.num_replicas}, "
             f"{len(self)} batches)"
         )
+
+
+def _batch_sizes(
+    buckets: Buckets, batch_size: int | None, max_tokens: int | None, batch_multiple: int
+) -> dict[int, int]:
+    if (batch_size is None) == (max_tokens is None):
+        raise ShapeBucketError(
+            f"pass exactly one of batch_size and max_tokens, got batch_size={batch_size!r}, max_tokens={max_tokens!r}"
+        )
+    multiple = check_int("batch_multiple", batch_multiple, minimum=1)
+    if batch_size is not None:
+        size = check_int("batch_size", batch_size, minimum=1)
+        return {b: size for b in buckets}
+    budget = check_int("max_tokens", max_tokens, minimum=1)
+    largest = buckets.max_len
+    if budget // largest < multiple:
+        raise ShapeBucketError(
+            f"max_tokens={budget} gives the largest bucket {largest} fewer than batch_multiple={multiple} "
+            f"samples; use max_tokens >= {largest * multiple}"
+        )
+    return {b: (budget // b) // multiple * multiple for b in buckets}

@@ -1,4 +1,3 @@
-import bisect
 import pickle
 
 import numpy as np
@@ -137,7 +136,7 @@ def test_overflow_and_bad_lengths():
         b.bucket_for(-1)
     with pytest.raises(ShapeBucketError, match="index 2.*length 40"):
         b.bucket_for_many(np.array([3, 4, 40, 50]))
-    with pytest.raises(ShapeBucketError, match="index 1 is -3"):
+    with pytest.raises(ShapeBucketError, match="sample 1 has length -3"):
         b.bucket_for_many(np.array([3, -3]))
     with pytest.raises(ShapeBucketError, match="float"):
         b.bucket_for_many(np.array([3.0]))
@@ -158,9 +157,3 @@ def test_check_limit():
             Buckets([2, 4, 8, 16]).check_limit()
     finally:
         torch._dynamo.config.recompile_limit = old
-
-
-def test_bisect_reference():
-    b = Buckets([4, 9, 30])
-    for x in range(31):
-        assert b.bucket_for(x) == b.lengths[bisect.bisect_left(b.lengths, x)]

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from shapebucket.__main__ import main, read_lengths
-from shapebucket.data import mixture_lengths
+from shapebucket.__main__ import main
+from shapebucket.data import mixture_lengths, read_lengths
 from shapebucket.errors import ShapeBucketError
 
 
@@ -20,8 +20,12 @@ def test_suggest_text_file_prints_table_and_paste_line(tmp_path, capsys):
 def test_suggest_npy_and_random_sampler(tmp_path, capsys):
     path = tmp_path / "lengths.npy"
     np.save(path, mixture_lengths(3000))
+    assert main(["suggest", str(path), "--batching", "random", "--batch-size", "16"]) == 0
+    assert "batching='random'" in capsys.readouterr().out
+    # the old flag still works for one release, and says so
     assert main(["suggest", str(path), "--sampler", "random", "--batch-size", "16"]) == 0
-    assert "sampler='random'" in capsys.readouterr().out
+    out = capsys.readouterr()
+    assert "batching='random'" in out.out and "--sampler is deprecated" in out.err
 
 
 def test_bad_files(tmp_path, capsys):

@@ -79,7 +79,7 @@ def test_each_index_once_or_counted(cfg, replicas):
 def test_batches_fit_smallest_bucket_and_budget(cfg):
     lengths, kwargs = cfg
     s = BucketBatchSampler(lengths, BUCKETS, **kwargs)
-    collate = BucketCollator(BUCKETS, pad_batch_to=s.batch_sizes, mask_key=None)
+    collate = BucketCollator(BUCKETS, batch_sizes=s.batch_sizes, mask_key=None)
     shapes, collated = set(), set()
     for batch, plan in zip(s, s.batch_buckets(epoch=0).tolist(), strict=True):
         assert batch
@@ -93,7 +93,7 @@ def test_batches_fit_smallest_bucket_and_budget(cfg):
             assert len(batch) * plan <= kwargs["max_tokens"]
         shapes.add((len(batch), bucket))
         collated.add(tuple(collate([[1] * int(lengths[i]) for i in batch])[0].shape))
-    # paired with pad_batch_to=sampler.batch_sizes, there is one shape per bucket at most
+    # paired with batch_sizes=sampler.batch_sizes, there is one shape per bucket at most
     assert collated <= {(n, b) for b, n in s.batch_sizes.items()}
     if kwargs["leftovers"] == "keep":
         assert len(shapes) == s.stats.shapes
@@ -160,7 +160,7 @@ def test_max_tokens_batch_sizes_and_collator_pairing():
     lengths = np.random.default_rng(1).integers(1, 33, 300)
     s = BucketBatchSampler(lengths, BUCKETS, max_tokens=64, batch_multiple=2)
     assert s.batch_sizes == {4: 16, 8: 8, 16: 4, 32: 2}
-    collate = BucketCollator(BUCKETS, pad_batch_to=s.batch_sizes)
+    collate = BucketCollator(BUCKETS, batch_sizes=s.batch_sizes)
     shapes = {tuple(collate([[1] * int(lengths[i]) for i in b])[0].shape) for b in s}
     assert shapes <= {(16, 4), (8, 8), (4, 16), (2, 32)}
 
@@ -178,7 +178,7 @@ def test_max_tokens_batch_sizes_and_collator_pairing():
         ([[3]], {"batch_size": 0}, "batch_size must be >= 1, got 0"),
         ([[3]], {"batch_size": 2, "num_replicas": 2, "rank": 2}, "rank 2 is not < num_replicas 2"),
         ([[3]], {"batch_size": 2, "leftovers": "merge"}, "'merge'"),
-        ([[]], {"batch_size": 2}, "non-empty"),
+        ([[]], {"batch_size": 2}, "lengths is empty"),
         ([[3.5]], {"batch_size": 2}, "dtype float64"),
     ],
 )
@@ -217,7 +217,7 @@ class Lengths(Dataset):
 def test_dataloader_workers(method):
     lengths = np.random.default_rng(2).integers(1, 33, 100)
     sampler = BucketBatchSampler(lengths, BUCKETS, batch_size=8, seed=1)
-    collate = BucketCollator(BUCKETS, pad_batch_to=8)
+    collate = BucketCollator(BUCKETS, batch_sizes=8)
     want = [
         b["input_ids"]
         for b in DataLoader(Lengths(lengths), batch_sampler=sampler, collate_fn=collate)

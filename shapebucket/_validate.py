@@ -1,0 +1,221 @@
+"""The one validation path for user input: lengths arrays and int arguments.
+
+Every public entry point that takes a dataset's lengths (``fit_buckets``,
+``padding_report``, ``compare_policies``, ``BucketBatchSampler``, the CLI) calls
+:func:`check_lengths`, and every int argument goes through :func:`check_int`,
+so the same input gets the same answer everywhere. Also home of the two small
+numeric helpers that more than one module needs: :func:`round_up` and
+:func:`batch_max_distribution`.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Iterable, Iterator, Mapping, Set
+from typing import Any, TypeVar
+
+import numpy as np
+
+from .errors import ShapeBucketError
+
+__all__ = [
+    "MIN_LENGTH",
+    "batch_max_distribution",
+    "check_batch_sizes",
+    "check_int",
+    "check_lengths",
+    "renamed_argument",
+    "round_up",
+]
+
+#: The smallest sample length a dataset may hold. An empty sample is almost
+#: always a data bug (a failed read, an empty line), so every entry point that
+#: takes a dataset's lengths refuses it rather than planning a batch for it.
+MIN_LENGTH = 1
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+T = TypeVar("T", int, np.ndarray)
+
+
+def check_int(
+    name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None
+) -> int:
+    """``value`` as a Python int, or a :class:`ShapeBucketError` naming ``name``, the value and the bound.
+
+    Accepts Python and numpy integers; refuses bools, floats (also integral
+    ones: ``2.0`` is most often a computation that went wrong) and strings.
+
+    >>> check_int("k", 8, minimum=1)
+    8
+    >>> check_int("k", 0, minimum=1)
+    Traceback (most recent call last):
+    ...
+    shapebucket.errors.ShapeBucketError: k must be >= 1, got 0
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ShapeBucketError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ShapeBucketError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ShapeBucketError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def check_lengths(
+    lengths: Any, *, name: str = "lengths", minimum: int = MIN_LENGTH, allow_empty: bool = False
+) -> np.ndarray:
+    """``lengths`` as a 1-D int64 array, or a :class:`ShapeBucketError` that says what is wrong and how to fix it.
+
+    Accepted: a list, tuple or range of ints, a 1-D numpy integer array, a 1-D
+    integer tensor. Refused, each with its own message: generators and sets
+    (no length, no order), 0-D and N-D arrays (``fit_buckets`` used to flatten
+    2-D input silently), floats (also integral ones), bools, object arrays
+    (mixed types, or ints too large for int64), values below ``minimum`` and
+    values that do not fit in int64.
+
+    >>> check_lengths([3, 5, 9])
+    array([3, 5, 9])
+    >>> check_lengths([3.0, 5.0])
+    Traceback (most recent call last):
+    ...
+    shapebucket.errors.ShapeBucketError: lengths must be integers, got dtype float64 (index 0 is 3.0); convert with np.asarray(lengths).astype(np.int64) if the values are whole numbers
+    """
+    if isinstance(lengths, (Iterator, Set, dict)) or (
+        not hasattr(lengths, "__len__") and not hasattr(lengths, "__array__")
+    ):
+        raise ShapeBucketError(
+            f"{name} must be a list, tuple or 1-D array of ints, got {type(lengths).__name__}; "
+            f"pass list({name}) for a generator or iterator, sorted({name}) for a set"
+        )
+    if isinstance(lengths, (str, bytes)):
+        raise ShapeBucketError(f"{name} must be a list or array of ints, got a string")
+    try:
+        arr = np.asarray(lengths)
+    except (ValueError, TypeError) as e:
+        raise ShapeBucketError(f"{name} cannot be read as an array of ints: {e}") from None
+    if arr.ndim != 1:
+        raise ShapeBucketError(
+            f"{name} must be 1-D (one length per sample), got shape {arr.shape}; "
+            f"pass np.ravel({name}) if flattening is what you mean"
+        )
+    if arr.size == 0:
+        if allow_empty:
+            return arr.astype(np.int64)
+        raise ShapeBucketError(f"{name} is empty; pass at least one sample length")
+    if arr.dtype == object:
+        for i, v in enumerate(arr.tolist()):
+            if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+                if not -_INT64_MAX - 1 <= int(v) <= _INT64_MAX:
+                    raise ShapeBucketError(
+                        f"{name}[{i}] is {v}, which does not fit in int64 (max {_INT64_MAX}); "
+                        "no real sample is that long: check how the lengths were computed"
+                    )
+                continue
+            raise ShapeBucketError(
+                f"{name} must be integers; index {i} is {v!r} ({type(v).__name__})"
+            )
+        arr = arr.astype(np.int64)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        hint = (
+            "; convert with np.asarray(lengths).astype(np.int64) if the values are whole numbers"
+            if arr.dtype.kind == "f"
+            else ""
+        )
+        raise ShapeBucketError(
+            f"{name} must be integers, got dtype {arr.dtype} (index 0 is {arr[0].item()!r}){hint}"
+        )
+    if arr.dtype == np.uint64 and int(arr.max()) > _INT64_MAX:
+        i = int(np.argmax(arr > _INT64_MAX))
+        raise ShapeBucketError(
+            f"{name}[{i}] is {int(arr[i])}, which does not fit in int64 (max {_INT64_MAX}); "
+            "no real sample is that long: check how the lengths were computed"
+        )
+    arr = arr.astype(np.int64, copy=False)
+    lo = int(arr.min())
+    if lo < minimum:
+        i = int(np.argmax(arr < minimum))
+        raise ShapeBucketError(
+            f"sample {i} has length {lo}; {name} must be >= {minimum}"
+            + (" (filter out empty samples first)" if minimum == 1 else "")
+        )
+    return arr
+
+
+def check_batch_sizes(
+    value: Any, buckets: Iterable[int], name: str = "batch_sizes"
+) -> int | dict[int, int] | None:
+    """Rows per bucket, checked: ``None``, an int >= 1, or a mapping with an int >= 1 for every bucket.
+
+    >>> check_batch_sizes({8: 4, 16: 2}, [8, 16])
+    {8: 4, 16: 2}
+    """
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        rows = {}
+        for b, n in value.items():
+            rows[check_int(f"{name} key", b, minimum=1)] = check_int(f"{name}[{b}]", n, minimum=1)
+        missing = [b for b in buckets if b not in rows]
+        if missing:
+            raise ShapeBucketError(
+                f"{name} has no batch size for buckets {missing}; give one for every bucket "
+                f"{list(buckets)} (BucketBatchSampler.batch_sizes has them all)"
+            )
+        return rows
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ShapeBucketError(
+            f"{name} must be an int >= 1 or a mapping bucket -> rows, got {value!r}"
+        )
+    return check_int(name, value, minimum=1)
+
+
+def round_up(value: T, multiple: int) -> T:
+    """``value`` rounded up to a multiple of ``multiple`` (an int, or elementwise on an int array).
+
+    >>> round_up(13, 8), round_up(np.array([1, 8, 9]), 8).tolist()
+    (16, [8, 8, 16])
+    """
+    return -(-value // multiple) * multiple
+
+
+def batch_max_distribution(counts: np.ndarray, batch_size: int) -> np.ndarray:
+    """The probability that a random batch's longest sample falls in each group.
+
+    ``counts`` are the samples per group (groups ordered by length). A batch of
+    ``batch_size`` samples drawn with replacement has its maximum at or below
+    group ``j`` with probability ``F(j) ** batch_size``, ``F`` the cumulative
+    share, so group ``j`` holds the maximum with ``F(j)**B - F(j-1)**B``.
+
+    >>> batch_max_distribution(np.array([1.0, 1.0]), 2).tolist()
+    [0.25, 0.75]
+    """
+    cdf = np.cumsum(counts, dtype=np.float64) / float(np.sum(counts))
+    cdf[-1] = 1.0
+    return np.diff(cdf**batch_size, prepend=0.0)
+
+
+def renamed_argument(
+    function: str, old: str, old_value: Any, new: str, new_value: Any, default: Any = None
+) -> Any:
+    """Resolve an argument renamed in this release: the new name wins; the old one
+    still works for one release with a :class:`DeprecationWarning`; both at once raise.
+
+    >>> renamed_argument("f", "sampler", None, "batching", "random")
+    'random'
+    """
+    if old_value is None:
+        return default if new_value is None else new_value
+    if new_value is not None:
+        raise ShapeBucketError(
+            f"{function}: pass {new}= only; {old}= is its old name (deprecated), and both were given"
+        )
+    import warnings
+
+    warnings.warn(
+        f"{function}({old}=...) is deprecated and will be removed in the next release; use {new}=...",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return old_value

@@ -5,7 +5,7 @@ python benchmarks/steps_per_sec.py [--quick] [--workload mixture|text] [--strate
 
 import sys
 
-from shapebucket.bench import main
+from shapebucket.bench.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

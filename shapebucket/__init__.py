@@ -7,19 +7,12 @@
 
 from .buckets import Buckets
 from .collate import BucketCollator, CollateStats
-from .compile import (
-    CompileCounter,
-    PrewarmReport,
-    count_compiles,
-    load_compile_cache,
-    mark_dynamic,
-    no_recompiles,
-    prewarm,
-    save_compile_cache,
-)
+from .compile_cache import load_compile_cache, save_compile_cache
 from .errors import ShapeBucketError
 from .fit import PaddingReport, PolicyComparison, compare_policies, fit_buckets, padding_report
+from .recompiles import CompileCounter, count_compiles, mark_dynamic, no_recompiles
 from .sampler import BucketBatchSampler, SamplerStats
+from .warmup import PrewarmReport, prewarm
 
 __all__ = [
     "BucketBatchSampler",

@@ -16,24 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from .data import mixture_lengths
+from ._validate import check_int
+from .data import mixture_lengths, read_lengths
 from .errors import ShapeBucketError
-from .fit import compare_policies
+from .fit import DEFAULT_ALIGN, compare_policies
 
-
-def read_lengths(path: str | Path) -> np.ndarray:
-    """Lengths from a ``.npy`` file or a text file with one int per line."""
-    path = Path(path)
-    if not path.exists():
-        raise ShapeBucketError(f"lengths file {str(path)!r} does not exist")
-    if path.suffix == ".npy":
-        return np.load(path)
-    lines = path.read_text().split()
-    try:
-        return np.array([int(x) for x in lines], dtype=np.int64)
-    except ValueError:
-        i, bad = next((i, x) for i, x in enumerate(lines) if not x.lstrip("-").isdigit())
-        raise ShapeBucketError(f"{path}: value {i} is {bad!r}; expected one int per line") from None
+__all__ = ["main", "plot_lengths", "read_lengths"]
 
 
 def plot_lengths(
@@ -66,10 +54,20 @@ def plot_lengths(
 
 
 def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int:
+    if args.plot and not Path(args.plot).resolve().parent.is_dir():
+        raise ShapeBucketError(
+            f"--plot {args.plot}: directory {str(Path(args.plot).parent)!r} does not exist; create it first"
+        )
     if lengths is None:
         lengths = read_lengths(args.lengths_file)
+    if args.sampler is not None:
+        print("note: --sampler is deprecated; use --batching", file=sys.stderr)
     table = compare_policies(
-        lengths, args.k, align=args.align, batch_size=args.batch_size, sampler=args.sampler
+        lengths,
+        args.k,
+        align=args.align,
+        batch_size=args.batch_size,
+        batching=args.sampler or args.batching,
     )
     print(table)
     print()
@@ -87,11 +85,11 @@ def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int
 
 
 def _demo(args: argparse.Namespace) -> int:
-    return _suggest(args, mixture_lengths(args.n, seed=0))
+    return _suggest(args, mixture_lengths(check_int("--n", args.n, minimum=1), seed=0))
 
 
 def _bench(argv: list[str]) -> int:
-    from .bench import main as bench_main
+    from .bench.cli import main as bench_main
 
     return int(bench_main(argv))
 
@@ -109,15 +107,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             "--k", type=int, default=8, help="number of buckets (default 8, the recompile limit)"
         )
         p.add_argument(
-            "--align", type=int, default=8, help="buckets are multiples of this (default 8)"
+            "--align",
+            type=int,
+            default=DEFAULT_ALIGN,
+            help=f"buckets are multiples of this (default {DEFAULT_ALIGN})",
         )
         p.add_argument("--batch-size", type=int, default=64)
         p.add_argument(
-            "--sampler",
+            "--batching",
             choices=["bucketed", "random"],
             default="bucketed",
-            help="how batches are formed",
+            help="how batches are formed: inside buckets (BucketBatchSampler) or at random",
         )
+        p.add_argument(
+            "--sampler", choices=["bucketed", "random"], default=None, help=argparse.SUPPRESS
+        )  # the old name of --batching
         p.add_argument("--plot", metavar="PNG", help="write a histogram with the boundaries")
 
     suggest = sub.add_parser("suggest", help="fit buckets to a lengths file and compare policies")

@@ -1,9 +1,10 @@
 """Every use of torch's private compiler APIs lives here, behind version checks.
 
-shapebucket supports torch >= 2.6. Names moved between releases:
-``cache_size_limit`` became ``recompile_limit`` (2.7), ``set_stance`` appeared in
-2.6, ``save_cache_artifacts`` in 2.7. The rest of the package calls only the
-functions below, so a torch upgrade touches one file.
+shapebucket supports torch >= 2.13, the oldest release its CI tests (see the
+README). Names that moved between releases are still looked up by feature
+(``recompile_limit`` was ``cache_size_limit`` before 2.7), so a torch upgrade
+touches this file only. The parsing of the compiler's recompile messages, whose
+wording is not a public API, lives here too.
 """
 
 from __future__ import annotations
@@ -11,13 +12,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 __all__ = [
+    "MIN_TORCH",
     "TORCH_VERSION",
+    "GuardFailure",
     "add_limit_handler",
     "add_recompile_handler",
     "automatic_dynamic",
@@ -25,8 +30,10 @@ __all__ = [
     "fresh_inductor_cache",
     "get_recompile_limit",
     "inductor_cache_dir",
+    "is_recompile_error",
     "load_cache_artifacts",
     "mark_dynamic_dim",
+    "parse_recompile_error",
     "reset_compiler",
     "save_cache_artifacts",
     "set_recompile_limit",
@@ -40,9 +47,12 @@ def _parse_version(text: str) -> tuple[int, int]:
     return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
 
 
+MIN_TORCH = (2, 13)
 TORCH_VERSION = _parse_version(torch.__version__)
-if TORCH_VERSION < (2, 6):  # pragma: no cover - guarded by the package's torch>=2.6 requirement
-    raise ImportError(f"shapebucket needs torch >= 2.6, found {torch.__version__}")
+if TORCH_VERSION < MIN_TORCH:  # pragma: no cover - guarded by the package's torch requirement
+    raise ImportError(
+        f"shapebucket needs torch >= {'.'.join(map(str, MIN_TORCH))}, found {torch.__version__}"
+    )
 
 
 def _dynamo() -> Any:
@@ -209,3 +219,45 @@ def automatic_dynamic(enabled: bool) -> Iterator[None]:
         yield
     finally:
         config.automatic_dynamic_shapes = old
+
+
+# -- the compiler's recompile messages -----------------------------------------------
+
+_FAILURE_LINE = re.compile(r"- \d+/\d+: (.*)")
+_SIZE_MISMATCH = re.compile(
+    r"tensor '([^']+)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)"
+)
+
+
+@dataclass(frozen=True)
+class GuardFailure:
+    """One guard failure from a recompile message: a size mismatch (``name``, ``dim``,
+    ``expected``, ``actual`` set) or another guard (only ``text``)."""
+
+    text: str
+    name: str | None = None
+    dim: int | None = None
+    expected: int | None = None
+    actual: int | None = None
+
+    @property
+    def is_size(self) -> bool:
+        return self.name is not None
+
+
+def is_recompile_error(error: BaseException) -> bool:
+    """Whether ``error`` is what the ``fail_on_recompile`` stance raises."""
+    return isinstance(error, RuntimeError) and "fail_on_recompile" in str(error)
+
+
+def parse_recompile_error(text: str) -> list[GuardFailure]:
+    """The guard failures listed in a ``fail_on_recompile`` error (torch 2.13 wording)."""
+    out = []
+    for line in _FAILURE_LINE.findall(text):
+        m = _SIZE_MISMATCH.search(line)
+        if m:
+            name, dim, expected, actual = m.groups()
+            out.append(GuardFailure(line, name, int(dim), int(expected), int(actual)))
+        else:
+            out.append(GuardFailure(line.strip()))
+    return out

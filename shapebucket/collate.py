@@ -9,7 +9,7 @@ Conventions (all documented in ``docs/collate.md``):
 
 * Samples are dicts (output: dict), tuples/lists of fields (output: tuple), or
   bare sequences (output: a tuple ``(padded, mask)``, or the padded tensor alone
-  when ``mask_key=None`` and ``pad_batch_to`` is unset).
+  when ``mask_key=None`` and ``batch_sizes`` is unset).
 * Python ints become int64, Python floats float32, bools bool; numpy arrays and
   tensors keep their dtype.
 * ``overflow="truncate"`` keeps the *first* ``max_len`` tokens with right
@@ -20,22 +20,20 @@ Conventions (all documented in ``docs/collate.md``):
 from __future__ import annotations
 
 import dataclasses
-import numbers
-from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
-from itertools import chain
+from collections.abc import Mapping, Sequence
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any, Literal, cast
 
 import numpy as np
 import torch
 
+from ._samples import SCALARS, Key, concat, is_scalar, is_sequence, short, to_columns
+from ._validate import check_batch_sizes, check_int, renamed_argument
 from .buckets import Buckets, as_buckets
 from .errors import ShapeBucketError
 
 __all__ = ["BucketCollator", "CollateStats"]
 
-Key = Hashable
-_SCALARS = (numbers.Number, np.generic)
 
 
 @dataclass
@@ -74,20 +72,8 @@ class CollateStats:
         return out
 
 
-def _is_scalar(value: Any) -> bool:
-    if isinstance(value, (torch.Tensor, np.ndarray)):
-        return value.ndim == 0
-    return isinstance(value, _SCALARS)
-
-
-def _is_sequence(value: Any) -> bool:
-    if isinstance(value, (torch.Tensor, np.ndarray)):
-        return value.ndim >= 1
-    return isinstance(value, (list, tuple))
-
-
 def _check_pad_value(key: Key, value: Any) -> None:
-    if isinstance(value, (torch.Tensor, np.ndarray)) or not isinstance(value, _SCALARS):
+    if isinstance(value, (torch.Tensor, np.ndarray)) or not isinstance(value, SCALARS):
         raise ShapeBucketError(f"pad_values[{key!r}] must be a number, got {value!r}")
 
 
@@ -102,14 +88,17 @@ class BucketCollator:
         length_key: the key whose length is the sample's length (default: the
             first sequence key). All sequence keys must have this length.
         sequence_keys: the keys to pad; default: every value with a length
-            (lists, tuples, arrays and tensors with ``ndim >= 1``).
+            (lists, tuples, arrays and tensors with ``ndim >= 1``). Values of
+            other keys are stacked: numbers into a ``[B]`` tensor, tensors and
+            arrays of one shape into ``[B, *shape]``; anything else (strings,
+            objects) stays a list.
         padding_side: ``"right"`` or ``"left"``.
         mask_key: name of the bool mask added (True on real tokens) when the
             samples do not carry it; ``None`` adds none.
-        pad_batch_to: pad a short batch with all-pad rows to this many rows
-            (an int, or a mapping ``bucket length -> rows`` such as
-            ``BucketBatchSampler.batch_sizes``) and add a bool row mask under
-            ``sample_mask_key``.
+        batch_sizes: rows per batch: pad a short batch with all-pad rows to
+            this many rows (an int, or a mapping ``bucket length -> rows`` such
+            as ``BucketBatchSampler.batch_sizes``) and add a bool row mask under
+            ``sample_mask_key``. ``pad_batch_to=`` is its old name (deprecated).
         sample_mask_key: where the row mask goes (default ``"sample_mask"``);
             ``None`` adds none, for models that reject unknown keys (pad rows
             still have an all-False mask and labels -100).
@@ -124,18 +113,23 @@ class BucketCollator:
     """
 
     buckets: Buckets | Sequence[int]
-    pad_values: Mapping[Any, Any] | None = field(default=None, kw_only=True)
-    length_key: Key | None = field(default=None, kw_only=True)
-    sequence_keys: Sequence[Key] | None = field(default=None, kw_only=True)
-    padding_side: Literal["right", "left"] = field(default="right", kw_only=True)
-    mask_key: str | None = field(default="attention_mask", kw_only=True)
-    pad_batch_to: int | Mapping[int, int] | None = field(default=None, kw_only=True)
-    overflow: Literal["error", "truncate"] = field(default="error", kw_only=True)
-    seq_dim: int = field(default=0, kw_only=True)
-    sample_mask_key: str | None = field(default="sample_mask", kw_only=True)
+    _: KW_ONLY
+    pad_values: Mapping[Any, Any] | None = None
+    length_key: Key | None = None
+    sequence_keys: Sequence[Key] | None = None
+    padding_side: Literal["right", "left"] = "right"
+    mask_key: str | None = "attention_mask"
+    batch_sizes: int | Mapping[int, int] | None = None
+    overflow: Literal["error", "truncate"] = "error"
+    seq_dim: int = 0
+    sample_mask_key: str | None = "sample_mask"
     stats: CollateStats = field(default_factory=CollateStats, init=False, compare=False)
+    pad_batch_to: InitVar[int | Mapping[int, int] | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, pad_batch_to: int | Mapping[int, int] | None) -> None:
+        self.batch_sizes = renamed_argument(
+            "BucketCollator", "pad_batch_to", pad_batch_to, "batch_sizes", self.batch_sizes
+        )
         self.buckets = as_buckets(self.buckets)
         if self.padding_side not in ("right", "left"):
             raise ShapeBucketError(
@@ -143,8 +137,7 @@ class BucketCollator:
             )
         if self.overflow not in ("error", "truncate"):
             raise ShapeBucketError(f"overflow must be 'error' or 'truncate', got {self.overflow!r}")
-        if isinstance(self.seq_dim, bool) or not isinstance(self.seq_dim, int) or self.seq_dim < 0:
-            raise ShapeBucketError(f"seq_dim must be an int >= 0, got {self.seq_dim!r}")
+        self.seq_dim = check_int("seq_dim", self.seq_dim, minimum=0)
         for name in ("mask_key", "sample_mask_key"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
@@ -167,32 +160,40 @@ class BucketCollator:
             self.sequence_keys = list(self.sequence_keys)
             if not self.sequence_keys:
                 raise ShapeBucketError("sequence_keys must name at least one key, got []")
-        self.pad_batch_to = self._check_pad_batch_to(self.pad_batch_to)
+        self.batch_sizes = check_batch_sizes(self.batch_sizes, self._table)
+
+    def __getattr__(self, name: str) -> Any:
+        # only called for names not found: the old attribute name of batch_sizes
+        if name == "pad_batch_to":
+            import warnings
+
+            warnings.warn(
+                "BucketCollator.pad_batch_to is deprecated; use BucketCollator.batch_sizes",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return self.batch_sizes
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def _table(self) -> Buckets:
         # __post_init__ turns any sequence of ints into Buckets
         return cast(Buckets, self.buckets)
 
-    def _check_pad_batch_to(self, value: Any) -> int | dict[int, int] | None:
-        if value is None:
-            return None
-        if isinstance(value, Mapping):
-            rows = {}
-            for b, n in value.items():
-                if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-                    raise ShapeBucketError(f"pad_batch_to[{b}] must be an int >= 1, got {n!r}")
-                rows[int(b)] = int(n)
-            missing = [b for b in self.buckets if b not in rows]
-            if missing:
-                raise ShapeBucketError(
-                    f"pad_batch_to has no batch size for buckets {missing}; give one for every bucket "
-                    f"of {self.buckets!r} (BucketBatchSampler.batch_sizes has them all)"
-                )
-            return rows
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ShapeBucketError(f"pad_batch_to must be an int >= 1 or a mapping, got {value!r}")
-        return int(value)
+    def rows_for(self, bucket: int) -> int | None:
+        """The rows a batch at ``bucket`` is padded to (``None``: as many as it has samples).
+
+        >>> BucketCollator([8, 16], batch_sizes={8: 4, 16: 2}).rows_for(16)
+        2
+        """
+        target = self.batch_sizes
+        if target is None or isinstance(target, int):
+            return target
+        if bucket not in target:
+            raise ShapeBucketError(
+                f"batch_sizes has no entry for bucket {bucket}; it has {sorted(target)}"
+            )
+        return target[bucket]
 
     # -- pickling: settings only ----------------------------------------------
 
@@ -210,7 +211,7 @@ class BucketCollator:
         ]
         if self.sample_mask_key != "sample_mask":
             settings.append(f"sample_mask_key={self.sample_mask_key!r}")
-        for name in ("pad_values", "length_key", "sequence_keys", "pad_batch_to"):
+        for name in ("pad_values", "length_key", "sequence_keys", "batch_sizes"):
             value = getattr(self, name)
             if value is not None:
                 settings.append(f"{name}={value!r}")
@@ -235,7 +236,7 @@ class BucketCollator:
             raise ShapeBucketError(
                 f"BucketCollator needs a non-empty list of samples, got {samples!r}"
             )
-        kind, keys, columns = _columns(samples)
+        kind, keys, columns = to_columns(samples)
         seq_keys = self._sequence_keys(kind, keys, columns)
         length_key = self.length_key if self.length_key is not None else seq_keys[0]
         if length_key not in seq_keys:
@@ -278,7 +279,7 @@ class BucketCollator:
             full = torch.zeros(rows, bucket, dtype=torch.bool)
             full[:n_real] = mask
             out[self.mask_key] = full
-        if self.pad_batch_to is not None and self.sample_mask_key is not None:
+        if self.batch_sizes is not None and self.sample_mask_key is not None:
             sample_mask = torch.zeros(rows, dtype=torch.bool)
             sample_mask[:n_real] = True
             out[self.sample_mask_key] = sample_mask
@@ -299,6 +300,98 @@ class BucketCollator:
             return result[0]
         return result
 
+    def repad(self, batch: Any, bucket: int, rows: int | None = None) -> Any:
+        """Re-pad a batch this collator made to ``bucket``, with ``rows`` rows: the batch
+        the collator would have made had its samples been collated at that bucket.
+
+        Sequence values are cut or padded along the sequence dim (``seq_dim + 1``
+        of the batch) on the padding side, with each key's pad value; masks get
+        ``False``. ``rows`` defaults to :meth:`rows_for` (``batch_sizes``), else
+        the batch's own row count; added rows are all-pad rows (masks ``False``,
+        stacked values the key's pad value, lists ``None``). Which keys are
+        sequences follows the collator's own rule, so values it did not pad
+        (``[B]`` scalars, stacked ``[B, F]`` features of keys outside
+        ``sequence_keys``) keep their shape. Every tensor comes back
+        contiguous, as a collated batch is (the compiler guards on strides).
+        :func:`shapebucket.prewarm` builds its batches with this method.
+
+        >>> collate = BucketCollator([8, 16])
+        >>> batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4] * 5}])
+        >>> big = collate.repad(batch, 16, rows=3)
+        >>> big["input_ids"].shape, big["attention_mask"].sum(1).tolist()
+        (torch.Size([3, 16]), [3, 5, 0])
+        """
+        bucket = check_int("bucket", bucket, minimum=1)
+        masks: set[Key]
+        sample_mask: Key | None
+        if isinstance(batch, Mapping):
+            items = list(batch.items())
+            masks = {self.mask_key}
+            sample_mask = self.sample_mask_key
+        elif isinstance(batch, (tuple, list)):
+            items = list(enumerate(batch))
+            # a tuple batch is the fields, then the token mask, then the row mask (when made)
+            has_rows = self.batch_sizes is not None and self.sample_mask_key is not None
+            has_mask = self.mask_key is not None
+            masks = {len(items) - 1 - int(has_rows)} if has_mask else set()
+            sample_mask = len(items) - 1 if has_rows else None
+        elif isinstance(batch, torch.Tensor):
+            items, masks, sample_mask = [(0, batch)], set(), None
+        else:
+            raise ShapeBucketError(
+                f"repad needs a batch this collator made (a dict, a tuple or a tensor), got {type(batch).__name__}"
+            )
+        dim = self.seq_dim + 1
+
+        def is_seq(key: Key, value: Any) -> bool:
+            if not isinstance(value, torch.Tensor) or key == sample_mask or value.ndim <= dim:
+                return False
+            return self.sequence_keys is None or key in self.sequence_keys or key in masks
+
+        seq = [(k, v) for k, v in items if is_seq(k, v)]
+        if not seq:
+            raise ShapeBucketError(
+                f"repad found no sequence tensor (ndim > {dim}) in the batch (keys {[k for k, _ in items]}); "
+                "pass a batch this collator made"
+            )
+        length, n = seq[0][1].shape[dim], seq[0][1].shape[0]
+        for k, v in seq:
+            if v.shape[dim] != length or v.shape[0] != n:
+                raise ShapeBucketError(
+                    f"repad: {k!r} has shape {tuple(v.shape)}, but {seq[0][0]!r} has {tuple(seq[0][1].shape)}: "
+                    f"sequence values must agree in rows and in dim {dim}; name the keys to pad with sequence_keys"
+                )
+        if rows is None:
+            rows = self.rows_for(bucket) if self.batch_sizes is not None else n
+        rows = check_int("rows", rows, minimum=1)
+        keep_rows, keep = min(n, rows), min(length, bucket)
+        src = slice(0, keep) if self.padding_side == "right" else slice(length - keep, length)
+        dst = slice(0, keep) if self.padding_side == "right" else slice(bucket - keep, bucket)
+        seq_keys = {k for k, _ in seq}
+        out: list[tuple[Key, Any]] = []
+        for k, v in items:
+            if k in seq_keys:
+                pad = 0 if k in masks else self.pad_value(k)
+                shape = (rows, *v.shape[1:dim], bucket, *v.shape[dim + 1 :])
+                new = torch.full(shape, pad, dtype=v.dtype, device=v.device)
+                index = (slice(0, keep_rows),) + (slice(None),) * (dim - 1) + (dst,)
+                new[index] = v[(slice(0, keep_rows),) + (slice(None),) * (dim - 1) + (src,)]
+                out.append((k, new))
+            elif isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == n:
+                pad = False if k == sample_mask else self.pad_value(k)
+                new = torch.full((rows, *v.shape[1:]), pad, dtype=v.dtype, device=v.device)
+                new[:keep_rows] = v[:keep_rows]
+                out.append((k, new))
+            elif isinstance(v, list) and len(v) == n:
+                out.append((k, v[:keep_rows] + [None] * (rows - keep_rows)))
+            else:
+                out.append((k, v))
+        if isinstance(batch, Mapping):
+            return dict(out)
+        if isinstance(batch, torch.Tensor):
+            return out[0][1]
+        return type(batch)(v for _, v in out)
+
     def _sequence_keys(
         self, kind: str, keys: list[Key], columns: dict[Key, list[Any]]
     ) -> list[Key]:
@@ -309,7 +402,7 @@ class BucketCollator:
                         f"sequence key {k!r} is not in the samples; sample 0 has keys {keys}"
                     )
             return list(self.sequence_keys)
-        seq = [k for k in keys if _is_sequence(columns[k][0])]
+        seq = [k for k in keys if is_sequence(columns[k][0])]
         if not seq:
             raise ShapeBucketError(
                 f"sample 0 has no sequence value (keys {keys}); sequences are lists, tuples, arrays "
@@ -327,9 +420,9 @@ class BucketCollator:
                 return np.fromiter(map(len, column), dtype=np.int64, count=len(column))
             out = np.empty(len(column), dtype=np.int64)
             for i, v in enumerate(column):
-                if not _is_sequence(v):
+                if not is_sequence(v):
                     raise ShapeBucketError(
-                        f"sample {i}: {key!r} is a sequence key but holds {type(v).__name__} {_short(v)}; "
+                        f"sample {i}: {key!r} is a sequence key but holds {type(v).__name__} {short(v)}; "
                         "pass sequence_keys=[...] to name the keys to pad"
                     )
                 out[i] = len(v) if dim == 0 else np.shape(v)[dim]
@@ -364,19 +457,18 @@ class BucketCollator:
         return np.minimum(lens, limit)
 
     def _rows(self, bucket: int, n_real: int) -> int:
-        target = self.pad_batch_to
-        if target is None:
+        rows = self.rows_for(bucket)
+        if rows is None:
             return n_real
-        rows = int(target if isinstance(target, int) else target[bucket])
         if n_real > rows:
             raise ShapeBucketError(
-                f"batch of {n_real} samples is larger than pad_batch_to={rows} for bucket {bucket}; "
-                "raise pad_batch_to or make the sampler's batches smaller"
+                f"batch of {n_real} samples is larger than batch_sizes={rows} for bucket {bucket}; "
+                "raise batch_sizes or make the sampler's batches smaller"
             )
         return rows
 
     def _pad_key(self, key: Key, column: list[Any], mask: torch.Tensor, rows: int) -> torch.Tensor:
-        flat = _concat(key, column, self.seq_dim)
+        flat = concat(key, column, self.seq_dim)
         n_real, bucket = mask.shape
         trailing = tuple(flat.shape[1:])
         pad = self.pad_value(key)
@@ -394,7 +486,8 @@ class BucketCollator:
 
     def _stack_key(self, key: Key, column: list[Any], rows: int) -> Any:
         extra = rows - len(column)
-        if all(_is_scalar(v) for v in column):
+        values: torch.Tensor
+        if all(is_scalar(v) for v in column):
             if all(isinstance(v, torch.Tensor) for v in column):
                 values = torch.stack(column)
             else:
@@ -405,113 +498,31 @@ class BucketCollator:
                     isinstance(v, (np.ndarray, np.generic, torch.Tensor)) for v in column
                 ):
                     values = values.float()
-            if extra:
-                values = torch.cat(
-                    [values, torch.full((extra,), self.pad_value(key), dtype=values.dtype)]
-                )
-            return values
-        return list(column) + [None] * extra
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _columns(samples: Sequence[Any]) -> tuple[str, list[Key], dict[Key, list[Any]]]:
-    """The samples' kind ("dict", "tuple" or "bare"), keys, and one list per key."""
-    first = samples[0]
-    if isinstance(first, Mapping):
-        keys = list(first.keys())
-        columns: dict[Key, list[Any]] = {}
-        for k in keys:
-            try:
-                columns[k] = [s[k] for s in samples]
-            except (KeyError, TypeError, IndexError):
+        elif all(isinstance(v, (torch.Tensor, np.ndarray)) for v in column):
+            tensors = [torch.as_tensor(v) for v in column]
+            shapes = {tuple(t.shape) for t in tensors}
+            dtypes = {t.dtype for t in tensors}
+            if len(shapes) > 1 or len(dtypes) > 1:
                 i = next(
-                    i for i, s in enumerate(samples) if not isinstance(s, Mapping) or k not in s
+                    i
+                    for i, t in enumerate(tensors)
+                    if (tuple(t.shape), t.dtype) != (tuple(tensors[0].shape), tensors[0].dtype)
                 )
                 raise ShapeBucketError(
-                    f"sample {i} has no key {k!r} (sample 0 has keys {keys}); every sample needs the same keys"
-                ) from None
-        for i, s in enumerate(samples):
-            if len(s) != len(keys):
-                extra = [k for k in s if k not in first]
-                raise ShapeBucketError(
-                    f"sample {i} has keys {extra} that sample 0 does not; every sample needs the same keys"
+                    f"sample {i}: {key!r} is not a sequence key, so it is stacked, but it has shape "
+                    f"{tuple(tensors[i].shape)} and dtype {tensors[i].dtype} where sample 0 has "
+                    f"{tuple(tensors[0].shape)} and {tensors[0].dtype}; add {key!r} to sequence_keys "
+                    "to pad it, or give every sample the same shape and dtype"
                 )
-        return "dict", keys, columns
-    if _is_bare(first):
-        for i, s in enumerate(samples):
-            if not _is_bare(s):
-                raise ShapeBucketError(
-                    f"sample {i} is {type(s).__name__} but sample 0 is a bare sequence"
-                )
-        return "bare", [0], {0: list(samples)}
-    if isinstance(first, (list, tuple)):
-        width = len(first)
-        for i, s in enumerate(samples):
-            if not isinstance(s, (list, tuple)) or len(s) != width:
-                raise ShapeBucketError(
-                    f"sample {i} is {_short(s)}, but sample 0 is a tuple of {width} fields; every sample "
-                    "needs the same structure"
-                )
-        keys = list(range(width))
-        return "tuple", keys, {k: [s[k] for s in samples] for k in keys}
-    raise ShapeBucketError(
-        f"sample 0 is {type(first).__name__} {_short(first)}; samples must be dicts, tuples of fields, "
-        "or sequences (lists, arrays, tensors)"
-    )
-
-
-def _is_bare(sample: Any) -> bool:
-    if isinstance(sample, (torch.Tensor, np.ndarray)):
-        return sample.ndim >= 1
-    return isinstance(sample, (list, tuple)) and all(_is_scalar(v) for v in sample[:8])
-
-
-def _concat(key: Key, column: list[Any], seq_dim: int) -> torch.Tensor:
-    """All samples' values of one key, concatenated along the sequence dim (moved to 0)."""
-    kinds = {type(v) for v in column}
-    try:
-        if kinds <= {list, tuple} and seq_dim == 0:
-            return _from_python(list(chain.from_iterable(column)))
-        if kinds == {torch.Tensor}:
-            parts = column
-        elif kinds == {np.ndarray}:
-            arr = np.concatenate(
-                [np.moveaxis(v, seq_dim, 0) for v in column] if seq_dim else column
-            )
-            return torch.from_numpy(arr)
+            values = torch.stack(tensors)
         else:
-            parts = [_to_tensor(v) for v in column]
-        if seq_dim:
-            parts = [p.movedim(seq_dim, 0) for p in parts]
-        return torch.cat(parts)
-    except (ValueError, RuntimeError, TypeError) as e:
-        shapes = [
-            tuple(np.shape(v)) if not isinstance(v, (list, tuple)) else (len(v),) for v in column
-        ]
-        raise ShapeBucketError(
-            f"cannot batch {key!r}: the values' non-sequence dims or types disagree (shapes {shapes[:8]}"
-            f"{'...' if len(shapes) > 8 else ''}): {e}"
-        ) from None
+            return list(column) + [None] * extra
+        if extra:
+            filler = torch.full((extra, *values.shape[1:]), self.pad_value(key), dtype=values.dtype)
+            values = torch.cat([values, filler])
+        return values
 
 
-def _from_python(flat: list[Any]) -> torch.Tensor:
-    if not flat:
-        return torch.empty(0, dtype=torch.int64)
-    arr = np.asarray(flat)
-    if arr.dtype == np.float64:
-        return torch.from_numpy(arr.astype(np.float32))
-    if arr.dtype.kind not in "iub":
-        raise TypeError(f"values must be numbers, got dtype {arr.dtype}")
-    return torch.from_numpy(arr.astype(np.int64) if arr.dtype.kind in "iu" else arr)
-
-
-def _to_tensor(value: Any) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, np.ndarray):
-        return torch.from_numpy(value)
-    return _from_python(list(value))
+# the dataclass leaves the InitVar's default as a class attribute; remove it so that
+# reading the old name goes through __getattr__ (and its DeprecationWarning)
+delattr(BucketCollator, "pad_batch_to")

@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from shapebucket.bench import SAME_BATCHES, STRATEGIES, StrategyResult, check_losses, format_table
+from shapebucket import BucketCollator
+from shapebucket.bench import cli, harness
+from shapebucket.bench.harness import SAME_BATCHES, STRATEGIES, StrategyResult
+from shapebucket.bench.report import check_losses, format_table
 from shapebucket.bench.workloads import load_workload, stdlib_docstring_lengths
 
 REQUIRED = {
@@ -63,7 +66,7 @@ def test_quick_run_writes_table_json_and_plot(tmp_path):
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_loss_check_fails_when_the_padding_mask_is_broken(tmp_path):
+def test_loss_check_fails_when_the_padding_mask_is_broken(monkeypatch, capsys):
     common = [
         "--quick",
         "--strategies",
@@ -77,12 +80,21 @@ def test_loss_check_fails_when_the_padding_mask_is_broken(tmp_path):
         "--plot",
         "",
     ]
-    good = bench(*common)
-    assert good.returncode == 0, good.stderr[-2000:]
-    assert "agree at every step" in good.stdout
-    broken = bench(*common, "--break-mask", "eager-longest")
-    assert broken.returncode == 1
-    assert "disagree on the loss" in broken.stderr and "eager-longest: step 0" in broken.stderr
+    assert cli.main(common) == 0
+    assert "agree at every step" in capsys.readouterr().out
+
+    real_plan = harness._plan
+
+    def broken_plan(name, setup):
+        batches, collate, buckets = real_plan(name, setup)
+        if name == "eager-longest":  # pad tokens count in the loss and are attended to
+            collate = BucketCollator(collate.buckets, pad_values={"labels": 0}, mask_key=None)
+        return batches, collate, buckets
+
+    monkeypatch.setattr(harness, "_plan", broken_plan)
+    assert cli.main(common) == 1
+    err = capsys.readouterr().err
+    assert "disagree on the loss" in err and "eager-longest: step 0" in err
 
 
 @pytest.mark.skipif(

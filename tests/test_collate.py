@@ -51,13 +51,13 @@ def batches(draw):
 
 
 @given(batches(), st.sampled_from(["right", "left"]), st.one_of(st.none(), st.integers(6, 8)))
-def test_every_real_token_kept_in_place_and_mask_exact(batch, side, pad_batch_to):
+def test_every_real_token_kept_in_place_and_mask_exact(batch, side, batch_sizes):
     samples, lens, dtypes, container = batch
     pads = {"k0": 7, "k1": -3, "k2": 1}
-    collate = BucketCollator(BUCKETS, padding_side=side, pad_values=pads, pad_batch_to=pad_batch_to)
+    collate = BucketCollator(BUCKETS, padding_side=side, pad_values=pads, batch_sizes=batch_sizes)
     out = collate(samples)
     bucket = BUCKETS.bucket_for(max(lens))
-    rows = pad_batch_to or len(samples)
+    rows = batch_sizes or len(samples)
     mask = out["attention_mask"]
     assert mask.shape == (rows, bucket) and mask.dtype == torch.bool
     for k, dt in enumerate(dtypes):
@@ -74,7 +74,7 @@ def test_every_real_token_kept_in_place_and_mask_exact(batch, side, pad_batch_to
             assert mask[i].sum() == n and mask[i, real].all()
         assert (t[len(samples) :] == torch.tensor(pads[key]).to(t.dtype)).all()
     assert not mask[len(samples) :].any()
-    if pad_batch_to:
+    if batch_sizes:
         assert out["sample_mask"].tolist() == [True] * len(samples) + [False] * (
             rows - len(samples)
         )
@@ -132,17 +132,17 @@ def test_structures_scalars_and_objects():
     assert out["attention_mask"].tolist() == [[1, 1, 0, 0], [1, 0, 0, 0]]
 
 
-def test_pad_batch_to_mapping_and_repr_and_pickle():
-    c = BucketCollator(BUCKETS, pad_batch_to={4: 3, 8: 2, 16: 2, 32: 1})
+def test_batch_sizes_mapping_and_repr_and_pickle():
+    c = BucketCollator(BUCKETS, batch_sizes={4: 3, 8: 2, 16: 2, 32: 1})
     assert c([[1, 2, 3]])[0].shape == (3, 4)
     assert c([[1] * 5])[0].shape == (2, 8)
-    assert "Buckets([4, 8, 16, 32])" in repr(c) and "pad_batch_to" in repr(c)
+    assert "Buckets([4, 8, 16, 32])" in repr(c) and "batch_sizes" in repr(c)
     c([[1, 2]])
-    no_rows = BucketCollator(BUCKETS, pad_batch_to=4, sample_mask_key=None)([{"input_ids": [1, 2]}])
+    no_rows = BucketCollator(BUCKETS, batch_sizes=4, sample_mask_key=None)([{"input_ids": [1, 2]}])
     assert set(no_rows) == {"input_ids", "attention_mask"} and no_rows["input_ids"].shape == (4, 4)
     clone = pickle.loads(pickle.dumps(c))
     assert clone.stats.batches == 0 and c.stats.batches == 3
-    assert clone.buckets == c.buckets and clone.pad_batch_to == c.pad_batch_to
+    assert clone.buckets == c.buckets and clone.batch_sizes == c.batch_sizes
 
 
 @pytest.mark.parametrize(
@@ -150,8 +150,8 @@ def test_pad_batch_to_mapping_and_repr_and_pickle():
     [
         ({"padding_side": "middle"}, "'middle'"),
         ({"overflow": "drop"}, "'drop'"),
-        ({"pad_batch_to": 0}, "got 0"),
-        ({"pad_batch_to": {4: 2}}, r"buckets \[8, 16, 32\]"),
+        ({"batch_sizes": 0}, "got 0"),
+        ({"batch_sizes": {4: 2}}, r"buckets \[8, 16, 32\]"),
         ({"seq_dim": -1}, "got -1"),
         ({"pad_values": {"input_ids": "x"}}, r"pad_values\['input_ids'\].*'x'"),
         ({"sequence_keys": []}, r"got \[\]"),
@@ -179,8 +179,8 @@ def test_bad_configuration(kwargs, needle):
         ([{"x": torch.ones(2, 3)}, {"x": torch.ones(2, 4)}], {}, r"cannot batch 'x'.*\(2, 3\)"),
         (
             [{"a": [1]}, {"a": [1]}],
-            {"pad_batch_to": 1},
-            "batch of 2 samples is larger than pad_batch_to=1",
+            {"batch_sizes": 1},
+            "batch of 2 samples is larger than batch_sizes=1",
         ),
         ([{"a": [1]}], {"sequence_keys": ["b"]}, "sequence key 'b' is not in the samples"),
         ([{"a": 1}], {}, "no sequence value"),

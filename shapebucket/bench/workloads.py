@@ -57,7 +57,7 @@ def load_workload(
     ``mixture`` draws ``n`` samples; ``text`` and ``file`` use all their lengths.
     """
     if lengths_file is not None:
-        from ..__main__ import read_lengths
+        from ..data import read_lengths
 
         lengths = read_lengths(lengths_file).astype(np.int64)
     elif name == "mixture":

@@ -1,0 +1,139 @@
+"""Reading a list of samples into columns and tensors, for the collators.
+
+Samples are dicts (one column per key), tuples or lists of fields (one column
+per position), or bare sequences (one column). Python ints become int64,
+Python floats float32, bools bool; numpy arrays and tensors keep their dtype.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Hashable, Mapping, Sequence
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import ShapeBucketError
+
+__all__ = ["SCALARS", "Key", "concat", "is_scalar", "is_sequence", "short", "to_columns"]
+
+Key = Hashable
+SCALARS = (numbers.Number, np.generic)
+
+
+def is_scalar(value: Any) -> bool:
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return value.ndim == 0
+    return isinstance(value, SCALARS)
+
+
+def is_sequence(value: Any) -> bool:
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return value.ndim >= 1
+    return isinstance(value, (list, tuple))
+
+
+def short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def to_columns(samples: Sequence[Any]) -> tuple[str, list[Key], dict[Key, list[Any]]]:
+    """The samples' kind ("dict", "tuple" or "bare"), keys, and one list per key."""
+    first = samples[0]
+    if isinstance(first, Mapping):
+        keys = list(first.keys())
+        columns: dict[Key, list[Any]] = {}
+        for k in keys:
+            try:
+                columns[k] = [s[k] for s in samples]
+            except (KeyError, TypeError, IndexError):
+                i = next(
+                    i for i, s in enumerate(samples) if not isinstance(s, Mapping) or k not in s
+                )
+                raise ShapeBucketError(
+                    f"sample {i} has no key {k!r} (sample 0 has keys {keys}); every sample needs the same keys"
+                ) from None
+        for i, s in enumerate(samples):
+            if len(s) != len(keys):
+                extra = [k for k in s if k not in first]
+                raise ShapeBucketError(
+                    f"sample {i} has keys {extra} that sample 0 does not; every sample needs the same keys"
+                )
+        return "dict", keys, columns
+    if _is_bare(first):
+        for i, s in enumerate(samples):
+            if not _is_bare(s):
+                raise ShapeBucketError(
+                    f"sample {i} is {type(s).__name__} but sample 0 is a bare sequence"
+                )
+        return "bare", [0], {0: list(samples)}
+    if isinstance(first, (list, tuple)):
+        width = len(first)
+        for i, s in enumerate(samples):
+            if not isinstance(s, (list, tuple)) or len(s) != width:
+                raise ShapeBucketError(
+                    f"sample {i} is {short(s)}, but sample 0 is a tuple of {width} fields; every sample "
+                    "needs the same structure"
+                )
+        keys = list(range(width))
+        return "tuple", keys, {k: [s[k] for s in samples] for k in keys}
+    raise ShapeBucketError(
+        f"sample 0 is {type(first).__name__} {short(first)}; samples must be dicts, tuples of fields, "
+        "or sequences (lists, arrays, tensors)"
+    )
+
+
+def _is_bare(sample: Any) -> bool:
+    if isinstance(sample, (torch.Tensor, np.ndarray)):
+        return sample.ndim >= 1
+    return isinstance(sample, (list, tuple)) and all(is_scalar(v) for v in sample[:8])
+
+
+def concat(key: Key, column: list[Any], seq_dim: int) -> torch.Tensor:
+    """All samples' values of one key, concatenated along the sequence dim (moved to 0)."""
+    kinds = {type(v) for v in column}
+    try:
+        if kinds <= {list, tuple} and seq_dim == 0:
+            return _from_python(list(chain.from_iterable(column)))
+        if kinds == {torch.Tensor}:
+            parts = column
+        elif kinds == {np.ndarray}:
+            arr = np.concatenate(
+                [np.moveaxis(v, seq_dim, 0) for v in column] if seq_dim else column
+            )
+            return torch.from_numpy(arr)
+        else:
+            parts = [_to_tensor(v) for v in column]
+        if seq_dim:
+            parts = [p.movedim(seq_dim, 0) for p in parts]
+        return torch.cat(parts)
+    except (ValueError, RuntimeError, TypeError) as e:
+        shapes = [
+            tuple(np.shape(v)) if not isinstance(v, (list, tuple)) else (len(v),) for v in column
+        ]
+        raise ShapeBucketError(
+            f"cannot batch {key!r}: the values' non-sequence dims or types disagree (shapes {shapes[:8]}"
+            f"{'...' if len(shapes) > 8 else ''}): {e}"
+        ) from None
+
+
+def _from_python(flat: list[Any]) -> torch.Tensor:
+    if not flat:
+        return torch.empty(0, dtype=torch.int64)
+    arr = np.asarray(flat)
+    if arr.dtype == np.float64:
+        return torch.from_numpy(arr.astype(np.float32))
+    if arr.dtype.kind not in "iub":
+        raise TypeError(f"values must be numbers, got dtype {arr.dtype}")
+    return torch.from_numpy(arr.astype(np.int64) if arr.dtype.kind in "iu" else arr)
+
+
+def _to_tensor(value: Any) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value)
+    return _from_python(list(value))

@@ -1,0 +1,277 @@
+"""Watching the compiler: mark dims dynamic, count compiles, fail on any recompile.
+
+Every private torch API used here goes through ``shapebucket._torch_compat``.
+
+>>> f = torch.compile(lambda x: x * 2, dynamic=False, backend="eager")
+>>> with CompileCounter() as cc:
+...     _ = f(torch.ones(3))
+>>> cc.graphs
+1
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from . import _torch_compat as compat
+from ._validate import check_int, renamed_argument
+from .buckets import Buckets, as_buckets
+from .errors import ShapeBucketError
+
+__all__ = ["CompileCounter", "count_compiles", "mark_dynamic", "no_recompiles", "walk_batch"]
+
+_warned_keys: set[str] = set()
+
+
+# -- mark_dynamic ---------------------------------------------------------------------
+
+
+def walk_batch(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """``(path, leaf)`` for every leaf of a nested batch of dicts, lists and tuples.
+
+    >>> list(walk_batch({"a": 1, "b": (2, 3)}))
+    [('a', 1), ('b[0]', 2), ('b[1]', 3)]
+    """
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            yield from walk_batch(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from walk_batch(v, f"{path}[{i}]")
+    else:
+        yield path, obj
+
+
+def mark_dynamic(
+    batch: Any,
+    dim: int = 1,
+    *,
+    sequence_keys: Sequence[str] | None = None,
+    min: int | None = None,
+    max: int | None = None,
+    strict: bool = False,
+    keys: Sequence[str] | None = None,
+) -> list[str]:
+    """Mark dim ``dim`` of every tensor in a (nested) batch as dynamic; returns the marked paths.
+
+    Non-tensors and tensors with no dim ``dim`` are skipped; ``sequence_keys``
+    limits the marking to those top-level keys (or paths such as ``"0"``,
+    ``"[1]"``; ``keys=`` is its old, deprecated name).
+
+    * ``strict=False`` (default) uses ``maybe_mark_dynamic``: if the model
+      specialises the dim (a graph break on the length, a Python ``if`` on it),
+      compilation still succeeds, but with a static graph per length, which
+      brings back the recompiles. A one-time warning per key says so.
+    * ``strict=True`` uses ``mark_dynamic``: the compiler raises
+      ``ConstraintViolationError`` when the model specialises the dim, and
+      ``min``/``max`` become the compiler's value range for it (``maybe_mark_dynamic``
+      takes no range, so ``min``/``max`` need ``strict=True``).
+
+    Sizes 0 and 1 are always specialised by the compiler, so a dynamic range
+    must start at 2 or above: ``min`` < 2 raises.
+
+    Marks live on the tensor objects: apply them after the batch is moved to
+    its device (``.to()`` returns new tensors without the marks).
+
+    >>> batch = {"input_ids": torch.zeros(2, 5, dtype=torch.long), "id": 3, "pair": (torch.zeros(2, 5), torch.zeros(2))}
+    >>> mark_dynamic(batch, strict=True)
+    ['input_ids', 'pair[0]']
+    """
+    dim = check_int("dim", dim, minimum=0)
+    sequence_keys = renamed_argument("mark_dynamic", "keys", keys, "sequence_keys", sequence_keys)
+    if sequence_keys is not None and (
+        isinstance(sequence_keys, (str, bytes)) or not isinstance(sequence_keys, Sequence)
+    ):
+        raise ShapeBucketError(
+            f"sequence_keys must be a list of keys, got {sequence_keys!r}; "
+            f"for one key write sequence_keys=[{sequence_keys!r}]"
+        )
+    if (min is not None or max is not None) and not strict:
+        raise ShapeBucketError(
+            f"min={min}, max={max} need strict=True: maybe_mark_dynamic (strict=False) takes no range"
+        )
+    if min is not None and min < 2:
+        raise ShapeBucketError(
+            f"min must be >= 2, got {min}: the compiler always specialises sizes 0 and 1, so they are "
+            "never part of a dynamic range; use min=2"
+        )
+    if min is not None and max is not None and max < min:
+        raise ShapeBucketError(f"max ({max}) must be >= min ({min})")
+    wanted = None if sequence_keys is None else {str(k) for k in sequence_keys}
+    marked = []
+    for path, value in walk_batch(batch):
+        if not isinstance(value, torch.Tensor) or value.ndim <= dim:
+            continue
+        path = path or "<tensor>"
+        top = re.split(r"[.\[]", path, maxsplit=1)[0] or path
+        if wanted is not None and path not in wanted and top not in wanted:
+            continue
+        size = value.shape[dim]
+        if (min is not None and size < min) or (max is not None and size > max):
+            raise ShapeBucketError(
+                f"{path!r} has size {size} at dim {dim}, outside min={min}, max={max}"
+            )
+        compat.mark_dynamic_dim(value, dim, strict=strict, min=min, max=max)
+        marked.append(path)
+        if not strict and path not in _warned_keys:
+            _warned_keys.add(path)
+            warnings.warn(
+                f"shapebucket.mark_dynamic: {path!r} dim {dim} is marked with maybe_mark_dynamic (strict=False). "
+                "If the model specialises this dim, torch.compile quietly builds one static graph per length "
+                "and falls back to eager after the recompile limit; pass strict=True to get an error instead.",
+                stacklevel=2,
+            )
+    if wanted is not None:
+        missing = wanted - set(marked) - {re.split(r"[.\[]", p, maxsplit=1)[0] for p in marked}
+        if missing:
+            raise ShapeBucketError(
+                f"sequence_keys {sorted(missing)} name no tensor with a dim {dim} in the batch"
+            )
+    if not marked:
+        raise ShapeBucketError(
+            f"mark_dynamic found no tensor with a dim {dim} in the batch ({type(batch).__name__}); "
+            "pass the collated batch (a tensor, or a dict/tuple of tensors) after moving it to its device"
+        )
+    return marked
+
+
+# -- counting compiles ----------------------------------------------------------------
+
+
+class _ReasonHandler(logging.Handler):
+    def __init__(self, sink: list[str], contains: str = "") -> None:
+        super().__init__(logging.DEBUG)
+        self.sink = sink
+        self.contains = contains
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if self.contains in message:
+            self.sink.append(message)
+
+
+class CompileCounter:
+    """Count graphs compiled inside a ``with`` block and record every recompile's reason.
+
+    Graphs are the delta of dynamo's ``unique_graphs`` counter (which
+    ``torch._dynamo.reset()`` does not clear); reasons come from the
+    ``recompiles`` log channel, switched on for the block and restored after.
+    ``limit_hits`` collects dynamo's "hit config.recompile_limit" warnings: each
+    is a function that from then on runs eagerly (or raises, under ``fullgraph``).
+
+    >>> with CompileCounter() as cc:
+    ...     pass
+    >>> cc.graphs, cc.recompiles
+    (0, [])
+    """
+
+    def __init__(self) -> None:
+        self.recompiles: list[str] = []
+        self.limit_hits: list[str] = []
+        self._start: int | None = None
+        self._end: int | None = None
+        self._stack: contextlib.ExitStack | None = None
+
+    @property
+    def graphs(self) -> int:
+        """Graphs compiled so far inside the block (final once the block exits)."""
+        if self._start is None:
+            return 0
+        end = self._end if self._end is not None else compat.unique_graphs()
+        return end - self._start
+
+    def __enter__(self) -> CompileCounter:
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(compat.add_recompile_handler(_ReasonHandler(self.recompiles)))
+        self._stack.enter_context(
+            compat.add_limit_handler(_ReasonHandler(self.limit_hits, "hit config."))
+        )
+        self._start, self._end = compat.unique_graphs(), None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._end = compat.unique_graphs()
+        if self._stack is not None:
+            self._stack.close()
+
+    def __str__(self) -> str:
+        lines = [f"{self.graphs} graphs compiled, {len(self.recompiles)} recompiles"]
+        if self.limit_hits:
+            lines[0] += f", recompile limit hit {len(self.limit_hits)} times"
+        lines += [f"  - {r.strip().splitlines()[-1].strip()}" for r in self.recompiles]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"CompileCounter(graphs={self.graphs}, recompiles={len(self.recompiles)})"
+
+
+def count_compiles() -> CompileCounter:
+    """Deprecated: use :class:`CompileCounter` directly (``with CompileCounter() as cc: ...``).
+
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", DeprecationWarning)
+    ...     isinstance(count_compiles(), CompileCounter)
+    True
+    """
+    warnings.warn(
+        "count_compiles() is deprecated; use CompileCounter() (with CompileCounter() as cc: ...)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return CompileCounter()
+
+
+# -- no_recompiles --------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def no_recompiles(buckets: Buckets | Sequence[int] | None = None) -> Iterator[None]:
+    """Fail on any recompile inside the block, with a :class:`ShapeBucketError`.
+
+    Uses the compiler's ``fail_on_recompile`` stance (restored on exit, also on
+    error). The error names the input size that was not prewarmed and, when
+    ``buckets`` is given, the bucket table. Functions compiled for the first time
+    inside the block still compile: only *re*compiles fail.
+
+    >>> f = torch.compile(lambda x: x + 1, dynamic=False, backend="eager")
+    >>> _ = f(torch.ones(2, 8))
+    >>> with no_recompiles([8, 16]):
+    ...     _ = f(torch.ones(2, 8))  # a compiled shape: fine
+    >>> try:
+    ...     with no_recompiles([8, 16]):
+    ...         _ = f(torch.ones(2, 16))  # a new shape
+    ... except ShapeBucketError as e:
+    ...     print(str(e).splitlines()[0][:80])
+    recompile inside no_recompiles(): input 'x' has size 16 at dim 1, a shape that w
+    """
+    table = None if buckets is None else as_buckets(buckets)
+    try:
+        with compat.stance("fail_on_recompile"):
+            yield
+    except RuntimeError as e:
+        if not compat.is_recompile_error(e):
+            raise
+        text = str(e)
+        failures = compat.parse_recompile_error(text)
+        sizes = [f for f in failures if f.is_size]
+        others = [f for f in failures if not f.is_size]
+        if sizes and not others:
+            f = sizes[0]
+            what = f"input {f.name!r} has size {f.actual} at dim {f.dim}, a shape that was not prewarmed"
+        elif others:
+            what = f"an input failed a guard other than its size ({others[0].text}), e.g. a different stride, dtype or device than the prewarmed batch"
+        else:
+            what = "an input or guard changed in a way that was not prewarmed"
+        where = f"; buckets are {table!r}" if table is not None else ""
+        raise ShapeBucketError(
+            f"recompile inside no_recompiles(): {what}{where}. Pad every batch to a bucket "
+            f"(BucketCollator) and prewarm every bucket (and batch size) first.\ncompiler said: {text}"
+        ) from e

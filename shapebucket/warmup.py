@@ -1,0 +1,209 @@
+"""``prewarm``: compile every bucket before training, then put everything back as it was.
+
+Its batches come from the collator (:meth:`BucketCollator.repad`), the one owner
+of padding, so what is prewarmed has exactly the shapes, dtypes and strides of
+the batches the training loop will see.
+
+Typical use::
+
+    model = torch.compile(model, dynamic=False)
+    report = shapebucket.prewarm(model, buckets, example=next(iter(loader)), collator=collate)
+    with shapebucket.no_recompiles(buckets):
+        for batch in loader:
+            train_step(batch)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from . import _torch_compat as compat
+from ._progress import progress as progress_bar
+from ._validate import renamed_argument
+from .buckets import Buckets, as_buckets
+from .collate import BucketCollator, check_batch_sizes
+from .errors import ShapeBucketError
+from .recompiles import CompileCounter, no_recompiles
+from .state import restore, snapshot
+
+__all__ = ["PrewarmReport", "prewarm"]
+
+
+@dataclass
+class PrewarmReport:
+    """What :func:`prewarm` compiled: per bucket seconds and graphs, and the totals.
+
+    >>> report = prewarm(lambda x: x.sum(), [4, 8], make_batch=lambda n: torch.ones(2, n), progress=False)
+    >>> list(report.seconds), report.total_graphs  # an uncompiled function: nothing to compile
+    ([4, 8], 0)
+    """
+
+    buckets: Buckets
+    seconds: dict[int, float] = field(default_factory=dict)
+    graphs: dict[int, int] = field(default_factory=dict)
+    total_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    limit: int = 0
+    limit_raised_from: int | None = None
+
+    @property
+    def total_graphs(self) -> int:
+        return sum(self.graphs.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "buckets": list(self.buckets),
+            "seconds": {str(b): s for b, s in self.seconds.items()},
+            "graphs": {str(b): g for b, g in self.graphs.items()},
+            "total_seconds": self.total_seconds,
+            "verify_seconds": self.verify_seconds,
+            "total_graphs": self.total_graphs,
+            "limit": self.limit,
+            "limit_raised_from": self.limit_raised_from,
+        }
+
+    def __str__(self) -> str:
+        lines = [f"{'bucket':>8s} {'seconds':>8s} {'graphs':>6s}"]
+        lines += [f"{b:>8d} {self.seconds[b]:>8.2f} {self.graphs[b]:>6d}" for b in self.seconds]
+        lines.append(f"{'total':>8s} {self.total_seconds:>8.2f} {self.total_graphs:>6d}")
+        if self.verify_seconds:
+            lines.append(
+                f"verified: every bucket ran again with no recompile ({self.verify_seconds:.2f} s)"
+            )
+        if self.limit_raised_from is not None:
+            lines.append(
+                f"recompile limit raised from {self.limit_raised_from} to {self.limit} for {len(self.buckets)} buckets"
+            )
+        return "\n".join(lines)
+
+
+def _run(model: Any, step: Callable[[Any], Any] | None, batch: Any) -> None:
+    if step is not None:
+        step(batch)
+        return
+    if model is None:
+        raise ShapeBucketError("prewarm needs a model or a step function")
+    if isinstance(batch, Mapping):
+        out = model(**batch)
+    elif isinstance(batch, (list, tuple)):
+        out = model(*batch)
+    else:
+        out = model(batch)
+    loss = out
+    if isinstance(out, Mapping) and "loss" in out:
+        loss = out["loss"]
+    elif hasattr(out, "loss"):
+        loss = out.loss
+    if isinstance(loss, torch.Tensor) and loss.ndim == 0 and loss.requires_grad:
+        loss.backward()
+
+
+def prewarm(
+    model: Any,
+    buckets: Buckets | Sequence[int],
+    *,
+    example: Any = None,
+    make_batch: Callable[[int], Any] | None = None,
+    step: Callable[[Any], Any] | None = None,
+    batch_sizes: int | Mapping[int, int] | None = None,
+    collator: BucketCollator | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    raise_limit: bool = True,
+    verify: bool = True,
+    progress: bool = True,
+    batch_size: int | Mapping[int, int] | None = None,
+    seq_keys: Sequence[str] | None = None,
+) -> PrewarmReport:
+    """Compile every bucket before training, then put the model back exactly as it was.
+
+    For each bucket a batch is built from ``example`` (a real batch made by
+    ``collator``) with ``collator.repad(example, bucket, rows)``, or by
+    ``make_batch(bucket)``. ``rows`` is ``batch_sizes`` (an int or a mapping
+    ``bucket -> rows``, such as ``sampler.batch_sizes``), else the collator's
+    own ``batch_sizes``, else the example's row count. Without ``collator`` a
+    default ``BucketCollator(buckets)`` re-pads the example; pass the collator
+    that made it whenever it has other settings (``seq_dim``, padding side,
+    pad values, ``sequence_keys``). Then ``step(batch)`` runs (a whole training
+    step), or else ``model(**batch)`` / ``model(*batch)`` followed by
+    ``backward()`` when the output (or its ``.loss``) is a scalar that requires
+    grad, so forward and backward compile.
+
+    Afterwards parameters, buffers, ``.grad``s, the state of ``optimizer`` (pass
+    the one ``step`` uses), train/eval flags and the torch, numpy and Python RNG
+    states are restored bitwise, in place (:mod:`shapebucket.state`). With
+    ``verify=True`` every bucket is then run once more from that restored state
+    under :func:`no_recompiles`, and restored again, which proves the training
+    loop will not recompile.
+
+    When there are more buckets than the recompile limit, the limit is raised
+    globally (torch sets a per-function limit only at ``torch.compile`` time) and
+    the report says so; ``raise_limit=False`` raises :class:`ShapeBucketError`
+    instead. ``batch_size=`` and ``seq_keys=`` are the deprecated names of
+    ``batch_sizes=`` and of the collator's ``sequence_keys``.
+
+    >>> model = torch.compile(torch.nn.Linear(4, 2), dynamic=False, backend="eager")
+    >>> report = prewarm(model, [8, 16], make_batch=lambda n: torch.ones(n, 4), progress=False)
+    >>> report.total_graphs, list(report.graphs)
+    (2, [8, 16])
+    """
+    buckets = as_buckets(buckets)
+    if (example is None) == (make_batch is None):
+        raise ShapeBucketError(
+            "pass exactly one of example (a collated batch) and make_batch(bucket_len)"
+        )
+    if collator is not None and not isinstance(collator, BucketCollator):
+        raise ShapeBucketError(
+            f"collator must be the BucketCollator that made the example, got {type(collator).__name__}"
+        )
+    batch_sizes = renamed_argument("prewarm", "batch_size", batch_size, "batch_sizes", batch_sizes)
+    rows_for = check_batch_sizes(batch_sizes, buckets)
+    padder = None
+    if example is not None:
+        padder = collator if collator is not None else BucketCollator(buckets)
+        if seq_keys is not None:
+            keys = renamed_argument("prewarm", "seq_keys", seq_keys, "sequence_keys", None)
+            padder = replace(padder, sequence_keys=list(keys))
+    report = PrewarmReport(buckets=buckets)
+    limit = compat.get_recompile_limit()
+    if len(buckets) > limit:
+        if not raise_limit:
+            buckets.check_limit(limit)
+        report.limit_raised_from = compat.set_recompile_limit(len(buckets))
+        limit = len(buckets)
+    report.limit = limit
+
+    def batch_for(b: int) -> Any:
+        if padder is None:
+            return make_batch(b)  # type: ignore[misc]  # one of the two is set (checked above)
+        rows = rows_for if not isinstance(rows_for, dict) else rows_for[b]
+        return padder.repad(example, b, rows)
+
+    snap = snapshot(model, optimizer)
+    start = time.perf_counter()
+    try:
+        bar = progress_bar(list(buckets), desc="prewarm", unit="bucket", enabled=progress)
+        for b in bar:
+            bar.set_postfix_str(f"bucket {b}")
+            t0 = time.perf_counter()
+            with CompileCounter() as cc:
+                _run(model, step, batch_for(b))
+            report.seconds[b] = time.perf_counter() - t0
+            report.graphs[b] = cc.graphs
+        report.total_seconds = time.perf_counter() - start
+    finally:
+        restore(snap)
+    if verify:
+        t0 = time.perf_counter()
+        try:
+            with no_recompiles(buckets):
+                for b in buckets:
+                    _run(model, step, batch_for(b))
+        finally:
+            restore(snap)
+        report.verify_seconds = time.perf_counter() - t0
+    return report

@@ -3,7 +3,7 @@
 Counts real tokens / computed tokens (batch rows x padded length) over an epoch
 of the project's length mixture, for random batches padded to their longest
 sample, random batches padded to fitted buckets, and BucketBatchSampler with
-fitted buckets (with and without pad rows from ``pad_batch_to``).
+fitted buckets (with and without pad rows from ``batch_sizes``).
 
     python benchmarks/sampler_efficiency.py [--n 200000] [--batch-size 64]
 """
@@ -37,8 +37,8 @@ def main() -> None:
     B = args.batch_size
     perm = np.random.default_rng(0).permutation(args.n)
     random_batches = [perm[i : i + B] for i in range(0, args.n, B)]
-    fitted_random = fit_buckets(lengths, args.k, align=args.align, sampler="random", batch_size=B)
-    fitted = fit_buckets(lengths, args.k, align=args.align, sampler="bucketed")
+    fitted_random = fit_buckets(lengths, args.k, align=args.align, batching="random", batch_size=B)
+    fitted = fit_buckets(lengths, args.k, align=args.align, batching="bucketed")
     sampler = BucketBatchSampler(lengths, fitted, batch_size=B, seed=0)
     bucket_batches = [np.asarray(b) for b in sampler]
     promoted = [
@@ -63,11 +63,11 @@ def main() -> None:
         ),
         (f"BucketBatchSampler, {fitted!r}", efficiency(lengths, bucket_batches, fitted_len)),
         (
-            "  same, short batches padded with pad_batch_to",
+            "  same, short batches padded with batch_sizes",
             efficiency(lengths, bucket_batches, fitted_len, rows=full_rows),
         ),
         (
-            '  leftovers="promote", pad_batch_to',
+            '  leftovers="promote", batch_sizes',
             efficiency(lengths, promoted, fitted_len, rows=full_rows),
         ),
     ]

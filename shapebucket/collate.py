@@ -20,8 +20,9 @@ Conventions (all documented in ``docs/collate.md``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import KW_ONLY, InitVar, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -124,12 +125,8 @@ class BucketCollator:
     seq_dim: int = 0
     sample_mask_key: str | None = "sample_mask"
     stats: CollateStats = field(default_factory=CollateStats, init=False, compare=False)
-    pad_batch_to: InitVar[int | Mapping[int, int] | None] = None
 
-    def __post_init__(self, pad_batch_to: int | Mapping[int, int] | None) -> None:
-        self.batch_sizes = renamed_argument(
-            "BucketCollator", "pad_batch_to", pad_batch_to, "batch_sizes", self.batch_sizes
-        )
+    def __post_init__(self) -> None:
         self.buckets = as_buckets(self.buckets)
         if self.padding_side not in ("right", "left"):
             raise ShapeBucketError(
@@ -341,25 +338,31 @@ class BucketCollator:
             raise ShapeBucketError(
                 f"repad needs a batch this collator made (a dict, a tuple or a tensor), got {type(batch).__name__}"
             )
-        dim = self.seq_dim + 1
+        def seq_dim_of(key: Key, value: torch.Tensor) -> int:
+            # the token mask the collator adds is [rows, bucket] whatever seq_dim is
+            return 1 if key in masks and value.ndim == 2 else self.seq_dim + 1
 
         def is_seq(key: Key, value: Any) -> bool:
-            if not isinstance(value, torch.Tensor) or key == sample_mask or value.ndim <= dim:
+            if not isinstance(value, torch.Tensor) or key == sample_mask:
+                return False
+            if value.ndim <= seq_dim_of(key, value):
                 return False
             return self.sequence_keys is None or key in self.sequence_keys or key in masks
 
-        seq = [(k, v) for k, v in items if is_seq(k, v)]
+        seq = [(k, v, seq_dim_of(k, v)) for k, v in items if is_seq(k, v)]
         if not seq:
             raise ShapeBucketError(
-                f"repad found no sequence tensor (ndim > {dim}) in the batch (keys {[k for k, _ in items]}); "
-                "pass a batch this collator made"
+                f"repad found no sequence tensor (ndim > {self.seq_dim + 1}) in the batch "
+                f"(keys {[k for k, _ in items]}); pass a batch this collator made"
             )
-        length, n = seq[0][1].shape[dim], seq[0][1].shape[0]
-        for k, v in seq:
-            if v.shape[dim] != length or v.shape[0] != n:
+        k0, v0, d0 = seq[0]
+        length, n = v0.shape[d0], v0.shape[0]
+        for k, v, d in seq:
+            if v.shape[d] != length or v.shape[0] != n:
                 raise ShapeBucketError(
-                    f"repad: {k!r} has shape {tuple(v.shape)}, but {seq[0][0]!r} has {tuple(seq[0][1].shape)}: "
-                    f"sequence values must agree in rows and in dim {dim}; name the keys to pad with sequence_keys"
+                    f"repad: {k!r} has shape {tuple(v.shape)}, but {k0!r} has {tuple(v0.shape)}: "
+                    f"sequence values must agree in rows and in length (dim {d}); "
+                    "name the keys to pad with sequence_keys"
                 )
         if rows is None:
             rows = self.rows_for(bucket) if self.batch_sizes is not None else n
@@ -367,15 +370,17 @@ class BucketCollator:
         keep_rows, keep = min(n, rows), min(length, bucket)
         src = slice(0, keep) if self.padding_side == "right" else slice(length - keep, length)
         dst = slice(0, keep) if self.padding_side == "right" else slice(bucket - keep, bucket)
-        seq_keys = {k for k, _ in seq}
+        seq_dims = {k: d for k, _, d in seq}
         out: list[tuple[Key, Any]] = []
         for k, v in items:
-            if k in seq_keys:
+            if k in seq_dims:
+                d = seq_dims[k]
                 pad = 0 if k in masks else self.pad_value(k)
-                shape = (rows, *v.shape[1:dim], bucket, *v.shape[dim + 1 :])
+                shape = (rows, *v.shape[1:d], bucket, *v.shape[d + 1 :])
                 new = torch.full(shape, pad, dtype=v.dtype, device=v.device)
-                index = (slice(0, keep_rows),) + (slice(None),) * (dim - 1) + (dst,)
-                new[index] = v[(slice(0, keep_rows),) + (slice(None),) * (dim - 1) + (src,)]
+                lead = (slice(0, keep_rows),) + (slice(None),) * (d - 1)
+                to, frm = (*lead, dst), (*lead, src)
+                new[to] = v[frm]
                 out.append((k, new))
             elif isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == n:
                 pad = False if k == sample_mask else self.pad_value(k)
@@ -523,6 +528,19 @@ class BucketCollator:
         return values
 
 
-# the dataclass leaves the InitVar's default as a class attribute; remove it so that
-# reading the old name goes through __getattr__ (and its DeprecationWarning)
-delattr(BucketCollator, "pad_batch_to")
+def _accept_old_name(init: Any) -> Any:
+    """``BucketCollator(pad_batch_to=...)``, the old name of ``batch_sizes=``, keeps working
+    for one release (with a DeprecationWarning) without being a dataclass field, so
+    ``dataclasses.replace`` and the repr see only the new name."""
+
+    @functools.wraps(init)
+    def __init__(self: BucketCollator, *args: Any, pad_batch_to: Any = None, **kwargs: Any) -> None:
+        kwargs["batch_sizes"] = renamed_argument(
+            "BucketCollator", "pad_batch_to", pad_batch_to, "batch_sizes", kwargs.get("batch_sizes")
+        )
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+setattr(BucketCollator, "__init__", _accept_old_name(BucketCollator.__init__))  # noqa: B010

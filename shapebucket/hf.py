@@ -31,7 +31,7 @@ class BucketTrainer(Trainer):
     * The sampler uses ``per_device_train_batch_size``, ``seed``, and the
       world size and rank of the Trainer's arguments; it shards by itself, so
       the DataLoader is not re-sharded by ``accelerate``.
-    * Short batches are padded to the full batch size (``pad_batch_to``)
+    * Short batches are padded to the full batch size (``batch_sizes``)
       without a ``sample_mask`` key, which models would reject: pad rows have
       an all-False attention mask and labels -100, so the loss ignores them.
     * With ``torch_compile=True`` the Trainer compiles with ``dynamic=None``;
@@ -75,7 +75,7 @@ class BucketTrainer(Trainer):
         self.bucket_collator = BucketCollator(
             self.buckets,
             pad_values=pad_values,
-            pad_batch_to=self.bucket_sampler.batch_sizes,
+            batch_sizes=self.bucket_sampler.batch_sizes,
             sample_mask_key=None,
         )
 

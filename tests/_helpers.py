@@ -21,18 +21,21 @@ def check_resume_at_every_position(make_sampler: Callable[[], Any], epoch: int =
         assert head + list(restored) == full, f"resume after {k} batches differs"
 
 
-def torchrun(script, *args, port: int) -> list[str]:
-    """The command that runs ``script`` on 2 local processes (gloo on CPU)."""
+def torchrun(script, *args) -> list[str]:
+    """The command that runs ``script`` on 2 local processes (gloo on CPU).
+
+    ``--standalone`` lets the launcher pick a free port for its rendezvous, so
+    two test runs on one machine never collide on a fixed port.
+    """
     import sys
 
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
+        "--standalone",
         "--nproc-per-node",
         "2",
-        "--master-port",
-        str(port),
         str(script),
         *map(str, args),
     ]

@@ -234,3 +234,100 @@ def test_worker_error_reaches_caller(method):
     )
     with pytest.raises(ShapeBucketError, match="sample 3: 'input_ids' has length 40"):
         list(loader)
+
+
+@st.composite
+def repad_cases(draw):
+    """Samples (dicts or tuples, 1-D or with a feature dim on either side), collator
+    settings, and a target bucket and row count to re-pad to."""
+    n = draw(st.integers(1, 5))
+    lens = draw(st.lists(st.integers(0, 20), min_size=n, max_size=n))
+    seq_dim = draw(st.sampled_from([0, 1]))
+    feat = draw(st.sampled_from([None, 3]))
+    kind = draw(st.sampled_from(["dict", "tuple"]))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    samples = []
+    for length in lens:
+        shape = (length,) if feat is None else ((feat, length) if seq_dim else (length, feat))
+        ids = torch.randint(1, 50, shape, generator=g)
+        labels = torch.randint(1, 50, shape, generator=g).float()
+        samples.append(
+            {"ids": ids, "labels": labels, "idx": length} if kind == "dict" else (ids, labels)
+        )
+    if feat is None:
+        seq_dim = 0
+    settings = dict(
+        padding_side=draw(st.sampled_from(["right", "left"])),
+        seq_dim=seq_dim,
+        pad_values={"ids": 7, 0: 7, 1: -1.5},
+        mask_key=draw(st.sampled_from(["attention_mask", None])),
+    )
+    with_rows = draw(st.booleans())
+    target = draw(st.integers(2, 40))
+    rows = draw(st.integers(1, 8))
+    return samples, settings, with_rows, target, rows
+
+
+@given(repad_cases())
+def test_repad_equals_collating_the_samples_at_that_bucket(case):
+    """repad(collate(samples), b, rows) is exactly what a collator with the same settings
+    makes of the same samples at bucket b (cut to b with overflow='truncate')."""
+    samples, settings, with_rows, target, rows = case
+    n = len(samples)
+    collate = BucketCollator(Buckets([8, 16, 24]), batch_sizes=8 if with_rows else None, **settings)
+    batch = collate(samples)
+    reference = BucketCollator(
+        Buckets([target]),
+        overflow="truncate",
+        batch_sizes=rows if (with_rows or rows > n) else None,
+        **settings,
+    )
+    kept = samples[: min(rows, n)]
+    want = reference(kept)
+    got = collate.repad(batch, target, rows)
+    if rows > n and not with_rows:
+        # the reference adds a row mask when it pads rows; repad keeps the batch's keys
+        want = _drop_row_mask(want)
+    pairs = (
+        zip(want.values(), got.values(), strict=True)
+        if isinstance(want, dict)
+        else zip(want, got, strict=True)
+    )
+    if isinstance(want, dict):
+        assert list(want) == list(got)
+    for w, g in pairs:
+        if isinstance(w, torch.Tensor):
+            assert w.dtype == g.dtype and w.shape == g.shape and g.is_contiguous()
+            assert torch.equal(w, g)
+        else:
+            assert list(w) == list(g)
+
+
+def _drop_row_mask(batch):
+    if isinstance(batch, dict):
+        return {k: v for k, v in batch.items() if k != "sample_mask"}
+    return batch[:-1]
+
+
+def test_repad_keeps_non_sequence_values_and_checks_its_input():
+    collate = BucketCollator(BUCKETS, sequence_keys=["input_ids"])
+    samples = [
+        {"input_ids": [1, 2, 3], "feat": torch.ones(4), "name": "a"},
+        {"input_ids": [4], "feat": torch.zeros(4), "name": "b"},
+    ]
+    batch = collate(samples)
+    assert batch["feat"].shape == (
+        2,
+        4,
+    )  # stacked, not padded: its 4 equals the bucket but is no sequence
+    big = collate.repad(batch, 16, rows=3)
+    assert big["input_ids"].shape == (3, 16) and big["feat"].shape == (3, 4)
+    assert big["name"] == ["a", "b", None] and not big["attention_mask"][2].any()
+    with pytest.raises(ShapeBucketError, match="no sequence tensor"):
+        collate.repad({"x": torch.ones(3)}, 8)
+    with pytest.raises(ShapeBucketError, match="rows must be >= 1"):
+        collate.repad(batch, 8, rows=0)
+    with pytest.raises(ShapeBucketError, match="bucket must be >= 1"):
+        collate.repad(batch, 0)
+    with pytest.raises(ShapeBucketError, match="sample 1: 'feat' is not a sequence key"):
+        collate([samples[0], {"input_ids": [4], "feat": torch.zeros(5), "name": "b"}])

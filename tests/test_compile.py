@@ -1,6 +1,10 @@
-"""Compile helpers on tiny models. Each compiled module is shared within this file."""
+"""Compile helpers. The logic (guards, counters, prewarm bookkeeping, state restore)
+runs in the fast suite with ``backend="eager"``: dynamo traces, guards and counts
+graphs exactly as with inductor, without compiling C++. A few tests marked slow
+compile with inductor for real."""
 
 import random
+import warnings
 
 import numpy as np
 import pytest
@@ -13,6 +17,7 @@ from shapebucket import (
     Buckets,
     CompileCounter,
     ShapeBucketError,
+    count_compiles,
     load_compile_cache,
     mark_dynamic,
     no_recompiles,
@@ -20,8 +25,9 @@ from shapebucket import (
     save_compile_cache,
 )
 from shapebucket import _torch_compat as compat
+from shapebucket.state import restore, snapshot
 
-pytestmark = pytest.mark.slow
+EAGER = {"backend": "eager", "dynamic": False}
 
 
 class TinyLM(nn.Module):
@@ -42,9 +48,9 @@ BUCKETS = Buckets([8, 16, 24])
 COLLATE = BucketCollator(BUCKETS)
 
 
-def batch_of(lengths, seed=0):
+def batch_of(lengths, seed=0, collate=COLLATE):
     g = torch.Generator().manual_seed(seed)
-    return COLLATE(
+    return collate(
         [
             {"input_ids": (ids := torch.randint(0, 32, (n,), generator=g)), "labels": ids}
             for n in lengths
@@ -52,23 +58,19 @@ def batch_of(lengths, seed=0):
     )
 
 
-@pytest.fixture(scope="module")
-def compiled():
-    torch.manual_seed(0)
-    model = TinyLM()
-    return model, torch.compile(model, dynamic=False, fullgraph=True)
-
-
-@pytest.fixture()
-def restore_limit():
+@pytest.fixture(autouse=True)
+def fresh_compiler():
+    """Every test starts with no compiled graphs and the default recompile limit: compiled
+    instances of one class share a code object, so they would count against one limit."""
     old = compat.get_recompile_limit()
+    compat.reset_compiler()
     yield
     compat.set_recompile_limit(old)
+    compat.reset_compiler()
 
 
-def test_prewarm_then_no_recompiles(compiled):
-    _, cmodel = compiled
-    example = batch_of([5, 12, 3])  # bucket 16: prewarm crops it to 8 and pads it to 24
+def check_prewarm_then_no_recompiles(cmodel):
+    example = batch_of([5, 12, 3])  # bucket 16: the collator crops it to 8 and pads it to 24
     with CompileCounter() as outer:
         report = prewarm(cmodel, BUCKETS, example=example, collator=COLLATE, progress=False)
     assert list(report.graphs) == [8, 16, 24]
@@ -92,6 +94,192 @@ def test_prewarm_then_no_recompiles(compiled):
         cmodel(**BucketCollator([48])([{"input_ids": [1] * 40, "labels": [1] * 40}] * 3))
     assert cc.graphs == 1 and len(cc.recompiles) == 1 and "48" in cc.recompiles[0]
     assert "1 graphs compiled, 1 recompiles" in str(cc)
+
+
+def test_prewarm_then_no_recompiles():
+    torch.manual_seed(0)
+    check_prewarm_then_no_recompiles(torch.compile(TinyLM(), fullgraph=True, **EAGER))
+
+
+@pytest.mark.slow
+def test_prewarm_then_no_recompiles_inductor():
+    torch.manual_seed(0)
+    check_prewarm_then_no_recompiles(torch.compile(TinyLM(), dynamic=False, fullgraph=True))
+
+
+# -- prewarmed shapes are the real batches' shapes ------------------------------------
+
+
+def signature(batch):
+    """What dynamo guards on, per tensor: shape, dtype, strides."""
+    items = batch.items() if isinstance(batch, dict) else enumerate(batch)
+    return {
+        k: (tuple(v.shape), v.dtype, v.stride()) if isinstance(v, torch.Tensor) else type(v)
+        for k, v in items
+    }
+
+
+def ids(n, g):
+    return torch.randint(1, 30, (n,), generator=g)
+
+
+def same(batch):
+    return batch
+
+
+def with_features(batch):
+    """A [B, 8] tensor the user adds after collation: 8 is also the example's length."""
+    return {**batch, "feat": torch.randn(batch["input_ids"].shape[0], 8)}
+
+
+SHAPE_CASES = {
+    # seq_dim=1: samples are [F, T]; batches [B, F, bucket] (the old prewarm made [B, bucket, T])
+    "seq_dim=1": (
+        BucketCollator(BUCKETS, seq_dim=1),
+        lambda n, g: {"x": torch.randn(3, n, generator=g)},
+        same,
+    ),
+    "left padding": (
+        BucketCollator(BUCKETS, padding_side="left"),
+        lambda n, g: {"input_ids": (t := ids(n, g)), "labels": t},
+        same,
+    ),
+    "tuple": (
+        BucketCollator(BUCKETS, pad_values={1: -100}),
+        lambda n, g: (ids(n, g), ids(n, g)),
+        same,
+    ),
+    # a [B, F] tensor whose F equals the example's length must keep its shape
+    "features F == length": (
+        BucketCollator(BUCKETS, sequence_keys=["input_ids"]),
+        lambda n, g: {"input_ids": ids(n, g)},
+        with_features,
+    ),
+    "features stacked by the collator": (
+        BucketCollator(BUCKETS, sequence_keys=["input_ids"]),
+        lambda n, g: {"input_ids": ids(n, g), "feat": torch.randn(8, generator=g)},
+        same,
+    ),
+    "rows from batch_sizes": (
+        BucketCollator(BUCKETS, batch_sizes={8: 4, 16: 3, 24: 3}),
+        lambda n, g: {"input_ids": ids(n, g)},
+        same,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(SHAPE_CASES))
+def test_prewarmed_batches_have_the_real_batches_shapes(case):
+    collate, make, finish = SHAPE_CASES[case]
+    g = torch.Generator().manual_seed(0)
+    example = finish(collate([make(n, g) for n in (5, 8, 2)]))  # bucket 8: length 8
+    seen = {}
+    prewarm(
+        None,
+        BUCKETS,
+        example=example,
+        collator=collate,
+        step=lambda b: seen.setdefault(len(seen), signature(b)),
+        verify=False,
+        progress=False,
+    )
+    for i, (lo, hi) in enumerate([(1, 8), (9, 16), (17, 24)]):
+        lengths = [hi, lo, (lo + hi) // 2]
+        real = finish(collate([make(n, g) for n in lengths]))
+        assert signature(real) == seen[i], (case, BUCKETS[i])
+
+
+@pytest.mark.parametrize("case", list(SHAPE_CASES))
+def test_real_batches_do_not_recompile_after_prewarm(case):
+    """The end-to-end form of the test above: the verify pass and the loop agree."""
+    collate, make, finish = SHAPE_CASES[case]
+
+    def f(batch):
+        tensors = batch.values() if isinstance(batch, dict) else batch
+        return sum(t.float().sum() for t in tensors if isinstance(t, torch.Tensor))
+
+    cf = torch.compile(f, **EAGER)
+    g = torch.Generator().manual_seed(1)
+    example = finish(collate([make(n, g) for n in (5, 8, 2)]))
+    prewarm(cf, BUCKETS, example=example, collator=collate, step=cf, progress=False)
+    with CompileCounter() as cc, no_recompiles(BUCKETS):
+        for lengths in ([8, 1, 3], [16, 9, 10], [24, 17, 20], [2, 2, 2]):
+            cf(finish(collate([make(n, g) for n in lengths])))
+    assert cc.graphs == 0
+
+
+def test_prewarm_rows_pad_with_pad_rows_and_prewarm_batch_sizes_win():
+    seen = []
+    prewarm(
+        None,
+        Buckets([4, 16]),
+        example=batch_of([5, 7, 3]),
+        step=lambda b: seen.append({k: v.clone() for k, v in b.items()}),
+        batch_sizes={4: 5, 16: 2},
+        collator=COLLATE,
+        verify=False,
+        progress=False,
+    )
+    small, big = seen
+    assert small["input_ids"].shape == (5, 4) and big["input_ids"].shape == (2, 16)
+    assert (big["labels"][:, 8:] == -100).all() and not big["attention_mask"][:, 8:].any()
+    # added rows are all-pad rows, as the collator makes them
+    assert not small["attention_mask"][3:].any() and (small["labels"][3:] == -100).all()
+
+
+def test_prewarm_pads_tuple_batches_with_the_collators_per_position_values():
+    collate = BucketCollator(Buckets([4, 8]), pad_values={1: -100})
+    example = collate([([1, 2, 3], [1, 2, 3]), ([4], [4])])
+    seen = []
+    prewarm(
+        None,
+        Buckets([4, 8]),
+        example=example,
+        step=seen.append,
+        collator=collate,
+        verify=False,
+        progress=False,
+    )
+    ids_, labels, mask = seen[1]
+    assert ids_.shape == labels.shape == mask.shape == (2, 8)
+    assert (ids_[:, 4:] == 0).all() and (labels[:, 4:] == -100).all() and not mask[:, 4:].any()
+
+
+def test_prewarm_without_a_collator_uses_the_default_one():
+    seen = []
+    prewarm(None, [8, 16], example=batch_of([3, 5]), step=seen.append, verify=False, progress=False)
+    assert [b["input_ids"].shape for b in seen] == [(2, 8), (2, 16)]
+
+
+def test_prewarm_bad_arguments():
+    with pytest.raises(ShapeBucketError, match="exactly one of example"):
+        prewarm(None, BUCKETS, step=lambda b: None)
+    with pytest.raises(ShapeBucketError, match=r"no batch size for buckets \[24\]"):
+        prewarm(
+            None, BUCKETS, example=batch_of([3]), step=lambda b: None, batch_sizes={8: 2, 16: 2}
+        )
+    with pytest.raises(ShapeBucketError, match="collator must be the BucketCollator"):
+        prewarm(None, BUCKETS, example=batch_of([3]), step=lambda b: None, collator=lambda s: s)
+    with pytest.raises(ShapeBucketError, match="batch_sizes must be >= 1, got 0"):
+        prewarm(None, BUCKETS, example=batch_of([3]), step=lambda b: None, batch_sizes=0)
+
+
+def test_recompile_limit_raised_or_refused():
+    compat.set_recompile_limit(2)
+    fn = torch.compile(lambda x: (x * 2).sum(), **EAGER)
+    three = Buckets([4, 6, 10])
+    with pytest.raises(
+        ShapeBucketError, match="3 buckets exceed the compiler's recompile limit of 2"
+    ):
+        prewarm(
+            fn, three, make_batch=lambda n: (torch.ones(2, n),), raise_limit=False, progress=False
+        )
+    report = prewarm(fn, three, make_batch=lambda n: (torch.ones(2, n),), progress=False)
+    assert report.limit_raised_from == 2 and report.limit == 3 == compat.get_recompile_limit()
+    assert "raised from 2 to 3" in str(report)
+
+
+# -- state: snapshot and restore -------------------------------------------------------
 
 
 def state_of(model, opt):
@@ -133,7 +321,7 @@ def assert_same(a, b):
 def test_prewarm_leaves_nothing_behind(steps_before):
     torch.manual_seed(1)
     model = TinyLM(batch_norm=True)
-    cmodel = torch.compile(model, dynamic=False)
+    cmodel = torch.compile(model, **EAGER)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
 
     def step(batch):
@@ -155,62 +343,28 @@ def test_prewarm_leaves_nothing_behind(steps_before):
     assert model.norm.num_batches_tracked.item() == steps_before + 1
 
 
-def test_recompile_limit_raised_or_refused(restore_limit):
-    compat.set_recompile_limit(2)
-    fn = torch.compile(lambda x: (x * 2).sum(), dynamic=False)
-    three = Buckets([4, 6, 10])
-    with pytest.raises(
-        ShapeBucketError, match="3 buckets exceed the compiler's recompile limit of 2"
-    ):
-        prewarm(
-            fn, three, make_batch=lambda n: (torch.ones(2, n),), raise_limit=False, progress=False
-        )
-    report = prewarm(fn, three, make_batch=lambda n: (torch.ones(2, n),), progress=False)
-    assert report.limit_raised_from == 2 and report.limit == 3 == compat.get_recompile_limit()
-    assert "raised from 2 to 3" in str(report)
+def test_snapshot_and_restore_alone():
+    """The state module on its own: a training step, eval mode and RNG draws, all undone."""
+    torch.manual_seed(2)
+    model = TinyLM(batch_norm=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(**batch_of([3, 5])).backward()
+    opt.step()  # momentum buffers exist
+    np.random.seed(4)
+    random.seed(4)
+    before = state_of(model, opt)
+    snap = snapshot(model, opt)
+    model.eval()
+    model(**batch_of([7, 2], seed=1)).backward()
+    opt.step()
+    opt.param_groups[0]["lr"] = 0.5
+    torch.rand(3), np.random.rand(), random.random()
+    restore(snap)
+    assert model.training and opt.param_groups[0]["lr"] == 0.1
+    assert_same(before, state_of(model, opt))
 
 
-def test_prewarm_batch_from_example_resizes_rows_and_pads():
-    seen = []
-    prewarm(
-        None,
-        Buckets([4, 16]),
-        example=batch_of([5, 7, 3]),
-        step=lambda b: seen.append({k: v.clone() for k, v in b.items()}),
-        batch_size={4: 5, 16: 2},
-        collator=COLLATE,
-        verify=False,
-        progress=False,
-    )
-    small, big = seen
-    assert small["input_ids"].shape == (5, 4) and big["input_ids"].shape == (2, 16)
-    assert (big["labels"][:, 8:] == -100).all() and not big["attention_mask"][:, 8:].any()
-    assert torch.equal(small["attention_mask"][3], small["attention_mask"][0])  # rows repeat
-
-
-def test_prewarm_pads_tuple_batches_with_the_collators_per_position_values():
-    collate = BucketCollator(Buckets([4, 8]), pad_values={1: -100})
-    example = collate([([1, 2, 3], [1, 2, 3]), ([4], [4])])
-    seen = []
-    prewarm(
-        None,
-        Buckets([4, 8]),
-        example=example,
-        step=seen.append,
-        collator=collate,
-        verify=False,
-        progress=False,
-    )
-    ids, labels, mask = seen[1]
-    assert ids.shape == labels.shape == mask.shape == (2, 8)
-    assert (ids[:, 4:] == 0).all() and (labels[:, 4:] == -100).all() and not mask[:, 4:].any()
-
-
-def test_prewarm_bad_arguments():
-    with pytest.raises(ShapeBucketError, match="exactly one of example"):
-        prewarm(None, BUCKETS, step=lambda b: None)
-    with pytest.raises(ShapeBucketError, match=r"no entry for buckets \[24\]"):
-        prewarm(None, BUCKETS, example=batch_of([3]), step=lambda b: None, batch_size={8: 2, 16: 2})
+# -- mark_dynamic and the compile counter ---------------------------------------------
 
 
 def test_mark_dynamic_marks_exactly_the_intended_tensors():
@@ -225,7 +379,7 @@ def test_mark_dynamic_marks_exactly_the_intended_tensors():
     assert not hasattr(batch["lengths"], "_dynamo_dynamic_indices")
     only = {"a": torch.zeros(2, 5), "b": torch.zeros(2, 5)}
     with pytest.warns(UserWarning, match="'a' dim 1 is marked with maybe_mark_dynamic"):
-        assert mark_dynamic(only, keys=["a"]) == ["a"]
+        assert mark_dynamic(only, sequence_keys=["a"]) == ["a"]
     assert hasattr(only["a"], "_dynamo_weak_dynamic_indices") and not hasattr(
         only["b"], "_dynamo_weak_dynamic_indices"
     )
@@ -233,8 +387,12 @@ def test_mark_dynamic_marks_exactly_the_intended_tensors():
         mark_dynamic(only, strict=True, min=1)
     with pytest.raises(ShapeBucketError, match="need strict=True"):
         mark_dynamic(only, max=10)
-    with pytest.raises(ShapeBucketError, match=r"keys \['c'\]"):
-        mark_dynamic(only, keys=["c"], strict=True)
+    with pytest.raises(ShapeBucketError, match=r"sequence_keys \['c'\]"):
+        mark_dynamic(only, sequence_keys=["c"], strict=True)
+    with pytest.raises(ShapeBucketError, match=r"sequence_keys=\['a'\]"):
+        mark_dynamic(only, sequence_keys="a", strict=True)  # a string is not a list of keys
+    with pytest.raises(ShapeBucketError, match="found no tensor"):
+        mark_dynamic([1, 2, 3], strict=True)
 
 
 def specialising(x):
@@ -244,20 +402,90 @@ def specialising(x):
 
 
 def test_mark_dynamic_strict_raises_on_specialised_dim():
-    fn = torch.compile(specialising, fullgraph=True)
+    fn = torch.compile(specialising, fullgraph=True, backend="eager")
     x = torch.ones(2, 6)
-    mark_dynamic(x, strict=False)  # maybe_mark_dynamic: compiles, specialised
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        mark_dynamic(x, strict=False)  # maybe_mark_dynamic: compiles, specialised
     assert fn(x).sum() == 24
-    torch._dynamo.reset()
+    compat.reset_compiler()
     y = torch.ones(2, 6)
     mark_dynamic(y, strict=True)
     with pytest.raises(Exception, match="ConstraintViolation|constant|specializ"):
         fn(y)
 
 
-def test_cache_save_and_load(tmp_path, compiled):
-    sizes = save_compile_cache(tmp_path / "cache")
+def test_compile_counter_counts_graphs_and_reasons():
+    f = torch.compile(lambda x: x * 2, **EAGER)
+    with CompileCounter() as cc:
+        f(torch.ones(2))
+        f(torch.ones(2))
+        f(torch.ones(3))
+    assert (
+        cc.graphs == 2
+        and len(cc.recompiles) == 1
+        and repr(cc) == "CompileCounter(graphs=2, recompiles=1)"
+    )
+
+
+def test_no_recompiles_names_a_guard_other_than_size():
+    f = torch.compile(lambda x: x + 1, **EAGER)
+    f(torch.ones(2, 8))
+    with pytest.raises(ShapeBucketError, match="guard other than its size"), no_recompiles():
+        f(torch.ones(2, 8, dtype=torch.float64))
+
+
+# -- the compile cache (inductor) ------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_cache_save_and_load(tmp_path):
+    f = torch.compile(lambda x: torch.relu(x) * 3, dynamic=False)
+    with compat.fresh_inductor_cache(str(tmp_path / "live")):
+        f(torch.ones(4))
+        sizes = save_compile_cache(tmp_path / "cache")
     assert sizes["inductor_bytes"] > 0
     assert (tmp_path / "cache" / "inductor").is_dir()
     assert load_compile_cache(tmp_path / "cache") is True
     assert load_compile_cache(tmp_path / "empty") is False
+
+
+# -- the names renamed in this release keep working, with a DeprecationWarning ---------
+
+
+def test_deprecated_names_still_work():
+    with pytest.warns(DeprecationWarning, match="count_compiles"):
+        assert isinstance(count_compiles(), CompileCounter)
+    seen = []
+    with pytest.warns(DeprecationWarning, match=r"prewarm\(batch_size=...\)"):
+        prewarm(
+            None,
+            [8],
+            example=batch_of([3]),
+            step=seen.append,
+            batch_size=2,
+            verify=False,
+            progress=False,
+        )
+    assert seen[0]["input_ids"].shape == (2, 8)
+    with pytest.warns(DeprecationWarning, match=r"seq_keys"):
+        prewarm(
+            None,
+            [8],
+            example=batch_of([3]),
+            step=seen.append,
+            seq_keys=["input_ids"],
+            verify=False,
+            progress=False,
+        )
+    with pytest.raises(ShapeBucketError, match="both were given"):
+        prewarm(None, [8], example=batch_of([3]), step=seen.append, batch_size=2, batch_sizes=2)
+    with pytest.warns(DeprecationWarning, match=r"mark_dynamic\(keys=...\)"):
+        assert mark_dynamic({"a": torch.zeros(2, 4)}, keys=["a"], strict=True) == ["a"]
+    with pytest.warns(DeprecationWarning, match="shapebucket.compile is deprecated"):
+        import importlib
+        import sys
+
+        sys.modules.pop("shapebucket.compile", None)
+        old = importlib.import_module("shapebucket.compile")
+    assert old.prewarm is prewarm

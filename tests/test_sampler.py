@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
 from shapebucket import BucketBatchSampler, BucketCollator, Buckets, ShapeBucketError
+from shapebucket.sampler import plan_epoch, plan_steps
 
 BUCKETS = Buckets([4, 8, 16, 32])
 
@@ -265,7 +266,7 @@ def test_two_process_gloo(tmp_path):
     script.write_text(DIST_SCRIPT)
     out = tmp_path / "out.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = torchrun(script, out, port=29531)
+    cmd = torchrun(script, out)
     subprocess.run(cmd, check=True, env=env, timeout=240, capture_output=True)
     import json
 
@@ -279,3 +280,58 @@ def test_two_process_gloo(tmp_path):
     total = ids0 + ids1
     # ranks are disjoint except for the counted repeats that even out short steps
     assert sum(c - 1 for c in total.values()) == r0["dup"] == r1["dup"]
+
+
+def test_settings_are_read_only_after_the_plan():
+    s = BucketBatchSampler([3, 5, 9, 12, 4], BUCKETS, batch_size=2)
+    before = list(s)
+    for name, value in [
+        ("drop_last", True),
+        ("batch_size", 1),
+        ("buckets", Buckets([32])),
+        ("shuffle", False),
+        ("seed", 1),
+        ("epoch", 3),
+    ]:
+        with pytest.raises(AttributeError, match=f"{name} is fixed"):
+            setattr(s, name, value)
+    with pytest.raises(ValueError, match="read-only"):
+        s.lengths[0] = 30
+    s.set_epoch(0)
+    assert list(s) == before and "drop_last=False" in repr(s)
+    sizes = s.batch_sizes
+    sizes[4] = 99  # a copy: the plan is not changed through it
+    assert s.batch_sizes[4] == 2
+
+
+@given(configs(), st.integers(1, 3), st.integers(0, 3))
+def test_plan_functions_alone_give_the_samplers_batches(cfg, replicas, epoch):
+    """plan_steps + plan_epoch, called directly, reproduce what the sampler yields."""
+    lengths, kwargs = cfg
+    s = BucketBatchSampler(lengths, BUCKETS, num_replicas=replicas, rank=0, **kwargs)
+    sizes = [s.batch_sizes[b] for b in BUCKETS]
+    plan = plan_steps(
+        np.bincount(s.bucket_index, minlength=len(BUCKETS)),
+        sizes,
+        num_replicas=replicas,
+        drop_last=kwargs["drop_last"],
+        leftovers=kwargs["leftovers"],
+    )
+    assert plan.stats == s.stats
+    order = plan_epoch(
+        plan,
+        s.bucket_index,
+        seed=kwargs["seed"],
+        epoch=epoch,
+        shuffle=kwargs["shuffle"],
+        num_replicas=replicas,
+    )
+    want = [
+        order.flat[o : o + n].tolist()
+        for o, n in zip(order.offsets.tolist(), order.sizes.tolist(), strict=True)
+    ]
+    s.set_epoch(epoch)
+    assert list(s) == want
+    assert all(
+        sizes[b] >= n for b, n in zip(order.buckets.tolist(), order.sizes.tolist(), strict=True)
+    )

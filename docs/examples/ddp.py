@@ -48,7 +48,7 @@ def main():
     sampler = shapebucket.BucketBatchSampler(
         lengths, buckets, batch_size=8, seed=0
     )  # world/rank from dist
-    collate = shapebucket.BucketCollator(buckets, pad_batch_to=sampler.batch_sizes)
+    collate = shapebucket.BucketCollator(buckets, batch_sizes=sampler.batch_sizes)
     loader = DataLoader(RandomTokens(lengths), batch_sampler=sampler, collate_fn=collate)
 
     model = DDP(GPT(GPTConfig(vocab=256, dim=32, layers=1, heads=2, max_len=int(buckets.max_len))))
@@ -72,7 +72,7 @@ def main():
         progress=rank == 0,
     )
     steps = 0
-    with shapebucket.count_compiles() as cc, shapebucket.no_recompiles(buckets):
+    with shapebucket.CompileCounter() as cc, shapebucket.no_recompiles(buckets):
         for batch in loader:
             train_step(batch)
             steps += 1

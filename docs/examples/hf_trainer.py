@@ -71,7 +71,7 @@ def main():
         trainer = BucketTrainer(
             model=model, args=args, train_dataset=ds, lengths=lengths, buckets=buckets
         )
-        with shapebucket.count_compiles() as cc:
+        with shapebucket.CompileCounter() as cc:
             result = trainer.train()
     stats = trainer.bucket_collator.stats
     print(

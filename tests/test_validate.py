@@ -1,0 +1,140 @@
+"""One validation path: every public entry point that takes a dataset's lengths gives the
+same answer to the same bad input, and every renamed argument still works for one release."""
+
+import numpy as np
+import pytest
+import torch
+
+from shapebucket import (
+    BucketBatchSampler,
+    BucketCollator,
+    ShapeBucketError,
+    compare_policies,
+    fit_buckets,
+    padding_report,
+)
+from shapebucket._validate import check_int, check_lengths
+from shapebucket.data import read_lengths
+
+ENTRY_POINTS = {
+    "fit_buckets": lambda x: fit_buckets(x, 2),
+    "padding_report": lambda x: padding_report(x, [8, 2**40]),
+    "compare_policies": lambda x: compare_policies(x, 2),
+    "BucketBatchSampler": lambda x: BucketBatchSampler(x, [8, 2**40], batch_size=2),
+    "check_lengths": check_lengths,
+}
+
+BAD = [
+    ([3.0, 5.0, 1.0], "must be integers, got dtype float64"),
+    ([3, 5, 0], "sample 2 has length 0; lengths must be >= 1"),
+    ([3, -2], "sample 1 has length -2"),
+    ([[3, 4], [5, 6]], r"must be 1-D .* got shape \(2, 2\)"),
+    ([], "lengths is empty"),
+    (np.array([True, False]), "dtype bool"),
+    (lambda: (n for n in [3, 4]), "got generator; pass list"),
+    ({3, 4}, "got set"),
+    ([3, "4"], "must be integers"),
+    (np.array([3, None], dtype=object), r"index 1 is None"),
+    ([3, 2**70], r"lengths\[1\] is 1180591620717411303424, which does not fit in int64"),
+    (np.array([3, 2**63], dtype=np.uint64), "does not fit in int64"),
+    (7, "got int"),
+    ("3 4", "got a string"),
+]
+
+
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+@pytest.mark.parametrize("value, needle", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_every_entry_point_answers_bad_lengths_alike(entry, value, needle):
+    if callable(value):  # a generator is made afresh for each entry point
+        value = value()
+    with pytest.raises(ShapeBucketError, match=needle):
+        ENTRY_POINTS[entry](value)
+
+
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+def test_every_entry_point_accepts_the_same_good_lengths(entry):
+    for value in (
+        [3, 5, 9],
+        np.array([3, 5, 9], dtype=np.int32),
+        torch.tensor([3, 5, 9]),
+        range(3, 6),
+    ):
+        ENTRY_POINTS[entry](value)
+
+
+def test_check_lengths_never_aliases_or_changes_the_input():
+    arr = np.array([3, 5], dtype=np.int64)
+    sampler = BucketBatchSampler(arr, [8], batch_size=1)
+    arr[0] = 100  # the sampler owns a copy: its plan cannot change under it
+    assert sampler.lengths.tolist() == [3, 5] and not sampler.lengths.flags.writeable
+
+
+@pytest.mark.parametrize(
+    "value, needle",
+    [
+        (True, "must be an int"),
+        (2.0, "must be an int"),
+        ("3", "must be an int"),
+        (0, ">= 1, got 0"),
+        (9, "<= 8, got 9"),
+    ],
+)
+def test_check_int(value, needle):
+    with pytest.raises(ShapeBucketError, match=needle):
+        check_int("k", value, minimum=1, maximum=8)
+    assert check_int("k", np.int32(3), minimum=1) == 3
+
+
+def test_read_lengths_checks_like_the_rest(tmp_path):
+    (tmp_path / "ok.txt").write_text("3\n5\n")
+    assert read_lengths(tmp_path / "ok.txt").tolist() == [3, 5]
+    cases = {
+        "empty.txt": ("", "is empty"),
+        "neg.txt": ("3\n--5\n", "value 1 is '--5'"),
+        "zero.txt": ("3\n0\n", "sample 1 has length 0"),
+        "bin.txt": (b"\xff\xfe\x00", "not a text file"),
+    }
+    for name, (content, needle) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
+        with pytest.raises(ShapeBucketError, match=needle):
+            read_lengths(path)
+    np.save(tmp_path / "obj.npy", np.array([3, "x"], dtype=object))
+    np.save(tmp_path / "float.npy", np.array([3.0, 4.0]))
+    (tmp_path / "corrupt.npy").write_bytes(b"\x93NUMPY garbage")
+    for name, needle in [
+        ("obj.npy", "not a readable .npy"),
+        ("float.npy", "dtype float64"),
+        ("corrupt.npy", "not a readable"),
+    ]:
+        with pytest.raises(ShapeBucketError, match=needle):
+            read_lengths(tmp_path / name)
+    with pytest.raises(ShapeBucketError, match="is not a file"):
+        read_lengths(tmp_path)
+
+
+def test_renamed_arguments_warn_and_still_work():
+    with pytest.warns(DeprecationWarning, match=r"fit_buckets\(sampler=...\)"):
+        assert fit_buckets([3, 9], 1, sampler="random", batch_size=2) == fit_buckets(
+            [3, 9], 1, batching="random", batch_size=2
+        )
+    with pytest.warns(DeprecationWarning, match=r"padding_report\(sampler=...\)"):
+        report = padding_report([3, 9], [8, 16], sampler="random")
+    assert report.batching == "random"
+    with pytest.warns(DeprecationWarning, match="PaddingReport.sampler"):
+        assert report.sampler == "random"
+    with pytest.warns(DeprecationWarning, match=r"compare_policies\(sampler=...\)"):
+        compare_policies([3, 9], 1, sampler="bucketed")
+    with pytest.raises(ShapeBucketError, match="both were given"):
+        fit_buckets([3], 1, sampler="random", batching="random")
+    with pytest.warns(DeprecationWarning, match=r"BucketCollator\(pad_batch_to=...\)"):
+        collate = BucketCollator([8], pad_batch_to=3)
+    assert collate.batch_sizes == 3
+    with pytest.warns(DeprecationWarning, match="BucketCollator.pad_batch_to"):
+        assert collate.pad_batch_to == 3
+
+
+def test_one_align_default():
+    lengths = [3, 5, 9, 30, 31]
+    assert fit_buckets(lengths, 3) == fit_buckets(lengths, 3, align=8)
+    assert compare_policies(lengths, 3).fitted == fit_buckets(lengths, 3)

@@ -10,10 +10,11 @@ wording is not a public API, lives here too.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,11 +34,13 @@ __all__ = [
     "is_recompile_error",
     "load_cache_artifacts",
     "mark_dynamic_dim",
+    "mark_dynamic_specialized",
     "parse_recompile_error",
     "reset_compiler",
     "save_cache_artifacts",
     "set_recompile_limit",
     "stance",
+    "supports_specialize_on",
     "unique_graphs",
 ]
 
@@ -109,6 +112,25 @@ def mark_dynamic_dim(
     else:
         # maybe_mark_dynamic takes no range in any supported torch release.
         d.maybe_mark_dynamic(t, dim)
+
+
+def supports_specialize_on() -> bool:
+    """Whether ``torch._dynamo.mark_dynamic`` takes ``specialize_on`` (torch >= 2.8)."""
+    import inspect
+
+    return "specialize_on" in inspect.signature(_dynamo().mark_dynamic).parameters
+
+
+@functools.lru_cache(maxsize=64)
+def _size_predicates(sizes: tuple[int, ...]) -> list[Any]:
+    return [lambda s, n=n: s == n for n in sizes]
+
+
+def mark_dynamic_specialized(t: torch.Tensor, dim: int, sizes: Sequence[int]) -> None:
+    """Mark ``dim`` dynamic with one specialisation per size in ``sizes``: one dynamic trace,
+    a kernel compiled for each listed size, and the generic kernel for any other size.
+    The predicates are made once per set of sizes, so every batch carries the same ones."""
+    _dynamo().mark_dynamic(t, dim, specialize_on=_size_predicates(tuple(sizes)))
 
 
 @contextlib.contextmanager

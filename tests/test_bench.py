@@ -1,3 +1,5 @@
+import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -5,24 +7,32 @@ import sys
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from shapebucket import BucketCollator
+from shapebucket import BucketCollator, CompileCounter
+from shapebucket import _torch_compat as compat
 from shapebucket.bench import cli, harness
-from shapebucket.bench.harness import SAME_BATCHES, STRATEGIES, StrategyResult
-from shapebucket.bench.report import check_losses, format_table
-from shapebucket.bench.workloads import load_workload, stdlib_docstring_lengths
+from shapebucket.bench.harness import PEERS, STRATEGIES, StrategyResult, fresh_forward
+from shapebucket.bench.peers import grouped_indices_reference, length_grouped_indices
+from shapebucket.bench.report import check_losses, format_table, headline
+from shapebucket.bench.workloads import caption_lengths, load_workload, stdlib_docstring_lengths
 
 REQUIRED = {
     "name",
-    "steps_per_sec",
+    "peer",
     "useful_tokens_per_sec",
+    "tokens_per_sec_min",
+    "tokens_per_sec_max",
+    "round_tokens_per_sec",
+    "steps_per_sec",
     "warmup_s",
+    "job_s",
     "graphs",
     "timed_recompiles",
-    "recompile_limit_hit",
     "token_efficiency",
-    "peak_mem_mb",
-    "final_loss",
+    "step_times",
+    "losses",
 }
 
 
@@ -37,103 +47,196 @@ def bench(*args, timeout=600):
 
 @pytest.mark.slow
 def test_quick_run_writes_table_json_and_plot(tmp_path):
-    out = bench(
-        "--quick",
-        "--cache",
-        "shared",
-        "--json",
-        str(tmp_path / "r.json"),
-        "--plot",
-        str(tmp_path / "r.png"),
-    )
+    out = bench("--quick", "--cache", "shared", "--json", str(tmp_path / "r.json"))
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["config"]["torch"] and data["config"]["batch_size"] == 16
-    names = [r["name"] for r in data["results"]]
-    assert names == list(STRATEGIES[:8])
-    for r in data["results"]:
+    results = {r["name"]: r for r in data["results"]}
+    assert list(results) == list(STRATEGIES)
+    for r in results.values():
         assert r["error"] is None, r
         assert r.keys() >= REQUIRED
-        assert r["steps_per_sec"] > 0 and 0 < r["token_efficiency"] <= 1
-    by = {r["name"]: r for r in data["results"]}
-    assert (
-        by["shapebucket"]["timed_recompiles"] == 0
-        and by["shapebucket-random"]["timed_recompiles"] == 0
-    )
-    assert by["shapebucket"]["token_efficiency"] > by["eager-longest"]["token_efficiency"]
-    assert by["eager-max"]["graphs"] == 0 and by["static-max"]["graphs"] >= 1
-    assert "loss check:" in out.stdout and "vs best" in out.stdout
-    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+        assert len(r["round_tokens_per_sec"]) == 2 and len(r["step_times"]) == 2 * 6
+        assert r["tokens_per_sec_min"] <= r["useful_tokens_per_sec"] <= r["tokens_per_sec_max"]
+        assert r["job_s"] > r["warmup_s"] and 0 < r["token_efficiency"] <= 1
+    for name in ("shapebucket", "shapebucket-specialized", "shapebucket-tokens"):
+        assert results[name]["timed_recompiles"] == 0 and results[name]["graphs"] >= 1
+    assert results["grouped-eager"]["graphs"] == 0
+    head = data["headline"]
+    assert head["ours"].startswith("shapebucket") and head["peer"] in PEERS and head["ratio"] > 0
+    assert "headline:" in out.stdout and "whole job" in out.stdout and "loss checks:" in out.stdout
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"  # next to the JSON
 
 
-def test_loss_check_fails_when_the_padding_mask_is_broken(monkeypatch, capsys):
-    common = [
+@pytest.mark.slow
+def test_captioning_images_go_through_the_collator(tmp_path):
+    out = bench(
         "--quick",
+        "--workload",
+        "captioning",
         "--strategies",
-        "eager-max,eager-longest",
-        "--steps",
-        "3",
-        "--warmup-steps",
+        "grouped-eager,shapebucket",
+        "--rounds",
         "1",
+        "--steps",
+        "2",
+        "--cache",
+        "shared",
         "--json",
-        "",
-        "--plot",
-        "",
-    ]
-    assert cli.main(common) == 0
-    assert "agree at every step" in capsys.readouterr().out
+        str(tmp_path / "c.json"),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["config"]["model"]["image"] == 32
+    assert all(r["error"] is None for r in data["results"])
 
-    real_plan = harness._plan
 
-    def broken_plan(name, setup):
-        batches, collate, buckets = real_plan(name, setup)
-        if name == "eager-longest":  # pad tokens count in the loss and are attended to
-            collate = BucketCollator(collate.buckets, pad_values={"labels": 0}, mask_key=None)
-        return batches, collate, buckets
+def quick_args(*extra):
+    args = cli._parser().parse_args(["--quick", "--samples", "2000", *extra])
+    cli._resolve(args)
+    return args
 
-    monkeypatch.setattr(harness, "_plan", broken_plan)
-    assert cli.main(common) == 1
-    err = capsys.readouterr().err
-    assert "disagree on the loss" in err and "eager-longest: step 0" in err
+
+def test_quick_run_writes_to_its_own_paths():
+    args = quick_args()
+    assert args.json == "results/steps_per_sec_mixture_quick.json"
+    assert args.plot == "results/steps_per_sec_mixture_quick.png"
+    full = cli._parser().parse_args(["--workload", "text"])
+    cli._resolve(full)
+    assert full.json == "results/steps_per_sec_text.json"
+
+
+def test_padding_invariance_check_fails_when_a_mask_is_broken(monkeypatch, capsys):
+    s = harness._setup(quick_args())
+    assert harness.check_padding_invariance(s) == []
+    real = harness._collator
+
+    def broken(buckets, batch_sizes=None):
+        if (
+            batch_sizes is not None
+        ):  # shapebucket's: pad tokens count in the loss and are attended to
+            return BucketCollator(
+                buckets, pad_values={"labels": 0}, mask_key=None, batch_sizes=batch_sizes
+            )
+        return real(buckets, batch_sizes)
+
+    monkeypatch.setattr(harness, "_collator", broken)
+    problems = harness.check_padding_invariance(harness._setup(quick_args()))
+    assert problems and "padding leaks into the loss" in problems[0]
+    # and the command fails with it, even when it times only an eager peer
+    status = cli.main(
+        [
+            "--quick",
+            "--samples",
+            "2000",
+            "--strategies",
+            "grouped-eager",
+            "--rounds",
+            "1",
+            "--steps",
+            "2",
+            "--json",
+            "",
+        ]
+    )
+    assert status == 1 and "padded two ways give different losses" in capsys.readouterr().err
+
+
+def test_fresh_forward_gives_each_strategy_its_own_graphs():
+    compat.reset_compiler()
+    a = torch.compile(fresh_forward("a"), backend="eager", dynamic=False)
+    b = torch.compile(fresh_forward("b"), backend="eager", dynamic=False)
+    model = torch.nn.Linear(4, 2)
+    with CompileCounter() as cc:
+        a(model, {"input": torch.ones(3, 4)})
+        b(model, {"input": torch.ones(3, 4)})  # the same shape: b still compiles its own graph
+    assert cc.graphs == 2 and cc.recompiles == []
+
+
+def test_timed_batches_represent_the_epoch():
+    rng = np.random.default_rng(0)
+    epoch = [np.array([i]) for i in range(1000)]
+    padded = rng.choice([8, 16, 64], size=1000, p=[0.7, 0.2, 0.1]).tolist()
+    picks = harness._systematic(epoch, padded, 20, seed=1)
+    counts = {v: sum(padded[int(p[0])] == v for p in picks) for v in (8, 16, 64)}
+    assert counts == {8: 14, 16: 4, 64: 2}
 
 
 @pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this project's machines)"
+    importlib.util.find_spec("transformers") is None, reason="needs the hf extra (transformers)"
 )
-@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
-def test_quick_run_on_gpu(tmp_path, mode):
-    out = bench(
-        "--quick",
-        "--device",
-        "cuda",
-        "--mode",
-        mode,
-        "--json",
-        str(tmp_path / "r.json"),
-        "--plot",
-        "",
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 300), min_size=1, max_size=3000),
+    batch_size=st.integers(1, 64),
+    seed=st.integers(0, 2**31),
+)
+def test_grouped_reference_matches_transformers(lengths, batch_size, seed):
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    real = list(
+        LengthGroupedSampler(
+            batch_size, lengths=lengths, generator=torch.Generator().manual_seed(seed)
+        )
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    results = json.loads((tmp_path / "r.json").read_text())["results"]
-    assert all(r["error"] is None for r in results)
+    ours = grouped_indices_reference(lengths, batch_size, torch.Generator().manual_seed(seed))
+    assert ours == real
+    assert length_grouped_indices(np.array(lengths), batch_size, seed=seed).tolist() == real
 
 
-def test_check_losses_unit():
-    a = StrategyResult("eager-max", losses=[5.0, 4.0, 3.0])
-    b = StrategyResult("static-max", losses=[5.0, 4.0001, 3.0])
-    c = StrategyResult("dynamic-true", losses=[5.0, 4.5, 3.0])
-    other = StrategyResult("shapebucket", losses=[1.0, 1.0, 1.0])  # different batches: not compared
+def result(name, med, lo, hi, job, losses=(), family="grouped"):
+    return StrategyResult(
+        name,
+        family=family,
+        peer=name in PEERS,
+        useful_tokens_per_sec=med,
+        tokens_per_sec_min=lo,
+        tokens_per_sec_max=hi,
+        round_tokens_per_sec=[lo, med, hi],
+        job_s=job,
+        losses=list(losses),
+    )
+
+
+def test_headline_is_printed_as_measured_also_below_one():
+    results = [
+        result("grouped-eager", 40.0, 39.0, 41.0, 100.0),
+        result("grouped-dynamic", 30.0, 29.0, 31.0, 150.0),
+        result("shapebucket", 36.0, 35.0, 37.0, 120.0, family="buckets"),
+    ]
+    head = headline(results)
+    assert head.peer.name == "grouped-eager" and head.ours.name == "shapebucket"
+    assert head.ratio == pytest.approx(0.9) and not head.within_noise
+    text = format_table(results)
+    assert "0.90x the best strategy without shapebucket (grouped-eager" in text and "slower" in text
+    assert "the peer first" in text
+    close = [
+        result("grouped-eager", 40.0, 35.0, 45.0, 100.0),
+        result("shapebucket", 42.0, 41.0, 43.0, 90.0, family="buckets"),
+    ]
+    assert headline(close).within_noise and "within noise" in format_table(close)
+
+
+def test_check_losses_compares_within_a_family_only():
+    a = result("grouped-eager", 1, 1, 1, 1, losses=[5.0, 4.0, 3.0])
+    b = result("grouped-compile", 1, 1, 1, 1, losses=[5.0, 4.0001, 3.0])
+    c = result("grouped-dynamic", 1, 1, 1, 1, losses=[5.0, 4.5, 3.0])
+    other = result("shapebucket", 1, 1, 1, 1, losses=[1.0, 1.0, 1.0], family="buckets")
     assert check_losses([a, b, other]) == []
     problems = check_losses([a, b, c])
-    assert len(problems) == 1 and problems[0].startswith("dynamic-true: step 1")
-    assert "shapebucket" not in SAME_BATCHES
-    table = format_table(
-        [
-            StrategyResult("static-max", useful_tokens_per_sec=10.0),
-            StrategyResult("shapebucket", useful_tokens_per_sec=25.0),
-        ]
-    )
-    assert "2.50x" in table
+    assert len(problems) == 1 and problems[0].startswith("grouped-dynamic: step 1")
+
+
+def test_bad_bench_arguments_give_one_error_line(capsys):
+    for argv, needle in [
+        (["--strategies", "nope"], "unknown strategies ['nope']"),
+        (["--rounds", "0"], "--rounds must be >= 1"),
+        (["--mode", "reduce-overhead"], "needs --device cuda"),
+        (["--dim", "30"], "multiple of --heads"),
+    ]:
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error:") and needle in err[0]
 
 
 def test_workloads():
@@ -144,3 +247,34 @@ def test_workloads():
     mix, clipped = load_workload("mixture", n=1000, max_len=256, seed=0)
     assert len(mix) == 1000 and clipped == 0 and mix.min() >= 6 and mix.max() <= 256
     assert np.array_equal(mix, load_workload("mixture", n=1000, max_len=256, seed=0)[0])
+    caps = caption_lengths(100_000, seed=0)
+    shares = [np.mean((caps >= lo) & (caps <= hi)) for lo, hi in [(5, 31), (33, 63), (65, 255)]]
+    assert shares == pytest.approx([0.90, 0.09, 0.01], abs=0.005)
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this project's machines)"
+)
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_quick_run_on_gpu(tmp_path, mode):
+    out = bench("--quick", "--device", "cuda", "--mode", mode, "--json", str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert all(r["error"] is None for r in data["results"]), data["results"]
+
+
+def test_args_namespace_is_complete():
+    """Every default the harness reads is set by the CLI (a typo here fails fast, not in a 10-minute run)."""
+    args = quick_args()
+    assert isinstance(args, argparse.Namespace)
+    for key in (
+        "rounds",
+        "steps",
+        "warmup_steps",
+        "batch_size",
+        "max_tokens",
+        "k",
+        "dim",
+        "layers",
+    ):
+        assert isinstance(getattr(args, key), int)

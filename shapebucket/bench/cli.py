@@ -11,19 +11,39 @@ from pathlib import Path
 
 import torch
 
-from .harness import SAME_BATCHES, STRATEGIES, run
-from .report import check_losses, format_table, plot
+from .._validate import check_int
+from ..errors import ShapeBucketError
+from .harness import PEERS, STRATEGIES, run
+from .peers import source as grouped_source
+from .report import check_losses, format_table, headline, plot
+from .workloads import WORKLOADS
 
 __all__ = ["main"]
 
-_DESCRIPTION = """The steps/sec benchmark: every padding and compile strategy, side by side, in one process.
+_DESCRIPTION = """The steps/sec benchmark: shapebucket against what users would do instead.
 
-Trains the same small GPT from the same initialisation with each strategy for
-the same number of steps, and reports steady-state steps/sec, useful (real)
-tokens/sec, warm-up seconds, graphs compiled, recompiles in the timed phase,
-token efficiency, peak memory and the final loss. Strategies 1-7 see the same
-random batches in the same order, so their per-step losses must agree: the
-run checks that and exits with status 1 when they do not."""
+Trains the same small model from the same initialisation with each strategy and
+reports useful (real) tokens/sec as the median and min-max of interleaved timed
+rounds, warm-up seconds, the time to train one whole epoch with the warm-up,
+graphs compiled (and compiled while timed), and token efficiency. The peers are
+transformers' length-grouped batches (group_by_length=True) padded to the
+longest sample rounded to 8, run eager, with dynamic=None, with mark_dynamic
+and with dynamic=True. The headline is the best shapebucket strategy against
+the best peer, printed as measured. Strategies of one family see the same
+batches, so their losses must agree, and the same samples padded two ways must
+give the same loss: the run checks both and exits with status 1 otherwise."""
+
+# (full run, --quick)
+_DEFAULTS = {
+    "rounds": (5, 2),
+    "steps": (24, 6),
+    "warmup_steps": (3, 2),
+    "batch_size": (64, 16),
+    "samples": (200_000, 20_000),
+    "k": (8, 3),
+    "dim": (128, 32),
+    "layers": (2, 1),
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,47 +52,44 @@ def _parser() -> argparse.ArgumentParser:
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="a small smoke run (tiny model, few steps, k=3, strategies 1-8)",
-    )
-    p.add_argument("--workload", choices=["mixture", "text"], default="mixture")
+    p.add_argument("--quick", action="store_true", help="a small smoke run (tiny model, k=3)")
+    p.add_argument("--workload", choices=WORKLOADS, default="mixture")
     p.add_argument(
         "--lengths",
         metavar="FILE",
-        help="your own lengths (one int per line, or .npy); overrides --workload",
+        help="your own lengths (one int per line, or .npy); overrides --workload's lengths",
     )
     p.add_argument(
         "--strategies",
         default=None,
-        help="comma-separated subset of: "
-        + ", ".join(STRATEGIES)
-        + " (default: all; --quick: the first 8)",
+        help="comma-separated subset of: " + ", ".join(STRATEGIES) + " (default: all)",
     )
-    p.add_argument(
-        "--device",
-        default="cpu",
-        help="cpu (default) or cuda (bf16 autocast; not tested by this project)",
-    )
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda (bf16 autocast)")
     p.add_argument(
         "--mode",
         default=None,
         choices=[None, "default", "reduce-overhead", "max-autotune"],
-        help="torch.compile mode (GPU)",
+        help="torch.compile mode (reduce-overhead: CUDA graphs, GPU only)",
+    )
+    p.add_argument("--rounds", type=int, default=None, help="timed rounds (default 5, quick 2)")
+    p.add_argument(
+        "--steps", type=int, default=None, help="timed steps per round (default 24, quick 6)"
     )
     p.add_argument(
-        "--steps", type=int, default=None, help="timed steps per strategy (default 30, quick 6)"
-    )
-    p.add_argument(
-        "--warmup-steps",
-        type=int,
-        default=None,
-        help="untimed steps before timing (default 3, quick 2)",
+        "--warmup-steps", type=int, default=None, help="steps after compiling (default 3, quick 2)"
     )
     p.add_argument("--batch-size", type=int, default=None, help="default 64, quick 16")
     p.add_argument(
-        "--samples", type=int, default=200_000, help="samples drawn for the mixture workload"
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="token budget of shapebucket-tokens (default: batch size x 32)",
+    )
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=None,
+        help="samples drawn for mixture and captioning (default 200,000, quick 20,000)",
     )
     p.add_argument("--k", type=int, default=None, help="fitted buckets (default 8, quick 3)")
     p.add_argument("--vocab", type=int, default=512)
@@ -87,58 +104,93 @@ def _parser() -> argparse.ArgumentParser:
         default="fresh",
         help="fresh: an empty compile cache per strategy (honest warm-up); shared: reuse",
     )
-    p.add_argument("--json", default="results/steps_per_sec.json", metavar="PATH")
-    p.add_argument("--plot", default="results/steps_per_sec.png", metavar="PATH")
     p.add_argument(
-        "--no-check",
-        action="store_true",
-        help="do not fail when the losses of strategies 1-7 disagree",
+        "--json",
+        default=None,
+        metavar="PATH",
+        help="default results/steps_per_sec_<workload>[_quick].json ('' for none)",
+    )
+    p.add_argument(
+        "--plot", default=None, metavar="PATH", help="default: the --json path with .png"
+    )
+    p.add_argument(
+        "--no-check", action="store_true", help="do not fail when a correctness check fails"
     )
     return p
 
 
+def _resolve(args: argparse.Namespace) -> None:
+    """Fill the defaults that depend on --quick and check every number."""
+    for key, (full, small) in _DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, small if args.quick else full)
+    for key in ("rounds", "steps", "batch_size", "samples", "k", "dim", "layers", "heads", "vocab"):
+        check_int(f"--{key.replace('_', '-')}", getattr(args, key), minimum=1)
+    check_int("--warmup-steps", args.warmup_steps, minimum=1)
+    check_int("--max-len", args.max_len, minimum=8)
+    check_int("--seed", args.seed, minimum=0)
+    if args.max_tokens is None:
+        args.max_tokens = args.batch_size * 32
+    check_int("--max-tokens", args.max_tokens, minimum=args.max_len)
+    if args.dim % args.heads:
+        raise ShapeBucketError(f"--dim {args.dim} must be a multiple of --heads {args.heads}")
+    names = list(STRATEGIES) if args.strategies is None else args.strategies.split(",")
+    args.strategies = [n.strip() for n in names if n.strip()]
+    unknown = [n for n in args.strategies if n not in STRATEGIES]
+    if unknown:
+        raise ShapeBucketError(f"unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}")
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ShapeBucketError("--device cuda but torch.cuda.is_available() is False")
+    if args.mode == "reduce-overhead" and not args.device.startswith("cuda"):
+        raise ShapeBucketError(
+            "--mode reduce-overhead captures CUDA graphs: it needs --device cuda"
+        )
+    stem = f"results/steps_per_sec_{args.workload}{'_quick' if args.quick else ''}"
+    if args.json is None:
+        args.json = stem + ".json"
+    if args.plot is None:
+        args.plot = str(Path(args.json).with_suffix(".png")) if args.json else stem + ".png"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    quick = args.quick
-    defaults = {
-        "steps": (30, 6),
-        "warmup_steps": (3, 2),
-        "batch_size": (64, 16),
-        "k": (8, 3),
-        "dim": (128, 32),
-        "layers": (2, 1),
-    }
-    for key, (full, small) in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, small if quick else full)
-    if quick and args.samples == 200_000:
-        args.samples = 20_000
-    if args.strategies is None:
-        args.strategies = ",".join(STRATEGIES[:8] if quick else STRATEGIES)
-    args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    unknown = [s for s in args.strategies if s not in STRATEGIES]
-    if unknown:
-        print(
-            f"error: unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}",
-            file=sys.stderr,
-        )
+    try:
+        _resolve(args)
+    except ShapeBucketError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("error: --device cuda but torch.cuda.is_available() is False", file=sys.stderr)
-        return 2
-    config, results = run(args)
+    config, results, padding_problems = run(args)
+    config["grouped_sampler"] = grouped_source()
     print()
     print(
-        f"shapebucket steps/sec benchmark: workload {config['workload']} ({config['samples']:,} samples, mean length "
-        f"{config['mean_length']:.1f}), batch {config['batch_size']}, {config['steps']} timed steps, model {config['model']}, "
-        f"torch {config['torch']}, {config['device']}, {config['machine']}"
+        f"shapebucket steps/sec benchmark: workload {config['workload']} ({config['samples']:,} samples, "
+        f"mean length {config['mean_length']:.1f}, {config['clipped_to_max_len']} clipped to {args.max_len}), "
+        f"batch {config['batch_size']}, buckets {config['buckets']}, {config['rounds']} rounds x "
+        f"{config['steps_per_round']} steps, model {config['model']}, torch {config['torch']}, "
+        f"{config['device']}{', mode ' + str(args.mode) if args.mode else ''}, {config['machine']}"
+    )
+    print(
+        f"peers: {', '.join(n for n in PEERS if n in args.strategies)} ({config['grouped_sampler']})"
     )
     print(format_table(results))
     for path in (args.json, args.plot):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+    head = headline(results)
     if args.json:
-        payload = {"config": config, "results": [asdict(r) for r in results]}
+        payload = {
+            "config": config,
+            "headline": None
+            if head is None
+            else {
+                "ours": head.ours.name,
+                "peer": head.peer.name,
+                "ratio": head.ratio,
+                "within_noise": head.within_noise,
+                "job_ratio": head.job_ratio,
+            },
+            "results": [asdict(r) for r in results],
+        }
         Path(args.json).write_text(json.dumps(payload, indent=2))
         print(f"wrote {args.json}")
     if args.plot:
@@ -150,21 +202,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {args.plot}")
     status = 0
     for r in results:
-        if r.name.startswith("shapebucket") and r.error is None and r.timed_recompiles:
+        if not r.peer and r.error is None and r.timed_recompiles:
             print(
-                f"FAIL: {r.name} recompiled {r.timed_recompiles} times in its timed phase",
-                file=sys.stderr,
+                f"FAIL: {r.name} compiled {r.timed_recompiles} graphs while timed", file=sys.stderr
             )
             status = 1
     problems = check_losses(results)
-    if problems:
-        print("FAIL: strategies that saw the same batches disagree on the loss:", file=sys.stderr)
-        for line in problems:
-            print("  " + line, file=sys.stderr)
-        if not args.no_check:
-            status = 1
-    else:
-        same = [r.name for r in results if r.name in SAME_BATCHES and r.error is None]
-        if len(same) > 1:
-            print(f"loss check: {', '.join(same)} agree at every step")
+    for title, found in (
+        ("strategies that saw the same batches disagree on the loss:", problems),
+        ("the same samples padded two ways give different losses:", padding_problems),
+    ):
+        if found:
+            print(f"FAIL: {title}", file=sys.stderr)
+            for line in found:
+                print("  " + line, file=sys.stderr)
+            if not args.no_check:
+                status = 1
+    if not problems and not padding_problems:
+        print(
+            "loss checks: strategies of one family agree at every step; padding does not change the loss"
+        )
     return status

@@ -1,10 +1,23 @@
-"""The benchmark harness: build each strategy's batches and model, time its steps.
+"""The benchmark harness: each strategy's batches, model and warm-up, then interleaved timing.
 
-Strategies 1-7 see the same random batches in the same order, so their per-step
-losses must agree (:func:`shapebucket.bench.report.check_losses`). By default
-every strategy compiles into its own empty inductor cache (``--cache fresh``)
-after a compiler reset, so warm-up seconds are each strategy's own cold cost
-and no strategy is served graphs another compiled.
+How the figures are made to hold on a shared, noisy machine:
+
+* **Own code object per strategy.** Dynamo caches graphs per code object, and two
+  compiled instances of one model class share it (and its recompile limit). Each
+  strategy compiles its own copy of a two-line forward function
+  (:func:`fresh_forward`), so no strategy is ever served another's graphs.
+* **Own cold compile.** With ``--cache fresh`` (default) each strategy compiles
+  into its own empty inductor cache, so its warm-up is its own cold cost.
+* **Interleaved rounds.** Every strategy is warmed up first; then the timed
+  rounds run A B C ... A B C ..., each round every strategy's same timed
+  batches. Per strategy the report gives the median round and the min-max of
+  the rounds; two strategies whose ranges overlap are within noise.
+* **Representative batches.** The timed batches are a systematic sample of one
+  whole epoch of that strategy's own batches, sorted by padded length, so every
+  bucket (or batch length) appears in proportion to the epoch.
+* **The whole job.** A user pays the warm-up once per run: ``job_s`` is the
+  time to train one epoch, warm-up and compiles seen while timed included,
+  from the epoch's step count and the median round's seconds per step.
 """
 
 from __future__ import annotations
@@ -16,9 +29,10 @@ import os
 import platform
 import tempfile
 import time
+import types
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -26,246 +40,452 @@ import torch
 
 from .. import _torch_compat as compat
 from .._progress import progress
+from .._validate import round_up
 from ..buckets import Buckets
 from ..collate import BucketCollator
 from ..fit import fit_buckets
 from ..recompiles import CompileCounter, mark_dynamic, no_recompiles
 from ..sampler import BucketBatchSampler
 from ..warmup import prewarm
-from .model import GPT, GPTConfig
+from .model import GPT, CaptionConfig, Captioner, GPTConfig
+from .peers import length_grouped_indices
 from .workloads import load_workload
 
-__all__ = ["COMPILED_BASELINES", "SAME_BATCHES", "STRATEGIES", "StrategyResult", "run"]
+__all__ = [
+    "PEERS",
+    "STRATEGIES",
+    "Strategy",
+    "StrategyResult",
+    "check_padding_invariance",
+    "fresh_forward",
+    "run",
+]
 
-STRATEGIES = (
-    "eager-max",
-    "eager-longest",
-    "static-max",
-    "compile-default",
-    "mark-dynamic",
-    "dynamic-true",
-    "shapebucket-random",
-    "shapebucket",
-    "shapebucket-x32",
-    "shapebucket-pow2",
-)
-SAME_BATCHES = STRATEGIES[:7]  # random batches in one order: their losses must agree
-COMPILED_BASELINES = ("static-max", "compile-default", "mark-dynamic", "dynamic-true")
+
+@dataclass(frozen=True)
+class Strategy:
+    """How one strategy forms, pads and compiles its batches.
+
+    ``family`` names the batch plan: strategies of one family see the same
+    batches in the same order, so their per-step losses must agree.
+    """
+
+    family: str  # "grouped", "buckets" or "tokens"
+    compile: dict[str, Any] | None  # torch.compile kwargs; None runs eagerly
+    mark: str | None = None  # "maybe" (maybe_mark_dynamic) or "specialize" (specialize_on)
+    prewarm: bool = False
+    about: str = ""
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "grouped-eager": Strategy(
+        "grouped", None, about="length-grouped batches, pad to longest x8, eager"
+    ),
+    "grouped-compile": Strategy(
+        "grouped", {"dynamic": None}, about="same batches, torch.compile default (dynamic=None)"
+    ),
+    "grouped-mark-dynamic": Strategy(
+        "grouped",
+        {"dynamic": False},
+        mark="maybe",
+        about="same batches, dynamic=False + maybe_mark_dynamic on the length",
+    ),
+    "grouped-dynamic": Strategy("grouped", {"dynamic": True}, about="same batches, dynamic=True"),
+    "shapebucket": Strategy(
+        "buckets",
+        {"dynamic": False},
+        prewarm=True,
+        about="fitted buckets, BucketBatchSampler, batch_sizes rows, prewarmed, dynamic=False",
+    ),
+    "shapebucket-specialized": Strategy(
+        "buckets",
+        {"dynamic": False},
+        mark="specialize",
+        prewarm=True,
+        about="same batches, mark_dynamic(specialize_on=one predicate per bucket)",
+    ),
+    "shapebucket-tokens": Strategy(
+        "tokens",
+        {"dynamic": False},
+        prewarm=True,
+        about="fitted buckets, BucketBatchSampler(max_tokens=...), prewarmed",
+    ),
+}
+PEERS = tuple(n for n in STRATEGIES if not n.startswith("shapebucket"))
+SEQUENCE_KEYS = ["input_ids", "labels"]
 
 
 @dataclass
 class StrategyResult:
     name: str
-    steps_per_sec: float = 0.0
-    useful_tokens_per_sec: float = 0.0
+    family: str = ""
+    peer: bool = False
     warmup_s: float = 0.0
     graphs: int = 0
     timed_recompiles: int = 0
+    timed_compile_s: float = 0.0
     recompile_limit_hit: bool = False
-    token_efficiency: float = 0.0
-    peak_mem_mb: float = 0.0
+    round_tokens_per_sec: list[float] = field(default_factory=list)
+    useful_tokens_per_sec: float = 0.0  # median round
+    tokens_per_sec_min: float = 0.0
+    tokens_per_sec_max: float = 0.0
+    steps_per_sec: float = 0.0  # median round
+    token_efficiency: float = 0.0  # over the whole epoch's plan
+    epoch_steps: int = 0
+    job_s: float = 0.0  # one epoch, warm-up included
+    warmup_peak_mem_mb: float = 0.0
     final_loss: float = float("nan")
     buckets: list[int] | None = None
+    shapes: int = 0  # distinct batch shapes in the epoch
+    step_times: list[float] = field(default_factory=list)
+    compiled_steps: list[int] = field(default_factory=list)  # indices into step_times
     losses: list[float] = field(default_factory=list)
     error: str | None = None
 
 
-# -- memory -------------------------------------------------------------------------------
+def fresh_forward(tag: str) -> Callable[[Any, dict[str, Any]], Any]:
+    """``forward(model, batch) = model(**batch)`` with a code object of its own.
+
+    Dynamo keys its graph cache and its recompile limit on the code object, so
+    compiling this function once per strategy keeps each strategy's graphs (and
+    its recompile count) to itself, with no compiler reset between them.
+
+    >>> a, b = fresh_forward("a"), fresh_forward("b")
+    >>> a.__code__ is b.__code__, a(lambda x: x + 1, {"x": 1})
+    (False, 2)
+    """
+
+    def forward(model: Any, batch: dict[str, Any]) -> Any:
+        return model(**batch)
+
+    name = "forward_" + "".join(c if c.isalnum() else "_" for c in tag)
+    code = forward.__code__.replace(co_name=name)  # a new code object, its own cache
+    return types.FunctionType(code, forward.__globals__, name)
+
+
+# -- memory ---------------------------------------------------------------------------
 
 
 def _reset_peak_memory(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         return
-    try:  # Linux: "5" resets the peak resident set size (VmHWM) of this process
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # Linux: reset the peak resident set size (VmHWM) of this process
 
 
 def _peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-# -- data -----------------------------------------------------------------------------------
+# -- data ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Setup:
+    args: argparse.Namespace
+    workload: str
+    lengths: np.ndarray
+    device: torch.device
+    make_model: Callable[[], torch.nn.Module]
+    init_state: dict[str, torch.Tensor]
+    buckets: Buckets
+    get_samples: Callable[[Sequence[int]], list[dict[str, torch.Tensor]]]
+
+
+@dataclass
+class _Family:
+    """One batch plan: an epoch of index batches, its collator, and the batches to run."""
+
+    collate: BucketCollator
+    epoch: list[np.ndarray]
+    shapes: list[tuple[int, int]]  # (rows, padded length) of every epoch batch
+    warmup: list[dict[str, Any]] = field(default_factory=list)
+    timed: list[dict[str, Any]] = field(default_factory=list)
+    timed_real: int = 0
+    buckets: Buckets | None = None
+    batch_sizes: int | dict[int, int] | None = None
+
+    @property
+    def padded(self) -> list[int]:
+        """Computed tokens (rows x padded length) of every epoch batch."""
+        return [rows * length for rows, length in self.shapes]
 
 
 def _samples(
-    lengths: np.ndarray, vocab: int, seed: int
-) -> Callable[[Sequence[int] | np.ndarray], list[dict[str, torch.Tensor]]]:
-    """Samples with random token ids, the same ids for an index in every strategy."""
+    lengths: np.ndarray, vocab: int, seed: int, image: tuple[int, ...] | None
+) -> Callable[[Sequence[int]], list[dict[str, torch.Tensor]]]:
+    """Samples with random token ids (and an image), the same for an index in every strategy."""
 
-    def get(indices: Sequence[int] | np.ndarray) -> list[dict[str, torch.Tensor]]:
+    def get(indices: Sequence[int]) -> list[dict[str, torch.Tensor]]:
         out = []
         for i in indices:
             g = torch.Generator().manual_seed(seed * 1_000_003 + int(i))
             ids = torch.randint(0, vocab, (int(lengths[i]),), generator=g)
-            out.append({"input_ids": ids, "labels": torch.roll(ids, -1)})
+            sample = {"input_ids": ids, "labels": torch.roll(ids, -1)}
+            if image is not None:
+                sample["pixel_values"] = torch.randn(image, generator=g)
+            out.append(sample)
         return out
 
     return get
 
 
-def _to_device(batch: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    return {
-        k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
-        for k, v in batch.items()
-    }
+def _collator(buckets: Buckets, batch_sizes: Any = None) -> BucketCollator:
+    return BucketCollator(buckets, sequence_keys=SEQUENCE_KEYS, batch_sizes=batch_sizes)
 
 
-# -- one strategy -----------------------------------------------------------------------------
+def _plan(family: str, s: _Setup) -> _Family:
+    """One epoch of ``family``'s batches and the collator that pads them."""
+    a, L = s.args, s.lengths
+    if family == "grouped":
+        # transformers' Trainer with group_by_length=True: LengthGroupedSampler's order,
+        # cut into batches, padded to the longest sample rounded up to 8
+        # (DataCollatorWithPadding(pad_to_multiple_of=8))
+        order = length_grouped_indices(L, a.batch_size, seed=a.seed)
+        epoch = [order[i : i + a.batch_size] for i in range(0, len(order), a.batch_size)]
+        shapes = [(len(b), round_up(int(L[b].max()), 8)) for b in epoch]
+        return _Family(_collator(Buckets.multiples(8, a.max_len)), epoch, shapes)
+    if family == "buckets":
+        sampler = BucketBatchSampler(L, s.buckets, batch_size=a.batch_size, seed=a.seed)
+    else:
+        sampler = BucketBatchSampler(L, s.buckets, max_tokens=a.max_tokens, seed=a.seed)
+    rows = sampler.batch_sizes
+    epoch = [np.asarray(b) for b in sampler]
+    lengths = [s.buckets.bucket_for(int(L[b].max())) for b in epoch]
+    shapes = [(rows[n], n) for n in lengths]
+    return _Family(_collator(s.buckets, rows), epoch, shapes, buckets=s.buckets, batch_sizes=rows)
+
+
+def _systematic(epoch: list[np.ndarray], padded: list[int], n: int, seed: int) -> list[np.ndarray]:
+    """``n`` batches of the epoch, evenly spaced in the order of their computed tokens
+    (so each length range appears in proportion to the epoch), in a shuffled order."""
+    order = np.argsort(np.asarray(padded), kind="stable")
+    n = min(n, len(epoch))
+    picks = order[((np.arange(n) + 0.5) * len(epoch) / n).astype(np.int64)]
+    np.random.default_rng(seed).shuffle(picks)
+    return [epoch[i] for i in picks]
+
+
+def _build(family: str, s: _Setup) -> _Family:
+    a = s.args
+    fam = _plan(family, s)
+    to = s.device
+
+    def collated(idx: np.ndarray) -> dict[str, Any]:
+        b = fam.collate(s.get_samples(idx.tolist()))
+        b.pop("sample_mask", None)
+        return {
+            k: v.to(to, non_blocking=True) if isinstance(v, torch.Tensor) else v
+            for k, v in b.items()
+        }
+
+    fam.warmup = [collated(b) for b in fam.epoch[: a.warmup_steps]]
+    timed = _systematic(fam.epoch, fam.padded, a.steps, a.seed)
+    fam.timed = [collated(b) for b in timed]
+    fam.timed_real = int(sum(int(s.lengths[b].sum()) for b in timed))
+    return fam
+
+
+# -- one strategy ---------------------------------------------------------------------------
 
 
 @dataclass
-class _Setup:
-    cfg: GPTConfig
-    lengths: np.ndarray
-    batch_size: int
-    steps: int
-    warmup_steps: int
-    k: int
-    seed: int
-    device: torch.device
-    mode: str | None
-    init_state: dict[str, torch.Tensor]
-    random_batches: list[np.ndarray]
-    get_samples: Callable[[Sequence[int] | np.ndarray], list[dict[str, torch.Tensor]]]
+class _Runner:
+    name: str
+    strategy: Strategy
+    family: _Family
+    step: Callable[[dict[str, Any]], torch.Tensor]
+    guard: Callable[[], Any]
+    result: StrategyResult
+    losses: list[torch.Tensor] = field(default_factory=list)
 
 
-def _plan(name: str, s: _Setup) -> tuple[list[np.ndarray], BucketCollator, Buckets | None]:
-    """The batches (index arrays), collator, and buckets to prewarm for strategy ``name``."""
-    max_len, B, n = s.cfg.max_len, s.batch_size, s.warmup_steps + s.steps
-    every_length = Buckets(range(2, max_len + 1))
-    if name in ("eager-max", "static-max"):
-        return s.random_batches[:n], BucketCollator(Buckets([max_len])), None
-    if name in ("eager-longest", "mark-dynamic", "dynamic-true"):
-        return s.random_batches[:n], BucketCollator(every_length), None
-    if name == "compile-default":
-        return s.random_batches[:n], BucketCollator(Buckets.multiples(8, max_len)), None
-    if name == "shapebucket-random":
-        buckets = fit_buckets(
-            s.lengths, s.k, align=8, batching="random", batch_size=B, max_len=max_len
-        )
-        return s.random_batches[:n], BucketCollator(buckets), buckets
-    buckets = {
-        "shapebucket": lambda: fit_buckets(
-            s.lengths, s.k, align=8, batching="bucketed", max_len=max_len
-        ),
-        "shapebucket-x32": lambda: Buckets.multiples(32, max_len),
-        "shapebucket-pow2": lambda: Buckets.powers_of_two(max_len, min_len=8),
-    }[name]()
-    sampler = BucketBatchSampler(s.lengths, buckets, batch_size=B, seed=s.seed)
-    batches: list[np.ndarray] = []
-    for epoch in range(math.ceil(n / len(sampler))):
-        sampler.set_epoch(epoch)
-        batches.extend(np.asarray(b) for b in sampler)
-    return batches[:n], BucketCollator(buckets, batch_sizes=B), buckets
+def _marker(strategy: Strategy, buckets: Buckets | None) -> Callable[[dict[str, Any]], None] | None:
+    if strategy.mark == "maybe":
 
-
-def _run_strategy(name: str, s: _Setup) -> StrategyResult:
-    result = StrategyResult(name=name)
-    index_batches, collate, buckets = _plan(name, s)
-    batches: list[dict[str, Any]] = []
-    for idx in index_batches:
-        b = collate(s.get_samples(idx))
-        b.pop("sample_mask", None)
-        if "attention_mask" not in b:
-            b["attention_mask"] = torch.ones_like(b["input_ids"], dtype=torch.bool)
-        batches.append(_to_device(b, s.device))
-    real = [int(s.lengths[idx].sum()) for idx in index_batches]
-
-    torch.manual_seed(s.seed)
-    model = GPT(s.cfg).to(s.device)
-    model.load_state_dict(s.init_state)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    compat.reset_compiler()
-    if name.startswith("eager"):
-        fwd: Any = model
-    else:
-        dynamic = {"compile-default": None, "dynamic-true": True}.get(name, False)
-        fwd = torch.compile(model, dynamic=dynamic, fullgraph=True, mode=s.mode)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if s.device.type == "cuda" else None
-
-    def step(batch: dict[str, Any]) -> torch.Tensor:
-        if name == "mark-dynamic":
+        def maybe(batch: dict[str, Any]) -> None:
             # strict=False: with strict=True this model raises ConstraintViolationError on CPU
             # (inductor's kernels guard on 65 <= length), see docs/guide.md
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
-                mark_dynamic(batch, dim=1, strict=False)
-        if autocast is not None:
-            with autocast:
-                loss = fwd(**batch)
-        else:
-            loss = fwd(**batch)
+                mark_dynamic(batch, dim=1, sequence_keys=[*SEQUENCE_KEYS, "attention_mask"])
+
+        return maybe
+    if strategy.mark == "specialize":
+        if not compat.supports_specialize_on():
+            raise RuntimeError(
+                f"skipped: torch {torch.__version__} has no mark_dynamic(specialize_on=...)"
+            )
+        sizes = list(buckets or [])
+
+        def specialize(batch: dict[str, Any]) -> None:
+            # specialize_on on one tensor (torch builds no cross product of specialisations);
+            # the others share its length symbol through plain mark_dynamic
+            compat.mark_dynamic_specialized(batch["input_ids"], 1, sizes)
+            for key in ("labels", "attention_mask"):
+                compat.mark_dynamic_dim(batch[key], 1, strict=True, min=None, max=None)
+
+        return specialize
+    return None
+
+
+def _prepare(name: str, s: _Setup, fam: _Family) -> _Runner:
+    """Build the model, compile, warm up (prewarm and/or the first steps); time it."""
+    strategy = STRATEGIES[name]
+    a = s.args
+    result = StrategyResult(name=name, family=strategy.family, peer=name in PEERS)
+    result.buckets = list(fam.buckets) if fam.buckets is not None else None
+    result.epoch_steps = len(fam.epoch)
+    result.token_efficiency = float(s.lengths.sum()) / float(sum(fam.padded))
+    result.shapes = len(set(fam.shapes))
+    torch.manual_seed(a.seed)
+    model = s.make_model().to(s.device)
+    model.load_state_dict(s.init_state)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    fwd: Any = fresh_forward(name)
+    if strategy.compile is not None:
+        fwd = torch.compile(fwd, fullgraph=True, mode=a.mode, **strategy.compile)
+    mark = _marker(strategy, fam.buckets)
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if s.device.type == "cuda"
+        else contextlib.nullcontext()
+    )
+
+    def step(batch: dict[str, Any]) -> torch.Tensor:
+        if mark is not None:
+            mark(batch)
+        with autocast:
+            loss = fwd(model, batch)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss.detach()
 
-    def sync() -> None:
-        if s.device.type == "cuda":
-            torch.cuda.synchronize(s.device)
-
-    result.buckets = list(buckets) if buckets is not None else None
+    guard = (lambda: no_recompiles(fam.buckets)) if strategy.prewarm else contextlib.nullcontext
+    # its own copies of the family's batches: marks (mark_dynamic) live on tensor objects,
+    # and one strategy's marks must not change how another strategy's compiler sees them
+    fam = replace(fam, warmup=[_copy(b) for b in fam.warmup], timed=[_copy(b) for b in fam.timed])
+    runner = _Runner(name, strategy, fam, step, guard, result)
     _reset_peak_memory(s.device)
-    losses: list[torch.Tensor] = []
     with CompileCounter() as total:
         t0 = time.perf_counter()
-        if buckets is not None:
+        if strategy.prewarm and fam.buckets is not None:
             prewarm(
                 fwd,
-                buckets,
-                example=batches[0],
-                collator=collate,
-                batch_sizes=s.batch_size,
+                fam.buckets,
+                example=fam.warmup[0],
+                collator=fam.collate,
+                batch_sizes=fam.batch_sizes,
                 step=step,
                 optimizer=opt,
                 progress=False,
             )
-        for b in batches[: s.warmup_steps]:
-            losses.append(step(b))
-        sync()
+        runner.losses.extend(step(b) for b in fam.warmup)
+        _sync(s.device)
         result.warmup_s = time.perf_counter() - t0
-        with CompileCounter() as timed:
-            guard = no_recompiles(buckets) if buckets is not None else contextlib.nullcontext()
-            with guard:
-                t1 = time.perf_counter()
-                for b in batches[s.warmup_steps :]:
-                    losses.append(step(b))
-                sync()
-                elapsed = time.perf_counter() - t1
     result.graphs = total.graphs
-    result.timed_recompiles = timed.graphs
     result.recompile_limit_hit = bool(total.limit_hits)
-    result.steps_per_sec = s.steps / elapsed
-    timed_real = sum(real[s.warmup_steps :])
-    timed_computed = sum(b["input_ids"].numel() for b in batches[s.warmup_steps :])
-    result.useful_tokens_per_sec = timed_real / elapsed
-    result.token_efficiency = timed_real / timed_computed
-    result.peak_mem_mb = _peak_memory_mb(s.device)
-    result.losses = [float(x) for x in torch.stack(losses).float().cpu()]
-    result.final_loss = result.losses[-1]
-    return result
+    result.warmup_peak_mem_mb = _peak_memory_mb(s.device)
+    return runner
 
 
-def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult]]:
+def _copy(batch: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time_round(r: _Runner, device: torch.device) -> None:
+    """One timed pass over the strategy's timed batches, per step timed."""
+    fam, res = r.family, r.result
+    compile_s = 0.0
+    with CompileCounter() as cc, r.guard():
+        start = time.perf_counter()
+        for batch in fam.timed:
+            graphs = compat.unique_graphs()
+            t0 = time.perf_counter()
+            r.losses.append(r.step(batch))
+            _sync(device)
+            dt = time.perf_counter() - t0
+            if compat.unique_graphs() != graphs:
+                compile_s += dt
+                res.compiled_steps.append(len(res.step_times))
+            res.step_times.append(dt)
+        elapsed = time.perf_counter() - start
+    res.timed_recompiles += cc.graphs
+    res.timed_compile_s += compile_s
+    res.recompile_limit_hit |= bool(cc.limit_hits)
+    res.round_tokens_per_sec.append(fam.timed_real / elapsed)
+
+
+def _finish(r: _Runner) -> None:
+    res = r.result
+    rounds = np.asarray(res.round_tokens_per_sec)
+    res.useful_tokens_per_sec = float(np.median(rounds))
+    res.tokens_per_sec_min, res.tokens_per_sec_max = float(rounds.min()), float(rounds.max())
+    steps = len(r.family.timed)
+    times = np.asarray(res.step_times).reshape(len(rounds), steps)
+    flags = np.zeros(times.size, dtype=bool)
+    flags[res.compiled_steps] = True
+    compiled = flags.reshape(times.shape)
+    # steady state: the seconds per step of each round without its compiling steps
+    per_step = [float(t[~c].mean()) for t, c in zip(times, compiled, strict=True) if (~c).any()]
+    median_step = float(np.median(per_step))
+    res.steps_per_sec = 1.0 / median_step
+    # a step that compiled counts its compile in the job, not in the steady state
+    res.job_s = res.warmup_s + res.timed_compile_s + res.epoch_steps * median_step
+    res.losses = [float(x) for x in torch.stack(r.losses).float().cpu()]
+    res.final_loss = res.losses[-1]
+
+
+# -- correctness --------------------------------------------------------------------------------
+
+
+def check_padding_invariance(s: _Setup, batches: int = 3) -> list[str]:
+    """The same samples padded two ways, to their bucket (shapebucket's collator) and to the
+    longest rounded to 8 (the peers' collator), must give the same loss: the masks keep
+    padding out of the math. Eager, from the initial weights, on the first batches of the
+    bucket sampler's epoch. Returns one line per disagreement (empty when all agree)."""
+    bucketed, grouped = _plan("buckets", s), _plan("grouped", s)
+    model = s.make_model().to(s.device)
+    model.load_state_dict(s.init_state)
+    problems = []
+    with torch.no_grad():
+        for i, idx in enumerate(bucketed.epoch[:batches]):
+            samples = s.get_samples(idx.tolist())
+            losses = []
+            for fam in (bucketed, grouped):
+                b = fam.collate(samples)
+                b.pop("sample_mask", None)
+                if "attention_mask" not in b:
+                    b["attention_mask"] = torch.ones_like(b["input_ids"], dtype=torch.bool)
+                losses.append(float(model(**{k: v.to(s.device) for k, v in b.items()})))
+            if not math.isclose(losses[0], losses[1], rel_tol=1e-4, abs_tol=1e-5):
+                problems.append(
+                    f"batch {i}: loss {losses[0]:.6f} padded to its bucket vs {losses[1]:.6f} padded to "
+                    "the longest: padding leaks into the loss (a mask is wrong)"
+                )
+    return problems
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+
+def _setup(args: argparse.Namespace) -> _Setup:
     device = torch.device(args.device)
-    cfg = GPTConfig(
-        vocab=args.vocab, dim=args.dim, layers=args.layers, heads=args.heads, max_len=args.max_len
-    )
     lengths, clipped = load_workload(
         args.workload,
         n=args.samples,
@@ -273,70 +493,113 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult]]
         seed=args.seed,
         lengths_file=args.lengths,
     )
-    rng = np.random.default_rng(args.seed)
-    n_steps = args.warmup_steps + args.steps
-    perm = np.concatenate(
-        [
-            rng.permutation(len(lengths))
-            for _ in range(math.ceil(n_steps * args.batch_size / len(lengths)))
-        ]
-    )
-    random_batches = [perm[i * args.batch_size : (i + 1) * args.batch_size] for i in range(n_steps)]
+    args.clipped = clipped
+    image: tuple[int, ...] | None = None
+    make_model: Callable[[], torch.nn.Module]
+    cfg: GPTConfig
+    if args.workload == "captioning":
+        ccfg = CaptionConfig(
+            vocab=args.vocab,
+            dim=args.dim,
+            layers=args.layers,
+            heads=args.heads,
+            max_len=args.max_len,
+        )
+        image, cfg = (ccfg.channels, ccfg.image, ccfg.image), ccfg
+        make_model = lambda: Captioner(ccfg)  # noqa: E731
+    else:
+        gcfg = GPTConfig(
+            vocab=args.vocab,
+            dim=args.dim,
+            layers=args.layers,
+            heads=args.heads,
+            max_len=args.max_len,
+        )
+        cfg = gcfg
+        make_model = lambda: GPT(gcfg)  # noqa: E731
+    args.model = asdict(cfg)
     torch.manual_seed(args.seed)
-    init_state = {k: v.clone() for k, v in GPT(cfg).state_dict().items()}
-    setup = _Setup(
-        cfg=cfg,
+    init_state = {k: v.clone() for k, v in make_model().state_dict().items()}
+    buckets = fit_buckets(lengths, args.k, align=8, batching="bucketed", max_len=args.max_len)
+    return _Setup(
+        args=args,
+        workload=args.workload,
         lengths=lengths,
-        batch_size=args.batch_size,
-        steps=args.steps,
-        warmup_steps=args.warmup_steps,
-        k=args.k,
-        seed=args.seed,
         device=device,
-        mode=args.mode,
+        make_model=make_model,
         init_state=init_state,
-        random_batches=random_batches,
-        get_samples=_samples(lengths, cfg.vocab, args.seed),
+        buckets=buckets,
+        get_samples=_samples(lengths, cfg.vocab, args.seed, image),
     )
+
+
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult], list[str]]:
+    """Warm every strategy up (each its own cold compile), then time them in interleaved rounds.
+
+    Returns the run's configuration, one result per strategy (in ``args.strategies``
+    order) and the padding-invariance problems (empty when the masks are right).
+    """
+    s = _setup(args)
+    names = [n for n in STRATEGIES if n in args.strategies]
+    families = {f: _build(f, s) for f in sorted({STRATEGIES[n].family for n in names})}
+    problems = check_padding_invariance(s)
+    results: dict[str, StrategyResult] = {}
+    runners: list[_Runner] = []
+    with contextlib.ExitStack() as keep:  # compiled kernels live in these dirs until the end
+        for name in progress(names, desc="warm-up", unit="strategy"):
+            cache: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+            if args.cache == "fresh":
+                tmp = keep.enter_context(tempfile.TemporaryDirectory(prefix="shapebucket-bench-"))
+                cache = compat.fresh_inductor_cache(tmp)
+            try:
+                with cache:
+                    runners.append(_prepare(name, s, families[STRATEGIES[name].family]))
+            except Exception as e:  # one strategy failing must not hide the others
+                results[name] = StrategyResult(
+                    name=name,
+                    family=STRATEGIES[name].family,
+                    peer=name in PEERS,
+                    error=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}",
+                )
+        for r in progress(list(range(args.rounds)), desc="timed rounds", unit="round"):
+            # rotate the order each round, so no strategy always runs right after another
+            for runner in (
+                runners[r % len(runners) :] + runners[: r % len(runners)] if runners else []
+            ):
+                if runner.result.error is not None:
+                    continue
+                try:
+                    _time_round(runner, s.device)
+                except Exception as e:
+                    runner.result.error = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        for runner in runners:
+            if runner.result.error is None:
+                _finish(runner)
+            results[runner.name] = runner.result
     config = {
         "workload": args.workload if args.lengths is None else f"file:{args.lengths}",
-        "samples": len(lengths),
-        "clipped_to_max_len": clipped,
-        "mean_length": float(lengths.mean()),
-        "model": asdict(cfg),
+        "samples": len(s.lengths),
+        "clipped_to_max_len": args.clipped,
+        "mean_length": float(s.lengths.mean()),
+        "epoch_real_tokens": int(s.lengths.sum()),
+        "model": args.model,
+        "buckets": list(s.buckets),
         "batch_size": args.batch_size,
-        "steps": args.steps,
+        "max_tokens": args.max_tokens,
+        "rounds": args.rounds,
+        "steps_per_round": args.steps,
         "warmup_steps": args.warmup_steps,
         "k": args.k,
         "seed": args.seed,
-        "device": str(device),
+        "device": str(s.device)
+        if s.device.type != "cuda"
+        else torch.cuda.get_device_name(s.device),
         "mode": args.mode,
         "cache": args.cache,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
         "threads": torch.get_num_threads(),
+        "strategies": {n: STRATEGIES[n].about for n in names},
     }
-    names = [n for n in STRATEGIES if n in args.strategies]
-    results = []
-    bar = progress(names, desc="strategies", unit="strategy")
-    for name in bar:
-        bar.set_postfix_str(name)
-        with tempfile.TemporaryDirectory(prefix="shapebucket-bench-") as tmp:
-            cache = (
-                compat.fresh_inductor_cache(tmp)
-                if args.cache == "fresh"
-                else contextlib.nullcontext()
-            )
-            try:
-                with cache:
-                    results.append(_run_strategy(name, setup))
-            except Exception as e:  # one strategy failing must not hide the others
-                results.append(
-                    StrategyResult(
-                        name=name, error=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-                    )
-                )
-    return config, results
-
-
+    return config, [results[n] for n in names], problems

@@ -1,4 +1,6 @@
-"""A small GPT-style decoder in plain torch, for the steps/sec benchmark and examples."""
+"""Small models in plain torch for the steps/sec benchmark and the examples: a GPT-style
+decoder, and an encoder-decoder captioner (ViT-style encoder, GPT-style decoder with
+cross-attention)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["GPT", "GPTConfig"]
+__all__ = ["GPT", "CaptionConfig", "Captioner", "GPTConfig"]
 
 
 @dataclass(frozen=True)
@@ -35,14 +37,25 @@ class Block(nn.Module):
             nn.Linear(cfg.mlp_ratio * cfg.dim, cfg.dim),
         )
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def _attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         B, L, D = x.shape
         q, k, v = (
             self.qkv(self.ln1(x)).view(B, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
         )
         att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        x = x + self.proj(att.transpose(1, 2).reshape(B, L, D))
+        return self.proj(att.transpose(1, 2).reshape(B, L, D))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        x = x + self._attend(x, mask)
         return x + self.mlp(self.ln2(x))
+
+
+def _causal_padding_mask(attention_mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Causal and padding mask ``[B, 1, L, L]``; a query always sees itself, so a pad row
+    never attends to an empty row (which would give NaN)."""
+    causal = positions[None, :] <= positions[:, None]
+    keys = attention_mask[:, None, None, :].bool() | (positions[None, :] == positions[:, None])
+    return causal & keys
 
 
 class GPT(nn.Module):
@@ -72,10 +85,83 @@ class GPT(nn.Module):
         L = input_ids.shape[1]
         positions = torch.arange(L, device=input_ids.device)
         x = self.tok(input_ids) + self.pos(positions)
-        causal = positions[None, :] <= positions[:, None]
-        keys = attention_mask[:, None, None, :].bool() | (positions[None, :] == positions[:, None])
-        mask = causal & keys
+        mask = _causal_padding_mask(attention_mask, positions)
         for block in self.blocks:
             x = block(x, mask)
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+
+
+class CrossBlock(Block):
+    """A decoder block: causal self-attention, cross-attention to the image, MLP."""
+
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__(cfg)
+        self.ln_x = nn.LayerNorm(cfg.dim)
+        self.q = nn.Linear(cfg.dim, cfg.dim)
+        self.kv = nn.Linear(cfg.dim, 2 * cfg.dim)
+        self.proj_x = nn.Linear(cfg.dim, cfg.dim)
+
+    def forward(  # type: ignore[override]
+        self, x: torch.Tensor, mask: torch.Tensor, memory: torch.Tensor
+    ) -> torch.Tensor:
+        B, L, D = x.shape
+        x = x + self._attend(x, mask)
+        H, M = self.heads, memory.shape[1]
+        q = self.q(self.ln_x(x)).view(B, L, H, D // H).transpose(1, 2)
+        k, v = self.kv(memory).view(B, M, 2, H, D // H).permute(2, 0, 3, 1, 4)
+        x = x + self.proj_x(
+            F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, L, D)
+        )
+        return x + self.mlp(self.ln2(x))
+
+
+@dataclass(frozen=True)
+class CaptionConfig(GPTConfig):
+    image: int = 32
+    patch: int = 8
+    channels: int = 3
+    encoder_layers: int = 1
+
+
+class Captioner(nn.Module):
+    """A small encoder-decoder: a ViT-style encoder over a fixed-size image and a GPT-style
+    decoder with cross-attention over a variable-length caption (the setting of the
+    captioning workload). ``forward`` returns the mean next-token loss over real tokens.
+
+    >>> model = Captioner(CaptionConfig(vocab=16, dim=8, layers=1, heads=2, max_len=8, image=8, patch=4))
+    >>> ids = torch.randint(0, 16, (2, 5))
+    >>> model(torch.zeros(2, 3, 8, 8), ids, ids, torch.ones(2, 5, dtype=torch.bool)).shape
+    torch.Size([])
+    """
+
+    def __init__(self, cfg: CaptionConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        patches = (cfg.image // cfg.patch) ** 2
+        self.patchify = nn.Conv2d(cfg.channels, cfg.dim, cfg.patch, stride=cfg.patch)
+        self.patch_pos = nn.Parameter(torch.zeros(1, patches, cfg.dim))
+        self.encoder = nn.ModuleList(Block(cfg) for _ in range(cfg.encoder_layers))
+        self.tok = nn.Embedding(cfg.vocab, cfg.dim)
+        self.pos = nn.Embedding(cfg.max_len, cfg.dim)
+        self.decoder = nn.ModuleList(CrossBlock(cfg) for _ in range(cfg.layers))
+        self.ln = nn.LayerNorm(cfg.dim)
+        self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
+
+    def forward(
+        self,
+        pixel_values: torch.Tensor,
+        input_ids: torch.Tensor,
+        labels: torch.Tensor,
+        attention_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        memory = self.patchify(pixel_values).flatten(2).transpose(1, 2) + self.patch_pos
+        for block in self.encoder:
+            memory = block(memory, None)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.tok(input_ids) + self.pos(positions)
+        mask = _causal_padding_mask(attention_mask, positions)
+        for block in self.decoder:
+            x = block(x, mask, memory)
         logits = self.head(self.ln(x))
         return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)

@@ -1,102 +1,191 @@
-"""The benchmark's results: the loss-agreement check, the table and the plot."""
+"""The benchmark's results: the headline, the loss-agreement check, the table and the plot."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .harness import COMPILED_BASELINES, SAME_BATCHES, StrategyResult
+from .harness import StrategyResult
 
-__all__ = ["check_losses", "format_table", "plot"]
+__all__ = ["Headline", "check_losses", "format_table", "headline", "plot"]
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The best shapebucket strategy against the best strategy without shapebucket."""
+
+    ours: StrategyResult
+    peer: StrategyResult
+
+    @property
+    def ratio(self) -> float:
+        """Median useful tokens/sec, ours over the peer's (below 1: the peer is faster)."""
+        return self.ours.useful_tokens_per_sec / self.peer.useful_tokens_per_sec
+
+    @property
+    def within_noise(self) -> bool:
+        """Whether the two strategies' min-max ranges over the timed rounds overlap."""
+        a, b = self.ours, self.peer
+        return (
+            a.tokens_per_sec_min <= b.tokens_per_sec_max
+            and b.tokens_per_sec_min <= a.tokens_per_sec_max
+        )
+
+    @property
+    def job_ratio(self) -> float:
+        """One epoch's time with warm-up, the peer's over ours (above 1: ours finishes first)."""
+        return self.peer.job_s / self.ours.job_s
+
+    def __str__(self) -> str:
+        verdict = (
+            "within noise (the rounds' ranges overlap)"
+            if self.within_noise
+            else ("faster" if self.ratio > 1 else "slower")
+        )
+        return (
+            f"headline: {self.ours.name} {self.ours.useful_tokens_per_sec:,.0f} useful tok/s = "
+            f"{self.ratio:.2f}x the best strategy without shapebucket ({self.peer.name}, "
+            f"{self.peer.useful_tokens_per_sec:,.0f}): {verdict}\n"
+            f"whole job (one epoch, warm-up included): {self.ours.job_s:.0f} s vs {self.peer.job_s:.0f} s "
+            f"= {self.job_ratio:.2f}x ({'ours first' if self.job_ratio > 1 else 'the peer first'})"
+        )
+
+
+def headline(results: Sequence[StrategyResult]) -> Headline | None:
+    """Best (median useful tokens/sec) shapebucket strategy and best peer, eager included."""
+    ok = [r for r in results if r.error is None and r.round_tokens_per_sec]
+    ours = [r for r in ok if not r.peer]
+    peers = [r for r in ok if r.peer]
+    if not ours or not peers:
+        return None
+    best = max(ours, key=lambda r: r.useful_tokens_per_sec)
+    return Headline(best, max(peers, key=lambda r: r.useful_tokens_per_sec))
 
 
 def check_losses(
     results: Sequence[StrategyResult], rtol: float = 2e-3, atol: float = 2e-3
 ) -> list[str]:
-    """Compare the per-step losses of the strategies that saw the same batches.
+    """Compare the per-step losses of strategies of one family (the same batches in the
+    same order): compiling, marking dims dynamic or specialising must not change the math.
 
-    Returns one line per disagreement (empty when all agree): padding with a
-    correct mask must not change the math.
+    Returns one line per disagreement (empty when all agree).
     """
-    same = [r for r in results if r.name in SAME_BATCHES and r.error is None and r.losses]
-    if len(same) < 2:
-        return []
-    ref = same[0]
     problems = []
-    for r in same[1:]:
-        a, b = np.asarray(ref.losses), np.asarray(r.losses)
-        if a.shape != b.shape:
-            problems.append(f"{r.name}: {len(b)} losses vs {len(a)} for {ref.name}")
-            continue
-        bad = np.flatnonzero(~np.isclose(b, a, rtol=rtol, atol=atol))
-        if bad.size:
-            i = int(bad[0])
-            problems.append(
-                f"{r.name}: step {i} loss {b[i]:.6f} vs {a[i]:.6f} for {ref.name} "
-                f"({bad.size} of {len(a)} steps differ beyond rtol={rtol}, atol={atol})"
-            )
+    families: dict[str, list[StrategyResult]] = {}
+    for r in results:
+        if r.error is None and r.losses:
+            families.setdefault(r.family, []).append(r)
+    for same in families.values():
+        ref = same[0]
+        for r in same[1:]:
+            a, b = np.asarray(ref.losses), np.asarray(r.losses)
+            if a.shape != b.shape:
+                problems.append(f"{r.name}: {len(b)} losses vs {len(a)} for {ref.name}")
+                continue
+            bad = np.flatnonzero(~np.isclose(b, a, rtol=rtol, atol=atol))
+            if bad.size:
+                i = int(bad[0])
+                problems.append(
+                    f"{r.name}: step {i} loss {b[i]:.6f} vs {a[i]:.6f} for {ref.name} "
+                    f"({bad.size} of {len(a)} steps differ beyond rtol={rtol}, atol={atol})"
+                )
     return problems
 
 
-def _best_baseline(results: Sequence[StrategyResult]) -> StrategyResult | None:
-    ok = [r for r in results if r.name in COMPILED_BASELINES and r.error is None]
-    return max(ok, key=lambda r: r.useful_tokens_per_sec) if ok else None
-
-
 def format_table(results: Sequence[StrategyResult]) -> str:
-    best = _best_baseline(results)
+    """One row per strategy, fastest first: median and range of the rounds, the ratio to the
+    best peer, warm-up, the whole job, compiles and token efficiency."""
+    head_ = headline(results)
+    best_peer = head_.peer.useful_tokens_per_sec if head_ else None
     ranked = sorted(results, key=lambda r: -r.useful_tokens_per_sec if r.error is None else 0)
     head = (
-        f"{'strategy':<19s} {'useful tok/s':>12s} {'vs best':>7s} {'steps/s':>8s} {'warmup s':>8s} "
-        f"{'graphs':>6s} {'timed recompiles':>16s} {'limit hit':>9s} {'tok eff':>7s} {'peak MB':>8s} {'loss':>7s}"
+        f"{'strategy':<24s} {'useful tok/s':>12s} {'rounds min-max':>17s} {'vs peer':>7s} {'steps/s':>7s} "
+        f"{'warm-up s':>9s} {'job s':>7s} {'graphs':>6s} {'timed re':>8s} {'tok eff':>7s} {'shapes':>6s}"
     )
     lines = [head, "-" * len(head)]
     for r in ranked:
         if r.error is not None:
-            lines.append(f"{r.name:<19s} failed: {r.error}")
+            lines.append(f"{r.name:<24s} {r.error}")
             continue
-        ratio = (
-            f"{r.useful_tokens_per_sec / best.useful_tokens_per_sec:6.2f}x" if best else "    -  "
-        )
+        ratio = f"{r.useful_tokens_per_sec / best_peer:6.2f}x" if best_peer else "    -  "
+        span = f"{r.tokens_per_sec_min / 1e3:,.1f}k-{r.tokens_per_sec_max / 1e3:,.1f}k"
         lines.append(
-            f"{r.name:<19s} {r.useful_tokens_per_sec:>12,.0f} {ratio:>7s} {r.steps_per_sec:>8.2f} {r.warmup_s:>8.1f} "
-            f"{r.graphs:>6d} {r.timed_recompiles:>16d} {'yes' if r.recompile_limit_hit else 'no':>9s} "
-            f"{r.token_efficiency:>7.1%} {r.peak_mem_mb:>8.0f} {r.final_loss:>7.3f}"
+            f"{r.name:<24s} {r.useful_tokens_per_sec:>12,.0f} {span:>17s} {ratio:>7s} {r.steps_per_sec:>7.2f} "
+            f"{r.warmup_s:>9.1f} {r.job_s:>7.0f} {r.graphs:>6d} {r.timed_recompiles:>8d} "
+            f"{r.token_efficiency:>7.1%} {r.shapes:>6d}"
         )
-    if best is not None:
-        lines.append(
-            f"'vs best': useful tokens/sec relative to the best compiled strategy without shapebucket ({best.name})"
-        )
+    lines.append(
+        "useful tok/s: real tokens per second, median of the timed rounds; vs peer: relative to the best "
+        "strategy without shapebucket; job s: one epoch with warm-up; timed re: graphs compiled while timed; "
+        "tok eff and shapes: over the whole epoch's plan"
+    )
+    if head_ is not None:
+        lines.append(str(head_))
     return "\n".join(lines)
 
 
 def plot(results: Sequence[StrategyResult], path: str | Path, title: str) -> None:
+    """Two panels: useful tokens/sec (median, min-max bars, ratio to the best peer) and the
+    whole job's seconds (warm-up and training stacked)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
-    ok = [r for r in results if r.error is None]
+    ok = sorted(
+        (r for r in results if r.error is None and r.round_tokens_per_sec),
+        key=lambda r: -r.useful_tokens_per_sec,
+    )
+    if not ok:
+        return
+    head_ = headline(ok)
     names = [r.name for r in ok]
-    colors = [
-        "#55a868"
-        if n.startswith("shapebucket")
-        else ("#4c72b0" if n in COMPILED_BASELINES else "#8c8c8c")
-        for n in names
-    ]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
-    a.barh(names, [r.useful_tokens_per_sec for r in ok], color=colors)
-    a.set_xlabel("useful (real) tokens / s, higher is better")
+    colors = ["#4c72b0" if r.peer else "#55a868" for r in ok]
+    med = np.array([r.useful_tokens_per_sec for r in ok])
+    err = np.array(
+        [
+            [m - r.tokens_per_sec_min for m, r in zip(med, ok, strict=True)],
+            [r.tokens_per_sec_max - m for m, r in zip(med, ok, strict=True)],
+        ]
+    )
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 0.55 * len(ok) + 2.2))
+    a.barh(names, med, xerr=err, color=colors, capsize=3)
+    best_peer = head_.peer.useful_tokens_per_sec if head_ else None
+    for y, m in enumerate(med):
+        label = f"{m / 1e3:,.1f}k" + (f"  {m / best_peer:.2f}x" if best_peer else "")
+        a.text(m + err[1][y], y, "  " + label, va="center", fontsize=8)
+    a.set_xlabel("useful (real) tokens / s: median of rounds, bars min-max; higher is better")
+    a.set_xlim(0, float((med + err[1]).max()) * 1.3)
     a.invert_yaxis()
-    b.barh(names, [r.warmup_s for r in ok], color=colors)
-    b.set_xlabel("warm-up seconds (compile + prewarm), lower is better")
+    warm = np.array([r.warmup_s + r.timed_compile_s for r in ok])
+    train = np.array([r.job_s for r in ok]) - warm
+    b.barh(names, warm, color="#c44e52", label="warm-up and compiles")
+    b.barh(names, train, left=warm, color=colors, label="training (one epoch)")
+    for y, r in enumerate(ok):
+        b.text(r.job_s, y, f"  {r.job_s:,.0f} s", va="center", fontsize=8)
+    b.set_xlabel("one epoch, warm-up included (s); lower is better")
+    b.set_xlim(0, max(r.job_s for r in ok) * 1.25)
     b.invert_yaxis()
     b.set_yticklabels([])
-    fig.suptitle(title)
+    a.legend(
+        handles=[
+            Patch(color="#55a868", label="shapebucket"),
+            Patch(color="#4c72b0", label="without shapebucket (peers)"),
+            Patch(color="#c44e52", label="warm-up and compiles"),
+        ],
+        loc="lower right",
+        fontsize=8,
+    )
+    suptitle = title
+    if head_ is not None:
+        suptitle += f"\n{head_.ours.name} = {head_.ratio:.2f}x {head_.peer.name}" + (
+            " (within noise)" if head_.within_noise else ""
+        )
+    fig.suptitle(suptitle, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-

@@ -1,4 +1,4 @@
-"""Length distributions for the benchmark: the reference mixture, real text, or a file."""
+"""Length distributions for the benchmark: the reference mixture, real text, captions, or a file."""
 
 from __future__ import annotations
 
@@ -11,7 +11,15 @@ import numpy as np
 
 from ..data import mixture_lengths
 
-__all__ = ["load_workload", "stdlib_docstring_lengths", "stdlib_docstring_paragraphs"]
+__all__ = [
+    "WORKLOADS",
+    "caption_lengths",
+    "load_workload",
+    "stdlib_docstring_lengths",
+    "stdlib_docstring_paragraphs",
+]
+
+WORKLOADS = ("mixture", "text", "captioning")
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
@@ -49,12 +57,28 @@ def stdlib_docstring_lengths() -> np.ndarray:
     return np.asarray([n for n in counts if n >= 2], dtype=np.int64)
 
 
+def caption_lengths(n: int, seed: int = 0) -> np.ndarray:
+    """Caption lengths of the captioning workload: 90% uniform in [5, 31], 9% in [33, 63]
+    and 1% in [65, 255] (the setting of the most-read guide on compiling variable-length
+    training: a fixed-size image and a variable-length caption).
+
+    >>> lengths = caption_lengths(1000)
+    >>> int(lengths.min()) >= 5 and int(lengths.max()) <= 255
+    True
+    """
+    rng = np.random.default_rng(seed)
+    part = rng.choice(3, size=n, p=[0.90, 0.09, 0.01])
+    lo = np.array([5, 33, 65])[part]
+    hi = np.array([31, 63, 255])[part]
+    return rng.integers(lo, hi + 1).astype(np.int64)
+
+
 def load_workload(
     name: str, *, n: int, max_len: int, seed: int, lengths_file: str | None = None
 ) -> tuple[np.ndarray, int]:
     """``(lengths, clipped)``: the workload's lengths, clipped to ``max_len``, and how many were clipped.
 
-    ``mixture`` draws ``n`` samples; ``text`` and ``file`` use all their lengths.
+    ``mixture`` and ``captioning`` draw ``n`` samples; ``text`` and ``file`` use all their lengths.
     """
     if lengths_file is not None:
         from ..data import read_lengths
@@ -64,6 +88,8 @@ def load_workload(
         lengths = mixture_lengths(n, seed=seed)
     elif name == "text":
         lengths = stdlib_docstring_lengths()
+    elif name == "captioning":
+        lengths = caption_lengths(n, seed=seed)
     else:
         raise ValueError(f"unknown workload {name!r}")
     clipped = int((lengths > max_len).sum())

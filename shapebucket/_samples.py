@@ -17,7 +17,16 @@ import torch
 
 from .errors import ShapeBucketError
 
-__all__ = ["SCALARS", "Key", "concat", "is_scalar", "is_sequence", "short", "to_columns"]
+__all__ = [
+    "SCALARS",
+    "Key",
+    "concat",
+    "is_scalar",
+    "is_sequence",
+    "short",
+    "stack_column",
+    "to_columns",
+]
 
 Key = Hashable
 SCALARS = (numbers.Number, np.generic)
@@ -137,3 +146,45 @@ def _to_tensor(value: Any) -> torch.Tensor:
     if isinstance(value, np.ndarray):
         return torch.from_numpy(value)
     return _from_python(list(value))
+
+
+def stack_column(key: Key, column: list[Any], rows: int, pad: Any) -> Any:
+    """The values of a key that is not padded, as one batch value of ``rows`` rows: numbers
+    into a ``[rows]`` tensor, tensors and arrays of one shape and dtype into
+    ``[rows, *shape]`` (extra rows hold ``pad``), anything else a list (extra rows ``None``)."""
+    extra = rows - len(column)
+    values: torch.Tensor
+    if all(is_scalar(v) for v in column):
+        if all(isinstance(v, torch.Tensor) for v in column):
+            values = torch.stack(column)
+        else:
+            values = torch.as_tensor(
+                np.asarray([v.item() if isinstance(v, torch.Tensor) else v for v in column])
+            )
+            if values.dtype == torch.float64 and not any(
+                isinstance(v, (np.ndarray, np.generic, torch.Tensor)) for v in column
+            ):
+                values = values.float()
+    elif all(isinstance(v, (torch.Tensor, np.ndarray)) for v in column):
+        tensors = [torch.as_tensor(v) for v in column]
+        shapes = {tuple(t.shape) for t in tensors}
+        dtypes = {t.dtype for t in tensors}
+        if len(shapes) > 1 or len(dtypes) > 1:
+            i = next(
+                i
+                for i, t in enumerate(tensors)
+                if (tuple(t.shape), t.dtype) != (tuple(tensors[0].shape), tensors[0].dtype)
+            )
+            raise ShapeBucketError(
+                f"sample {i}: {key!r} is not a sequence key, so it is stacked, but it has shape "
+                f"{tuple(tensors[i].shape)} and dtype {tensors[i].dtype} where sample 0 has "
+                f"{tuple(tensors[0].shape)} and {tensors[0].dtype}; add {key!r} to sequence_keys "
+                "to pad it, or give every sample the same shape and dtype"
+            )
+        values = torch.stack(tensors)
+    else:
+        return list(column) + [None] * extra
+    if extra:
+        filler = torch.full((extra, *values.shape[1:]), pad, dtype=values.dtype)
+        values = torch.cat([values, filler])
+    return values

@@ -28,13 +28,12 @@ from typing import Any, Literal, cast
 import numpy as np
 import torch
 
-from ._samples import SCALARS, Key, concat, is_scalar, is_sequence, short, to_columns
+from ._samples import SCALARS, Key, concat, is_sequence, short, stack_column, to_columns
 from ._validate import check_batch_sizes, check_int, renamed_argument
 from .buckets import Buckets, as_buckets
 from .errors import ShapeBucketError
 
 __all__ = ["BucketCollator", "CollateStats"]
-
 
 
 @dataclass
@@ -271,7 +270,7 @@ class BucketCollator:
             if k in seq_keys:
                 out[k] = self._pad_key(k, columns[k], mask, rows)
             else:
-                out[k] = self._stack_key(k, columns[k], rows)
+                out[k] = stack_column(k, columns[k], rows, self.pad_value(k))
         if self.mask_key is not None and self.mask_key not in keys:
             full = torch.zeros(rows, bucket, dtype=torch.bool)
             full[:n_real] = mask
@@ -338,6 +337,7 @@ class BucketCollator:
             raise ShapeBucketError(
                 f"repad needs a batch this collator made (a dict, a tuple or a tensor), got {type(batch).__name__}"
             )
+
         def seq_dim_of(key: Key, value: torch.Tensor) -> int:
             # the token mask the collator adds is [rows, bucket] whatever seq_dim is
             return 1 if key in masks and value.ndim == 2 else self.seq_dim + 1
@@ -488,44 +488,6 @@ class BucketCollator:
         if self.seq_dim:
             out = out.movedim(1, self.seq_dim + 1).contiguous()
         return out
-
-    def _stack_key(self, key: Key, column: list[Any], rows: int) -> Any:
-        extra = rows - len(column)
-        values: torch.Tensor
-        if all(is_scalar(v) for v in column):
-            if all(isinstance(v, torch.Tensor) for v in column):
-                values = torch.stack(column)
-            else:
-                values = torch.as_tensor(
-                    np.asarray([v.item() if isinstance(v, torch.Tensor) else v for v in column])
-                )
-                if values.dtype == torch.float64 and not any(
-                    isinstance(v, (np.ndarray, np.generic, torch.Tensor)) for v in column
-                ):
-                    values = values.float()
-        elif all(isinstance(v, (torch.Tensor, np.ndarray)) for v in column):
-            tensors = [torch.as_tensor(v) for v in column]
-            shapes = {tuple(t.shape) for t in tensors}
-            dtypes = {t.dtype for t in tensors}
-            if len(shapes) > 1 or len(dtypes) > 1:
-                i = next(
-                    i
-                    for i, t in enumerate(tensors)
-                    if (tuple(t.shape), t.dtype) != (tuple(tensors[0].shape), tensors[0].dtype)
-                )
-                raise ShapeBucketError(
-                    f"sample {i}: {key!r} is not a sequence key, so it is stacked, but it has shape "
-                    f"{tuple(tensors[i].shape)} and dtype {tensors[i].dtype} where sample 0 has "
-                    f"{tuple(tensors[0].shape)} and {tensors[0].dtype}; add {key!r} to sequence_keys "
-                    "to pad it, or give every sample the same shape and dtype"
-                )
-            values = torch.stack(tensors)
-        else:
-            return list(column) + [None] * extra
-        if extra:
-            filler = torch.full((extra, *values.shape[1:]), self.pad_value(key), dtype=values.dtype)
-            values = torch.cat([values, filler])
-        return values
 
 
 def _accept_old_name(init: Any) -> Any:

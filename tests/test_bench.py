@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from shapebucket import BucketCollator, CompileCounter
 from shapebucket import _torch_compat as compat
-from shapebucket.bench import cli, harness
+from shapebucket.bench import cli, harness, plans
 from shapebucket.bench.harness import PEERS, STRATEGIES, StrategyResult, fresh_forward
 from shapebucket.bench.peers import grouped_indices_reference, length_grouped_indices
 from shapebucket.bench.report import check_losses, format_table, headline
@@ -109,7 +109,7 @@ def test_quick_run_writes_to_its_own_paths():
 def test_padding_invariance_check_fails_when_a_mask_is_broken(monkeypatch, capsys):
     s = harness._setup(quick_args())
     assert harness.check_padding_invariance(s) == []
-    real = harness._collator
+    real = plans._collator
 
     def broken(buckets, batch_sizes=None):
         if (
@@ -120,7 +120,7 @@ def test_padding_invariance_check_fails_when_a_mask_is_broken(monkeypatch, capsy
             )
         return real(buckets, batch_sizes)
 
-    monkeypatch.setattr(harness, "_collator", broken)
+    monkeypatch.setattr(plans, "_collator", broken)
     problems = harness.check_padding_invariance(harness._setup(quick_args()))
     assert problems and "padding leaks into the loss" in problems[0]
     # and the command fails with it, even when it times only an eager peer
@@ -157,7 +157,7 @@ def test_timed_batches_represent_the_epoch():
     rng = np.random.default_rng(0)
     epoch = [np.array([i]) for i in range(1000)]
     padded = rng.choice([8, 16, 64], size=1000, p=[0.7, 0.2, 0.1]).tolist()
-    picks = harness._systematic(epoch, padded, 20, seed=1)
+    picks = plans.systematic_sample(epoch, padded, 20, seed=1)
     counts = {v: sum(padded[int(p[0])] == v for p in picks) for v in (8, 16, 64)}
     assert counts == {8: 14, 16: 4, 64: 2}
 
@@ -209,7 +209,11 @@ def test_headline_is_printed_as_measured_also_below_one():
     assert head.ratio == pytest.approx(0.9) and not head.within_noise
     text = format_table(results)
     assert "0.90x the best strategy without shapebucket (grouped-eager" in text and "slower" in text
-    assert "the peer first" in text
+    assert "shapebucket 120 s vs grouped-eager 100 s" in text and "the peer first" in text
+    # the whole job compares the first of each side to finish, not the fastest
+    slow_start = [*results, result("grouped-compile", 39.0, 38.5, 39.5, 90.0)]
+    assert headline(slow_start).peer.name == "grouped-eager"
+    assert headline(slow_start).job_peer.name == "grouped-compile"
     close = [
         result("grouped-eager", 40.0, 35.0, 45.0, 100.0),
         result("shapebucket", 42.0, 41.0, 43.0, 90.0, family="buckets"),

@@ -8,12 +8,13 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from .._validate import check_int
 from ..errors import ShapeBucketError
-from .harness import PEERS, STRATEGIES, run
+from .harness import PEERS, STRATEGIES, StrategyResult, run
 from .peers import source as grouped_source
 from .report import check_losses, format_table, headline, plot
 from .workloads import WORKLOADS
@@ -116,7 +117,50 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-check", action="store_true", help="do not fail when a correctness check fails"
     )
+    p.add_argument(
+        "--from-json",
+        metavar="PATH",
+        help="measure nothing: print the table and headline of a saved run and write its plot "
+        "(--plot, default next to the JSON)",
+    )
     return p
+
+
+def _replay(args: argparse.Namespace) -> int:
+    """The table, headline and plot of a saved run, as measured then."""
+    try:
+        data = json.loads(Path(args.from_json).read_text())
+        results = [StrategyResult(**r) for r in data["results"]]
+        config = data["config"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"error: {args.from_json} is not a saved benchmark run: {e}", file=sys.stderr)
+        return 2
+    print(_describe(config))
+    print(format_table(results))
+    path = args.plot or str(Path(args.from_json).with_suffix(".png"))
+    plot(results, path, _title(config))
+    print(f"wrote {path}")
+    return 0
+
+
+def _describe(config: dict[str, Any]) -> str:
+    return (
+        f"shapebucket steps/sec benchmark: workload {config['workload']} ({config['samples']:,} samples, "
+        f"mean length {config['mean_length']:.1f}, {config['clipped_to_max_len']} clipped to "
+        f"{config['model']['max_len']}), batch {config['batch_size']}, buckets {config['buckets']}, "
+        f"{config['rounds']} rounds x {config['steps_per_round']} steps, model {config['model']}, "
+        f"torch {config['torch']}, {config['device']}"
+        f"{', mode ' + str(config['mode']) if config['mode'] else ''}, {config['machine']}\n"
+        f"peers: {', '.join(n for n in config['strategies'] if n in PEERS)} "
+        f"({config.get('grouped_sampler', '?')})"
+    )
+
+
+def _title(config: dict[str, Any]) -> str:
+    return (
+        f"{config['workload']}, batch {config['batch_size']}, torch {config['torch']}, "
+        f"{config['device']}{', ' + str(config['mode']) if config['mode'] else ''}"
+    )
 
 
 def _resolve(args: argparse.Namespace) -> None:
@@ -154,6 +198,8 @@ def _resolve(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.from_json:
+        return _replay(args)
     try:
         _resolve(args)
     except ShapeBucketError as e:
@@ -162,16 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config, results, padding_problems = run(args)
     config["grouped_sampler"] = grouped_source()
     print()
-    print(
-        f"shapebucket steps/sec benchmark: workload {config['workload']} ({config['samples']:,} samples, "
-        f"mean length {config['mean_length']:.1f}, {config['clipped_to_max_len']} clipped to {args.max_len}), "
-        f"batch {config['batch_size']}, buckets {config['buckets']}, {config['rounds']} rounds x "
-        f"{config['steps_per_round']} steps, model {config['model']}, torch {config['torch']}, "
-        f"{config['device']}{', mode ' + str(args.mode) if args.mode else ''}, {config['machine']}"
-    )
-    print(
-        f"peers: {', '.join(n for n in PEERS if n in args.strategies)} ({config['grouped_sampler']})"
-    )
+    print(_describe(config))
     print(format_table(results))
     for path in (args.json, args.plot):
         if path:
@@ -194,11 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(payload, indent=2))
         print(f"wrote {args.json}")
     if args.plot:
-        plot(
-            results,
-            args.plot,
-            f"{config['workload']}, batch {config['batch_size']}, torch {config['torch']}, {config['device']}",
-        )
+        plot(results, args.plot, _title(config))
         print(f"wrote {args.plot}")
     status = 0
     for r in results:

@@ -31,7 +31,7 @@ import tempfile
 import time
 import types
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -40,15 +40,12 @@ import torch
 
 from .. import _torch_compat as compat
 from .._progress import progress
-from .._validate import round_up
 from ..buckets import Buckets
-from ..collate import BucketCollator
 from ..fit import fit_buckets
 from ..recompiles import CompileCounter, mark_dynamic, no_recompiles
-from ..sampler import BucketBatchSampler
 from ..warmup import prewarm
 from .model import GPT, CaptionConfig, Captioner, GPTConfig
-from .peers import length_grouped_indices
+from .plans import SEQUENCE_KEYS, Family, Setup, build_family, make_samples, plan_family
 from .workloads import load_workload
 
 __all__ = [
@@ -112,7 +109,6 @@ STRATEGIES: dict[str, Strategy] = {
     ),
 }
 PEERS = tuple(n for n in STRATEGIES if not n.startswith("shapebucket"))
-SEQUENCE_KEYS = ["input_ids", "labels"]
 
 
 @dataclass
@@ -186,115 +182,6 @@ def _peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-# -- data ---------------------------------------------------------------------------------
-
-
-@dataclass
-class _Setup:
-    args: argparse.Namespace
-    workload: str
-    lengths: np.ndarray
-    device: torch.device
-    make_model: Callable[[], torch.nn.Module]
-    init_state: dict[str, torch.Tensor]
-    buckets: Buckets
-    get_samples: Callable[[Sequence[int]], list[dict[str, torch.Tensor]]]
-
-
-@dataclass
-class _Family:
-    """One batch plan: an epoch of index batches, its collator, and the batches to run."""
-
-    collate: BucketCollator
-    epoch: list[np.ndarray]
-    shapes: list[tuple[int, int]]  # (rows, padded length) of every epoch batch
-    warmup: list[dict[str, Any]] = field(default_factory=list)
-    timed: list[dict[str, Any]] = field(default_factory=list)
-    timed_real: int = 0
-    buckets: Buckets | None = None
-    batch_sizes: int | dict[int, int] | None = None
-
-    @property
-    def padded(self) -> list[int]:
-        """Computed tokens (rows x padded length) of every epoch batch."""
-        return [rows * length for rows, length in self.shapes]
-
-
-def _samples(
-    lengths: np.ndarray, vocab: int, seed: int, image: tuple[int, ...] | None
-) -> Callable[[Sequence[int]], list[dict[str, torch.Tensor]]]:
-    """Samples with random token ids (and an image), the same for an index in every strategy."""
-
-    def get(indices: Sequence[int]) -> list[dict[str, torch.Tensor]]:
-        out = []
-        for i in indices:
-            g = torch.Generator().manual_seed(seed * 1_000_003 + int(i))
-            ids = torch.randint(0, vocab, (int(lengths[i]),), generator=g)
-            sample = {"input_ids": ids, "labels": torch.roll(ids, -1)}
-            if image is not None:
-                sample["pixel_values"] = torch.randn(image, generator=g)
-            out.append(sample)
-        return out
-
-    return get
-
-
-def _collator(buckets: Buckets, batch_sizes: Any = None) -> BucketCollator:
-    return BucketCollator(buckets, sequence_keys=SEQUENCE_KEYS, batch_sizes=batch_sizes)
-
-
-def _plan(family: str, s: _Setup) -> _Family:
-    """One epoch of ``family``'s batches and the collator that pads them."""
-    a, L = s.args, s.lengths
-    if family == "grouped":
-        # transformers' Trainer with group_by_length=True: LengthGroupedSampler's order,
-        # cut into batches, padded to the longest sample rounded up to 8
-        # (DataCollatorWithPadding(pad_to_multiple_of=8))
-        order = length_grouped_indices(L, a.batch_size, seed=a.seed)
-        epoch = [order[i : i + a.batch_size] for i in range(0, len(order), a.batch_size)]
-        shapes = [(len(b), round_up(int(L[b].max()), 8)) for b in epoch]
-        return _Family(_collator(Buckets.multiples(8, a.max_len)), epoch, shapes)
-    if family == "buckets":
-        sampler = BucketBatchSampler(L, s.buckets, batch_size=a.batch_size, seed=a.seed)
-    else:
-        sampler = BucketBatchSampler(L, s.buckets, max_tokens=a.max_tokens, seed=a.seed)
-    rows = sampler.batch_sizes
-    epoch = [np.asarray(b) for b in sampler]
-    lengths = [s.buckets.bucket_for(int(L[b].max())) for b in epoch]
-    shapes = [(rows[n], n) for n in lengths]
-    return _Family(_collator(s.buckets, rows), epoch, shapes, buckets=s.buckets, batch_sizes=rows)
-
-
-def _systematic(epoch: list[np.ndarray], padded: list[int], n: int, seed: int) -> list[np.ndarray]:
-    """``n`` batches of the epoch, evenly spaced in the order of their computed tokens
-    (so each length range appears in proportion to the epoch), in a shuffled order."""
-    order = np.argsort(np.asarray(padded), kind="stable")
-    n = min(n, len(epoch))
-    picks = order[((np.arange(n) + 0.5) * len(epoch) / n).astype(np.int64)]
-    np.random.default_rng(seed).shuffle(picks)
-    return [epoch[i] for i in picks]
-
-
-def _build(family: str, s: _Setup) -> _Family:
-    a = s.args
-    fam = _plan(family, s)
-    to = s.device
-
-    def collated(idx: np.ndarray) -> dict[str, Any]:
-        b = fam.collate(s.get_samples(idx.tolist()))
-        b.pop("sample_mask", None)
-        return {
-            k: v.to(to, non_blocking=True) if isinstance(v, torch.Tensor) else v
-            for k, v in b.items()
-        }
-
-    fam.warmup = [collated(b) for b in fam.epoch[: a.warmup_steps]]
-    timed = _systematic(fam.epoch, fam.padded, a.steps, a.seed)
-    fam.timed = [collated(b) for b in timed]
-    fam.timed_real = int(sum(int(s.lengths[b].sum()) for b in timed))
-    return fam
-
-
 # -- one strategy ---------------------------------------------------------------------------
 
 
@@ -302,7 +189,7 @@ def _build(family: str, s: _Setup) -> _Family:
 class _Runner:
     name: str
     strategy: Strategy
-    family: _Family
+    family: Family
     step: Callable[[dict[str, Any]], torch.Tensor]
     guard: Callable[[], Any]
     result: StrategyResult
@@ -338,7 +225,7 @@ def _marker(strategy: Strategy, buckets: Buckets | None) -> Callable[[dict[str, 
     return None
 
 
-def _prepare(name: str, s: _Setup, fam: _Family) -> _Runner:
+def _prepare(name: str, s: Setup, fam: Family) -> _Runner:
     """Build the model, compile, warm up (prewarm and/or the first steps); time it."""
     strategy = STRATEGIES[name]
     a = s.args
@@ -409,12 +296,16 @@ def _sync(device: torch.device) -> None:
 
 
 def _time_round(r: _Runner, device: torch.device) -> None:
-    """One timed pass over the strategy's timed batches, per step timed."""
+    """One timed pass over the strategy's timed batches, each step timed on its own.
+
+    A step that compiled a graph is kept out of the round's tokens/sec (the steady
+    state) and counted in ``timed_compile_s`` instead, which the whole-job time
+    includes: a compile is paid once per run, not once per round."""
     fam, res = r.family, r.result
-    compile_s = 0.0
+    compile_s = steady_s = 0.0
+    steady_tokens = 0
     with CompileCounter() as cc, r.guard():
-        start = time.perf_counter()
-        for batch in fam.timed:
+        for batch, real in zip(fam.timed, fam.timed_real, strict=True):
             graphs = compat.unique_graphs()
             t0 = time.perf_counter()
             r.losses.append(r.step(batch))
@@ -423,12 +314,15 @@ def _time_round(r: _Runner, device: torch.device) -> None:
             if compat.unique_graphs() != graphs:
                 compile_s += dt
                 res.compiled_steps.append(len(res.step_times))
+            else:
+                steady_s += dt
+                steady_tokens += real
             res.step_times.append(dt)
-        elapsed = time.perf_counter() - start
     res.timed_recompiles += cc.graphs
     res.timed_compile_s += compile_s
     res.recompile_limit_hit |= bool(cc.limit_hits)
-    res.round_tokens_per_sec.append(fam.timed_real / elapsed)
+    if steady_s > 0:
+        res.round_tokens_per_sec.append(steady_tokens / steady_s)
 
 
 def _finish(r: _Runner) -> None:
@@ -437,7 +331,7 @@ def _finish(r: _Runner) -> None:
     res.useful_tokens_per_sec = float(np.median(rounds))
     res.tokens_per_sec_min, res.tokens_per_sec_max = float(rounds.min()), float(rounds.max())
     steps = len(r.family.timed)
-    times = np.asarray(res.step_times).reshape(len(rounds), steps)
+    times = np.asarray(res.step_times).reshape(-1, steps)
     flags = np.zeros(times.size, dtype=bool)
     flags[res.compiled_steps] = True
     compiled = flags.reshape(times.shape)
@@ -454,12 +348,12 @@ def _finish(r: _Runner) -> None:
 # -- correctness --------------------------------------------------------------------------------
 
 
-def check_padding_invariance(s: _Setup, batches: int = 3) -> list[str]:
+def check_padding_invariance(s: Setup, batches: int = 3) -> list[str]:
     """The same samples padded two ways, to their bucket (shapebucket's collator) and to the
     longest rounded to 8 (the peers' collator), must give the same loss: the masks keep
     padding out of the math. Eager, from the initial weights, on the first batches of the
     bucket sampler's epoch. Returns one line per disagreement (empty when all agree)."""
-    bucketed, grouped = _plan("buckets", s), _plan("grouped", s)
+    bucketed, grouped = plan_family("buckets", s), plan_family("grouped", s)
     model = s.make_model().to(s.device)
     model.load_state_dict(s.init_state)
     problems = []
@@ -484,7 +378,7 @@ def check_padding_invariance(s: _Setup, batches: int = 3) -> list[str]:
 # -- the run ---------------------------------------------------------------------------------------
 
 
-def _setup(args: argparse.Namespace) -> _Setup:
+def _setup(args: argparse.Namespace) -> Setup:
     device = torch.device(args.device)
     lengths, clipped = load_workload(
         args.workload,
@@ -521,7 +415,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
     torch.manual_seed(args.seed)
     init_state = {k: v.clone() for k, v in make_model().state_dict().items()}
     buckets = fit_buckets(lengths, args.k, align=8, batching="bucketed", max_len=args.max_len)
-    return _Setup(
+    return Setup(
         args=args,
         workload=args.workload,
         lengths=lengths,
@@ -529,7 +423,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
         make_model=make_model,
         init_state=init_state,
         buckets=buckets,
-        get_samples=_samples(lengths, cfg.vocab, args.seed, image),
+        get_samples=make_samples(lengths, cfg.vocab, args.seed, image),
     )
 
 
@@ -541,7 +435,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult],
     """
     s = _setup(args)
     names = [n for n in STRATEGIES if n in args.strategies]
-    families = {f: _build(f, s) for f in sorted({STRATEGIES[n].family for n in names})}
+    families = {f: build_family(f, s) for f in sorted({STRATEGIES[n].family for n in names})}
     problems = check_padding_invariance(s)
     results: dict[str, StrategyResult] = {}
     runners: list[_Runner] = []

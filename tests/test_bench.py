@@ -282,3 +282,37 @@ def test_args_namespace_is_complete():
         "layers",
     ):
         assert isinstance(getattr(args, key), int)
+
+
+def test_from_json_replays_a_saved_run_without_measuring(tmp_path, capsys):
+    from dataclasses import asdict
+
+    results = [
+        result("grouped-eager", 40.0, 39.0, 41.0, 100.0),
+        result("shapebucket", 44.0, 43.0, 45.0, 120.0, family="buckets"),
+    ]
+    config = {
+        "workload": "mixture",
+        "samples": 10,
+        "mean_length": 5.0,
+        "clipped_to_max_len": 0,
+        "model": {"max_len": 256},
+        "batch_size": 2,
+        "buckets": [8],
+        "rounds": 3,
+        "steps_per_round": 1,
+        "torch": "x",
+        "device": "cpu",
+        "mode": None,
+        "machine": "m",
+        "strategies": {"grouped-eager": "", "shapebucket": ""},
+    }
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"config": config, "results": [asdict(r) for r in results]}))
+    assert cli.main(["--from-json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "1.10x the best strategy without shapebucket (grouped-eager" in out and "faster" in out
+    assert (tmp_path / "run.png").read_bytes()[:4] == b"\x89PNG"
+    (tmp_path / "bad.json").write_text("{}")
+    assert cli.main(["--from-json", str(tmp_path / "bad.json")]) == 2
+    assert capsys.readouterr().err.startswith("error:")

@@ -38,10 +38,10 @@ give the same loss: the run checks both and exits with status 1 otherwise."""
 _DEFAULTS = {
     "rounds": (5, 2),
     "steps": (24, 6),
-    "warmup_steps": (3, 2),
+    "warmup_steps": (3, 1),
     "batch_size": (64, 16),
     "samples": (200_000, 20_000),
-    "k": (8, 3),
+    "k": (8, 2),
     "dim": (128, 32),
     "layers": (2, 1),
 }
@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--quick", action="store_true", help="a small smoke run (tiny model, k=3)")
+    p.add_argument("--quick", action="store_true", help="a small smoke run (tiny model, k=2)")
     p.add_argument("--workload", choices=WORKLOADS, default="mixture")
     p.add_argument(
         "--lengths",
@@ -77,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         "--steps", type=int, default=None, help="timed steps per round (default 24, quick 6)"
     )
     p.add_argument(
-        "--warmup-steps", type=int, default=None, help="steps after compiling (default 3, quick 2)"
+        "--warmup-steps", type=int, default=None, help="steps after compiling (default 3, quick 1)"
     )
     p.add_argument("--batch-size", type=int, default=None, help="default 64, quick 16")
     p.add_argument(
@@ -92,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="samples drawn for mixture and captioning (default 200,000, quick 20,000)",
     )
-    p.add_argument("--k", type=int, default=None, help="fitted buckets (default 8, quick 3)")
+    p.add_argument("--k", type=int, default=None, help="fitted buckets (default 8, quick 2)")
     p.add_argument("--vocab", type=int, default=512)
     p.add_argument("--dim", type=int, default=None, help="model width (default 128, quick 32)")
     p.add_argument("--layers", type=int, default=None, help="default 2, quick 1")

@@ -391,24 +391,19 @@ def _setup(args: argparse.Namespace) -> Setup:
     image: tuple[int, ...] | None = None
     make_model: Callable[[], torch.nn.Module]
     cfg: GPTConfig
+    dims = {
+        "vocab": args.vocab,
+        "dim": args.dim,
+        "layers": args.layers,
+        "heads": args.heads,
+        "max_len": args.max_len,
+    }
     if args.workload == "captioning":
-        ccfg = CaptionConfig(
-            vocab=args.vocab,
-            dim=args.dim,
-            layers=args.layers,
-            heads=args.heads,
-            max_len=args.max_len,
-        )
+        ccfg = CaptionConfig(**dims)
         image, cfg = (ccfg.channels, ccfg.image, ccfg.image), ccfg
         make_model = lambda: Captioner(ccfg)  # noqa: E731
     else:
-        gcfg = GPTConfig(
-            vocab=args.vocab,
-            dim=args.dim,
-            layers=args.layers,
-            heads=args.heads,
-            max_len=args.max_len,
-        )
+        gcfg = GPTConfig(**dims)
         cfg = gcfg
         make_model = lambda: GPT(gcfg)  # noqa: E731
     args.model = asdict(cfg)

@@ -50,6 +50,11 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
+def _next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the tokens whose label is not -100 (fp32)."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+
+
 def _causal_padding_mask(attention_mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """Causal and padding mask ``[B, 1, L, L]``; a query always sees itself, so a pad row
     never attends to an empty row (which would give NaN)."""
@@ -88,8 +93,7 @@ class GPT(nn.Module):
         mask = _causal_padding_mask(attention_mask, positions)
         for block in self.blocks:
             x = block(x, mask)
-        logits = self.head(self.ln(x))
-        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        return _next_token_loss(self.head(self.ln(x)), labels)
 
 
 class CrossBlock(Block):
@@ -163,5 +167,4 @@ class Captioner(nn.Module):
         mask = _causal_padding_mask(attention_mask, positions)
         for block in self.decoder:
             x = block(x, mask, memory)
-        logits = self.head(self.ln(x))
-        return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        return _next_token_loss(self.head(self.ln(x)), labels)

@@ -188,7 +188,6 @@ def _peak_memory_mb(device: torch.device) -> float:
 @dataclass
 class _Runner:
     name: str
-    strategy: Strategy
     family: Family
     step: Callable[[dict[str, Any]], torch.Tensor]
     guard: Callable[[], Any]
@@ -262,7 +261,7 @@ def _prepare(name: str, s: Setup, fam: Family) -> _Runner:
     # its own copies of the family's batches: marks (mark_dynamic) live on tensor objects,
     # and one strategy's marks must not change how another strategy's compiler sees them
     fam = replace(fam, warmup=[_copy(b) for b in fam.warmup], timed=[_copy(b) for b in fam.timed])
-    runner = _Runner(name, strategy, fam, step, guard, result)
+    runner = _Runner(name, fam, step, guard, result)
     _reset_peak_memory(s.device)
     with CompileCounter() as total:
         t0 = time.perf_counter()
@@ -348,12 +347,17 @@ def _finish(r: _Runner) -> None:
 # -- correctness --------------------------------------------------------------------------------
 
 
-def check_padding_invariance(s: Setup, batches: int = 3) -> list[str]:
+def check_padding_invariance(
+    s: Setup, families: dict[str, Family] | None = None, batches: int = 3
+) -> list[str]:
     """The same samples padded two ways, to their bucket (shapebucket's collator) and to the
     longest rounded to 8 (the peers' collator), must give the same loss: the masks keep
     padding out of the math. Eager, from the initial weights, on the first batches of the
-    bucket sampler's epoch. Returns one line per disagreement (empty when all agree)."""
-    bucketed, grouped = plan_family("buckets", s), plan_family("grouped", s)
+    bucket sampler's epoch. Plans already built for the run (``families``) are reused.
+    Returns one line per disagreement (empty when all agree)."""
+    built = families or {}
+    bucketed = built.get("buckets") or plan_family("buckets", s)
+    grouped = built.get("grouped") or plan_family("grouped", s)
     model = s.make_model().to(s.device)
     model.load_state_dict(s.init_state)
     problems = []
@@ -387,7 +391,6 @@ def _setup(args: argparse.Namespace) -> Setup:
         seed=args.seed,
         lengths_file=args.lengths,
     )
-    args.clipped = clipped
     image: tuple[int, ...] | None = None
     make_model: Callable[[], torch.nn.Module]
     cfg: GPTConfig
@@ -406,14 +409,14 @@ def _setup(args: argparse.Namespace) -> Setup:
         gcfg = GPTConfig(**dims)
         cfg = gcfg
         make_model = lambda: GPT(gcfg)  # noqa: E731
-    args.model = asdict(cfg)
     torch.manual_seed(args.seed)
     init_state = {k: v.clone() for k, v in make_model().state_dict().items()}
     buckets = fit_buckets(lengths, args.k, align=8, batching="bucketed", max_len=args.max_len)
     return Setup(
         args=args,
-        workload=args.workload,
         lengths=lengths,
+        clipped=clipped,
+        model_config=asdict(cfg),
         device=device,
         make_model=make_model,
         init_state=init_state,
@@ -431,7 +434,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult],
     s = _setup(args)
     names = [n for n in STRATEGIES if n in args.strategies]
     families = {f: build_family(f, s) for f in sorted({STRATEGIES[n].family for n in names})}
-    problems = check_padding_invariance(s)
+    problems = check_padding_invariance(s, families)
     results: dict[str, StrategyResult] = {}
     runners: list[_Runner] = []
     with contextlib.ExitStack() as keep:  # compiled kernels live in these dirs until the end
@@ -468,10 +471,10 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult],
     config = {
         "workload": args.workload if args.lengths is None else f"file:{args.lengths}",
         "samples": len(s.lengths),
-        "clipped_to_max_len": args.clipped,
+        "clipped_to_max_len": s.clipped,
         "mean_length": float(s.lengths.mean()),
         "epoch_real_tokens": int(s.lengths.sum()),
-        "model": args.model,
+        "model": s.model_config,
         "buckets": list(s.buckets),
         "batch_size": args.batch_size,
         "max_tokens": args.max_tokens,

@@ -33,9 +33,12 @@ SEQUENCE_KEYS = ["input_ids", "labels"]
 
 @dataclass
 class Setup:
+    """What every strategy of one run shares: the workload, the model and its initial weights."""
+
     args: argparse.Namespace
-    workload: str
     lengths: np.ndarray
+    clipped: int  # lengths clipped to --max-len
+    model_config: dict[str, Any]
     device: torch.device
     make_model: Callable[[], torch.nn.Module]
     init_state: dict[str, torch.Tensor]

@@ -15,7 +15,7 @@ An epoch's plan is built with numpy from ``(seed, epoch)`` alone:
 4. steps are shuffled across buckets (``shuffle=True``) with the same generator.
 
 Because the plan depends on nothing else, ``state_dict`` only needs the epoch
-and the number of batches already yielded. Steps 1-3 are :func:`plan_steps` and
+and the number of batches already consumed. Steps 1-3 are :func:`plan_steps` and
 step 4 is :func:`plan_epoch`, plain functions that can be tested alone; the
 sampler's settings are fixed when it builds its plan (they are read-only
 attributes: make a new sampler to change one).
@@ -24,7 +24,7 @@ attributes: make a new sampler to change one).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -265,6 +265,8 @@ class BucketBatchSampler(Sampler[list[int]]):
     _epoch: int
     _position: int  # batches yielded in the current epoch
     _resume_at: int  # where the next __iter__ starts (set by load_state_dict)
+    _loaded: bool  # a loaded state waits for the next __iter__
+    _finished: bool  # the last pass completed ``_epoch``; the next one starts the epoch after
 
     def __init__(
         self,
@@ -326,6 +328,8 @@ class BucketBatchSampler(Sampler[list[int]]):
         set_(self, "_epoch", 0)
         set_(self, "_position", 0)
         set_(self, "_resume_at", 0)
+        set_(self, "_loaded", False)
+        set_(self, "_finished", False)
         set_(
             self,
             "_plan",
@@ -406,22 +410,29 @@ class BucketBatchSampler(Sampler[list[int]]):
         )
 
     def __iter__(self) -> Iterator[list[int]]:
+        # Nothing here runs before the first next(): a DataLoader (or StatefulDataLoader)
+        # that creates an iterator and drops it unused changes no state.
+        set_ = object.__setattr__
+        if self._finished:  # the last pass completed this epoch: move to the next one
+            set_(self, "_epoch", self._epoch + 1)
+            set_(self, "_finished", False)
         plan = self._epoch_plan(self._epoch)
         r = self._cfg.rank
-        # a new iteration starts the epoch afresh unless a state was just loaded, so an
+        # a new pass starts the epoch afresh unless a state was just loaded, so an
         # abandoned iterator (e.g. next(iter(loader)) for an example) skips nothing
         start = self._resume_at
-        set_ = object.__setattr__
         set_(self, "_resume_at", 0)
+        set_(self, "_loaded", False)
         set_(self, "_position", start)
         for t in range(start, len(plan.offsets)):
             s = int(plan.sizes[t])
             lo = int(plan.offsets[t]) + r * s
             set_(self, "_position", t + 1)
             yield plan.flat[lo : lo + s].tolist()
-        # a full pass ends the epoch; set_epoch() overrides
-        set_(self, "_epoch", self._epoch + 1)
-        set_(self, "_position", 0)
+        # The epoch is done, but the state keeps describing it (position == len) until
+        # the next pass starts: a DataLoader's workers run this generator to its end
+        # while the training loop is still consuming the last batches.
+        set_(self, "_finished", True)
 
     def __len__(self) -> int:
         return self._plan.stats.batches
@@ -437,32 +448,60 @@ class BucketBatchSampler(Sampler[list[int]]):
         return np.asarray(self.buckets.lengths)[plan.buckets]
 
     def set_epoch(self, epoch: int) -> None:
-        """Use the order of ``epoch`` (as ``DistributedSampler.set_epoch``); restarts the epoch."""
-        object.__setattr__(self, "_epoch", check_int("epoch", epoch, minimum=0))
-        object.__setattr__(self, "_position", 0)
-        object.__setattr__(self, "_resume_at", 0)
+        """Use the order of ``epoch`` (as ``DistributedSampler.set_epoch``); restarts the epoch.
 
-    def state_dict(self) -> dict[str, Any]:
-        """Epoch, seed and the number of batches this sampler has yielded in the epoch.
-
-        A DataLoader fetches ahead of the training loop (``prefetch_factor`` x
-        ``num_workers`` batches), so with workers set ``state["position"]`` to the
-        number of batches your loop actually consumed before saving.
+        Right after :meth:`load_state_dict`, ``set_epoch`` with the loaded epoch keeps
+        the loaded position, so the usual loop (``for epoch in range(start, n):
+        sampler.set_epoch(epoch)``) resumes where the state was saved instead of
+        replaying the epoch.
         """
+        epoch = check_int("epoch", epoch, minimum=0)
+        set_ = object.__setattr__
+        if self._loaded and epoch == self._epoch:
+            return
+        set_(self, "_epoch", epoch)
+        set_(self, "_position", 0)
+        set_(self, "_resume_at", 0)
+        set_(self, "_loaded", False)
+        set_(self, "_finished", False)
+
+    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+        """Where this epoch stands: epoch, seed, batches done, and a configuration fingerprint.
+
+        ``position`` is the number of this epoch's batches the sampler has
+        yielded. That is what the training loop consumed when nothing fetches
+        ahead: with ``num_workers=0``, and with torchdata's ``StatefulDataLoader``
+        at any ``num_workers`` (it saves this state at the batch the loop is at).
+        A plain ``DataLoader`` with workers pulls ``prefetch_factor x num_workers``
+        batches ahead of the loop; pass ``consumed=`` the number of this epoch's
+        batches your loop has finished instead (``0 <= consumed <=`` what was yielded).
+        A state saved after the last batch (``position == len(sampler)``) resumes
+        with the next epoch.
+
+        >>> s = BucketBatchSampler([3, 5, 9, 12], [8, 16], batch_size=1, shuffle=False)
+        >>> it = iter(s); _ = next(it); _ = next(it)
+        >>> s.state_dict()["position"], s.state_dict(consumed=1)["position"]
+        (2, 1)
+        """
+        position = self._position
+        if consumed is not None:
+            position = check_int("consumed", consumed, minimum=0, maximum=self._position)
         return {
             "epoch": self._epoch,
-            "position": self._position,
+            "position": position,
             "seed": self._seed,
             "num_batches": len(self),
             "fingerprint": self._fingerprint(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from ``state``: the next iteration yields exactly the batches not yet yielded.
+        """Continue from ``state``: the next pass yields exactly the batches not yet consumed.
 
-        Only the next ``__iter__`` resumes; later ones start their epoch from the beginning.
+        Only the next ``__iter__`` resumes; later ones start their epoch from the
+        beginning. ``set_epoch`` with the same epoch before that pass keeps the
+        resume point; another epoch discards it.
         """
-        if not isinstance(state, dict):
+        if not isinstance(state, Mapping):
             raise ShapeBucketError(
                 f"state must be the dict that state_dict() returned, got {type(state).__name__}"
             )
@@ -477,10 +516,13 @@ class BucketBatchSampler(Sampler[list[int]]):
         position = check_int("state['position']", state["position"], minimum=0, maximum=len(self))
         seed = check_int("state['seed']", state["seed"], minimum=0)
         epoch = check_int("state['epoch']", state["epoch"], minimum=0)
-        object.__setattr__(self, "_seed", seed)
-        object.__setattr__(self, "_epoch", epoch)
-        object.__setattr__(self, "_position", position)
-        object.__setattr__(self, "_resume_at", position)
+        set_ = object.__setattr__
+        set_(self, "_seed", seed)
+        set_(self, "_epoch", epoch)
+        set_(self, "_position", position)
+        set_(self, "_resume_at", position)
+        set_(self, "_loaded", True)
+        set_(self, "_finished", False)
 
     def __repr__(self) -> str:
         cfg = self._cfg

@@ -119,10 +119,11 @@ def test_epochs_differ_and_repeat():
     s.set_epoch(2)
     b = list(s)
     assert a != b and sorted(map(sorted, a)) != sorted(map(sorted, b))
-    # a full pass moves to the next epoch by itself
+    # a full pass moves to the next epoch by itself, when the next pass starts
     s.set_epoch(1)
     list(s)
-    assert s.epoch == 2 and list(s) == b
+    assert s.epoch == 1 and s.state_dict()["position"] == len(s)
+    assert list(s) == b and s.epoch == 2
     # no global RNG: numpy's global state is untouched and irrelevant
     np.random.seed(0)
     before = np.random.get_state()[1].copy()

@@ -1,0 +1,156 @@
+"""Resume in real DataLoaders: save after every batch of an epoch, restore into fresh
+objects, finish that epoch and the next; every index seen exactly once per epoch.
+
+Matrix: plain ``DataLoader`` (state from ``sampler.state_dict(consumed=k)``) and
+torchdata's ``StatefulDataLoader`` (state from ``loader.state_dict()``), 0 and 2
+workers, 1 and 2 ranks, and two loop patterns (``set_epoch`` every epoch, or
+letting the sampler advance by itself). Every state goes through
+``torch.save``/``torch.load``.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from shapebucket import BucketBatchSampler, Buckets
+
+torchdata = pytest.importorskip("torchdata.stateful_dataloader")
+
+BUCKETS = Buckets([4, 8, 16])
+LENGTHS = np.random.default_rng(7).integers(1, 17, 61)
+EPOCHS = 2
+
+
+class Indices(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return len(LENGTHS)
+
+    def __getitem__(self, i: int) -> int:
+        return int(i)
+
+
+def as_list(samples: list[int]) -> list[int]:
+    return list(samples)
+
+
+def make(kind: str, workers: int, replicas: int, rank: int):
+    sampler = BucketBatchSampler(
+        LENGTHS, BUCKETS, batch_size=3, seed=5, num_replicas=replicas, rank=rank
+    )
+    cls = DataLoader if kind == "plain" else torchdata.StatefulDataLoader
+    extra = {"prefetch_factor": 2} if workers else {}
+    loader = cls(
+        Indices(), batch_sampler=sampler, collate_fn=as_list, num_workers=workers, **extra
+    )
+    return sampler, loader
+
+
+def run_epochs(sampler, loader, first: int, pattern: str, head: list | None = None):
+    """Batches of epochs ``first..EPOCHS-1`` as the training loop sees them."""
+    out = []
+    for epoch in range(first, EPOCHS):
+        if pattern == "set_epoch":
+            sampler.set_epoch(epoch)
+        out.append(list(loader))
+    if head is not None:
+        out[0] = head + out[0]
+    return out
+
+
+def roundtrip(state):
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+
+
+def resumed(kind, workers, replicas, rank, pattern, k):
+    """Epochs 0..EPOCHS-1 of a run stopped after ``k`` batches of epoch 0 and resumed."""
+    sampler, loader = make(kind, workers, replicas, rank)
+    if pattern == "set_epoch":
+        sampler.set_epoch(0)
+    it = iter(loader)
+    head = [next(it) for _ in range(k)]
+    if kind == "plain":
+        state = sampler.state_dict(consumed=k)
+    else:
+        state = loader.state_dict()
+    del it, loader
+    state = roundtrip(state)
+    sampler, loader = make(kind, workers, replicas, rank)
+    if kind == "plain":
+        sampler.load_state_dict(state)
+    else:
+        loader.load_state_dict(state)
+    return run_epochs(sampler, loader, 0, pattern, head)
+
+
+def check_matrix(kind, workers, replicas, pattern, ks=None):
+    reference = []
+    for rank in range(replicas):
+        sampler, loader = make(kind, workers, replicas, rank)
+        reference.append(run_epochs(sampler, loader, 0, pattern))
+    n = len(reference[0][0])
+    # the two epochs differ, and all ranks see every index once per epoch
+    assert reference[0][0] != reference[0][1]
+    duplicated = BucketBatchSampler(
+        LENGTHS, BUCKETS, batch_size=3, num_replicas=replicas, rank=0
+    ).stats.duplicated
+    for epoch in range(EPOCHS):
+        seen = collections.Counter(
+            i for rank in range(replicas) for batch in reference[rank][epoch] for i in batch
+        )
+        assert set(seen) == set(range(len(LENGTHS)))
+        assert sum(seen.values()) - len(LENGTHS) == duplicated
+    for k in range(n + 1) if ks is None else ks:
+        for rank in range(replicas):
+            got = resumed(kind, workers, replicas, rank, pattern, k)
+            assert got == reference[rank], (
+                f"{kind} loader, {workers} workers, rank {rank}/{replicas}, {pattern}: "
+                f"resume after {k} of {n} batches differs"
+            )
+
+
+@pytest.mark.parametrize("pattern", ["set_epoch", "auto"])
+@pytest.mark.parametrize("replicas", [1, 2])
+@pytest.mark.parametrize("kind", ["plain", "stateful"])
+def test_resume_matrix_in_process(kind, replicas, pattern):
+    check_matrix(kind, 0, replicas, pattern)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pattern", ["set_epoch", "auto"])
+@pytest.mark.parametrize("replicas", [1, 2])
+@pytest.mark.parametrize("kind", ["plain", "stateful"])
+def test_resume_matrix_with_workers(kind, replicas, pattern):
+    check_matrix(kind, 2, replicas, pattern)
+
+
+def test_plain_loader_state_without_consumed_runs_ahead():
+    """What the consumed= argument is for: with workers the sampler has yielded more
+    batches than the loop has consumed, and its own position says so."""
+    sampler, loader = make("plain", 2, 1, 0)
+    it = iter(loader)
+    next(it)
+    assert sampler.state_dict()["position"] > 1
+    assert sampler.state_dict(consumed=1)["position"] == 1
+    del it
+
+
+def test_end_of_epoch_state_resumes_with_the_next_epoch():
+    sampler, loader = make("plain", 2, 1, 0)
+    epoch0 = list(loader)  # the workers ran the sampler to its end long before this
+    state = sampler.state_dict()
+    assert (state["epoch"], state["position"]) == (0, len(sampler))
+    fresh, fresh_loader = make("plain", 0, 1, 0)
+    fresh.load_state_dict(roundtrip(state))
+    assert list(fresh_loader) == []  # the rest of epoch 0: nothing
+    ref, ref_loader = make("plain", 0, 1, 0)
+    ref.set_epoch(1)
+    assert list(fresh_loader) == list(ref_loader) != epoch0

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import multiprocessing
+import multiprocessing.context
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal, cast
@@ -28,7 +30,19 @@ from typing import Any, Literal, cast
 import numpy as np
 import torch
 
-from ._samples import SCALARS, Key, concat, is_sequence, short, stack_column, to_columns
+from ._samples import (
+    SCALARS,
+    Key,
+    Where,
+    at,
+    check_pad_fits,
+    concat,
+    is_sequence,
+    short,
+    signed_view,
+    stack_column,
+    to_columns,
+)
 from ._validate import check_batch_sizes, check_int, renamed_argument
 from .buckets import Buckets, as_buckets
 from .errors import ShapeBucketError
@@ -38,12 +52,13 @@ __all__ = ["BucketCollator", "CollateStats"]
 
 @dataclass
 class CollateStats:
-    """Counters kept by one collator object.
+    """A snapshot of one collator's counters (``collator.stats``).
 
-    With ``num_workers > 0`` each DataLoader worker collates with its own copy of
-    the collator, so these counters live in the workers and the main process's
-    copy stays at zero; count in the main process from the batches instead (for
-    example ``batch["attention_mask"].sum()``) when workers are used.
+    The counters are exact with DataLoader workers: every worker's copy of the
+    collator adds to the same shared counters (fork and spawn alike), and each
+    batch's update is atomic, also when several threads share one collator.
+    Only a copy made outside a DataLoader (``pickle.dumps``, ``copy.deepcopy``)
+    starts from zero.
 
     >>> collate = BucketCollator([8])
     >>> _ = collate([[1, 2, 3], [4]])
@@ -70,6 +85,67 @@ class CollateStats:
         out = dataclasses.asdict(self)
         out["token_efficiency"] = self.token_efficiency
         return out
+
+
+_COUNTERS = (
+    "batches",
+    "samples",
+    "real_tokens",
+    "padded_tokens",
+    "pad_rows",
+    "truncated_samples",
+    "truncated_tokens",
+)
+
+
+class _SharedCounters:
+    """A collator's counters in shared memory, one int64 per counter and per bucket.
+
+    DataLoader workers get the same memory: forked workers inherit it, and
+    spawned ones receive it while the DataLoader starts them (multiprocessing
+    passes shared memory to a process it is starting). Any other pickle (a
+    checkpoint, ``copy.deepcopy``) carries settings only and starts at zero.
+    The array's lock makes each batch's update atomic across threads and processes.
+    """
+
+    def __init__(self, buckets: tuple[int, ...]) -> None:
+        self.buckets = buckets
+        self.array: Any = _new_array(len(_COUNTERS) + len(buckets))
+
+    def add(self, values: Sequence[int], bucket: int) -> None:
+        with self.array.get_lock():
+            a = self.array.get_obj()
+            for i, v in enumerate(values):
+                a[i] += v
+            a[len(_COUNTERS) + self.buckets.index(bucket)] += 1
+
+    def snapshot(self) -> CollateStats:
+        with self.array.get_lock():
+            a = list(self.array.get_obj())
+        n = len(_COUNTERS)
+        per_bucket = {b: c for b, c in zip(self.buckets, a[n:], strict=True) if c}
+        return CollateStats(
+            **dict(zip(_COUNTERS, a[:n], strict=True)), batches_per_bucket=per_bucket
+        )
+
+    def reset(self) -> None:
+        with self.array.get_lock():
+            self.array.get_obj()[:] = [0] * len(self.array)
+
+    def __getstate__(self) -> dict[str, Any]:
+        spawning = multiprocessing.context.get_spawning_popen() is not None
+        return {"buckets": self.buckets, "array": self.array if spawning else None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.buckets = state["buckets"]
+        array = state["array"]
+        self.array = array if array is not None else _new_array(len(_COUNTERS) + len(self.buckets))
+
+
+def _new_array(n: int) -> Any:
+    # A lock made in the spawn context can go to spawned and forkserver workers (a
+    # fork-context lock refuses to) and is inherited by forked ones like any other.
+    return multiprocessing.get_context("spawn").Array("q", n)
 
 
 def _check_pad_value(key: Key, value: Any) -> None:
@@ -105,6 +181,15 @@ class BucketCollator:
         overflow: ``"error"`` or ``"truncate"`` for samples longer than the
             largest bucket.
         seq_dim: the sequence dimension of each sample's value (0 for ``[T, F]``).
+        index_key: a key whose value is each sample's dataset index, so errors
+            name the dataset index of a bad sample, not only its place in the
+            batch; by default ``"idx"`` or ``"index"`` when the samples have one.
+
+    Dtypes are kept exactly: a pad value that does not fit a key's dtype
+    (``-100`` in ``uint8``), samples whose dtypes do not promote without loss
+    (ids above 2**24 next to floats), and Python ints outside int64 raise a
+    :class:`ShapeBucketError`. ``collator.stats`` counts batches, tokens and
+    truncation, exactly also with DataLoader workers (see :class:`CollateStats`).
 
     >>> collate = BucketCollator(buckets=Buckets([8, 16]))
     >>> batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4] * 9}])
@@ -123,7 +208,7 @@ class BucketCollator:
     overflow: Literal["error", "truncate"] = "error"
     seq_dim: int = 0
     sample_mask_key: str | None = "sample_mask"
-    stats: CollateStats = field(default_factory=CollateStats, init=False, compare=False)
+    index_key: Key | None = None
 
     def __post_init__(self) -> None:
         self.buckets = as_buckets(self.buckets)
@@ -157,6 +242,16 @@ class BucketCollator:
             if not self.sequence_keys:
                 raise ShapeBucketError("sequence_keys must name at least one key, got []")
         self.batch_sizes = check_batch_sizes(self.batch_sizes, self._table)
+        self._counters = _SharedCounters(tuple(self._table))
+
+    @property
+    def stats(self) -> CollateStats:
+        """What this collator (and its DataLoader workers' copies) did so far, as a snapshot."""
+        return self._counters.snapshot()
+
+    def reset_stats(self) -> None:
+        """Set every counter back to zero (also for the workers of a running DataLoader)."""
+        self._counters.reset()
 
     def __getattr__(self, name: str) -> Any:
         # only called for names not found: the old attribute name of batch_sizes
@@ -191,13 +286,6 @@ class BucketCollator:
             )
         return target[bucket]
 
-    # -- pickling: settings only ----------------------------------------------
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["stats"] = CollateStats()  # a worker's counters start from zero
-        return state
-
     def __repr__(self) -> str:
         settings = [
             f"buckets={self.buckets!r}",
@@ -213,6 +301,8 @@ class BucketCollator:
                 settings.append(f"{name}={value!r}")
         if self.seq_dim:
             settings.append(f"seq_dim={self.seq_dim}")
+        if self.index_key is not None:
+            settings.append(f"index_key={self.index_key!r}")
         return f"BucketCollator({', '.join(settings)})"
 
     # -- collation -------------------------------------------------------------
@@ -233,27 +323,32 @@ class BucketCollator:
                 f"BucketCollator needs a non-empty list of samples, got {samples!r}"
             )
         kind, keys, columns = to_columns(samples)
+        where = self._namer(kind, columns)
         seq_keys = self._sequence_keys(kind, keys, columns)
+        self._check_collisions(kind, keys, seq_keys, columns)
         length_key = self.length_key if self.length_key is not None else seq_keys[0]
         if length_key not in seq_keys:
             raise ShapeBucketError(
                 f"length_key {length_key!r} is not a sequence key; sequence keys are {seq_keys}"
             )
 
-        lengths = {k: self._lengths(k, columns[k]) for k in seq_keys}
+        lengths = {k: self._lengths(k, columns[k], where) for k in seq_keys}
         lens = lengths[length_key]
         for k in seq_keys:
             if k != length_key and not np.array_equal(lengths[k], lens):
                 i = int(np.argmax(lengths[k] != lens))
                 raise ShapeBucketError(
-                    f"sample {i}: sequence keys disagree in length: {length_key!r} has {int(lens[i])}, "
+                    f"{where(i)}: sequence keys disagree in length: {length_key!r} has {int(lens[i])}, "
                     f"{k!r} has {int(lengths[k][i])}; pass sequence_keys=[...] to pad only some keys"
                 )
 
         n_real = len(samples)
         longest = int(lens.max())
+        cut_samples = cut_tokens = 0
         if longest > self._table.max_len:
-            lens = self._overflow(lens, length_key, seq_keys, columns)
+            lens, cut_samples, cut_tokens = self._overflow(
+                lens, length_key, seq_keys, columns, where
+            )
             longest = self._table.max_len
         bucket = self._table.bucket_for(longest)
         rows = self._rows(bucket, n_real)
@@ -268,9 +363,9 @@ class BucketCollator:
         out: dict[Key, Any] = {}
         for k in keys:
             if k in seq_keys:
-                out[k] = self._pad_key(k, columns[k], mask, rows)
+                out[k] = self._pad_key(k, columns[k], mask, rows, where)
             else:
-                out[k] = stack_column(k, columns[k], rows, self.pad_value(k))
+                out[k] = stack_column(k, columns[k], rows, self.pad_value(k), where)
         if self.mask_key is not None and self.mask_key not in keys:
             full = torch.zeros(rows, bucket, dtype=torch.bool)
             full[:n_real] = mask
@@ -281,13 +376,9 @@ class BucketCollator:
             out[self.sample_mask_key] = sample_mask
 
         real = int(lens.sum())
-        st = self.stats
-        st.batches += 1
-        st.samples += n_real
-        st.real_tokens += real
-        st.padded_tokens += rows * bucket - real
-        st.pad_rows += rows - n_real
-        st.batches_per_bucket[bucket] = st.batches_per_bucket.get(bucket, 0) + 1
+        # the order of _COUNTERS
+        counts = (1, n_real, real, rows * bucket - real, rows - n_real, cut_samples, cut_tokens)
+        self._counters.add(counts, bucket)
 
         if kind == "dict":
             return out
@@ -418,7 +509,7 @@ class BucketCollator:
             seq.append(self.mask_key)
         return seq
 
-    def _lengths(self, key: Key, column: list[Any]) -> np.ndarray:
+    def _lengths(self, key: Key, column: list[Any], where: Where) -> np.ndarray:
         dim = self.seq_dim
         try:
             if dim == 0 and all(type(v) is list for v in column):
@@ -427,7 +518,7 @@ class BucketCollator:
             for i, v in enumerate(column):
                 if not is_sequence(v):
                     raise ShapeBucketError(
-                        f"sample {i}: {key!r} is a sequence key but holds {type(v).__name__} {short(v)}; "
+                        f"{where(i)}: {key!r} is a sequence key but holds {type(v).__name__} {short(v)}; "
                         "pass sequence_keys=[...] to name the keys to pad"
                     )
                 out[i] = len(v) if dim == 0 else np.shape(v)[dim]
@@ -435,18 +526,24 @@ class BucketCollator:
         except IndexError:
             i = next(i for i, v in enumerate(column) if np.ndim(v) <= dim)
             raise ShapeBucketError(
-                f"sample {i}: {key!r} has shape {tuple(np.shape(column[i]))} with no seq_dim={dim}"
+                f"{where(i)}: {key!r} has shape {tuple(np.shape(column[i]))} with no seq_dim={dim}"
             ) from None
 
     def _overflow(
-        self, lens: np.ndarray, length_key: Key, seq_keys: list[Key], columns: dict[Key, list[Any]]
-    ) -> np.ndarray:
+        self,
+        lens: np.ndarray,
+        length_key: Key,
+        seq_keys: list[Key],
+        columns: dict[Key, list[Any]],
+        where: Where,
+    ) -> tuple[np.ndarray, int, int]:
+        """Lengths after truncation, and how many samples and tokens were cut."""
         limit = self._table.max_len
         over = np.flatnonzero(lens > limit)
         if self.overflow == "error":
             i = int(over[0])
             raise ShapeBucketError(
-                f"sample {i}: {length_key!r} has length {int(lens[i])} > largest bucket {limit} "
+                f"{where(i)}: {length_key!r} has length {int(lens[i])} > largest bucket {limit} "
                 f"of {self.buckets!r}; add a bucket >= {int(lens[i])}, or pass overflow='truncate' "
                 "to cut such samples (counted in collator.stats)"
             )
@@ -457,9 +554,7 @@ class BucketCollator:
             for i in over.tolist():
                 v = column[i]
                 column[i] = v[keep] if isinstance(v, (list, tuple)) else v[index]
-        self.stats.truncated_samples += len(over)
-        self.stats.truncated_tokens += int((lens[over] - limit).sum())
-        return np.minimum(lens, limit)
+        return np.minimum(lens, limit), len(over), int((lens[over] - limit).sum())
 
     def _rows(self, bucket: int, n_real: int) -> int:
         rows = self.rows_for(bucket)
@@ -472,22 +567,68 @@ class BucketCollator:
             )
         return rows
 
-    def _pad_key(self, key: Key, column: list[Any], mask: torch.Tensor, rows: int) -> torch.Tensor:
-        flat = concat(key, column, self.seq_dim)
+    def _pad_key(
+        self, key: Key, column: list[Any], mask: torch.Tensor, rows: int, where: Where
+    ) -> torch.Tensor:
+        flat = concat(key, column, self.seq_dim, where)
         n_real, bucket = mask.shape
         trailing = tuple(flat.shape[1:])
         pad = self.pad_value(key)
-        try:
-            out = torch.full((rows, bucket, *trailing), pad, dtype=flat.dtype)
-        except (RuntimeError, TypeError) as e:
-            raise ShapeBucketError(
-                f"pad value {pad!r} for {key!r} does not fit dtype {flat.dtype}: {e}"
-            ) from None
+        check_pad_fits(key, pad, flat.dtype)
+        out = torch.full((rows, bucket, *trailing), pad, dtype=flat.dtype)
         view = out[:n_real] if rows != n_real else out
-        view.masked_scatter_(mask.view(n_real, bucket, *([1] * len(trailing))), flat)
+        signed_view(view).masked_scatter_(
+            mask.view(n_real, bucket, *([1] * len(trailing))), signed_view(flat)
+        )
         if self.seq_dim:
             out = out.movedim(1, self.seq_dim + 1).contiguous()
         return out
+
+    def _namer(self, kind: str, columns: dict[Key, list[Any]]) -> Where:
+        """How errors name sample ``i``: its place in the batch, and its dataset index when known."""
+        key = self.index_key
+        if key is None and kind == "dict":
+            key = next((k for k in ("idx", "index") if k in columns), None)
+        if key is None:
+            return at
+        if key not in columns:
+            raise ShapeBucketError(
+                f"index_key {key!r} is not in the samples; they have keys {list(columns)}"
+            )
+        column = columns[key]
+
+        def where(i: int) -> str:
+            v = column[i]
+            v = (
+                v.item()
+                if isinstance(v, (torch.Tensor, np.ndarray, np.generic)) and np.size(v) == 1
+                else v
+            )
+            return f"sample {i} of the batch (dataset index {short(v)})"
+
+        return where
+
+    def _check_collisions(
+        self, kind: str, keys: list[Key], seq_keys: list[Key], columns: dict[Key, list[Any]]
+    ) -> None:
+        """Refuse sample keys that would collide with the keys the collator adds."""
+        if kind != "dict":
+            return
+        adds_rows = self.batch_sizes is not None and self.sample_mask_key is not None
+        if adds_rows and self.sample_mask_key in keys:
+            raise ShapeBucketError(
+                f"the samples have a key {self.sample_mask_key!r}, which is where the collator puts "
+                "its row mask (batch_sizes is set), so yours would be overwritten; rename your key, "
+                "or pass sample_mask_key='...' (or None) to put the row mask elsewhere"
+            )
+        if self.mask_key is not None and self.mask_key in keys and self.mask_key not in seq_keys:
+            v = columns[self.mask_key][0]
+            raise ShapeBucketError(
+                f"the samples have a key {self.mask_key!r} holding {type(v).__name__} {short(v)}, "
+                "which is not padded as a sequence; the collator adds its token mask under that name "
+                "and would leave the batch without one. Rename your key, pass mask_key='...' for the "
+                f"token mask, or add {self.mask_key!r} to sequence_keys if it is a per-token mask"
+            )
 
 
 def _accept_old_name(init: Any) -> Any:

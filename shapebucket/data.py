@@ -63,8 +63,6 @@ def read_lengths(path: str | Path) -> np.ndarray:
     values = []
     for i, word in enumerate(words):
         if not (word.isascii() and word.isdigit()):
-            raise ShapeBucketError(
-                f"{path}: value {i} is {word!r}; expected one int >= 1 per line"
-            )
+            raise ShapeBucketError(f"{path}: value {i} is {word!r}; expected one int >= 1 per line")
         values.append(int(word))
     return check_lengths(values, name=f"lengths in {path}")

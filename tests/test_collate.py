@@ -53,7 +53,8 @@ def batches(draw):
 @given(batches(), st.sampled_from(["right", "left"]), st.one_of(st.none(), st.integers(6, 8)))
 def test_every_real_token_kept_in_place_and_mask_exact(batch, side, batch_sizes):
     samples, lens, dtypes, container = batch
-    pads = {"k0": 7, "k1": -3, "k2": 1}
+    choices = {"int": [7, -3, 1], "float": [7, -3.5, 1e30], "bool": [True, False, True]}
+    pads = {f"k{k}": choices[dt][k] for k, dt in enumerate(dtypes)}
     collate = BucketCollator(BUCKETS, padding_side=side, pad_values=pads, batch_sizes=batch_sizes)
     out = collate(samples)
     bucket = BUCKETS.bucket_for(max(lens))
@@ -331,3 +332,211 @@ def test_repad_keeps_non_sequence_values_and_checks_its_input():
         collate.repad(batch, 0)
     with pytest.raises(ShapeBucketError, match="sample 1: 'feat' is not a sequence key"):
         collate([samples[0], {"input_ids": [4], "feat": torch.zeros(5), "name": "b"}])
+
+
+# -- dtypes: exact or refused ---------------------------------------------------------------
+
+INT_DTYPES = [
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.uint16,
+    torch.int32,
+    torch.uint32,
+    torch.int64,
+    torch.uint64,
+    torch.bool,
+]
+
+
+def _fits(value, dtype):
+    if dtype == torch.bool:
+        return value in (0, 1)
+    info = torch.iinfo(dtype)
+    return info.min <= value <= info.max
+
+
+@st.composite
+def int_batches(draw):
+    """Samples of one key with any integer dtype each (tensor or numpy), values anywhere in
+    their dtype's range, and any pad value (int64 range and beyond)."""
+    n = draw(st.integers(1, 4))
+    samples, values = [], []
+    for _ in range(n):
+        dtype = draw(st.sampled_from(INT_DTYPES))
+        length = draw(st.integers(1, 9))
+        if dtype == torch.bool:
+            vals = draw(st.lists(st.booleans(), min_size=length, max_size=length))
+        else:
+            info = torch.iinfo(dtype)
+            vals = draw(st.lists(st.integers(info.min, info.max), min_size=length, max_size=length))
+        t = torch.tensor(vals, dtype=dtype)
+        values.append(vals)
+        samples.append({"ids": t.numpy() if draw(st.booleans()) else t})
+    pad = draw(st.one_of(st.integers(-(2**64), 2**64), st.sampled_from([0, -100, 255, 65535])))
+    return samples, values, pad
+
+
+@given(int_batches(), st.sampled_from(["right", "left"]))
+def test_any_integer_dtype_and_pad_collates_exactly_or_refuses(batch, side):
+    samples, values, pad = batch
+    collate = BucketCollator(BUCKETS, pad_values={"ids": pad}, padding_side=side)
+    try:
+        out = collate(samples)
+    except ShapeBucketError as e:
+        dtypes = {torch.as_tensor(s["ids"]).dtype for s in samples}
+        # refused only for a reason: mixed dtypes, or a pad that does not fit
+        assert len(dtypes) > 1 or not _fits(pad, dtypes.pop()), str(e)
+        assert "'ids'" in str(e)
+        return
+    t, mask = out["ids"], out["attention_mask"]
+    dtypes = {torch.as_tensor(s["ids"]).dtype for s in samples}
+    if len(dtypes) == 1:
+        assert t.dtype == dtypes.pop()
+    assert _fits(pad, t.dtype)
+    bucket = t.shape[1]
+    for i, vals in enumerate(values):
+        n = len(vals)
+        real = slice(0, n) if side == "right" else slice(bucket - n, bucket)
+        got = t[i, real]
+        # compare as Python ints: no wrap, no float rounding
+        assert [int(v) for v in got.tolist()] == [int(v) for v in vals]
+        assert all(int(v) == pad for v in t[i][~mask[i]].tolist())
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_wide_unsigned_tokens_pad_exactly(dtype):
+    big = torch.iinfo(dtype).max
+    out = BucketCollator([4, 8])(
+        [torch.tensor([1, big], dtype=dtype), torch.tensor([3], dtype=dtype)]
+    )
+    ids, mask = out
+    assert ids.dtype == dtype and ids.shape == (2, 4)
+    assert [int(v) for v in ids[0].tolist()] == [1, big, 0, 0] and mask.sum() == 3
+
+
+@pytest.mark.parametrize(
+    ("samples", "pads", "needle"),
+    [
+        (
+            [{"labels": np.array([1, 2], np.uint8)}],
+            None,
+            "pad value -100 for 'labels' does not fit its dtype uint8",
+        ),
+        ([{"x": [True, False]}], {"x": 5}, "pad value 5 for 'x' does not fit its dtype bool"),
+        ([{"x": [1, 2]}], {"x": 0.5}, "pad value 0.5 for 'x' does not fit its dtype int64"),
+        ([{"x": np.array([1.0], np.float16)}], {"x": 1e6}, "does not fit its dtype float16"),
+        (
+            [{"x": [1, 2**24 + 1]}, {"x": [0.5]}],
+            None,
+            "sample 0: 'x' mixes ints and floats, and the int 16777217",
+        ),
+        ([{"x": [2**63]}], None, "sample 0: 'x' holds 9223372036854775808, outside int64"),
+        ([{"x": [1]}, {"x": [-(2**70)]}], None, "sample 1: 'x' holds -1180591620717411303424"),
+        (
+            [{"x": torch.tensor([2**24 + 1])}, {"x": torch.tensor([0.5])}],
+            None,
+            "sample 0: 'x' holds 16777217 as torch.int64, which torch.float32",
+        ),
+        (
+            [{"x": torch.tensor([1], dtype=torch.uint16)}, {"x": torch.tensor([1])}],
+            None,
+            "sample 1: 'x' has dtype torch.int64 but sample 0 has torch.uint16",
+        ),
+        ([{"x": [1, "a"]}], None, "sample 0: 'x' holds 'a' \\(str\\)"),
+        ([{"x": [1], "y": 2**24 + 1}, {"x": [2], "y": 0.5}], None, "'y' mixes ints and floats"),
+    ],
+)
+def test_lossy_dtypes_and_pads_are_refused(samples, pads, needle):
+    with pytest.raises(ShapeBucketError, match=needle):
+        BucketCollator([4], pad_values=pads)(samples)
+
+
+def test_lossless_promotion_is_kept():
+    out = BucketCollator([4])(
+        [{"x": torch.tensor([200], dtype=torch.uint8)}, {"x": torch.tensor([-5], dtype=torch.int8)}]
+    )
+    assert out["x"].dtype == torch.int16 and out["x"][:, 0].tolist() == [200, -5]
+
+
+def test_errors_name_the_dataset_index():
+    collate = BucketCollator([4])
+    with pytest.raises(ShapeBucketError, match=r"sample 1 of the batch \(dataset index 907\)"):
+        collate([{"idx": 3, "x": [1]}, {"idx": 907, "x": [1, 2**63]}])
+    named = BucketCollator([4], index_key="id")
+    with pytest.raises(ShapeBucketError, match=r"dataset index 'doc-9'\)"):
+        named([{"id": "doc-1", "x": [1, 2]}, {"id": "doc-9", "x": [1, 2, 3, 4, 5]}])
+
+
+# -- keys the collator adds ------------------------------------------------------------------
+
+
+def test_user_sample_mask_key_is_not_overwritten():
+    samples = [{"x": [1, 2], "sample_mask": 1}, {"x": [3], "sample_mask": 0}]
+    with pytest.raises(ShapeBucketError, match="have a key 'sample_mask'"):
+        BucketCollator([4], batch_sizes=4)(samples)
+    out = BucketCollator([4], batch_sizes=4, sample_mask_key="rows")(samples)
+    assert out["sample_mask"].tolist() == [1, 0, 0, 0] and out["rows"].sum() == 2
+    # without batch_sizes nothing is added, so the key is the user's
+    assert BucketCollator([4])(samples)["sample_mask"].tolist() == [1, 0]
+
+
+def test_scalar_attention_mask_does_not_suppress_the_token_mask():
+    samples = [{"x": [1, 2], "attention_mask": 1}, {"x": [3], "attention_mask": 1}]
+    with pytest.raises(ShapeBucketError, match="key 'attention_mask' holding int 1"):
+        BucketCollator([4])(samples)
+    out = BucketCollator([4], mask_key="token_mask")(samples)
+    assert out["token_mask"].sum() == 3 and out["attention_mask"].tolist() == [1, 1]
+    # a per-token mask the samples carry is padded, as before
+    out = BucketCollator([4])([{"x": [1, 2], "attention_mask": [1, 0]}])
+    assert out["attention_mask"].tolist() == [[1, 0, 0, 0]]
+
+
+# -- counters ---------------------------------------------------------------------------------
+
+
+class _Long(Dataset):
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        return {"x": list(range(1, 3 + i))}  # lengths 2..25, the longer ones cut to 16
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_counters_exact_with_workers(context):
+    collate = BucketCollator([8, 16], overflow="truncate")
+    loader = DataLoader(
+        _Long(), batch_size=4, collate_fn=collate, num_workers=2, multiprocessing_context=context
+    )
+    batches = list(loader)
+    lens = [2 + i for i in range(24)]
+    st_ = collate.stats
+    assert st_.batches == len(batches) == 6 and st_.samples == 24
+    assert st_.truncated_samples == sum(n > 16 for n in lens)
+    assert st_.truncated_tokens == sum(max(n - 16, 0) for n in lens)
+    assert st_.real_tokens == sum(int(b["attention_mask"].sum()) for b in batches)
+    assert sum(st_.batches_per_bucket.values()) == 6
+    collate.reset_stats()
+    assert collate.stats.batches == 0
+
+
+def test_counters_exact_across_threads():
+    from concurrent.futures import ThreadPoolExecutor
+
+    collate = BucketCollator([4, 8])
+    batch = [[1, 2, 3], [4] * 7]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda _: collate(batch), range(400)))
+    assert collate.stats.batches == 400 and collate.stats.real_tokens == 400 * 10
+    assert collate.stats.padded_tokens == 400 * 6
+
+
+def test_a_pickled_copy_counts_from_zero():
+    collate = BucketCollator([4])
+    collate([[1, 2]])
+    copy = pickle.loads(pickle.dumps(collate))
+    assert copy.stats.batches == 0 and collate.stats.batches == 1
+    copy([[1]])
+    assert collate.stats.batches == 1 and copy.stats.batches == 1

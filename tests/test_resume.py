@@ -45,9 +45,7 @@ def make(kind: str, workers: int, replicas: int, rank: int):
     )
     cls = DataLoader if kind == "plain" else torchdata.StatefulDataLoader
     extra = {"prefetch_factor": 2} if workers else {}
-    loader = cls(
-        Indices(), batch_sampler=sampler, collate_fn=as_list, num_workers=workers, **extra
-    )
+    loader = cls(Indices(), batch_sampler=sampler, collate_fn=as_list, num_workers=workers, **extra)
     return sampler, loader
 
 
@@ -77,10 +75,7 @@ def resumed(kind, workers, replicas, rank, pattern, k):
         sampler.set_epoch(0)
     it = iter(loader)
     head = [next(it) for _ in range(k)]
-    if kind == "plain":
-        state = sampler.state_dict(consumed=k)
-    else:
-        state = loader.state_dict()
+    state = sampler.state_dict(consumed=k) if kind == "plain" else loader.state_dict()
     del it, loader
     state = roundtrip(state)
     sampler, loader = make(kind, workers, replicas, rank)

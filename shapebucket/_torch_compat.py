@@ -32,6 +32,7 @@ __all__ = [
     "get_recompile_limit",
     "inductor_cache_dir",
     "is_recompile_error",
+    "keep_limit_handler",
     "load_cache_artifacts",
     "mark_dynamic_dim",
     "mark_dynamic_specialized",
@@ -219,10 +220,18 @@ def reset_compiler() -> None:
     _dynamo().reset()
 
 
+_LIMIT_LOGGER = "torch._dynamo.convert_frame"
+
+
+def keep_limit_handler(handler: logging.Handler) -> None:
+    """Send dynamo's 'hit config.recompile_limit' warnings to ``handler`` from now on."""
+    logging.getLogger(_LIMIT_LOGGER).addHandler(handler)
+
+
 @contextlib.contextmanager
 def add_limit_handler(handler: logging.Handler) -> Iterator[None]:
     """Send dynamo's 'hit config.recompile_limit' warnings to ``handler`` for the block."""
-    logger = logging.getLogger("torch._dynamo.convert_frame")
+    logger = logging.getLogger(_LIMIT_LOGGER)
     logger.addHandler(handler)
     try:
         yield

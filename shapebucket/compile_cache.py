@@ -1,11 +1,25 @@
-"""Persist what the compiler built, and load it back before the first compile."""
+"""Persist what the compiler built, and load it back before the first compile.
+
+A saved cache carries ``manifest.json``: the torch version and the size and
+SHA-256 of every file. :func:`load_compile_cache` checks all of it before it
+copies anything into the live inductor cache, so a truncated, edited or
+foreign cache is refused with a warning instead of being half-installed.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
+import warnings
 from pathlib import Path
+from typing import Any
+
+import torch
 
 from . import _torch_compat as compat
+
+MANIFEST = "manifest.json"
 
 __all__ = ["load_compile_cache", "save_compile_cache"]
 
@@ -45,13 +59,63 @@ def save_compile_cache(path: str | Path) -> dict[str, int]:
         skip = shutil.ignore_patterns("*.lock", "*.tmp*")
         shutil.copytree(src, dst, dirs_exist_ok=True, ignore=skip, copy_function=_copy_new)
         sizes["inductor_bytes"] = sum(f.stat().st_size for f in dst.rglob("*") if f.is_file())
+    files = sorted(f for f in path.rglob("*") if f.is_file() and f.name != MANIFEST)
+    manifest = {
+        "torch": torch.__version__,
+        "files": {
+            f.relative_to(path).as_posix(): {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+            for f in files
+        },
+    }
+    (path / MANIFEST).write_text(json.dumps(manifest, indent=1))
     return sizes
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _refuse(path: Path, why: str) -> bool:
+    warnings.warn(
+        f"compile cache {str(path)!r} ignored: {why}; compiling from scratch. Save it again with "
+        "save_compile_cache() after this run",
+        stacklevel=3,
+    )
+    return False
+
+
+def _check(path: Path) -> str | None:
+    """Why the cache at ``path`` cannot be used, or None when every file is intact."""
+    try:
+        manifest: Any = json.loads((path / MANIFEST).read_text())
+        files = manifest["files"]
+        version = manifest["torch"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"its {MANIFEST} is missing or unreadable"
+    if version != torch.__version__:
+        return f"it was saved by torch {version}, this is torch {torch.__version__}"
+    for name, meta in files.items():
+        f = path / name
+        if not f.is_file():
+            return f"{name} is missing"
+        if f.stat().st_size != meta["bytes"]:
+            return f"{name} has {f.stat().st_size} bytes, {meta['bytes']} were saved (truncated?)"
+        if _sha256(f) != meta["sha256"]:
+            return f"{name} does not match its checksum (corrupt or edited)"
+    return None
 
 
 def load_compile_cache(path: str | Path) -> bool:
     """Restore a cache written by :func:`save_compile_cache`; call before the first compile.
 
-    Returns False (and changes nothing) when ``path`` holds no cache.
+    Returns False (and changes nothing) when ``path`` holds no cache. A cache that
+    fails its manifest (a missing, truncated or changed file, another torch
+    version, no manifest) or that the compiler cannot read is ignored with a
+    warning, and nothing of it is copied: the run compiles from scratch.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
@@ -59,13 +123,22 @@ def load_compile_cache(path: str | Path) -> bool:
     False
     """
     path = Path(path)
-    found = False
-    if (path / "artifacts.bin").is_file():
-        compat.load_cache_artifacts((path / "artifacts.bin").read_bytes())
-        found = True
-    if (path / "inductor").is_dir():
+    has_artifacts = (path / "artifacts.bin").is_file()
+    has_inductor = (path / "inductor").is_dir()
+    if not has_artifacts and not has_inductor:
+        return False
+    why = _check(path)
+    if why is not None:
+        return _refuse(path, why)
+    if has_artifacts:
+        try:
+            compat.load_cache_artifacts((path / "artifacts.bin").read_bytes())
+        except Exception as e:  # the compiler's own format: any failure means unusable
+            return _refuse(
+                path, f"the compiler could not read artifacts.bin ({type(e).__name__}: {e})"
+            )
+    if has_inductor:
         dst = Path(compat.inductor_cache_dir())
         dst.mkdir(parents=True, exist_ok=True)
         shutil.copytree(path / "inductor", dst, dirs_exist_ok=True, copy_function=_copy_new)
-        found = True
-    return found
+    return True

@@ -157,6 +157,15 @@ class _ReasonHandler(logging.Handler):
             self.sink.append(message)
 
 
+#: Every "hit config.recompile_limit" warning dynamo gave in this process since
+#: shapebucket was imported. A function that hit the limit runs eagerly, without a
+#: compile or an error, for every shape it was not compiled for: ``no_recompiles``
+#: cannot see that fall-back, so it warns when this list is not empty.
+LIMIT_HITS: list[str] = []
+_record = _ReasonHandler(LIMIT_HITS, "hit config.")
+compat.keep_limit_handler(_record)
+
+
 class CompileCounter:
     """Count graphs compiled inside a ``with`` block and record every recompile's reason.
 
@@ -232,6 +241,12 @@ def count_compiles() -> CompileCounter:
 # -- no_recompiles --------------------------------------------------------------------
 
 
+def _limit_function(message: str) -> str:
+    """The function named in dynamo's recompile-limit warning (or the warning's first line)."""
+    match = re.search(r"function: '([^']+)' \(([^)]+)\)", message)
+    return f"{match.group(1)} ({match.group(2)})" if match else message.splitlines()[0][:80]
+
+
 @contextlib.contextmanager
 def no_recompiles(buckets: Buckets | Sequence[int] | None = None) -> Iterator[None]:
     """Fail on any recompile inside the block, with a :class:`ShapeBucketError`.
@@ -253,6 +268,16 @@ def no_recompiles(buckets: Buckets | Sequence[int] | None = None) -> Iterator[No
     recompile inside no_recompiles(): input 'x' has size 16 at dim 1, a shape that w
     """
     table = None if buckets is None else as_buckets(buckets)
+    if LIMIT_HITS:
+        names = sorted({_limit_function(m) for m in LIMIT_HITS})
+        warnings.warn(
+            f"{len(names)} compiled function(s) hit the recompile limit earlier in this process and "
+            f"now run eagerly, without an error, for shapes they were not compiled for "
+            f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}); no_recompiles() cannot "
+            "catch that. Raise the limit before compiling (prewarm does, or "
+            "torch.compile(..., recompile_limit=N)), or call torch._dynamo.reset() and prewarm again",
+            stacklevel=3,
+        )
     try:
         with compat.stance("fail_on_recompile"):
             yield

@@ -342,6 +342,11 @@ class BucketBatchSampler(Sampler[list[int]]):
             ),
         )
 
+        if cfg.drop_last:
+            _warn_unseen_buckets(
+                self._plan, table, np.bincount(index, minlength=len(table)), leftovers
+            )
+
     # -- read-only settings -------------------------------------------------------
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -536,6 +541,33 @@ class BucketBatchSampler(Sampler[list[int]]):
             f"drop_last={cfg.drop_last}, leftovers={cfg.leftovers!r}, rank {cfg.rank}/{cfg.num_replicas}, "
             f"{len(self)} batches)"
         )
+
+
+def _warn_unseen_buckets(
+    plan: StepPlan, buckets: Buckets, counts: np.ndarray, leftovers: Leftovers
+) -> None:
+    """drop_last=True silently loses a whole bucket when it holds fewer samples than one
+    (global) batch: often the longest samples of the dataset. Say so."""
+    seen = np.bincount(plan.step_bucket, minlength=len(buckets)) > 0
+    lost = [j for j in range(len(buckets)) if counts[j] and not seen[j]]
+    if not lost:
+        return
+    import warnings
+
+    names = [buckets.lengths[j] for j in lost]
+    n = int(sum(counts[j] for j in lost))
+    warnings.warn(
+        f"drop_last=True drops every sample of bucket(s) {names} ({n} samples, "
+        f"{plan.stats.dropped} dropped in all): each holds fewer samples than one batch, so "
+        "they are never trained on. Pass "
+        + (
+            ""
+            if leftovers == "promote"
+            else "leftovers='promote' (leftovers join the next larger bucket) or "
+        )
+        + "drop_last=False (short batches, padded to full ones with the collator's batch_sizes)",
+        stacklevel=3,
+    )
 
 
 def _batch_sizes(

@@ -16,11 +16,13 @@ Typical use::
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from . import _torch_compat as compat
 from ._progress import progress as progress_bar
@@ -28,8 +30,8 @@ from ._validate import renamed_argument
 from .buckets import Buckets, as_buckets
 from .collate import BucketCollator, check_batch_sizes
 from .errors import ShapeBucketError
-from .recompiles import CompileCounter, no_recompiles
-from .state import restore, snapshot
+from .recompiles import LIMIT_HITS, CompileCounter, no_recompiles
+from .state import Snapshot, restore, snapshot
 
 __all__ = ["PrewarmReport", "prewarm"]
 
@@ -50,6 +52,7 @@ class PrewarmReport:
     verify_seconds: float = 0.0
     limit: int = 0
     limit_raised_from: int | None = None
+    optimizers_found: int = 0
 
     @property
     def total_graphs(self) -> int:
@@ -65,15 +68,25 @@ class PrewarmReport:
             "total_graphs": self.total_graphs,
             "limit": self.limit,
             "limit_raised_from": self.limit_raised_from,
+            "optimizers_found": self.optimizers_found,
         }
 
     def __str__(self) -> str:
         lines = [f"{'bucket':>8s} {'seconds':>8s} {'graphs':>6s}"]
         lines += [f"{b:>8d} {self.seconds[b]:>8.2f} {self.graphs[b]:>6d}" for b in self.seconds]
         lines.append(f"{'total':>8s} {self.total_seconds:>8.2f} {self.total_graphs:>6d}")
-        if self.verify_seconds:
+        if self.total_graphs == 0:
+            lines.append(
+                "nothing was compiled: the model is not torch.compile'd, or it was compiled "
+                "for every bucket before this call"
+            )
+        elif self.verify_seconds:
             lines.append(
                 f"verified: every bucket ran again with no recompile ({self.verify_seconds:.2f} s)"
+            )
+        if self.optimizers_found:
+            lines.append(
+                f"restored {self.optimizers_found} optimizer(s) the step used but prewarm was not given"
             )
         if self.limit_raised_from is not None:
             lines.append(
@@ -133,12 +146,20 @@ def prewarm(
     ``backward()`` when the output (or its ``.loss``) is a scalar that requires
     grad, so forward and backward compile.
 
-    Afterwards parameters, buffers, ``.grad``s, the state of ``optimizer`` (pass
-    the one ``step`` uses), train/eval flags and the torch, numpy and Python RNG
-    states are restored bitwise, in place (:mod:`shapebucket.state`). With
+    Afterwards parameters, buffers, ``.grad``s, the state of ``optimizer``,
+    train/eval flags and the torch, numpy and Python RNG states are restored
+    bitwise, in place (:mod:`shapebucket.state`). An optimizer that ``step``
+    uses but was not passed is found when it first steps (a global optimizer
+    pre-hook, removed afterwards) and restored too (``report.optimizers_found``
+    counts them); an LR scheduler stepped inside ``step`` is not, so step
+    schedulers outside the function prewarm runs. With
     ``verify=True`` every bucket is then run once more from that restored state
     under :func:`no_recompiles`, and restored again, which proves the training
     loop will not recompile.
+
+    A function that hits the recompile limit during prewarm would run eagerly
+    for some buckets, so that raises :class:`ShapeBucketError`; compiling 0
+    graphs gives a warning (the model is not compiled, or was compiled before).
 
     When there are more buckets than the recompile limit, the limit is raised
     globally (torch sets a per-function limit only at ``torch.compile`` time) and
@@ -183,27 +204,61 @@ def prewarm(
         rows = rows_for if not isinstance(rows_for, dict) else rows_for[b]
         return padder.repad(example, b, rows)
 
+    # Optimizers the step uses but the caller did not pass: a global pre-hook sees
+    # each one before its first step here, and its state is copied then and put back.
+    others: dict[int, Snapshot] = {}
+
+    def catch_optimizer(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if opt is not optimizer and id(opt) not in others:
+            others[id(opt)] = snapshot(None, opt)
+
+    def put_back() -> None:
+        for other in others.values():
+            restore(other)
+        restore(snap)  # last: its RNG states and parameters are the ones from before prewarm
+
     snap = snapshot(model, optimizer)
+    hook = register_optimizer_step_pre_hook(catch_optimizer)
+    hits_before = len(LIMIT_HITS)
     start = time.perf_counter()
     try:
-        bar = progress_bar(list(buckets), desc="prewarm", unit="bucket", enabled=progress)
-        for b in bar:
-            bar.set_postfix_str(f"bucket {b}")
-            t0 = time.perf_counter()
-            with CompileCounter() as cc:
-                _run(model, step, batch_for(b))
-            report.seconds[b] = time.perf_counter() - t0
-            report.graphs[b] = cc.graphs
-        report.total_seconds = time.perf_counter() - start
-    finally:
-        restore(snap)
-    if verify:
-        t0 = time.perf_counter()
         try:
-            with no_recompiles(buckets):
-                for b in buckets:
+            bar = progress_bar(list(buckets), desc="prewarm", unit="bucket", enabled=progress)
+            for b in bar:
+                bar.set_postfix_str(f"bucket {b}")
+                t0 = time.perf_counter()
+                with CompileCounter() as cc:
                     _run(model, step, batch_for(b))
+                report.seconds[b] = time.perf_counter() - t0
+                report.graphs[b] = cc.graphs
+            report.total_seconds = time.perf_counter() - start
         finally:
-            restore(snap)
-        report.verify_seconds = time.perf_counter() - t0
+            put_back()
+        if len(LIMIT_HITS) > hits_before:
+            raise ShapeBucketError(
+                f"prewarm: a compiled function hit the recompile limit ({report.limit}), so it runs "
+                "eagerly for some buckets: it compiled more than one graph per bucket, or it was "
+                "compiled for other shapes before. Compile it with torch.compile(..., "
+                f"recompile_limit=N) for N >= the graphs it needs, or fewer buckets.\n"
+                f"compiler said: {LIMIT_HITS[-1]}"
+            )
+        if verify:
+            t0 = time.perf_counter()
+            try:
+                with no_recompiles(buckets):
+                    for b in buckets:
+                        _run(model, step, batch_for(b))
+            finally:
+                put_back()
+            report.verify_seconds = time.perf_counter() - t0
+    finally:
+        hook.remove()
+    report.optimizers_found = len(others)
+    if report.total_graphs == 0:
+        warnings.warn(
+            "prewarm compiled 0 graphs: the model is not torch.compile'd (pass the compiled "
+            "model, or a step that calls it), torch.compile skipped it, or it was already "
+            "compiled for every bucket before this call (then nothing is wrong)",
+            stacklevel=2,
+        )
     return report

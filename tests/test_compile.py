@@ -25,6 +25,7 @@ from shapebucket import (
     save_compile_cache,
 )
 from shapebucket import _torch_compat as compat
+from shapebucket.recompiles import LIMIT_HITS
 from shapebucket.state import restore, snapshot
 
 EAGER = {"backend": "eager", "dynamic": False}
@@ -64,9 +65,11 @@ def fresh_compiler():
     instances of one class share a code object, so they would count against one limit."""
     old = compat.get_recompile_limit()
     compat.reset_compiler()
+    LIMIT_HITS.clear()
     yield
     compat.set_recompile_limit(old)
     compat.reset_compiler()
+    LIMIT_HITS.clear()
 
 
 def check_prewarm_then_no_recompiles(cmodel):
@@ -343,6 +346,59 @@ def test_prewarm_leaves_nothing_behind(steps_before):
     assert model.norm.num_batches_tracked.item() == steps_before + 1
 
 
+@pytest.mark.parametrize("steps_before", [0, 1])
+def test_prewarm_finds_an_optimizer_it_was_not_given(steps_before):
+    """The step uses an optimizer prewarm was not given: its state (created lazily by
+    Adam's first step, or advanced) is put back all the same."""
+    torch.manual_seed(1)
+    model = TinyLM()
+    cmodel = torch.compile(model, **EAGER)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def step(batch):
+        cmodel(**batch).backward()
+        opt.step()
+        opt.zero_grad()
+
+    for _ in range(steps_before):
+        step(batch_of([4, 6], seed=5))
+    before = state_of(model, opt)
+    report = prewarm(cmodel, Buckets([8, 16]), example=batch_of([5, 7]), step=step, progress=False)
+    assert report.optimizers_found == 1 and "restored 1 optimizer" in str(report)
+    assert_same(before, state_of(model, opt))
+    assert len(opt.state) == (len(list(model.parameters())) if steps_before else 0)
+    # the hook is gone: stepping after prewarm is not intercepted
+    step(batch_of([4, 6], seed=7))
+    assert all(s["step"].item() == steps_before + 1 for s in opt.state.values())
+
+
+def test_prewarm_warns_when_nothing_compiles():
+    model = TinyLM()  # not compiled
+    with pytest.warns(UserWarning, match="prewarm compiled 0 graphs"):
+        report = prewarm(model, BUCKETS, example=batch_of([5, 7]), progress=False)
+    assert report.total_graphs == 0 and "nothing was compiled" in str(report)
+    assert "verified" not in str(report)
+
+
+def test_prewarm_refuses_a_function_that_hit_the_recompile_limit():
+    cmodel = torch.compile(TinyLM(), **EAGER, recompile_limit=2)
+    for n in (3, 5):  # two other shapes fill its limit before prewarm
+        cmodel(**batch_of([n, n]))
+    with pytest.raises(ShapeBucketError, match="hit the recompile limit"):
+        prewarm(cmodel, BUCKETS, example=batch_of([5, 7]), progress=False)
+
+
+def test_no_recompiles_warns_about_functions_past_the_limit():
+    f = torch.compile(lambda x: x * 2, **EAGER, recompile_limit=2)
+    for n in (2, 3, 4):  # the third shape hits the limit: from then on f runs eagerly
+        f(torch.ones(n))
+    with (
+        pytest.warns(UserWarning, match="1 compiled function.* hit the recompile limit"),
+        no_recompiles(),
+    ):
+        f(torch.ones(5))  # a new shape, run eagerly: no recompile, so no error
+
+
 def test_snapshot_and_restore_alone():
     """The state module on its own: a training step, eval mode and RNG draws, all undone."""
     torch.manual_seed(2)
@@ -448,6 +504,50 @@ def test_cache_save_and_load(tmp_path):
     assert (tmp_path / "cache" / "inductor").is_dir()
     assert load_compile_cache(tmp_path / "cache") is True
     assert load_compile_cache(tmp_path / "empty") is False
+
+
+def _fake_cache(tmp_path):
+    """A saved cache of two made-up inductor files (no compile needed)."""
+    live = tmp_path / "live"
+    (live / "ab").mkdir(parents=True)
+    (live / "ab" / "kernel.py").write_text("x = 1\n" * 100)
+    (live / "graph.bin").write_bytes(bytes(range(256)) * 8)
+    with compat.fresh_inductor_cache(str(live)):
+        save_compile_cache(tmp_path / "cache")
+    return tmp_path / "cache"
+
+
+@pytest.mark.parametrize(
+    ("damage", "needle"),
+    [
+        (lambda c: (c / "inductor" / "graph.bin").write_bytes(b"\0" * 100), "truncated"),
+        (lambda c: (c / "inductor" / "ab" / "kernel.py").write_text("x = 2\n" * 100), "checksum"),
+        (lambda c: (c / "inductor" / "ab" / "kernel.py").unlink(), "missing"),
+        (lambda c: (c / "manifest.json").unlink(), "manifest.json is missing"),
+        (lambda c: (c / "manifest.json").write_text("{not json"), "unreadable"),
+        (
+            lambda c: (c / "manifest.json").write_text(
+                (c / "manifest.json").read_text().replace(torch.__version__, "1.0.0")
+            ),
+            "saved by torch 1.0.0",
+        ),
+    ],
+)
+def test_a_damaged_cache_is_refused_and_nothing_is_copied(tmp_path, damage, needle):
+    cache = _fake_cache(tmp_path)
+    damage(cache)
+    target = tmp_path / "target"
+    with compat.fresh_inductor_cache(str(target)), pytest.warns(UserWarning, match=needle):
+        assert load_compile_cache(cache) is False
+    assert not target.exists() or not any(target.rglob("*.bin"))
+
+
+def test_an_intact_cache_is_copied(tmp_path):
+    cache = _fake_cache(tmp_path)
+    target = tmp_path / "target"
+    with compat.fresh_inductor_cache(str(target)):
+        assert load_compile_cache(cache) is True
+    assert (target / "graph.bin").read_bytes() == bytes(range(256)) * 8
 
 
 # -- the names renamed in this release keep working, with a DeprecationWarning ---------

@@ -336,3 +336,20 @@ def test_plan_functions_alone_give_the_samplers_batches(cfg, replicas, epoch):
     assert all(
         sizes[b] >= n for b, n in zip(order.buckets.tolist(), order.sizes.tolist(), strict=True)
     )
+
+
+def test_drop_last_warns_when_whole_buckets_are_never_seen():
+    lengths = np.r_[np.full(100, 3), np.full(5, 30)]  # the 5 longest fill less than a batch
+    with pytest.warns(UserWarning, match=r"drops every sample of bucket\(s\) \[32\] \(5 samples"):
+        s = BucketBatchSampler(lengths, BUCKETS, batch_size=8, drop_last=True)
+    assert max(lengths[i] for b in s for i in b) == 3  # indeed never seen
+    whole = np.r_[np.full(96, 3), np.full(5, 30)]  # no leftover to promote: promote cannot help
+    with pytest.warns(UserWarning, match="Pass drop_last=False"):
+        BucketBatchSampler(whole, BUCKETS, batch_size=8, drop_last=True, leftovers="promote")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a bucket that loses only its remainder: no warning
+        BucketBatchSampler(
+            np.r_[np.full(100, 3), np.full(9, 30)], BUCKETS, batch_size=8, drop_last=True
+        )

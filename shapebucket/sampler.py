@@ -506,6 +506,17 @@ class BucketBatchSampler(Sampler[list[int]]):
         beginning. ``set_epoch`` with the same epoch before that pass keeps the
         resume point; another epoch discards it.
         """
+        seed, epoch, position = self._check_state(state)
+        set_ = object.__setattr__
+        set_(self, "_seed", seed)
+        set_(self, "_epoch", epoch)
+        set_(self, "_position", position)
+        set_(self, "_resume_at", position)
+        set_(self, "_loaded", True)
+        set_(self, "_finished", False)
+
+    def _check_state(self, state: Any) -> tuple[int, int, int]:
+        """``(seed, epoch, position)`` of a saved state, after checking it fits this sampler."""
         if not isinstance(state, Mapping):
             raise ShapeBucketError(
                 f"state must be the dict that state_dict() returned, got {type(state).__name__}"
@@ -521,13 +532,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         position = check_int("state['position']", state["position"], minimum=0, maximum=len(self))
         seed = check_int("state['seed']", state["seed"], minimum=0)
         epoch = check_int("state['epoch']", state["epoch"], minimum=0)
-        set_ = object.__setattr__
-        set_(self, "_seed", seed)
-        set_(self, "_epoch", epoch)
-        set_(self, "_position", position)
-        set_(self, "_resume_at", position)
-        set_(self, "_loaded", True)
-        set_(self, "_finished", False)
+        return seed, epoch, position
 
     def __repr__(self) -> str:
         cfg = self._cfg

@@ -19,6 +19,8 @@ import numpy as np
 from .errors import ShapeBucketError
 
 __all__ = [
+    "MAX_BUCKET",
+    "MAX_LENGTH",
     "MIN_LENGTH",
     "batch_max_distribution",
     "check_batch_sizes",
@@ -32,6 +34,14 @@ __all__ = [
 #: always a data bug (a failed read, an empty line), so every entry point that
 #: takes a dataset's lengths refuses it rather than planning a batch for it.
 MIN_LENGTH = 1
+
+#: The longest sample accepted: 2**30 tokens. No sequence model takes more in one
+#: row (one such row of int64 ids is 8 GiB), and a larger value almost always comes
+#: from a bad length computation (a byte count, an overflow).
+MAX_LENGTH = 2**30
+#: The longest bucket: room to round the longest sample up (to a power of two, or a
+#: multiple of any alignment up to MAX_LENGTH).
+MAX_BUCKET = 2**31
 
 _INT64_MAX = np.iinfo(np.int64).max
 
@@ -133,6 +143,14 @@ def check_lengths(
             "no real sample is that long: check how the lengths were computed"
         )
     arr = arr.astype(np.int64, copy=False)
+    hi = int(arr.max())
+    if hi > MAX_LENGTH:
+        i = int(np.argmax(arr > MAX_LENGTH))
+        raise ShapeBucketError(
+            f"sample {i} has length {hi} > {MAX_LENGTH} (2**30), the longest shapebucket "
+            f"accepts; no model takes such a row: check how {name} were computed (bytes instead "
+            "of tokens? an overflow?)"
+        )
     lo = int(arr.min())
     if lo < minimum:
         i = int(np.argmax(arr < minimum))

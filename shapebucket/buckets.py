@@ -18,12 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import check_int, check_lengths, round_up
+from ._validate import MAX_BUCKET, check_int, check_lengths, round_up
 from .errors import ShapeBucketError
 
 __all__ = ["Buckets", "as_buckets"]
-
-_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 class Buckets:
@@ -51,10 +49,14 @@ class Buckets:
                     f"Buckets takes an iterable of ints, got {lengths!r}; "
                     "for example Buckets([16, 32, 64])"
                 )
-            values = tuple(
-                check_int(f"bucket {i}", v, minimum=2, maximum=_INT64_MAX)
-                for i, v in enumerate(lengths)
-            )
+            values = tuple(check_int(f"bucket {i}", v, minimum=2) for i, v in enumerate(lengths))
+            for i, v in enumerate(values):
+                if v > MAX_BUCKET:
+                    raise ShapeBucketError(
+                        f"bucket {i} is {v} > {MAX_BUCKET} (2**31), the longest bucket "
+                        "shapebucket accepts: one row of int64 ids at that length would not fit "
+                        "in memory; check where the bucket lengths came from"
+                    )
             if not values:
                 raise ShapeBucketError("Buckets needs at least one length, got an empty sequence")
             for i in range(1, len(values)):

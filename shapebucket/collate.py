@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import multiprocessing
 import multiprocessing.context
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal, cast
@@ -353,27 +354,16 @@ class BucketCollator:
         bucket = self._table.bucket_for(longest)
         rows = self._rows(bucket, n_real)
 
-        positions = torch.arange(bucket)
-        lens_t = torch.from_numpy(lens)
-        if self.padding_side == "right":
-            mask = positions[None, :] < lens_t[:, None]
-        else:
-            mask = positions[None, :] >= (bucket - lens_t)[:, None]
-
-        out: dict[Key, Any] = {}
-        for k in keys:
-            if k in seq_keys:
-                out[k] = self._pad_key(k, columns[k], mask, rows, where)
-            else:
-                out[k] = stack_column(k, columns[k], rows, self.pad_value(k), where)
-        if self.mask_key is not None and self.mask_key not in keys:
-            full = torch.zeros(rows, bucket, dtype=torch.bool)
-            full[:n_real] = mask
-            out[self.mask_key] = full
-        if self.batch_sizes is not None and self.sample_mask_key is not None:
-            sample_mask = torch.zeros(rows, dtype=torch.bool)
-            sample_mask[:n_real] = True
-            out[self.sample_mask_key] = sample_mask
+        _check_fits_in_memory(rows, bucket, len(seq_keys), self.buckets)
+        try:
+            out = self._fill(kind, keys, seq_keys, columns, lens, bucket, rows, where)
+        except RuntimeError as e:
+            if "alloc" not in str(e).lower() and "memory" not in str(e).lower():
+                raise
+            raise ShapeBucketError(
+                f"a batch of {rows} rows at bucket {bucket} could not be allocated ({e}); "
+                f"check the bucket table {self.buckets!r} and the batch size"
+            ) from None
 
         real = int(lens.sum())
         # the order of _COUNTERS
@@ -458,6 +448,7 @@ class BucketCollator:
         if rows is None:
             rows = self.rows_for(bucket) if self.batch_sizes is not None else n
         rows = check_int("rows", rows, minimum=1)
+        _check_fits_in_memory(rows, bucket, len(seq), self.buckets)
         keep_rows, keep = min(n, rows), min(length, bucket)
         src = slice(0, keep) if self.padding_side == "right" else slice(length - keep, length)
         dst = slice(0, keep) if self.padding_side == "right" else slice(bucket - keep, bucket)
@@ -567,6 +558,42 @@ class BucketCollator:
             )
         return rows
 
+    def _fill(
+        self,
+        kind: str,
+        keys: list[Key],
+        seq_keys: list[Key],
+        columns: dict[Key, list[Any]],
+        lens: np.ndarray,
+        bucket: int,
+        rows: int,
+        where: Where,
+    ) -> dict[Key, Any]:
+        """The batch's values: every key padded or stacked, plus the masks."""
+        n_real = len(lens)
+        positions = torch.arange(bucket)
+        lens_t = torch.from_numpy(lens)
+        if self.padding_side == "right":
+            mask = positions[None, :] < lens_t[:, None]
+        else:
+            mask = positions[None, :] >= (bucket - lens_t)[:, None]
+
+        out: dict[Key, Any] = {}
+        for k in keys:
+            if k in seq_keys:
+                out[k] = self._pad_key(k, columns[k], mask, rows, where)
+            else:
+                out[k] = stack_column(k, columns[k], rows, self.pad_value(k), where)
+        if self.mask_key is not None and self.mask_key not in keys:
+            full = torch.zeros(rows, bucket, dtype=torch.bool)
+            full[:n_real] = mask
+            out[self.mask_key] = full
+        if self.batch_sizes is not None and self.sample_mask_key is not None:
+            sample_mask = torch.zeros(rows, dtype=torch.bool)
+            sample_mask[:n_real] = True
+            out[self.sample_mask_key] = sample_mask
+        return out
+
     def _pad_key(
         self, key: Key, column: list[Any], mask: torch.Tensor, rows: int, where: Where
     ) -> torch.Tensor:
@@ -629,6 +656,26 @@ class BucketCollator:
                 "and would leave the batch without one. Rename your key, pass mask_key='...' for the "
                 f"token mask, or add {self.mask_key!r} to sequence_keys if it is a per-token mask"
             )
+
+
+def _physical_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # not on this platform
+        return None
+
+
+def _check_fits_in_memory(rows: int, bucket: int, n_keys: int, buckets: Any) -> None:
+    """Refuse a batch that cannot fit in this machine's memory before allocating it: with
+    memory overcommit, a too-large allocation succeeds and the process is killed later."""
+    need = rows * bucket * (8 * n_keys + 2) + 16 * bucket  # 8-byte values, masks, positions
+    total = _physical_memory()
+    if total is not None and need > total:
+        raise ShapeBucketError(
+            f"a batch of {rows} rows at bucket {bucket} needs about {need / 2**30:.1f} GiB, more "
+            f"than this machine's {total / 2**30:.1f} GiB of memory; check the bucket table "
+            f"{buckets!r} and the batch size"
+        )
 
 
 def _accept_old_name(init: Any) -> Any:

@@ -374,6 +374,13 @@ def quantile_buckets(lengths: np.ndarray, k: int, align: int = DEFAULT_ALIGN) ->
     return Buckets(np.unique(qs).tolist())
 
 
+def _used_multiples(lengths: np.ndarray, of: int) -> Buckets:
+    """The multiples of ``of`` that some sample pads to: the shapes that policy compiles.
+    (Every multiple up to the longest sample would cost memory and time in proportion to
+    the longest length: 12 million buckets for one outlier of 10**8.)"""
+    return Buckets(np.unique(round_up(np.maximum(lengths, 2), of)).tolist())
+
+
 def compare_policies(
     lengths: Sequence[int] | np.ndarray,
     k: int = 8,
@@ -388,6 +395,9 @@ def compare_policies(
     """One table: multiples of 8 and 32, powers of two, quantiles and the fitted buckets
     (``sampler=`` is the deprecated name of ``batching=``).
 
+    The multiples policies list the multiples some sample pads to (the shapes they
+    would compile), so the table costs the same whatever the longest length.
+
     >>> print(compare_policies([5, 9, 17, 30, 64], k=2).rows[-1][0])
     fitted (k=2)
     """
@@ -398,8 +408,8 @@ def compare_policies(
     limit = check_int("limit", limit, minimum=1)
     top = max(int(arr.max()), 2)
     policies: list[tuple[str, Buckets]] = [
-        ("multiples of 8", Buckets.multiples(8, top)),
-        ("multiples of 32", Buckets.multiples(32, top)),
+        ("multiples of 8", _used_multiples(arr, 8)),
+        ("multiples of 32", _used_multiples(arr, 32)),
         ("powers of two", Buckets.powers_of_two(top, min_len=min(8, top))),
         (f"quantiles (k={k})", quantile_buckets(arr, k, align)),
         (

@@ -8,6 +8,7 @@ import torch
 from shapebucket import (
     BucketBatchSampler,
     BucketCollator,
+    Buckets,
     ShapeBucketError,
     compare_policies,
     fit_buckets,
@@ -18,9 +19,9 @@ from shapebucket.data import read_lengths
 
 ENTRY_POINTS = {
     "fit_buckets": lambda x: fit_buckets(x, 2),
-    "padding_report": lambda x: padding_report(x, [8, 2**40]),
+    "padding_report": lambda x: padding_report(x, [8, 2**31]),
     "compare_policies": lambda x: compare_policies(x, 2),
-    "BucketBatchSampler": lambda x: BucketBatchSampler(x, [8, 2**40], batch_size=2),
+    "BucketBatchSampler": lambda x: BucketBatchSampler(x, [8, 2**31], batch_size=2),
     "check_lengths": check_lengths,
 }
 
@@ -138,3 +139,37 @@ def test_one_align_default():
     lengths = [3, 5, 9, 30, 31]
     assert fit_buckets(lengths, 3) == fit_buckets(lengths, 3, align=8)
     assert compare_policies(lengths, 3).fitted == fit_buckets(lengths, 3)
+
+
+# -- inputs that used to cost time, memory or a raw error ----------------------------------
+
+
+def test_policy_table_costs_the_same_whatever_the_longest_length():
+    import time
+
+    base = np.random.default_rng(0).integers(1, 300, 5000)
+    t0 = time.perf_counter()
+    compare_policies(base)
+    plain = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    table = compare_policies(np.r_[base, 10**8])  # used to take 28 s and 1.3 GB
+    outlier = time.perf_counter() - t0
+    assert outlier < 10 * plain + 1.0
+    # the multiples policies list the multiples samples pad to, the outlier's included
+    assert table.rows[0][1].buckets.max_len == 10**8 and len(table.rows[0][1].buckets) <= 40
+
+
+@pytest.mark.parametrize(
+    ("call", "needle"),
+    [
+        (lambda: Buckets([2**40]), r"bucket 0 is 1099511627776 > 2147483648 \(2\*\*31\)"),
+        (lambda: fit_buckets([3, 2**40], k=2), r"sample 1 has length 1099511627776 > 1073741824"),
+        (
+            lambda: BucketCollator([8, 2**31])([[1] * 9] * 4),
+            "a batch of 4 rows at bucket 2147483648 needs about",
+        ),
+    ],
+)
+def test_absurd_lengths_are_refused_before_any_allocation(call, needle):
+    with pytest.raises(ShapeBucketError, match=needle):
+        call()

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ._argparse import Parser
 from ._validate import check_int
 from .data import mixture_lengths, read_lengths
 from .errors import ShapeBucketError
@@ -95,7 +96,7 @@ def _bench(argv: list[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m shapebucket",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -53,16 +53,22 @@ def read_lengths(path: str | Path) -> np.ndarray:
             ) from None
         return check_lengths(arr, name=f"lengths in {path}")
     try:
-        words = path.read_text(encoding="utf-8").split()
+        lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError:
         raise ShapeBucketError(
             f"{path}: not a text file (it does not decode as UTF-8); pass one int per line, or a .npy file"
         ) from None
-    if not words:
-        raise ShapeBucketError(f"{path} is empty; it needs one sample length per line")
     values = []
-    for i, word in enumerate(words):
+    for lineno, line in enumerate(lines, 1):
+        word = line.strip()
+        if not word:
+            continue  # blank lines (a trailing newline, a gap) carry no sample
         if not (word.isascii() and word.isdigit()):
-            raise ShapeBucketError(f"{path}: value {i} is {word!r}; expected one int >= 1 per line")
+            raise ShapeBucketError(
+                f"{path}, line {lineno}: {word!r} is not an int >= 1; the file needs one sample "
+                "length per line"
+            )
         values.append(int(word))
+    if not values:
+        raise ShapeBucketError(f"{path} is empty; it needs one sample length per line")
     return check_lengths(values, name=f"lengths in {path}")

@@ -31,8 +31,8 @@ def test_suggest_npy_and_random_sampler(tmp_path, capsys):
 def test_bad_files(tmp_path, capsys):
     bad = tmp_path / "bad.txt"
     bad.write_text("3\n4\nfive\n")
-    with pytest.raises(ShapeBucketError, match="value 2 is 'five'"):
+    with pytest.raises(ShapeBucketError, match="line 3: 'five' is not an int"):
         read_lengths(bad)
     assert main(["suggest", str(bad)]) == 2
-    assert "value 2 is 'five'" in capsys.readouterr().err
+    assert "line 3: 'five' is not an int" in capsys.readouterr().err
     assert main(["suggest", str(tmp_path / "missing.txt")]) == 2

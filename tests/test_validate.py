@@ -91,7 +91,7 @@ def test_read_lengths_checks_like_the_rest(tmp_path):
     assert read_lengths(tmp_path / "ok.txt").tolist() == [3, 5]
     cases = {
         "empty.txt": ("", "is empty"),
-        "neg.txt": ("3\n--5\n", "value 1 is '--5'"),
+        "neg.txt": ("3\n--5\n", "line 2: '--5' is not an int"),
         "zero.txt": ("3\n0\n", "sample 1 has length 0"),
         "bin.txt": (b"\xff\xfe\x00", "not a text file"),
     }

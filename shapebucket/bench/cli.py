@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .._argparse import Parser
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from .harness import PEERS, STRATEGIES, StrategyResult, run
@@ -48,7 +49,7 @@ _DEFAULTS = {
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="python -m shapebucket bench",
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -338,9 +338,22 @@ class BucketCollator:
         for k in seq_keys:
             if k != length_key and not np.array_equal(lengths[k], lens):
                 i = int(np.argmax(lengths[k] != lens))
+                fixed = [
+                    key
+                    for key in seq_keys
+                    if len({tuple(np.shape(v)) for v in columns[key]}) == 1 and len(samples) > 1
+                ]
+                hint = "pass sequence_keys=[...] to pad only some keys"
+                if fixed and len(fixed) < len(seq_keys):
+                    rest = [key for key in seq_keys if key not in fixed]
+                    hint = (
+                        f"{fixed} have one shape in every sample: if they are not sequences "
+                        f"(an image, fixed features), pass sequence_keys={rest} and they are "
+                        "stacked instead"
+                    )
                 raise ShapeBucketError(
                     f"{where(i)}: sequence keys disagree in length: {length_key!r} has {int(lens[i])}, "
-                    f"{k!r} has {int(lengths[k][i])}; pass sequence_keys=[...] to pad only some keys"
+                    f"{k!r} has {int(lengths[k][i])}; {hint}"
                 )
 
         n_real = len(samples)

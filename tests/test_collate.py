@@ -540,3 +540,33 @@ def test_a_pickled_copy_counts_from_zero():
     assert copy.stats.batches == 0 and collate.stats.batches == 1
     copy([[1]])
     assert collate.stats.batches == 1 and copy.stats.batches == 1
+
+
+def test_fixed_shape_tensors_next_to_sequences_are_stacked():
+    """Encoder-decoder captioning: an image per sample next to variable-length text."""
+    g = torch.Generator().manual_seed(0)
+    images = [torch.rand(3, 4, 4, generator=g) for _ in range(3)]
+    feats = [np.arange(5, dtype=np.float32) + i for i in range(3)]
+    samples = [
+        {
+            "pixel_values": im,
+            "features": f,
+            "decoder_input_ids": [1] * n,
+            "labels": [2] * n,
+            "caption": f"c{n}",
+        }
+        for im, f, n in zip(images, feats, (5, 2, 7), strict=True)
+    ]
+    with pytest.raises(
+        ShapeBucketError, match=r"pass sequence_keys=\['decoder_input_ids', 'labels'\]"
+    ):
+        BucketCollator([8])(samples)
+    collate = BucketCollator([8], sequence_keys=["decoder_input_ids", "labels"], batch_sizes=4)
+    out = collate(samples)
+    assert out["pixel_values"].shape == (4, 3, 4, 4) and torch.equal(
+        out["pixel_values"][:3], torch.stack(images)
+    )
+    assert (out["pixel_values"][3] == 0).all()  # the pad row
+    assert out["features"].shape == (4, 5) and out["features"].dtype == torch.float32
+    assert out["decoder_input_ids"].shape == (4, 8) and out["labels"][3].tolist() == [-100] * 8
+    assert out["caption"] == ["c5", "c2", "c7", None]  # strings stay a list

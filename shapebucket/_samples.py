@@ -26,10 +26,12 @@ __all__ = [
     "Key",
     "Where",
     "at",
+    "check_collisions",
     "check_pad_fits",
     "concat",
     "is_scalar",
     "is_sequence",
+    "namer",
     "short",
     "signed_view",
     "stack_column",
@@ -55,6 +57,58 @@ def is_sequence(value: Any) -> bool:
 def short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def namer(kind: str, columns: dict[Key, list[Any]], index_key: Key | None) -> Where:
+    """How errors name sample ``i``: its place in the batch, and its dataset index when the
+    samples carry it (``index_key``, or a dict key named ``idx`` or ``index``)."""
+    key = index_key
+    if key is None and kind == "dict":
+        key = next((k for k in ("idx", "index") if k in columns), None)
+    if key is None:
+        return at
+    if key not in columns:
+        raise ShapeBucketError(
+            f"index_key {key!r} is not in the samples; they have keys {list(columns)}"
+        )
+    column = columns[key]
+
+    def where(i: int) -> str:
+        v = column[i]
+        if isinstance(v, (torch.Tensor, np.ndarray, np.generic)) and np.size(v) == 1:
+            v = v.item()
+        return f"sample {i} of the batch (dataset index {short(v)})"
+
+    return where
+
+
+def check_collisions(
+    kind: str,
+    keys: list[Key],
+    seq_keys: list[Key],
+    columns: dict[Key, list[Any]],
+    *,
+    mask_key: str | None,
+    sample_mask_key: str | None,
+) -> None:
+    """Refuse sample keys that would collide with the keys a collator adds: its token
+    mask (``mask_key``) and its row mask (``sample_mask_key``, None when it adds none)."""
+    if kind != "dict":
+        return
+    if sample_mask_key is not None and sample_mask_key in keys:
+        raise ShapeBucketError(
+            f"the samples have a key {sample_mask_key!r}, which is where the collator puts "
+            "its row mask (batch_sizes is set), so yours would be overwritten; rename your key, "
+            "or pass sample_mask_key='...' (or None) to put the row mask elsewhere"
+        )
+    if mask_key is not None and mask_key in keys and mask_key not in seq_keys:
+        v = columns[mask_key][0]
+        raise ShapeBucketError(
+            f"the samples have a key {mask_key!r} holding {type(v).__name__} {short(v)}, "
+            "which is not padded as a sequence; the collator adds its token mask under that name "
+            "and would leave the batch without one. Rename your key, pass mask_key='...' for the "
+            f"token mask, or add {mask_key!r} to sequence_keys if it is a per-token mask"
+        )
 
 
 def to_columns(samples: Sequence[Any]) -> tuple[str, list[Key], dict[Key, list[Any]]]:

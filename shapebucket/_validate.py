@@ -11,6 +11,7 @@ numeric helpers that more than one module needs: :func:`round_up` and
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Iterable, Iterator, Mapping, Set
 from typing import Any, TypeVar
 
@@ -24,8 +25,10 @@ __all__ = [
     "MIN_LENGTH",
     "batch_max_distribution",
     "check_batch_sizes",
+    "check_fits_in_memory",
     "check_int",
     "check_lengths",
+    "physical_memory",
     "renamed_argument",
     "round_up",
 ]
@@ -237,3 +240,23 @@ def renamed_argument(
         stacklevel=3,
     )
     return old_value
+
+
+def physical_memory() -> int | None:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # not on this platform
+        return None
+
+
+def check_fits_in_memory(rows: int, bucket: int, n_keys: int, buckets: Any) -> None:
+    """Refuse a batch that cannot fit in this machine's memory before allocating it: with
+    memory overcommit, a too-large allocation succeeds and the process is killed later."""
+    need = rows * bucket * (8 * n_keys + 2) + 16 * bucket  # 8-byte values, masks, positions
+    total = physical_memory()
+    if total is not None and need > total:
+        raise ShapeBucketError(
+            f"a batch of {rows} rows at bucket {bucket} needs about {need / 2**30:.1f} GiB, more "
+            f"than this machine's {total / 2**30:.1f} GiB of memory; check the bucket table "
+            f"{buckets!r} and the batch size"
+        )

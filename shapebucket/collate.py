@@ -19,134 +19,34 @@ Conventions (all documented in ``docs/collate.md``):
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import multiprocessing
-import multiprocessing.context
-import os
 from collections.abc import Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal, cast
 
 import numpy as np
 import torch
 
+from ._counters import CollateStats, SharedCounters
 from ._samples import (
     SCALARS,
     Key,
     Where,
-    at,
+    check_collisions,
     check_pad_fits,
     concat,
     is_sequence,
+    namer,
     short,
     signed_view,
     stack_column,
     to_columns,
 )
-from ._validate import check_batch_sizes, check_int, renamed_argument
+from ._validate import check_batch_sizes, check_fits_in_memory, check_int, renamed_argument
 from .buckets import Buckets, as_buckets
 from .errors import ShapeBucketError
 
 __all__ = ["BucketCollator", "CollateStats"]
-
-
-@dataclass
-class CollateStats:
-    """A snapshot of one collator's counters (``collator.stats``).
-
-    The counters are exact with DataLoader workers: every worker's copy of the
-    collator adds to the same shared counters (fork and spawn alike), and each
-    batch's update is atomic, also when several threads share one collator.
-    Only a copy made outside a DataLoader (``pickle.dumps``, ``copy.deepcopy``)
-    starts from zero.
-
-    >>> collate = BucketCollator([8])
-    >>> _ = collate([[1, 2, 3], [4]])
-    >>> collate.stats.real_tokens, collate.stats.padded_tokens, collate.stats.batches_per_bucket
-    (4, 12, {8: 1})
-    """
-
-    batches: int = 0
-    samples: int = 0
-    real_tokens: int = 0
-    padded_tokens: int = 0
-    pad_rows: int = 0
-    truncated_samples: int = 0
-    truncated_tokens: int = 0
-    batches_per_bucket: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def token_efficiency(self) -> float:
-        """Real tokens / computed tokens (real + padding), 0.0 before any batch."""
-        total = self.real_tokens + self.padded_tokens
-        return self.real_tokens / total if total else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["token_efficiency"] = self.token_efficiency
-        return out
-
-
-_COUNTERS = (
-    "batches",
-    "samples",
-    "real_tokens",
-    "padded_tokens",
-    "pad_rows",
-    "truncated_samples",
-    "truncated_tokens",
-)
-
-
-class _SharedCounters:
-    """A collator's counters in shared memory, one int64 per counter and per bucket.
-
-    DataLoader workers get the same memory: forked workers inherit it, and
-    spawned ones receive it while the DataLoader starts them (multiprocessing
-    passes shared memory to a process it is starting). Any other pickle (a
-    checkpoint, ``copy.deepcopy``) carries settings only and starts at zero.
-    The array's lock makes each batch's update atomic across threads and processes.
-    """
-
-    def __init__(self, buckets: tuple[int, ...]) -> None:
-        self.buckets = buckets
-        self.array: Any = _new_array(len(_COUNTERS) + len(buckets))
-
-    def add(self, values: Sequence[int], bucket: int) -> None:
-        with self.array.get_lock():
-            a = self.array.get_obj()
-            for i, v in enumerate(values):
-                a[i] += v
-            a[len(_COUNTERS) + self.buckets.index(bucket)] += 1
-
-    def snapshot(self) -> CollateStats:
-        with self.array.get_lock():
-            a = list(self.array.get_obj())
-        n = len(_COUNTERS)
-        per_bucket = {b: c for b, c in zip(self.buckets, a[n:], strict=True) if c}
-        return CollateStats(
-            **dict(zip(_COUNTERS, a[:n], strict=True)), batches_per_bucket=per_bucket
-        )
-
-    def reset(self) -> None:
-        with self.array.get_lock():
-            self.array.get_obj()[:] = [0] * len(self.array)
-
-    def __getstate__(self) -> dict[str, Any]:
-        spawning = multiprocessing.context.get_spawning_popen() is not None
-        return {"buckets": self.buckets, "array": self.array if spawning else None}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.buckets = state["buckets"]
-        array = state["array"]
-        self.array = array if array is not None else _new_array(len(_COUNTERS) + len(self.buckets))
-
-
-def _new_array(n: int) -> Any:
-    # A lock made in the spawn context can go to spawned and forkserver workers (a
-    # fork-context lock refuses to) and is inherited by forked ones like any other.
-    return multiprocessing.get_context("spawn").Array("q", n)
 
 
 def _check_pad_value(key: Key, value: Any) -> None:
@@ -243,7 +143,7 @@ class BucketCollator:
             if not self.sequence_keys:
                 raise ShapeBucketError("sequence_keys must name at least one key, got []")
         self.batch_sizes = check_batch_sizes(self.batch_sizes, self._table)
-        self._counters = _SharedCounters(tuple(self._table))
+        self._counters = SharedCounters(tuple(self._table))
 
     @property
     def stats(self) -> CollateStats:
@@ -324,9 +224,16 @@ class BucketCollator:
                 f"BucketCollator needs a non-empty list of samples, got {samples!r}"
             )
         kind, keys, columns = to_columns(samples)
-        where = self._namer(kind, columns)
+        where = namer(kind, columns, self.index_key)
         seq_keys = self._sequence_keys(kind, keys, columns)
-        self._check_collisions(kind, keys, seq_keys, columns)
+        check_collisions(
+            kind,
+            keys,
+            seq_keys,
+            columns,
+            mask_key=self.mask_key,
+            sample_mask_key=self.sample_mask_key if self.batch_sizes is not None else None,
+        )
         length_key = self.length_key if self.length_key is not None else seq_keys[0]
         if length_key not in seq_keys:
             raise ShapeBucketError(
@@ -367,7 +274,7 @@ class BucketCollator:
         bucket = self._table.bucket_for(longest)
         rows = self._rows(bucket, n_real)
 
-        _check_fits_in_memory(rows, bucket, len(seq_keys), self.buckets)
+        check_fits_in_memory(rows, bucket, len(seq_keys), self.buckets)
         try:
             out = self._fill(kind, keys, seq_keys, columns, lens, bucket, rows, where)
         except RuntimeError as e:
@@ -461,7 +368,7 @@ class BucketCollator:
         if rows is None:
             rows = self.rows_for(bucket) if self.batch_sizes is not None else n
         rows = check_int("rows", rows, minimum=1)
-        _check_fits_in_memory(rows, bucket, len(seq), self.buckets)
+        check_fits_in_memory(rows, bucket, len(seq), self.buckets)
         keep_rows, keep = min(n, rows), min(length, bucket)
         src = slice(0, keep) if self.padding_side == "right" else slice(length - keep, length)
         dst = slice(0, keep) if self.padding_side == "right" else slice(bucket - keep, bucket)
@@ -623,72 +530,6 @@ class BucketCollator:
         if self.seq_dim:
             out = out.movedim(1, self.seq_dim + 1).contiguous()
         return out
-
-    def _namer(self, kind: str, columns: dict[Key, list[Any]]) -> Where:
-        """How errors name sample ``i``: its place in the batch, and its dataset index when known."""
-        key = self.index_key
-        if key is None and kind == "dict":
-            key = next((k for k in ("idx", "index") if k in columns), None)
-        if key is None:
-            return at
-        if key not in columns:
-            raise ShapeBucketError(
-                f"index_key {key!r} is not in the samples; they have keys {list(columns)}"
-            )
-        column = columns[key]
-
-        def where(i: int) -> str:
-            v = column[i]
-            v = (
-                v.item()
-                if isinstance(v, (torch.Tensor, np.ndarray, np.generic)) and np.size(v) == 1
-                else v
-            )
-            return f"sample {i} of the batch (dataset index {short(v)})"
-
-        return where
-
-    def _check_collisions(
-        self, kind: str, keys: list[Key], seq_keys: list[Key], columns: dict[Key, list[Any]]
-    ) -> None:
-        """Refuse sample keys that would collide with the keys the collator adds."""
-        if kind != "dict":
-            return
-        adds_rows = self.batch_sizes is not None and self.sample_mask_key is not None
-        if adds_rows and self.sample_mask_key in keys:
-            raise ShapeBucketError(
-                f"the samples have a key {self.sample_mask_key!r}, which is where the collator puts "
-                "its row mask (batch_sizes is set), so yours would be overwritten; rename your key, "
-                "or pass sample_mask_key='...' (or None) to put the row mask elsewhere"
-            )
-        if self.mask_key is not None and self.mask_key in keys and self.mask_key not in seq_keys:
-            v = columns[self.mask_key][0]
-            raise ShapeBucketError(
-                f"the samples have a key {self.mask_key!r} holding {type(v).__name__} {short(v)}, "
-                "which is not padded as a sequence; the collator adds its token mask under that name "
-                "and would leave the batch without one. Rename your key, pass mask_key='...' for the "
-                f"token mask, or add {self.mask_key!r} to sequence_keys if it is a per-token mask"
-            )
-
-
-def _physical_memory() -> int | None:
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):  # not on this platform
-        return None
-
-
-def _check_fits_in_memory(rows: int, bucket: int, n_keys: int, buckets: Any) -> None:
-    """Refuse a batch that cannot fit in this machine's memory before allocating it: with
-    memory overcommit, a too-large allocation succeeds and the process is killed later."""
-    need = rows * bucket * (8 * n_keys + 2) + 16 * bucket  # 8-byte values, masks, positions
-    total = _physical_memory()
-    if total is not None and need > total:
-        raise ShapeBucketError(
-            f"a batch of {rows} rows at bucket {bucket} needs about {need / 2**30:.1f} GiB, more "
-            f"than this machine's {total / 2**30:.1f} GiB of memory; check the bucket table "
-            f"{buckets!r} and the batch size"
-        )
 
 
 def _accept_old_name(init: Any) -> Any:

@@ -304,8 +304,15 @@ def _from_python(key: Key, flat: list[Any], column: list[Any], where: Where) -> 
         arr = np.asarray(flat)
     except (ValueError, TypeError, OverflowError):
         arr = np.asarray(flat, dtype=object)
+    values = flat if arr.ndim <= 1 else np.asarray(flat, dtype=object).ravel().tolist()
+    suspects: Any = values
+    if arr.dtype.kind == "f":
+        # An int that float32 cannot hold exactly, or that int64 cannot hold, is above 2**24
+        # in magnitude and integral: look only at those entries (vectorised), not at all.
+        x = arr.ravel()
+        suspects = [values[i] for i in np.flatnonzero((np.abs(x) > 2**24) & (x == np.floor(x)))]
     # numpy reads ints beyond int64 as uint64, float64 or object, depending on the neighbours
-    if arr.dtype.kind in "uOf" and any(map(out_of_int64, flat)):
+    if arr.dtype.kind in "uOf" and any(map(out_of_int64, suspects)):
         i, v = culprit(out_of_int64)
         raise ShapeBucketError(
             f"{where(i)}: {key!r} holds {v}, outside int64 [{_INT64[0]}, {_INT64[1]}]; Python "
@@ -319,7 +326,7 @@ def _from_python(key: Key, flat: list[Any], column: list[Any], where: Where) -> 
             "ints, floats or bools"
         )
     if arr.dtype.kind == "f":
-        if any(is_int(v) and float(np.float32(v)) != v for v in flat):
+        if any(is_int(v) and float(np.float32(v)) != v for v in suspects):
             i, v = culprit(lambda x: is_int(x) and float(np.float32(x)) != x)
             raise ShapeBucketError(
                 f"{where(i)}: {key!r} mixes ints and floats, and the int {v} does not fit float32 "

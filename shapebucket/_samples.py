@@ -236,7 +236,10 @@ def concat(key: Key, column: list[Any], seq_dim: int, where: Where = at) -> torc
                 [np.moveaxis(v, seq_dim, 0) for v in column] if seq_dim else column
             )
             return torch.from_numpy(arr)
-        parts = [_to_tensor(key, v, i, where) for i, v in enumerate(column)]
+        if kinds == {torch.Tensor}:
+            parts = column
+        else:
+            parts = [_to_tensor(key, v, i, where) for i, v in enumerate(column)]
         if seq_dim:
             parts = [p.movedim(seq_dim, 0) for p in parts]
         return torch.cat(_same_dtype(key, parts, where))

@@ -9,7 +9,8 @@ from .buckets import Buckets
 from .collate import BucketCollator, CollateStats
 from .compile_cache import load_compile_cache, save_compile_cache
 from .errors import ShapeBucketError
-from .fit import PaddingReport, PolicyComparison, compare_policies, fit_buckets, padding_report
+from .fit import KChoice, PaddingReport, choose_k, fit_buckets, padding_report
+from .policies import PolicyComparison, compare_policies
 from .recompiles import CompileCounter, count_compiles, mark_dynamic, no_recompiles
 from .sampler import BucketBatchSampler, SamplerStats
 from .warmup import PrewarmReport, prewarm
@@ -20,11 +21,13 @@ __all__ = [
     "Buckets",
     "CollateStats",
     "CompileCounter",
+    "KChoice",
     "PaddingReport",
     "PolicyComparison",
     "PrewarmReport",
     "SamplerStats",
     "ShapeBucketError",
+    "choose_k",
     "compare_policies",
     "count_compiles",
     "fit_buckets",

@@ -20,7 +20,8 @@ from ._argparse import Parser
 from ._validate import check_int
 from .data import mixture_lengths, read_lengths
 from .errors import ShapeBucketError
-from .fit import DEFAULT_ALIGN, compare_policies
+from .fit import DEFAULT_ALIGN, choose_k
+from .policies import compare_policies
 
 __all__ = ["main", "plot_lengths", "read_lengths"]
 
@@ -63,9 +64,29 @@ def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int
         lengths = read_lengths(args.lengths_file)
     if args.sampler is not None:
         print("note: --sampler is deprecated; use --batching", file=sys.stderr)
+    k = args.k
+    if k == "auto":
+        job = (args.compile_seconds, args.job_samples, args.tokens_per_second)
+        if None in job:
+            raise ShapeBucketError(
+                "--k auto needs --compile-seconds (one bucket's compile), --job-samples (samples "
+                "to train on) and --tokens-per-second (computed tokens/s of the step)"
+            )
+        choice = choose_k(
+            lengths,
+            compile_seconds=args.compile_seconds,
+            samples=args.job_samples,
+            tokens_per_second=args.tokens_per_second,
+            align=args.align,
+            batch_size=args.batch_size,
+            batching=args.sampler or args.batching,
+        )
+        print(choice)
+        print()
+        k = choice.chosen.k
     table = compare_policies(
         lengths,
-        args.k,
+        k,
         align=args.align,
         batch_size=args.batch_size,
         batching=args.sampler or args.batching,
@@ -79,10 +100,17 @@ def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int
             lengths,
             list(table.fitted),
             args.plot,
-            f"fitted buckets (k={args.k}, align={args.align})",
+            f"fitted buckets (k={k}, align={args.align})",
         )
         print(f"wrote {args.plot}")
     return 0
+
+
+def _k_value(text: str) -> int | str:
+    return text if text == "auto" else int(text)
+
+
+_k_value.__name__ = "int or 'auto'"  # argparse names the type in its error
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -105,7 +133,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def fit_flags(p: argparse.ArgumentParser) -> None:
         p.add_argument(
-            "--k", type=int, default=8, help="number of buckets (default 8, the recompile limit)"
+            "--k",
+            type=_k_value,
+            default=8,
+            help="number of buckets (default 8, the recompile limit), or 'auto' to choose it "
+            "from the job (with --compile-seconds, --job-samples, --tokens-per-second)",
+        )
+        p.add_argument("--compile-seconds", type=float, help="--k auto: one bucket's compile")
+        p.add_argument("--job-samples", type=int, help="--k auto: samples the job trains on")
+        p.add_argument(
+            "--tokens-per-second", type=float, help="--k auto: computed tokens/s of the step"
         )
         p.add_argument(
             "--align",

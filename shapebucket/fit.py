@@ -12,10 +12,23 @@ Both are sums over buckets of ``cost(b_j) * weight(b_{j-1} < x <= b_j)`` with an
 increasing cost, so the cost of a bucket range is Monge and a divide-and-conquer
 dynamic programme over the distinct aligned lengths finds the exact optimum in
 ``O(k n log n)`` (vectorised with numpy, one level of the recursion at a time).
+
+K itself can come from the job (``k="auto"``, :func:`choose_k`): each bucket costs
+one compile before training (``compile_seconds``) and more buckets pad less, so
+for ``K`` fitted buckets::
+
+    prewarm(K) = K * compile_seconds
+    train(K)   = samples * mean_length / token_efficiency(K) / tokens_per_second
+    job(K)     = prewarm(K) + train(K)
+
+and the ``K`` with the shortest job wins. ``tokens_per_second`` counts computed
+tokens (real and padding) of the training step. With ``K`` above the recompile
+limit (8), :func:`~shapebucket.prewarm` raises the limit.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -34,9 +47,10 @@ from .errors import ShapeBucketError
 
 __all__ = [
     "DEFAULT_ALIGN",
+    "KChoice",
+    "KRow",
     "PaddingReport",
-    "PolicyComparison",
-    "compare_policies",
+    "choose_k",
     "fit_buckets",
     "padding_report",
 ]
@@ -157,7 +171,7 @@ def _optimal_boundaries(
 
 def fit_buckets(
     lengths: Sequence[int] | np.ndarray,
-    k: int = 8,
+    k: int | Literal["auto"] = 8,
     *,
     align: int = DEFAULT_ALIGN,
     max_len: int | None = None,
@@ -165,6 +179,9 @@ def fit_buckets(
     batching: Batching | None = None,
     cost: Cost = "tokens",
     sampler: Batching | None = None,
+    compile_seconds: float | None = None,
+    samples: int | None = None,
+    tokens_per_second: float | None = None,
 ) -> Buckets:
     """The at-most-``k`` aligned buckets that minimise the expected padded cost.
 
@@ -181,6 +198,11 @@ def fit_buckets(
         cost: ``"tokens"`` (padded length), ``"attention"`` (its square) or a
             non-decreasing callable ``length -> cost``.
         sampler: the old name of ``batching`` (deprecated).
+        compile_seconds, samples, tokens_per_second: with ``k="auto"``, the
+            job that decides K: seconds to compile one bucket, samples to train
+            on, and computed tokens per second of the step. ``k="auto"`` picks
+            the K with the shortest prewarm plus training
+            (:func:`choose_k`, which also gives the table).
 
     The result is exact: no aligned set of at most ``k`` boundaries covering the
     longest length has a lower objective.
@@ -191,6 +213,32 @@ def fit_buckets(
     Buckets([5, 9, 30])
     """
     mode, batch_size = _check_batching("fit_buckets", batching, sampler, batch_size)
+    job = {
+        "compile_seconds": compile_seconds,
+        "samples": samples,
+        "tokens_per_second": tokens_per_second,
+    }
+    if isinstance(k, str) and k == "auto":
+        missing = [name for name, value in job.items() if value is None]
+        if missing or max_len is not None or cost != "tokens":
+            raise ShapeBucketError(
+                "k='auto' needs compile_seconds=, samples= and tokens_per_second= (missing: "
+                f"{missing}) and fits by tokens without max_len"
+            )
+        return choose_k(
+            lengths,
+            align=align,
+            batch_size=batch_size,
+            batching=mode,
+            **job,  # type: ignore[arg-type]
+        ).buckets
+    if any(value is not None for value in job.values()):
+        raise ShapeBucketError(
+            "compile_seconds=, samples= and tokens_per_second= describe the job for k='auto'; "
+            f"with k={k!r} they would be ignored: pass k='auto' or leave them out"
+        )
+    if isinstance(k, str):
+        raise ShapeBucketError(f"k must be an int >= 1 or 'auto', got {k!r}")
     k = check_int("k", k, minimum=1)
     align = check_int("align", align, minimum=1)
     arr = check_lengths(lengths)
@@ -323,104 +371,138 @@ def padding_report(
     )
 
 
-@dataclass
-class PolicyComparison:
-    """Rows of (policy name, report), printable as one table; ``fitted`` is the last row's buckets.
+# -- K from the job ---------------------------------------------------------------
 
-    >>> table = compare_policies([5, 9, 17, 30, 64], k=2)
-    >>> [name for name, _ in table.rows][:2], table.fitted
-    (['multiples of 8', 'multiples of 32'], Buckets([32, 64]))
-    """
 
-    rows: list[tuple[str, PaddingReport]]
-    limit: int
+@dataclass(frozen=True)
+class KRow:
+    """The estimate for one bucket count."""
 
-    def __str__(self) -> str:
-        first = self.rows[0][1]
-        head = (
-            f"{first.n_samples:,} samples, mean length {first.mean_length:.1f}, batching={first.batching!r}, "
-            f"batch_size={first.batch_size}"
-        )
-        lines = [
-            head,
-            f"{'policy':<18s} {'buckets':>7s} {'shapes':>6s} {'tokens':>7s} {'attention':>9s}  boundaries",
-        ]
-        for name, r in self.rows:
-            over = " (over recompile limit)" if len(r.buckets) > self.limit else ""
-            shown = (
-                list(r.buckets)
-                if len(r.buckets) <= 10
-                else [*list(r.buckets)[:4], "...", *list(r.buckets)[-2:]]
-            )
-            lines.append(
-                f"{name:<18s} {len(r.buckets):>7d} {r.num_shapes:>6d} {r.token_efficiency:>7.1%} "
-                f"{r.attention_efficiency:>9.1%}  {shown}{over}"
-            )
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"limit": self.limit, "rows": [{"policy": n, **r.to_dict()} for n, r in self.rows]}
+    k: int
+    buckets: Buckets
+    token_efficiency: float
+    prewarm_seconds: float
+    train_seconds: float
 
     @property
-    def fitted(self) -> Buckets:
-        return self.rows[-1][1].buckets
+    def job_seconds(self) -> float:
+        return self.prewarm_seconds + self.train_seconds
 
 
-def quantile_buckets(lengths: np.ndarray, k: int, align: int = DEFAULT_ALIGN) -> Buckets:
-    """Boundaries at the ``i/k`` quantiles of checked ``lengths`` (rounded up to ``align``),
-    as fairseq-style percentile bucketing does; the last one covers the longest length."""
-    qs = np.quantile(lengths, np.arange(1, k + 1) / k, method="higher").astype(np.int64)
-    qs = np.maximum(round_up(qs, align), round_up(2, align))
-    return Buckets(np.unique(qs).tolist())
+@dataclass
+class KChoice:
+    """Every ``K`` tried and the one with the shortest estimated job (``chosen``).
+
+    >>> lengths = [5] * 900 + [60] * 100
+    >>> short = choose_k(lengths, compile_seconds=10, samples=1_000, tokens_per_second=40_000)
+    >>> long = choose_k(lengths, compile_seconds=10, samples=10**8, tokens_per_second=40_000)
+    >>> short.chosen.k, long.chosen.k
+    (1, 2)
+    """
+
+    rows: list[KRow]
+    chosen: KRow
+    compile_seconds: float
+    samples: int
+    tokens_per_second: float
+    limit: int = 8
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def buckets(self) -> Buckets:
+        return self.chosen.buckets
+
+    def __str__(self) -> str:
+        lines = [
+            f"K from the job: {self.samples:,} samples, {self.compile_seconds:g} s to compile a "
+            f"bucket, {self.tokens_per_second:,.0f} computed tokens/s",
+            f"{'K':>3s} {'tokens':>7s} {'prewarm s':>10s} {'train s':>10s} {'job s':>10s}",
+        ]
+        for r in self.rows:
+            mark = "  <- chosen" if r is self.chosen else ""
+            over = " (raises the recompile limit)" if r.k > self.limit and r is self.chosen else ""
+            lines.append(
+                f"{r.k:>3d} {r.token_efficiency:>7.1%} {r.prewarm_seconds:>10.0f} "
+                f"{r.train_seconds:>10.0f} {r.job_seconds:>10.0f}{mark}{over}"
+            )
+        return "\n".join(lines + self.notes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "chosen_k": self.chosen.k,
+            "buckets": list(self.chosen.buckets),
+            "rows": [
+                {
+                    "k": r.k,
+                    "buckets": list(r.buckets),
+                    "token_efficiency": r.token_efficiency,
+                    "prewarm_seconds": r.prewarm_seconds,
+                    "train_seconds": r.train_seconds,
+                    "job_seconds": r.job_seconds,
+                }
+                for r in self.rows
+            ],
+        }
 
 
-def _used_multiples(lengths: np.ndarray, of: int) -> Buckets:
-    """The multiples of ``of`` that some sample pads to: the shapes that policy compiles.
-    (Every multiple up to the longest sample would cost memory and time in proportion to
-    the longest length: 12 million buckets for one outlier of 10**8.)"""
-    return Buckets(np.unique(round_up(np.maximum(lengths, 2), of)).tolist())
+def _positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ShapeBucketError(f"{name} must be a number > 0, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise ShapeBucketError(f"{name} must be a finite number > 0, got {value!r}")
+    return value
 
 
-def compare_policies(
+def choose_k(
     lengths: Sequence[int] | np.ndarray,
-    k: int = 8,
     *,
+    compile_seconds: float,
+    samples: int,
+    tokens_per_second: float,
+    max_k: int = 32,
     align: int = DEFAULT_ALIGN,
     batch_size: int = 1,
-    batching: Batching | None = None,
-    cost: Cost = "tokens",
-    limit: int = 8,
-    sampler: Batching | None = None,
-) -> PolicyComparison:
-    """One table: multiples of 8 and 32, powers of two, quantiles and the fitted buckets
-    (``sampler=`` is the deprecated name of ``batching=``).
+    batching: Batching = "bucketed",
+) -> KChoice:
+    """The bucket count with the shortest estimated job (module docstring), with the table.
 
-    The multiples policies list the multiples some sample pads to (the shapes they
-    would compile), so the table costs the same whatever the longest length.
+    Args:
+        lengths: the dataset's sample lengths.
+        compile_seconds: seconds to compile one bucket (forward and backward);
+            ``PrewarmReport.total_seconds / len(buckets)`` of an earlier run.
+        samples: samples the job trains on (epochs x dataset size).
+        tokens_per_second: computed tokens (real + padding) per second of the step.
+        max_k: the largest K tried (each K is fitted exactly, so the table stops
+            growing once K covers every distinct aligned length).
+        align, batch_size, batching: as for :func:`~shapebucket.fit_buckets`.
 
-    >>> print(compare_policies([5, 9, 17, 30, 64], k=2).rows[-1][0])
-    fitted (k=2)
+    >>> choice = choose_k([5] * 90 + [60] * 10, compile_seconds=10, samples=10**6,
+    ...                   tokens_per_second=4e4)
+    >>> choice.buckets, choice.chosen.k
+    (Buckets([8, 64]), 2)
     """
-    mode, batch_size = _check_batching("compare_policies", batching, sampler, batch_size)
     arr = check_lengths(lengths)
-    k = check_int("k", k, minimum=1)
-    align = check_int("align", align, minimum=1)
-    limit = check_int("limit", limit, minimum=1)
-    top = max(int(arr.max()), 2)
-    policies: list[tuple[str, Buckets]] = [
-        ("multiples of 8", _used_multiples(arr, 8)),
-        ("multiples of 32", _used_multiples(arr, 32)),
-        ("powers of two", Buckets.powers_of_two(top, min_len=min(8, top))),
-        (f"quantiles (k={k})", quantile_buckets(arr, k, align)),
-        (
-            f"fitted (k={k})",
-            fit_buckets(arr, k, align=align, batch_size=batch_size, batching=mode, cost=cost),
-        ),
-    ]
-    return PolicyComparison(
-        rows=[
-            (name, padding_report(arr, b, batch_size=batch_size, batching=mode))
-            for name, b in policies
-        ],
-        limit=limit,
-    )
+    compile_s = _positive("compile_seconds", compile_seconds)
+    rate = _positive("tokens_per_second", tokens_per_second)
+    samples = check_int("samples", samples, minimum=1)
+    max_k = check_int("max_k", max_k, minimum=1)
+    mean = float(arr.mean())
+    rows: list[KRow] = []
+    for k in range(1, max_k + 1):
+        buckets = fit_buckets(arr, k, align=align, batch_size=batch_size, batching=batching)
+        if rows and buckets == rows[-1].buckets:
+            break  # every distinct aligned length has its bucket: more K changes nothing
+        eff = padding_report(arr, buckets, batch_size=batch_size, batching=batching)
+        efficiency = eff.token_efficiency
+        rows.append(
+            KRow(
+                k=len(buckets),
+                buckets=buckets,
+                token_efficiency=efficiency,
+                prewarm_seconds=len(buckets) * compile_s,
+                train_seconds=samples * mean / efficiency / rate,
+            )
+        )
+    chosen = min(rows, key=lambda r: (r.job_seconds, r.k))
+    return KChoice(rows, chosen, compile_s, samples, rate)

@@ -1,0 +1,127 @@
+"""The policy table: multiples, powers of two, quantiles and the fitted buckets side by side
+(``compare_policies``, what ``python -m shapebucket suggest`` prints)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._validate import check_int, check_lengths, round_up
+from .buckets import Buckets
+from .fit import (
+    DEFAULT_ALIGN,
+    Batching,
+    Cost,
+    PaddingReport,
+    _check_batching,
+    fit_buckets,
+    padding_report,
+)
+
+__all__ = ["PolicyComparison", "compare_policies", "quantile_buckets"]
+
+
+@dataclass
+class PolicyComparison:
+    """Rows of (policy name, report), printable as one table; ``fitted`` is the last row's buckets.
+
+    >>> table = compare_policies([5, 9, 17, 30, 64], k=2)
+    >>> [name for name, _ in table.rows][:2], table.fitted
+    (['multiples of 8', 'multiples of 32'], Buckets([32, 64]))
+    """
+
+    rows: list[tuple[str, PaddingReport]]
+    limit: int
+
+    def __str__(self) -> str:
+        first = self.rows[0][1]
+        head = (
+            f"{first.n_samples:,} samples, mean length {first.mean_length:.1f}, batching={first.batching!r}, "
+            f"batch_size={first.batch_size}"
+        )
+        lines = [
+            head,
+            f"{'policy':<18s} {'buckets':>7s} {'shapes':>6s} {'tokens':>7s} {'attention':>9s}  boundaries",
+        ]
+        for name, r in self.rows:
+            over = " (over recompile limit)" if len(r.buckets) > self.limit else ""
+            shown = (
+                list(r.buckets)
+                if len(r.buckets) <= 10
+                else [*list(r.buckets)[:4], "...", *list(r.buckets)[-2:]]
+            )
+            lines.append(
+                f"{name:<18s} {len(r.buckets):>7d} {r.num_shapes:>6d} {r.token_efficiency:>7.1%} "
+                f"{r.attention_efficiency:>9.1%}  {shown}{over}"
+            )
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"limit": self.limit, "rows": [{"policy": n, **r.to_dict()} for n, r in self.rows]}
+
+    @property
+    def fitted(self) -> Buckets:
+        return self.rows[-1][1].buckets
+
+
+def quantile_buckets(lengths: np.ndarray, k: int, align: int = DEFAULT_ALIGN) -> Buckets:
+    """Boundaries at the ``i/k`` quantiles of checked ``lengths`` (rounded up to ``align``),
+    as fairseq-style percentile bucketing does; the last one covers the longest length."""
+    qs = np.quantile(lengths, np.arange(1, k + 1) / k, method="higher").astype(np.int64)
+    qs = np.maximum(round_up(qs, align), round_up(2, align))
+    return Buckets(np.unique(qs).tolist())
+
+
+def _used_multiples(lengths: np.ndarray, of: int) -> Buckets:
+    """The multiples of ``of`` that some sample pads to: the shapes that policy compiles.
+    (Every multiple up to the longest sample would cost memory and time in proportion to
+    the longest length: 12 million buckets for one outlier of 10**8.)"""
+    return Buckets(np.unique(round_up(np.maximum(lengths, 2), of)).tolist())
+
+
+def compare_policies(
+    lengths: Sequence[int] | np.ndarray,
+    k: int = 8,
+    *,
+    align: int = DEFAULT_ALIGN,
+    batch_size: int = 1,
+    batching: Batching | None = None,
+    cost: Cost = "tokens",
+    limit: int = 8,
+    sampler: Batching | None = None,
+) -> PolicyComparison:
+    """One table: multiples of 8 and 32, powers of two, quantiles and the fitted buckets
+    (``sampler=`` is the deprecated name of ``batching=``).
+
+    The multiples policies list the multiples some sample pads to (the shapes they
+    would compile), so the table costs the same whatever the longest length.
+
+    >>> print(compare_policies([5, 9, 17, 30, 64], k=2).rows[-1][0])
+    fitted (k=2)
+    """
+    mode, batch_size = _check_batching("compare_policies", batching, sampler, batch_size)
+    arr = check_lengths(lengths)
+    k = check_int("k", k, minimum=1)
+    align = check_int("align", align, minimum=1)
+    limit = check_int("limit", limit, minimum=1)
+    top = max(int(arr.max()), 2)
+    policies: list[tuple[str, Buckets]] = [
+        ("multiples of 8", _used_multiples(arr, 8)),
+        ("multiples of 32", _used_multiples(arr, 32)),
+        ("powers of two", Buckets.powers_of_two(top, min_len=min(8, top))),
+        (f"quantiles (k={k})", quantile_buckets(arr, k, align)),
+        (
+            f"fitted (k={k})",
+            fit_buckets(arr, k, align=align, batch_size=batch_size, batching=mode, cost=cost),
+        ),
+    ]
+    return PolicyComparison(
+        rows=[
+            (name, padding_report(arr, b, batch_size=batch_size, batching=mode))
+            for name, b in policies
+        ],
+        limit=limit,
+    )

@@ -4,9 +4,13 @@ Runs three fresh processes, each with its own empty TORCHINDUCTOR_CACHE_DIR:
 
 1. cold: prewarm 4 buckets of the benchmark GPT, then ``save_compile_cache``;
 2. warm: ``load_compile_cache`` (artifacts + inductor directory), then prewarm;
-3. artifacts only: load just ``torch.compiler``'s cache artifacts, then prewarm.
+3. artifacts only: load just ``torch.compiler``'s cache artifacts, then prewarm;
+4. and 5. the same job twice with ``prewarm(cache_dir=...)``: the first run
+   compiles and saves, the second (same job, fresh process, empty inductor
+   directory) loads by itself;
 
-and prints the prewarm seconds of each and the cold/warm ratio.
+and prints the prewarm seconds of each, the cold/warm ratios, and how prewarm
+says each bucket was compiled.
 
     python benchmarks/compile_cache.py [--buckets 32,64,128,256]
 """
@@ -54,11 +58,24 @@ def child(mode: str, cache: str, buckets: list[int]) -> None:
 
     start = time.perf_counter()
     report = shapebucket.prewarm(
-        fwd, buckets, make_batch=make_batch, step=step, optimizer=opt, progress=False, verify=False
+        fwd,
+        buckets,
+        make_batch=make_batch,
+        step=step,
+        optimizer=opt,
+        progress=False,
+        verify=False,
+        cache_dir=str(Path(cache).parent / "jobs") if mode.startswith("job") else None,
+        cache_extra="dynamic=False fullgraph=True",
     )
     seconds = time.perf_counter() - start
     saved = shapebucket.save_compile_cache(cache) if mode == "cold" else {}
-    print(json.dumps({"mode": mode, "prewarm_s": seconds, "graphs": report.total_graphs, **saved}))
+    how = sorted(set(report.how.values()))
+    print(
+        json.dumps(
+            {"mode": mode, "prewarm_s": seconds, "graphs": report.total_graphs, "how": how, **saved}
+        )
+    )
 
 
 def main() -> None:
@@ -75,7 +92,7 @@ def main() -> None:
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         cache = str(Path(tmp) / "saved")
-        for mode in ("cold", "warm", "artifacts"):
+        for mode in ("cold", "warm", "artifacts", "job-first", "job-second"):
             env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / f"inductor-{mode}")}
             t0 = time.perf_counter()
             out = subprocess.run(
@@ -88,21 +105,29 @@ def main() -> None:
             results[mode] = json.loads(out.strip().splitlines()[-1])
             results[mode]["process_s"] = time.perf_counter() - t0
     cold, warm, art = results["cold"], results["warm"], results["artifacts"]
+    first, second = results["job-first"], results["job-second"]
     print(
         f"prewarm of {len(buckets)} buckets {buckets}, benchmark GPT (fwd + bwd + AdamW), each in a fresh process"
     )
-    print(f"{'':26s} {'prewarm s':>9s} {'process s':>9s} {'graphs':>6s}")
+    print(f"{'':30s} {'prewarm s':>9s} {'process s':>9s} {'graphs':>6s}  how")
     for label, r in (
         ("cold (empty cache)", cold),
         ("warm (load_compile_cache)", warm),
         ("artifacts only", art),
+        ("prewarm(cache_dir), 1st run", first),
+        ("prewarm(cache_dir), 2nd run", second),
     ):
-        print(f"{label:26s} {r['prewarm_s']:>9.2f} {r['process_s']:>9.2f} {r['graphs']:>6d}")
+        print(
+            f"{label:30s} {r['prewarm_s']:>9.2f} {r['process_s']:>9.2f} {r['graphs']:>6d}  "
+            f"{'/'.join(r['how'])}"
+        )
     print(
         f"saved cache: {cold['artifacts_bytes'] / 1e6:.1f} MB artifacts, {cold['inductor_bytes'] / 1e6:.1f} MB inductor directory"
     )
     print(
-        f"cold / warm prewarm: {cold['prewarm_s'] / warm['prewarm_s']:.1f}x; cold / artifacts-only: {cold['prewarm_s'] / art['prewarm_s']:.1f}x"
+        f"cold / warm prewarm: {cold['prewarm_s'] / warm['prewarm_s']:.1f}x; cold / artifacts-only: {cold['prewarm_s'] / art['prewarm_s']:.1f}x; "
+        f"cache_dir 1st / 2nd run: {first['prewarm_s'] / second['prewarm_s']:.1f}x "
+        f"(process: {first['process_s'] / second['process_s']:.1f}x)"
     )
 
 

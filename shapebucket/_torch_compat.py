@@ -30,6 +30,7 @@ __all__ = [
     "cache_artifacts_supported",
     "fresh_inductor_cache",
     "get_recompile_limit",
+    "inductor_cache_counts",
     "inductor_cache_dir",
     "is_recompile_error",
     "keep_limit_handler",
@@ -100,6 +101,15 @@ def unique_graphs() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+def inductor_cache_counts() -> tuple[int, int]:
+    """Inductor's FX-graph cache hits and misses in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["fxgraph_cache_hit"]), int(
+        counters["inductor"]["fxgraph_cache_miss"]
+    )
 
 
 def mark_dynamic_dim(

@@ -21,7 +21,7 @@ from . import _torch_compat as compat
 
 MANIFEST = "manifest.json"
 
-__all__ = ["load_compile_cache", "save_compile_cache"]
+__all__ = ["job_key", "load_compile_cache", "save_compile_cache"]
 
 
 def _copy_new(src: str, dst: str) -> None:
@@ -142,3 +142,70 @@ def load_compile_cache(path: str | Path) -> bool:
         dst.mkdir(parents=True, exist_ok=True)
         shutil.copytree(path / "inductor", dst, dirs_exist_ok=True, copy_function=_copy_new)
     return True
+
+
+def _code_of(obj: Any) -> list[str]:
+    """Source files (or code bytes) that define what ``obj`` computes."""
+    import inspect
+
+    out: list[str] = []
+    modules = []
+    if isinstance(obj, torch.nn.Module):
+        modules = [getattr(m, "_orig_mod", m) for m in obj.modules()]
+    targets: list[Any] = [type(m) for m in modules] if modules else [obj]
+    for t in targets:
+        try:
+            path = inspect.getsourcefile(t)
+        except TypeError:
+            path = None
+        if path and Path(path).is_file():
+            out.append(Path(path).read_text(errors="replace"))
+        else:
+            code = getattr(getattr(t, "__wrapped__", t), "__code__", None)
+            out.append(repr(code.co_code) if code is not None else type(t).__qualname__)
+    return sorted(set(out))
+
+
+def _describe(batch: Any) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return (tuple(batch.shape), str(batch.dtype), str(batch.device), batch.stride())
+    if isinstance(batch, dict):
+        return sorted((str(k), _describe(v)) for k, v in batch.items())
+    if isinstance(batch, (list, tuple)):
+        return [_describe(v) for v in batch]
+    return type(batch).__name__
+
+
+def job_key(model: Any, step: Any, batches: dict[int, Any], extra: str = "") -> str:
+    """A key for one prewarm job's compile cache: what invalidates compiled code.
+
+    It hashes the torch version, the devices, the source of every module class of
+    ``model`` (and of ``step``), every prewarmed batch's shapes, dtypes, devices
+    and strides, and ``extra`` (put the compile options there: mode, backend,
+    ``fullgraph``). A change in any of them gives another key, so a stale cache
+    is never loaded for a changed job.
+
+    >>> a = job_key(torch.nn.Linear(2, 2), None, {8: torch.ones(2, 8)})
+    >>> a == job_key(torch.nn.Linear(2, 2), None, {8: torch.ones(2, 8)}), len(a)
+    (True, 16)
+    >>> a == job_key(torch.nn.Linear(2, 2), None, {16: torch.ones(2, 16)})
+    False
+    """
+    h = hashlib.sha256()
+    devices = sorted(
+        {str(p.device) for p in model.parameters()} if isinstance(model, torch.nn.Module) else []
+    )
+    if torch.cuda.is_available() and any(d.startswith("cuda") for d in devices):
+        devices.append(torch.cuda.get_device_name())
+    parts = [
+        torch.__version__,
+        repr(devices),
+        *_code_of(model),
+        *(_code_of(step) if step is not None else []),
+        repr(sorted((b, _describe(batch)) for b, batch in batches.items())),
+        extra,
+    ]
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:16]

@@ -19,6 +19,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ from ._progress import progress as progress_bar
 from ._validate import renamed_argument
 from .buckets import Buckets, as_buckets
 from .collate import BucketCollator, check_batch_sizes
+from .compile_cache import job_key, load_compile_cache, save_compile_cache
 from .errors import ShapeBucketError
 from .recompiles import LIMIT_HITS, CompileCounter, no_recompiles
 from .state import Snapshot, restore, snapshot
@@ -53,6 +55,10 @@ class PrewarmReport:
     limit: int = 0
     limit_raised_from: int | None = None
     optimizers_found: int = 0
+    how: dict[int, str] = field(default_factory=dict)
+    cache_path: str | None = None
+    cache_loaded: bool = False
+    cache_saved: bool = False
 
     @property
     def total_graphs(self) -> int:
@@ -69,11 +75,18 @@ class PrewarmReport:
             "limit": self.limit,
             "limit_raised_from": self.limit_raised_from,
             "optimizers_found": self.optimizers_found,
+            "how": {str(b): h for b, h in self.how.items()},
+            "cache_path": self.cache_path,
+            "cache_loaded": self.cache_loaded,
+            "cache_saved": self.cache_saved,
         }
 
     def __str__(self) -> str:
-        lines = [f"{'bucket':>8s} {'seconds':>8s} {'graphs':>6s}"]
-        lines += [f"{b:>8d} {self.seconds[b]:>8.2f} {self.graphs[b]:>6d}" for b in self.seconds]
+        lines = [f"{'bucket':>8s} {'seconds':>8s} {'graphs':>6s}  how"]
+        lines += [
+            f"{b:>8d} {self.seconds[b]:>8.2f} {self.graphs[b]:>6d}  {self.how.get(b, '')}"
+            for b in self.seconds
+        ]
         lines.append(f"{'total':>8s} {self.total_seconds:>8.2f} {self.total_graphs:>6d}")
         if self.total_graphs == 0:
             lines.append(
@@ -87,6 +100,12 @@ class PrewarmReport:
         if self.optimizers_found:
             lines.append(
                 f"restored {self.optimizers_found} optimizer(s) the step used but prewarm was not given"
+            )
+        if self.cache_path is not None:
+            got = "loaded" if self.cache_loaded else "nothing usable there"
+            lines.append(
+                f"compile cache {self.cache_path}: {got}"
+                + ("; saved after prewarm" if self.cache_saved else "")
             )
         if self.limit_raised_from is not None:
             lines.append(
@@ -129,6 +148,8 @@ def prewarm(
     raise_limit: bool = True,
     verify: bool = True,
     progress: bool = True,
+    cache_dir: str | Path | None = None,
+    cache_extra: str = "",
     batch_size: int | Mapping[int, int] | None = None,
     seq_keys: Sequence[str] | None = None,
 ) -> PrewarmReport:
@@ -160,6 +181,16 @@ def prewarm(
     A function that hits the recompile limit during prewarm would run eagerly
     for some buckets, so that raises :class:`ShapeBucketError`; compiling 0
     graphs gives a warning (the model is not compiled, or was compiled before).
+
+    With ``cache_dir`` the compiled code is kept between runs: prewarm loads
+    ``cache_dir/<key>`` before compiling and saves it afterwards, the key
+    hashing what invalidates it (torch version, devices, the source of the
+    model's module classes and of ``step``, every prewarmed batch's shapes,
+    dtypes and strides, and ``cache_extra``: put the compile options there).
+    A damaged or foreign cache is refused with a warning
+    (:func:`~shapebucket.load_compile_cache`). ``report.how`` says per bucket
+    whether its graphs were ``"compiled"``, loaded from the ``"cache"``, or
+    ``"none"`` (nothing new to compile).
 
     When there are more buckets than the recompile limit, the limit is raised
     globally (torch sets a per-function limit only at ``torch.compile`` time) and
@@ -217,6 +248,14 @@ def prewarm(
             restore(other)
         restore(snap)  # last: its RNG states and parameters are the ones from before prewarm
 
+    batches = {b: batch_for(b) for b in buckets}
+    cache = None
+    if cache_dir is not None:
+        cache = Path(cache_dir) / job_key(model, step, batches, cache_extra)
+        report.cache_path = str(cache)
+        report.cache_loaded = load_compile_cache(cache)
+
+    misses_before = compat.inductor_cache_counts()[1]
     snap = snapshot(model, optimizer)
     hook = register_optimizer_step_pre_hook(catch_optimizer)
     hits_before = len(LIMIT_HITS)
@@ -227,10 +266,19 @@ def prewarm(
             for b in bar:
                 bar.set_postfix_str(f"bucket {b}")
                 t0 = time.perf_counter()
+                hits0, misses0 = compat.inductor_cache_counts()
                 with CompileCounter() as cc:
-                    _run(model, step, batch_for(b))
+                    _run(model, step, batches.pop(b))
+                hits, misses = compat.inductor_cache_counts()
                 report.seconds[b] = time.perf_counter() - t0
                 report.graphs[b] = cc.graphs
+                report.how[b] = (
+                    "none"
+                    if cc.graphs == 0
+                    else "cache"
+                    if hits > hits0 and misses == misses0
+                    else "compiled"
+                )
             report.total_seconds = time.perf_counter() - start
         finally:
             put_back()
@@ -253,6 +301,9 @@ def prewarm(
             report.verify_seconds = time.perf_counter() - t0
     finally:
         hook.remove()
+    if cache is not None and compat.inductor_cache_counts()[1] > misses_before:
+        save_compile_cache(cache)  # inductor compiled something new: keep it
+        report.cache_saved = True
     report.optimizers_found = len(others)
     if report.total_graphs == 0:
         warnings.warn(

@@ -578,3 +578,59 @@ def test_deprecated_names_still_work():
         sys.modules.pop("shapebucket.compile", None)
         old = importlib.import_module("shapebucket.compile")
     assert old.prewarm is prewarm
+
+
+# -- prewarm's own compile cache -------------------------------------------------------
+
+
+def test_prewarm_cache_key_follows_the_job(tmp_path):
+    cmodel = torch.compile(TinyLM(), **EAGER)
+    with compat.fresh_inductor_cache(str(tmp_path / "live")):
+        a = prewarm(
+            cmodel, Buckets([8, 16]), example=batch_of([5, 7]), progress=False, cache_dir=tmp_path
+        )
+        b = prewarm(
+            cmodel, Buckets([8, 24]), example=batch_of([5, 7]), progress=False, cache_dir=tmp_path
+        )
+        c = prewarm(
+            cmodel,
+            Buckets([8, 16]),
+            example=batch_of([5, 7]),
+            progress=False,
+            cache_dir=tmp_path,
+            cache_extra="mode=max-autotune",
+        )
+        d = prewarm(
+            cmodel, Buckets([8, 16]), example=batch_of([5, 7]), progress=False, cache_dir=tmp_path
+        )
+    assert a.cache_path == d.cache_path and len({a.cache_path, b.cache_path, c.cache_path}) == 3
+    assert a.how == {8: "compiled", 16: "compiled"} and d.how == {8: "none", 16: "none"}
+    assert not a.cache_saved  # the eager backend builds nothing inductor could cache
+    assert "compile cache" in str(a)
+
+
+@pytest.mark.slow
+def test_prewarm_warm_start_from_its_cache(tmp_path):
+    """Second run of the same job, in a fresh compiler with an empty inductor cache:
+    every bucket comes from prewarm's cache_dir."""
+
+    def run(live):
+        compat.reset_compiler()
+        torch.manual_seed(0)
+        cmodel = torch.compile(TinyLM(), dynamic=False)
+        with compat.fresh_inductor_cache(str(live)):
+            return prewarm(
+                cmodel,
+                Buckets([8, 16]),
+                example=batch_of([5, 7]),
+                progress=False,
+                cache_dir=tmp_path / "cache",
+            )
+
+    cold = run(tmp_path / "live1")
+    assert (
+        cold.how == {8: "compiled", 16: "compiled"} and cold.cache_saved and not cold.cache_loaded
+    )
+    warm = run(tmp_path / "live2")
+    assert warm.cache_loaded and warm.how == {8: "cache", 16: "cache"} and not warm.cache_saved
+    assert warm.cache_path == cold.cache_path

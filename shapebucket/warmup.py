@@ -248,7 +248,9 @@ def prewarm(
             restore(other)
         restore(snap)  # last: its RNG states and parameters are the ones from before prewarm
 
-    batches = {b: batch_for(b) for b in buckets}
+    # the cache key needs every batch's shapes up front; without a cache each batch is
+    # made when its bucket runs, so only one is alive at a time
+    batches = {b: batch_for(b) for b in buckets} if cache_dir is not None else {}
     cache = None
     if cache_dir is not None:
         cache = Path(cache_dir) / job_key(model, step, batches, cache_extra)
@@ -268,7 +270,7 @@ def prewarm(
                 t0 = time.perf_counter()
                 hits0, misses0 = compat.inductor_cache_counts()
                 with CompileCounter() as cc:
-                    _run(model, step, batches.pop(b))
+                    _run(model, step, batches.pop(b) if b in batches else batch_for(b))
                 hits, misses = compat.inductor_cache_counts()
                 report.seconds[b] = time.perf_counter() - t0
                 report.graphs[b] = cc.graphs

@@ -266,7 +266,8 @@ def prewarm(
         try:
             bar = progress_bar(list(buckets), desc="prewarm", unit="bucket", enabled=progress)
             for b in bar:
-                bar.set_postfix_str(f"bucket {b}")
+                done = sum(report.seconds.values())
+                bar.set_postfix_str(f"bucket {b}, {done:.0f} s so far")
                 t0 = time.perf_counter()
                 hits0, misses0 = compat.inductor_cache_counts()
                 with CompileCounter() as cc:

@@ -405,8 +405,7 @@ class KChoice:
     compile_seconds: float
     samples: int
     tokens_per_second: float
-    limit: int = 8
-    notes: list[str] = field(default_factory=list)
+    limit: int = 8  # dynamo's default recompile limit; prewarm raises it for more buckets
 
     @property
     def buckets(self) -> Buckets:
@@ -425,7 +424,7 @@ class KChoice:
                 f"{r.k:>3d} {r.token_efficiency:>7.1%} {r.prewarm_seconds:>10.0f} "
                 f"{r.train_seconds:>10.0f} {r.job_seconds:>10.0f}{mark}{over}"
             )
-        return "\n".join(lines + self.notes)
+        return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {

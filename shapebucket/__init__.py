@@ -12,6 +12,7 @@ from .errors import ShapeBucketError
 from .fit import KChoice, PaddingReport, choose_k, fit_buckets, padding_report
 from .policies import PolicyComparison, compare_policies
 from .recompiles import CompileCounter, count_compiles, mark_dynamic, no_recompiles
+from .regions import compile_regions
 from .sampler import BucketBatchSampler, SamplerStats
 from .warmup import PrewarmReport, prewarm
 
@@ -29,6 +30,7 @@ __all__ = [
     "ShapeBucketError",
     "choose_k",
     "compare_policies",
+    "compile_regions",
     "count_compiles",
     "fit_buckets",
     "load_compile_cache",

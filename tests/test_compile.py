@@ -17,6 +17,7 @@ from shapebucket import (
     Buckets,
     CompileCounter,
     ShapeBucketError,
+    compile_regions,
     count_compiles,
     load_compile_cache,
     mark_dynamic,
@@ -634,3 +635,48 @@ def test_prewarm_warm_start_from_its_cache(tmp_path):
     warm = run(tmp_path / "live2")
     assert warm.cache_loaded and warm.how == {8: "cache", 16: "cache"} and not warm.cache_saved
     assert warm.cache_path == cold.cache_path
+
+
+# -- regional compilation -----------------------------------------------------------------
+
+
+def _gpt():
+    from shapebucket.bench.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    return GPT(GPTConfig(dim=32, layers=3))
+
+
+def _gpt_batch(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 256, (4, n), generator=g)
+    return {"input_ids": ids, "labels": ids, "attention_mask": torch.ones(4, n, dtype=torch.bool)}
+
+
+def test_repeated_blocks_are_the_outermost_repeats():
+    from shapebucket.regions import repeated_blocks
+
+    model = _gpt()
+    assert [n for n, _ in repeated_blocks(model)] == ["blocks.0", "blocks.1", "blocks.2"]
+    block = type(model.blocks[0])
+    assert [n for n, _ in repeated_blocks(model, (block,))] == ["blocks.0", "blocks.1", "blocks.2"]
+    with pytest.raises(ShapeBucketError, match="has no repeated blocks"):
+        compile_regions(nn.Linear(2, 2))
+    with pytest.raises(ShapeBucketError, match="needs an nn.Module"):
+        compile_regions(lambda x: x)
+    with pytest.raises(ShapeBucketError, match="block_types must be a tuple"):
+        compile_regions(model, block_types=block)
+
+
+def test_regional_prewarm_compiles_one_block_graph_per_bucket():
+    """Three blocks of one class share one graph per bucket: prewarm cost follows the
+    number of distinct blocks, not of layers; the results equal the eager model's."""
+    model, ref = _gpt(), _gpt()
+    assert compile_regions(model, **EAGER) == ["blocks.0", "blocks.1", "blocks.2"]
+    report = prewarm(model, [16, 32], make_batch=_gpt_batch, progress=False)
+    assert report.graphs == {16: 1, 32: 1}
+    with CompileCounter() as cc, no_recompiles([16, 32]):
+        for n, seed in ((16, 1), (32, 2), (16, 3)):
+            batch = _gpt_batch(n, seed)
+            assert torch.equal(model(**batch), ref(**batch))
+    assert cc.graphs == 0

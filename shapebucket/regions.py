@@ -27,7 +27,7 @@ __all__ = ["compile_regions", "repeated_blocks"]
 
 
 def repeated_blocks(
-    model: torch.nn.Module, block_types: tuple[type, ...] | None = None
+    model: torch.nn.Module, block_types: tuple[type[torch.nn.Module], ...] | None = None
 ) -> list[tuple[str, torch.nn.Module]]:
     """The model's repeated blocks, as ``(name, module)``.
 
@@ -40,9 +40,7 @@ def repeated_blocks(
     ['0.0', '0.1']
     """
     if not isinstance(model, torch.nn.Module):
-        raise ShapeBucketError(
-            f"compile_regions needs an nn.Module, got {type(model).__name__}"
-        )
+        raise ShapeBucketError(f"compile_regions needs an nn.Module, got {type(model).__name__}")
     if block_types is not None:
         if not isinstance(block_types, tuple) or not all(isinstance(t, type) for t in block_types):
             raise ShapeBucketError(
@@ -64,7 +62,10 @@ def repeated_blocks(
 
 
 def compile_regions(
-    model: torch.nn.Module, *, block_types: tuple[type, ...] | None = None, **compile_kwargs: Any
+    model: torch.nn.Module,
+    *,
+    block_types: tuple[type[torch.nn.Module], ...] | None = None,
+    **compile_kwargs: Any,
 ) -> list[str]:
     """Compile every repeated block of ``model`` in place; returns the compiled blocks' names.
 

@@ -44,6 +44,12 @@ def _files(tmp):
     return made
 
 
+def _auto(compile_s, samples, rate):
+    """``suggest --k auto`` with the three job flags."""
+    job = {"--compile-seconds": compile_s, "--job-samples": samples, "--tokens-per-second": rate}
+    return ["suggest", "{good}", "--k", "auto", *(x for kv in job.items() for x in kv)]
+
+
 CASES = [
     (["suggest", "{empty}"], "is empty"),
     (["suggest", "{blank}"], "is empty"),
@@ -71,51 +77,9 @@ CASES = [
     (["suggest", "{good}", "--bogus"], "unrecognized arguments: --bogus"),
     (["suggest"], "required: lengths_file"),
     (["suggest", "{good}", "--k", "auto"], "--k auto needs --compile-seconds"),
-    (
-        [
-            "suggest",
-            "{good}",
-            "--k",
-            "auto",
-            "--compile-seconds",
-            "0",
-            "--job-samples",
-            "9",
-            "--tokens-per-second",
-            "5",
-        ],
-        "compile_seconds must be a finite number > 0",
-    ),
-    (
-        [
-            "suggest",
-            "{good}",
-            "--k",
-            "auto",
-            "--compile-seconds",
-            "nan",
-            "--job-samples",
-            "9",
-            "--tokens-per-second",
-            "5",
-        ],
-        "compile_seconds must be a finite number > 0",
-    ),
-    (
-        [
-            "suggest",
-            "{good}",
-            "--k",
-            "auto",
-            "--compile-seconds",
-            "3",
-            "--job-samples",
-            "0",
-            "--tokens-per-second",
-            "5",
-        ],
-        "samples must be >= 1",
-    ),
+    (_auto("0", "9", "5"), "compile_seconds must be a finite number > 0"),
+    (_auto("nan", "9", "5"), "compile_seconds must be a finite number > 0"),
+    (_auto("3", "0", "5"), "samples must be >= 1"),
     (["demo", "--n", "0"], "--n must be >= 1"),
     (["demo", "--n", "-5"], "--n must be >= 1"),
     (["nosuch"], "invalid choice: 'nosuch'"),

@@ -5,11 +5,21 @@
 128
 """
 
+from .attention import document_block_mask, document_causal_mask
 from .buckets import Buckets
 from .collate import BucketCollator, CollateStats
 from .compile_cache import load_compile_cache, save_compile_cache
 from .errors import ShapeBucketError
 from .fit import KChoice, PaddingReport, choose_k, fit_buckets, padding_report
+from .packed import PackedCollator
+from .packing import (
+    PackedBatchSampler,
+    PackingFit,
+    PackingReport,
+    fit_packing,
+    packing_report,
+    rows_for_tokens,
+)
 from .policies import PolicyComparison, compare_policies
 from .recompiles import CompileCounter, count_compiles, mark_dynamic, no_recompiles
 from .regions import compile_regions
@@ -23,6 +33,10 @@ __all__ = [
     "CollateStats",
     "CompileCounter",
     "KChoice",
+    "PackedBatchSampler",
+    "PackedCollator",
+    "PackingFit",
+    "PackingReport",
     "PaddingReport",
     "PolicyComparison",
     "PrewarmReport",
@@ -32,12 +46,17 @@ __all__ = [
     "compare_policies",
     "compile_regions",
     "count_compiles",
+    "document_block_mask",
+    "document_causal_mask",
     "fit_buckets",
+    "fit_packing",
     "load_compile_cache",
     "mark_dynamic",
     "no_recompiles",
+    "packing_report",
     "padding_report",
     "prewarm",
+    "rows_for_tokens",
     "save_compile_cache",
 ]
 

@@ -215,13 +215,54 @@ class BucketCollator:
         return -100 if key == "labels" else 0
 
     def __call__(self, samples: Sequence[Any]) -> Any:
+        kind, keys, seq_keys, columns, lens, length_key, where = self._read(samples)
+
+        n_real = len(samples)
+        longest = int(lens.max())
+        cut_samples = cut_tokens = 0
+        if longest > self._table.max_len:
+            lens, cut_samples, cut_tokens = self._overflow(
+                lens, length_key, seq_keys, columns, where
+            )
+            longest = self._table.max_len
+        bucket = self._table.bucket_for(longest)
+        rows = self._rows(bucket, n_real)
+
+        check_fits_in_memory(rows, bucket, len(seq_keys), self.buckets)
+        try:
+            out = self._fill(kind, keys, seq_keys, columns, lens, bucket, rows, where)
+        except RuntimeError as e:
+            if "alloc" not in str(e).lower() and "memory" not in str(e).lower():
+                raise
+            raise ShapeBucketError(
+                f"a batch of {rows} rows at bucket {bucket} could not be allocated ({e}); "
+                f"check the bucket table {self.buckets!r} and the batch size"
+            ) from None
+
+        real = int(lens.sum())
+        # the order of _COUNTERS
+        counts = (1, n_real, real, rows * bucket - real, rows - n_real, cut_samples, cut_tokens)
+        self._counters.add(counts, bucket)
+
+        if kind == "dict":
+            return out
+        result = tuple(out.values())
+        if kind == "bare" and len(result) == 1:
+            return result[0]
+        return result
+
+    def _read(
+        self, samples: Sequence[Any]
+    ) -> tuple[str, list[Key], list[Key], dict[Key, list[Any]], np.ndarray, Key, Where]:
+        """The samples as columns, checked: ``(kind, keys, sequence keys, columns, lengths,
+        length key, how errors name a sample)``."""
         if (
             not isinstance(samples, Sequence)
             or isinstance(samples, (str, bytes))
             or len(samples) == 0
         ):
             raise ShapeBucketError(
-                f"BucketCollator needs a non-empty list of samples, got {samples!r}"
+                f"{type(self).__name__} needs a non-empty list of samples, got {samples!r}"
             )
         kind, keys, columns = to_columns(samples)
         where = namer(kind, columns, self.index_key)
@@ -262,40 +303,8 @@ class BucketCollator:
                     f"{where(i)}: sequence keys disagree in length: {length_key!r} has {int(lens[i])}, "
                     f"{k!r} has {int(lengths[k][i])}; {hint}"
                 )
+        return kind, keys, seq_keys, columns, lens, length_key, where
 
-        n_real = len(samples)
-        longest = int(lens.max())
-        cut_samples = cut_tokens = 0
-        if longest > self._table.max_len:
-            lens, cut_samples, cut_tokens = self._overflow(
-                lens, length_key, seq_keys, columns, where
-            )
-            longest = self._table.max_len
-        bucket = self._table.bucket_for(longest)
-        rows = self._rows(bucket, n_real)
-
-        check_fits_in_memory(rows, bucket, len(seq_keys), self.buckets)
-        try:
-            out = self._fill(kind, keys, seq_keys, columns, lens, bucket, rows, where)
-        except RuntimeError as e:
-            if "alloc" not in str(e).lower() and "memory" not in str(e).lower():
-                raise
-            raise ShapeBucketError(
-                f"a batch of {rows} rows at bucket {bucket} could not be allocated ({e}); "
-                f"check the bucket table {self.buckets!r} and the batch size"
-            ) from None
-
-        real = int(lens.sum())
-        # the order of _COUNTERS
-        counts = (1, n_real, real, rows * bucket - real, rows - n_real, cut_samples, cut_tokens)
-        self._counters.add(counts, bucket)
-
-        if kind == "dict":
-            return out
-        result = tuple(out.values())
-        if kind == "bare" and len(result) == 1:
-            return result[0]
-        return result
 
     def repad(self, batch: Any, bucket: int, rows: int | None = None) -> Any:
         """Re-pad a batch this collator made to ``bucket``, with ``rows`` rows: the batch

@@ -38,6 +38,7 @@ from .errors import ShapeBucketError
 __all__ = [
     "BucketBatchSampler",
     "EpochPlan",
+    "ResumableBatchSampler",
     "SamplerStats",
     "StepPlan",
     "plan_epoch",
@@ -228,39 +229,17 @@ class _Settings:
     rank: int
 
 
-class BucketBatchSampler(Sampler[list[int]]):
-    """Yield batches of indices whose samples all fit one bucket.
+class ResumableBatchSampler(Sampler[list[int]]):
+    """What every shapebucket batch sampler shares: an epoch's batches are a pure function of
+    ``(seed, epoch)`` and the settings, so the state is only the epoch and the number of
+    batches consumed, and ``set_epoch``/``state_dict``/``load_state_dict`` behave the
+    same for all of them (see :class:`BucketBatchSampler`).
 
-    Use it as ``DataLoader(ds, batch_sampler=sampler, collate_fn=BucketCollator(buckets))``.
-
-    Args:
-        lengths: one length per dataset index (ints >= 1, <= ``buckets.max_len``).
-        buckets: the bucket lengths.
-        batch_size: samples per batch (per rank), the same for every bucket. Or:
-        max_tokens: a token budget per batch: bucket ``b`` gets
-            ``max_tokens // b`` samples, rounded down to a multiple of
-            ``batch_multiple``. Exactly one of the two.
-        shuffle: shuffle inside buckets and across batches from ``seed`` and the
-            epoch; ``False`` yields buckets in ascending order, indices sorted.
-        drop_last: drop each bucket's leftover samples (counted in ``stats``).
-        leftovers: ``"keep"`` (each bucket's leftover is one short batch) or
-            ``"promote"`` (leftovers join the next larger bucket's batches; only
-            the largest bucket can end short).
-        num_replicas, rank: distributed world size and rank; read from
-            ``torch.distributed`` when it is initialised, else 1 and 0.
-
-    The settings are fixed once the plan is built: they read as attributes
-    (``sampler.drop_last``) but cannot be assigned; make a new sampler instead.
-
-    >>> s = BucketBatchSampler([3, 5, 9, 12, 4], Buckets([8, 16]), batch_size=2, shuffle=False)
-    >>> list(s), len(s), s.batch_sizes
-    ([[0, 1], [4], [2, 3]], 3, {8: 2, 16: 2})
+    Subclasses set ``_SETTINGS`` (names that read as attributes but cannot be
+    assigned) and implement :meth:`_rank_batches` and :meth:`_fingerprint`.
     """
 
-    _SETTINGS = frozenset(_Settings.__dataclass_fields__) | {"seed", "epoch", "bucket_index"}
-    _cfg: _Settings
-    _bucket_index: np.ndarray
-    _plan: StepPlan
+    _SETTINGS: frozenset[str] = frozenset({"seed", "epoch"})
     _seed: int
     _epoch: int
     _position: int  # batches yielded in the current epoch
@@ -268,151 +247,34 @@ class BucketBatchSampler(Sampler[list[int]]):
     _loaded: bool  # a loaded state waits for the next __iter__
     _finished: bool  # the last pass completed ``_epoch``; the next one starts the epoch after
 
-    def __init__(
-        self,
-        lengths: Sequence[int] | np.ndarray,
-        buckets: Buckets | Sequence[int],
-        *,
-        batch_size: int | None = None,
-        max_tokens: int | None = None,
-        batch_multiple: int = 1,
-        shuffle: bool = True,
-        seed: int = 0,
-        drop_last: bool = False,
-        leftovers: Leftovers = "keep",
-        num_replicas: int | None = None,
-        rank: int | None = None,
-    ) -> None:
-        table = as_buckets(buckets)
-        arr = check_lengths(lengths)
-        if int(arr.max()) > table.max_len:
-            i = int(np.argmax(arr > table.max_len))
-            raise ShapeBucketError(
-                f"sample {i} has length {int(arr[i])} > largest bucket {table.max_len} of "
-                f"{table!r}; add a bucket >= {int(arr[i])}, or clip the lengths you pass here "
-                "and collate with overflow='truncate'"
-            )
-        arr = arr.copy()  # our own, read-only: the plan depends on it
-        arr.flags.writeable = False
-        if leftovers not in ("keep", "promote"):
-            raise ShapeBucketError(f"leftovers must be 'keep' or 'promote', got {leftovers!r}")
-        if num_replicas is None or rank is None:
-            world, own = _default_distributed()
-            num_replicas = world if num_replicas is None else num_replicas
-            rank = own if rank is None else rank
-        num_replicas = check_int("num_replicas", num_replicas, minimum=1)
-        rank = check_int("rank", rank, minimum=0)
-        if rank >= num_replicas:
-            raise ShapeBucketError(
-                f"rank {rank} is not < num_replicas {num_replicas}; ranks count from 0"
-            )
-        cfg = _Settings(
-            buckets=table,
-            lengths=arr,
-            batch_size=batch_size,
-            max_tokens=max_tokens,
-            batch_multiple=batch_multiple,
-            batch_sizes=_batch_sizes(table, batch_size, max_tokens, batch_multiple),
-            shuffle=bool(shuffle),
-            drop_last=bool(drop_last),
-            leftovers=leftovers,
-            num_replicas=num_replicas,
-            rank=rank,
-        )
-        index = table.index_for_many(arr).astype(np.int32)
-        index.flags.writeable = False
+    def _init_state(self, seed: int) -> None:
         set_ = object.__setattr__
-        set_(self, "_cfg", cfg)
-        set_(self, "_bucket_index", index)
         set_(self, "_seed", check_int("seed", seed, minimum=0))
         set_(self, "_epoch", 0)
         set_(self, "_position", 0)
         set_(self, "_resume_at", 0)
         set_(self, "_loaded", False)
         set_(self, "_finished", False)
-        set_(
-            self,
-            "_plan",
-            plan_steps(
-                np.bincount(index, minlength=len(table)),
-                [cfg.batch_sizes[b] for b in table],
-                num_replicas=num_replicas,
-                drop_last=cfg.drop_last,
-                leftovers=leftovers,
-            ),
-        )
 
-        if cfg.drop_last:
-            _warn_unseen_buckets(
-                self._plan, table, np.bincount(index, minlength=len(table)), leftovers
-            )
+    def _rank_batches(self, epoch: int) -> Sequence[list[int]]:
+        """This rank's batches of ``epoch``, in order (indexable; built lazily is fine)."""
+        raise NotImplementedError
 
-    # -- read-only settings -------------------------------------------------------
+    def _fingerprint(self) -> str:
+        raise NotImplementedError
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in self._SETTINGS:
+            kind = type(self).__name__
             how = {
                 "seed": "pass seed= to a new sampler, or load_state_dict() a saved state",
                 "epoch": "call set_epoch()",
-            }.get(name, f"make a new BucketBatchSampler(..., {name}=...)")
-            raise AttributeError(
-                f"BucketBatchSampler.{name} is fixed once the sampler has built its plan; {how}"
-            )
+            }.get(name, f"make a new {kind}(..., {name}=...)")
+            raise AttributeError(f"{kind}.{name} is fixed once the sampler has built its plan; {how}")
         object.__setattr__(self, name, value)
 
-    buckets = property(lambda self: self._cfg.buckets, doc="The bucket table.")
-    lengths = property(lambda self: self._cfg.lengths, doc="The lengths (a read-only array).")
-    batch_size = property(lambda self: self._cfg.batch_size, doc="``batch_size=`` as given.")
-    max_tokens = property(lambda self: self._cfg.max_tokens, doc="``max_tokens=`` as given.")
-    batch_multiple = property(lambda self: self._cfg.batch_multiple, doc="``batch_multiple=``.")
-    shuffle = property(lambda self: self._cfg.shuffle, doc="Whether batches are shuffled.")
-    drop_last = property(lambda self: self._cfg.drop_last, doc="Whether leftovers are dropped.")
-    leftovers = property(lambda self: self._cfg.leftovers, doc="``'keep'`` or ``'promote'``.")
-    num_replicas = property(lambda self: self._cfg.num_replicas, doc="The world size.")
-    rank = property(lambda self: self._cfg.rank, doc="This process's rank.")
     seed = property(lambda self: self._seed, doc="The seed of the order.")
     epoch = property(lambda self: self._epoch, doc="The current epoch (see :meth:`set_epoch`).")
-    bucket_index = property(
-        lambda self: self._bucket_index, doc="Each sample's bucket index (read-only)."
-    )
-
-    @property
-    def batch_sizes(self) -> dict[int, int]:
-        """Rows per bucket: ``{bucket length: per-rank batch size}`` (a copy).
-
-        Pass it to ``BucketCollator(batch_sizes=...)`` and ``prewarm(batch_sizes=...)``
-        so short batches get the same shape as full ones.
-        """
-        return dict(self._cfg.batch_sizes)
-
-    def _fingerprint(self) -> str:
-        cfg = self._cfg
-        h = hashlib.sha1(cfg.lengths.tobytes())
-        h.update(
-            repr(
-                (
-                    cfg.buckets.lengths,
-                    sorted(cfg.batch_sizes.items()),
-                    cfg.shuffle,
-                    cfg.drop_last,
-                    cfg.leftovers,
-                    cfg.num_replicas,
-                )
-            ).encode()
-        )
-        return h.hexdigest()
-
-    # -- Sampler protocol ---------------------------------------------------------------
-
-    def _epoch_plan(self, epoch: int) -> EpochPlan:
-        return plan_epoch(
-            self._plan,
-            self._bucket_index,
-            seed=self._seed,
-            epoch=epoch,
-            shuffle=self._cfg.shuffle,
-            num_replicas=self._cfg.num_replicas,
-        )
 
     def __iter__(self) -> Iterator[list[int]]:
         # Nothing here runs before the first next(): a DataLoader (or StatefulDataLoader)
@@ -421,36 +283,23 @@ class BucketBatchSampler(Sampler[list[int]]):
         if self._finished:  # the last pass completed this epoch: move to the next one
             set_(self, "_epoch", self._epoch + 1)
             set_(self, "_finished", False)
-        plan = self._epoch_plan(self._epoch)
-        r = self._cfg.rank
+        batches = self._rank_batches(self._epoch)
         # a new pass starts the epoch afresh unless a state was just loaded, so an
         # abandoned iterator (e.g. next(iter(loader)) for an example) skips nothing
         start = self._resume_at
         set_(self, "_resume_at", 0)
         set_(self, "_loaded", False)
         set_(self, "_position", start)
-        for t in range(start, len(plan.offsets)):
-            s = int(plan.sizes[t])
-            lo = int(plan.offsets[t]) + r * s
+        for t in range(start, len(batches)):
             set_(self, "_position", t + 1)
-            yield plan.flat[lo : lo + s].tolist()
+            yield batches[t]
         # The epoch is done, but the state keeps describing it (position == len) until
         # the next pass starts: a DataLoader's workers run this generator to its end
         # while the training loop is still consuming the last batches.
         set_(self, "_finished", True)
 
     def __len__(self) -> int:
-        return self._plan.stats.batches
-
-    @property
-    def stats(self) -> SamplerStats:
-        """Counts for one epoch: batches, dropped and duplicated samples, shapes."""
-        return self._plan.stats
-
-    def batch_buckets(self, epoch: int | None = None) -> np.ndarray:
-        """The bucket length of every batch of ``epoch`` (default: the current one), in order."""
-        plan = self._epoch_plan(self._epoch if epoch is None else epoch)
-        return np.asarray(self.buckets.lengths)[plan.buckets]
+        return len(self._rank_batches(self._epoch))
 
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch`` (as ``DistributedSampler.set_epoch``); restarts the epoch.
@@ -529,10 +378,193 @@ class BucketBatchSampler(Sampler[list[int]]):
                 "state was saved by a sampler with other lengths, buckets, batch sizes or world size; "
                 "resume with the same configuration (or start the epoch afresh with set_epoch)"
             )
-        position = check_int("state['position']", state["position"], minimum=0, maximum=len(self))
         seed = check_int("state['seed']", state["seed"], minimum=0)
         epoch = check_int("state['epoch']", state["epoch"], minimum=0)
+        # the number of batches of the saved epoch (a packed plan's count varies by epoch)
+        total = self._count_for(seed, epoch)
+        position = check_int("state['position']", state["position"], minimum=0, maximum=total)
         return seed, epoch, position
+
+    def _count_for(self, seed: int, epoch: int) -> int:
+        """Batches of ``epoch`` under ``seed``."""
+        return len(self)
+
+
+class BucketBatchSampler(ResumableBatchSampler):
+    """Yield batches of indices whose samples all fit one bucket.
+
+    Use it as ``DataLoader(ds, batch_sampler=sampler, collate_fn=BucketCollator(buckets))``.
+
+    Args:
+        lengths: one length per dataset index (ints >= 1, <= ``buckets.max_len``).
+        buckets: the bucket lengths.
+        batch_size: samples per batch (per rank), the same for every bucket. Or:
+        max_tokens: a token budget per batch: bucket ``b`` gets
+            ``max_tokens // b`` samples, rounded down to a multiple of
+            ``batch_multiple``. Exactly one of the two.
+        shuffle: shuffle inside buckets and across batches from ``seed`` and the
+            epoch; ``False`` yields buckets in ascending order, indices sorted.
+        drop_last: drop each bucket's leftover samples (counted in ``stats``).
+        leftovers: ``"keep"`` (each bucket's leftover is one short batch) or
+            ``"promote"`` (leftovers join the next larger bucket's batches; only
+            the largest bucket can end short).
+        num_replicas, rank: distributed world size and rank; read from
+            ``torch.distributed`` when it is initialised, else 1 and 0.
+
+    The settings are fixed once the plan is built: they read as attributes
+    (``sampler.drop_last``) but cannot be assigned; make a new sampler instead.
+
+    >>> s = BucketBatchSampler([3, 5, 9, 12, 4], Buckets([8, 16]), batch_size=2, shuffle=False)
+    >>> list(s), len(s), s.batch_sizes
+    ([[0, 1], [4], [2, 3]], 3, {8: 2, 16: 2})
+    """
+
+    _SETTINGS = frozenset(_Settings.__dataclass_fields__) | {"seed", "epoch", "bucket_index"}
+    _cfg: _Settings
+    _bucket_index: np.ndarray
+    _plan: StepPlan
+
+    def __init__(
+        self,
+        lengths: Sequence[int] | np.ndarray,
+        buckets: Buckets | Sequence[int],
+        *,
+        batch_size: int | None = None,
+        max_tokens: int | None = None,
+        batch_multiple: int = 1,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        leftovers: Leftovers = "keep",
+        num_replicas: int | None = None,
+        rank: int | None = None,
+    ) -> None:
+        table = as_buckets(buckets)
+        arr = check_lengths(lengths)
+        if int(arr.max()) > table.max_len:
+            i = int(np.argmax(arr > table.max_len))
+            raise ShapeBucketError(
+                f"sample {i} has length {int(arr[i])} > largest bucket {table.max_len} of "
+                f"{table!r}; add a bucket >= {int(arr[i])}, or clip the lengths you pass here "
+                "and collate with overflow='truncate'"
+            )
+        arr = arr.copy()  # our own, read-only: the plan depends on it
+        arr.flags.writeable = False
+        if leftovers not in ("keep", "promote"):
+            raise ShapeBucketError(f"leftovers must be 'keep' or 'promote', got {leftovers!r}")
+        if num_replicas is None or rank is None:
+            world, own = _default_distributed()
+            num_replicas = world if num_replicas is None else num_replicas
+            rank = own if rank is None else rank
+        num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+        rank = check_int("rank", rank, minimum=0)
+        if rank >= num_replicas:
+            raise ShapeBucketError(
+                f"rank {rank} is not < num_replicas {num_replicas}; ranks count from 0"
+            )
+        cfg = _Settings(
+            buckets=table,
+            lengths=arr,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            batch_multiple=batch_multiple,
+            batch_sizes=_batch_sizes(table, batch_size, max_tokens, batch_multiple),
+            shuffle=bool(shuffle),
+            drop_last=bool(drop_last),
+            leftovers=leftovers,
+            num_replicas=num_replicas,
+            rank=rank,
+        )
+        index = table.index_for_many(arr).astype(np.int32)
+        index.flags.writeable = False
+        set_ = object.__setattr__
+        set_(self, "_cfg", cfg)
+        set_(self, "_bucket_index", index)
+        self._init_state(seed)
+        set_(
+            self,
+            "_plan",
+            plan_steps(
+                np.bincount(index, minlength=len(table)),
+                [cfg.batch_sizes[b] for b in table],
+                num_replicas=num_replicas,
+                drop_last=cfg.drop_last,
+                leftovers=leftovers,
+            ),
+        )
+
+        if cfg.drop_last:
+            _warn_unseen_buckets(
+                self._plan, table, np.bincount(index, minlength=len(table)), leftovers
+            )
+
+    buckets = property(lambda self: self._cfg.buckets, doc="The bucket table.")
+    lengths = property(lambda self: self._cfg.lengths, doc="The lengths (a read-only array).")
+    batch_size = property(lambda self: self._cfg.batch_size, doc="``batch_size=`` as given.")
+    max_tokens = property(lambda self: self._cfg.max_tokens, doc="``max_tokens=`` as given.")
+    batch_multiple = property(lambda self: self._cfg.batch_multiple, doc="``batch_multiple=``.")
+    shuffle = property(lambda self: self._cfg.shuffle, doc="Whether batches are shuffled.")
+    drop_last = property(lambda self: self._cfg.drop_last, doc="Whether leftovers are dropped.")
+    leftovers = property(lambda self: self._cfg.leftovers, doc="``'keep'`` or ``'promote'``.")
+    num_replicas = property(lambda self: self._cfg.num_replicas, doc="The world size.")
+    rank = property(lambda self: self._cfg.rank, doc="This process's rank.")
+    bucket_index = property(
+        lambda self: self._bucket_index, doc="Each sample's bucket index (read-only)."
+    )
+
+    @property
+    def batch_sizes(self) -> dict[int, int]:
+        """Rows per bucket: ``{bucket length: per-rank batch size}`` (a copy).
+
+        Pass it to ``BucketCollator(batch_sizes=...)`` and ``prewarm(batch_sizes=...)``
+        so short batches get the same shape as full ones.
+        """
+        return dict(self._cfg.batch_sizes)
+
+    def _fingerprint(self) -> str:
+        cfg = self._cfg
+        h = hashlib.sha1(cfg.lengths.tobytes())
+        h.update(
+            repr(
+                (
+                    cfg.buckets.lengths,
+                    sorted(cfg.batch_sizes.items()),
+                    cfg.shuffle,
+                    cfg.drop_last,
+                    cfg.leftovers,
+                    cfg.num_replicas,
+                )
+            ).encode()
+        )
+        return h.hexdigest()
+
+    # -- Sampler protocol ---------------------------------------------------------------
+
+    def _epoch_plan(self, epoch: int) -> EpochPlan:
+        return plan_epoch(
+            self._plan,
+            self._bucket_index,
+            seed=self._seed,
+            epoch=epoch,
+            shuffle=self._cfg.shuffle,
+            num_replicas=self._cfg.num_replicas,
+        )
+
+    def _rank_batches(self, epoch: int) -> Sequence[list[int]]:
+        return _RankBatches(self._epoch_plan(epoch), self._cfg.rank)
+
+    def __len__(self) -> int:
+        return self._plan.stats.batches
+
+    @property
+    def stats(self) -> SamplerStats:
+        """Counts for one epoch: batches, dropped and duplicated samples, shapes."""
+        return self._plan.stats
+
+    def batch_buckets(self, epoch: int | None = None) -> np.ndarray:
+        """The bucket length of every batch of ``epoch`` (default: the current one), in order."""
+        plan = self._epoch_plan(self._epoch if epoch is None else epoch)
+        return np.asarray(self.buckets.lengths)[plan.buckets]
 
     def __repr__(self) -> str:
         cfg = self._cfg
@@ -546,6 +578,21 @@ class BucketBatchSampler(Sampler[list[int]]):
             f"drop_last={cfg.drop_last}, leftovers={cfg.leftovers!r}, rank {cfg.rank}/{cfg.num_replicas}, "
             f"{len(self)} batches)"
         )
+
+
+class _RankBatches(Sequence[list[int]]):
+    """One rank's batches of an :class:`EpochPlan`, sliced when asked for."""
+
+    def __init__(self, plan: EpochPlan, rank: int) -> None:
+        self._plan, self._rank = plan, rank
+
+    def __len__(self) -> int:
+        return len(self._plan.offsets)
+
+    def __getitem__(self, t: int) -> list[int]:  # type: ignore[override]
+        s = int(self._plan.sizes[t])
+        lo = int(self._plan.offsets[t]) + self._rank * s
+        return self._plan.flat[lo : lo + s].tolist()
 
 
 def _warn_unseen_buckets(

@@ -32,6 +32,7 @@ from .buckets import Buckets, as_buckets
 from .collate import BucketCollator, check_batch_sizes
 from .compile_cache import job_key, load_compile_cache, save_compile_cache
 from .errors import ShapeBucketError
+from .packed import PackedCollator
 from .recompiles import LIMIT_HITS, CompileCounter, no_recompiles
 from .state import Snapshot, restore, snapshot
 
@@ -143,7 +144,7 @@ def prewarm(
     make_batch: Callable[[int], Any] | None = None,
     step: Callable[[Any], Any] | None = None,
     batch_sizes: int | Mapping[int, int] | None = None,
-    collator: BucketCollator | None = None,
+    collator: BucketCollator | PackedCollator | None = None,
     optimizer: torch.optim.Optimizer | None = None,
     raise_limit: bool = True,
     verify: bool = True,
@@ -208,9 +209,10 @@ def prewarm(
         raise ShapeBucketError(
             "pass exactly one of example (a collated batch) and make_batch(bucket_len)"
         )
-    if collator is not None and not isinstance(collator, BucketCollator):
+    if collator is not None and not isinstance(collator, (BucketCollator, PackedCollator)):
         raise ShapeBucketError(
-            f"collator must be the BucketCollator that made the example, got {type(collator).__name__}"
+            "collator must be the BucketCollator (or PackedCollator) that made the example, "
+            f"got {type(collator).__name__}"
         )
     batch_sizes = renamed_argument("prewarm", "batch_size", batch_size, "batch_sizes", batch_sizes)
     rows_for = check_batch_sizes(batch_sizes, buckets)
@@ -219,7 +221,7 @@ def prewarm(
         padder = collator if collator is not None else BucketCollator(buckets)
         if seq_keys is not None:
             keys = renamed_argument("prewarm", "seq_keys", seq_keys, "sequence_keys", None)
-            padder = replace(padder, sequence_keys=list(keys))
+            padder = replace(padder, sequence_keys=list(keys))  # type: ignore[type-var]
     report = PrewarmReport(buckets=buckets)
     limit = compat.get_recompile_limit()
     if len(buckets) > limit:

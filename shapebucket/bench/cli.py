@@ -88,6 +88,13 @@ def _parser() -> argparse.ArgumentParser:
         help="token budget of shapebucket-tokens (default: batch size x 32)",
     )
     p.add_argument(
+        "--tokens-per-batch",
+        type=int,
+        default=None,
+        help="token budget of shapebucket-packed's batches (default: the real tokens of "
+        "batch-size average samples, rounded up to whole rows of the longest row)",
+    )
+    p.add_argument(
         "--samples",
         type=int,
         default=None,
@@ -177,6 +184,8 @@ def _resolve(args: argparse.Namespace) -> None:
     if args.max_tokens is None:
         args.max_tokens = args.batch_size * 32
     check_int("--max-tokens", args.max_tokens, minimum=args.max_len)
+    if args.tokens_per_batch is not None:
+        check_int("--tokens-per-batch", args.tokens_per_batch, minimum=args.max_len)
     if args.dim % args.heads:
         raise ShapeBucketError(f"--dim {args.dim} must be a multiple of --heads {args.heads}")
     names = list(STRATEGIES) if args.strategies is None else args.strategies.split(",")

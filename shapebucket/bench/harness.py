@@ -40,6 +40,7 @@ import torch
 
 from .. import _torch_compat as compat
 from .._progress import progress
+from .._validate import round_up
 from ..buckets import Buckets
 from ..fit import fit_buckets
 from ..recompiles import CompileCounter, mark_dynamic, no_recompiles
@@ -67,7 +68,7 @@ class Strategy:
     batches in the same order, so their per-step losses must agree.
     """
 
-    family: str  # "grouped", "buckets" or "tokens"
+    family: str  # "grouped", "buckets", "tokens" or "packed"
     compile: dict[str, Any] | None  # torch.compile kwargs; None runs eagerly
     mark: str | None = None  # "maybe" (maybe_mark_dynamic) or "specialize" (specialize_on)
     prewarm: bool = False
@@ -106,6 +107,13 @@ STRATEGIES: dict[str, Strategy] = {
         {"dynamic": False},
         prewarm=True,
         about="fitted buckets, BucketBatchSampler(max_tokens=...), prewarmed",
+    ),
+    "shapebucket-packed": Strategy(
+        "packed",
+        {"dynamic": False},
+        prewarm=True,
+        about="fit_packing row lengths, PackedBatchSampler(tokens_per_batch=...), "
+        "PackedCollator, document mask, prewarmed",
     ),
 }
 PEERS = tuple(n for n in STRATEGIES if not n.startswith("shapebucket"))
@@ -361,20 +369,31 @@ def check_padding_invariance(
     model = s.make_model().to(s.device)
     model.load_state_dict(s.init_state)
     problems = []
+
+    def loss_of(fam: Family, samples: list[dict[str, torch.Tensor]]) -> float:
+        b = fam.collate(samples)
+        b.pop("sample_mask", None)
+        if "attention_mask" not in b and "document_ids" not in b:
+            b["attention_mask"] = torch.ones_like(b["input_ids"], dtype=torch.bool)
+        return float(model(**{k: v.to(s.device) for k, v in b.items()}))
+
     with torch.no_grad():
         for i, idx in enumerate(bucketed.epoch[:batches]):
             samples = s.get_samples(idx.tolist())
-            losses = []
-            for fam in (bucketed, grouped):
-                b = fam.collate(samples)
-                b.pop("sample_mask", None)
-                if "attention_mask" not in b:
-                    b["attention_mask"] = torch.ones_like(b["input_ids"], dtype=torch.bool)
-                losses.append(float(model(**{k: v.to(s.device) for k, v in b.items()})))
-            if not math.isclose(losses[0], losses[1], rel_tol=1e-4, abs_tol=1e-5):
+            ours, theirs = loss_of(bucketed, samples), loss_of(grouped, samples)
+            if not math.isclose(ours, theirs, rel_tol=1e-4, abs_tol=1e-5):
                 problems.append(
-                    f"batch {i}: loss {losses[0]:.6f} padded to its bucket vs {losses[1]:.6f} padded to "
+                    f"batch {i}: loss {ours:.6f} padded to its bucket vs {theirs:.6f} padded to "
                     "the longest: padding leaks into the loss (a mask is wrong)"
+                )
+        packed = built.get("packed")
+        for i, idx in enumerate(packed.epoch[:batches] if packed is not None else []):
+            samples = s.get_samples(idx.tolist())
+            ours, theirs = loss_of(packed, samples), loss_of(grouped, samples)
+            if not math.isclose(ours, theirs, rel_tol=1e-4, abs_tol=1e-5):
+                problems.append(
+                    f"packed batch {i}: loss {ours:.6f} packed vs {theirs:.6f} one sample per "
+                    "row: attention crosses samples (the document mask is wrong)"
                 )
     return problems
 
@@ -391,6 +410,11 @@ def _setup(args: argparse.Namespace) -> Setup:
         seed=args.seed,
         lengths_file=args.lengths,
     )
+    if args.tokens_per_batch is None:
+        # packing's budget: the real tokens of an average batch of --batch-size samples,
+        # rounded up to whole rows of the longest row length
+        longest = round_up(int(lengths.max()), 8)
+        args.tokens_per_batch = round_up(math.ceil(args.batch_size * float(lengths.mean())), longest)
     image: tuple[int, ...] | None = None
     make_model: Callable[[], torch.nn.Module]
     cfg: GPTConfig
@@ -433,12 +457,27 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult],
     """
     s = _setup(args)
     names = [n for n in STRATEGIES if n in args.strategies]
-    families = {f: build_family(f, s) for f in sorted({STRATEGIES[n].family for n in names})}
+    skipped: dict[str, str] = {}
+    families: dict[str, Family] = {}
+    for f in sorted({STRATEGIES[n].family for n in names}):
+        try:
+            families[f] = build_family(f, s)
+        except RuntimeError as e:  # a family this workload cannot run (reported per strategy)
+            skipped[f] = str(e)
     problems = check_padding_invariance(s, families)
     results: dict[str, StrategyResult] = {}
+    for name in names:
+        if STRATEGIES[name].family in skipped:
+            results[name] = StrategyResult(
+                name=name,
+                family=STRATEGIES[name].family,
+                peer=name in PEERS,
+                error=skipped[STRATEGIES[name].family],
+            )
+    names_run = [n for n in names if n not in results]
     runners: list[_Runner] = []
     with contextlib.ExitStack() as keep:  # compiled kernels live in these dirs until the end
-        for name in progress(names, desc="warm-up", unit="strategy"):
+        for name in progress(names_run, desc="warm-up", unit="strategy"):
             cache: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
             if args.cache == "fresh":
                 tmp = keep.enter_context(tempfile.TemporaryDirectory(prefix="shapebucket-bench-"))
@@ -478,6 +517,15 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult],
         "buckets": list(s.buckets),
         "batch_size": args.batch_size,
         "max_tokens": args.max_tokens,
+        "tokens_per_batch": args.tokens_per_batch,
+        "packing": None
+        if "packed" not in families or families["packed"].packing is None
+        else {
+            "row_lengths": list(families["packed"].packing.row_lengths),
+            "rows": {str(k): v for k, v in families["packed"].packing.rows.items()},
+            "token_efficiency": families["packed"].packing.report.token_efficiency,
+            "attention_efficiency": families["packed"].packing.report.attention_efficiency,
+        },
         "rounds": args.rounds,
         "steps_per_round": args.steps,
         "warmup_steps": args.warmup_steps,

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..attention import document_causal_mask
+
 __all__ = ["GPT", "CaptionConfig", "Captioner", "GPTConfig"]
 
 
@@ -68,6 +70,9 @@ class GPT(nn.Module):
 
     The attention mask is causal combined with the padding mask (a query may see
     itself, so pad rows never see an empty row); the loss ignores label -100.
+    A packed batch (``position_ids`` and ``document_ids`` from
+    :class:`~shapebucket.PackedCollator`) gets each sample's own positions and a
+    block-diagonal causal mask (:func:`~shapebucket.document_causal_mask`).
 
     >>> model = GPT(GPTConfig(vocab=16, dim=8, layers=1, heads=2, max_len=8))
     >>> ids = torch.randint(0, 16, (2, 8))
@@ -85,12 +90,25 @@ class GPT(nn.Module):
         self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
 
     def forward(
-        self, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        labels: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         L = input_ids.shape[1]
         positions = torch.arange(L, device=input_ids.device)
-        x = self.tok(input_ids) + self.pos(positions)
-        mask = _causal_padding_mask(attention_mask, positions)
+        if document_ids is not None:  # a packed batch (PackedCollator)
+            if position_ids is None:
+                raise ValueError("a packed batch needs position_ids next to document_ids")
+            x = self.tok(input_ids) + self.pos(position_ids)
+            mask = document_causal_mask(document_ids)
+        else:
+            if attention_mask is None:
+                raise ValueError("pass attention_mask (padded batches) or document_ids (packed)")
+            x = self.tok(input_ids) + self.pos(positions)
+            mask = _causal_padding_mask(attention_mask, positions)
         for block in self.blocks:
             x = block(x, mask)
         return _next_token_loss(self.head(self.ln(x)), labels)

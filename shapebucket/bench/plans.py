@@ -15,6 +15,8 @@ import torch
 from .._validate import round_up
 from ..buckets import Buckets
 from ..collate import BucketCollator
+from ..packed import PackedCollator
+from ..packing import PackedBatchSampler, PackingFit, fit_packing
 from ..sampler import BucketBatchSampler
 from .peers import length_grouped_indices
 
@@ -51,14 +53,15 @@ class Family:
     """One batch plan: an epoch of index batches, its collator, and the batches to run.
     Strategies of one family see the same batches in the same order."""
 
-    collate: BucketCollator
+    collate: BucketCollator | PackedCollator
     epoch: list[np.ndarray]
-    shapes: list[tuple[int, int]]  # (rows, padded length) of every epoch batch
+    shapes: list[tuple[int, int]]  # (rows, padded or row length) of every epoch batch
     warmup: list[dict[str, Any]] = field(default_factory=list)
     timed: list[dict[str, Any]] = field(default_factory=list)
     timed_real: list[int] = field(default_factory=list)  # real tokens of each timed batch
-    buckets: Buckets | None = None
+    buckets: Buckets | None = None  # for packing: the row lengths
     batch_sizes: int | dict[int, int] | None = None
+    packing: PackingFit | None = None
 
     @property
     def padded(self) -> list[int]:
@@ -100,6 +103,26 @@ def plan_family(family: str, s: Setup) -> Family:
         epoch = [order[i : i + a.batch_size] for i in range(0, len(order), a.batch_size)]
         shapes = [(len(b), round_up(int(L[b].max()), 8)) for b in epoch]
         return Family(_collator(Buckets.multiples(8, a.max_len)), epoch, shapes)
+    if family == "packed":
+        if a.workload == "captioning" and a.lengths is None:
+            raise RuntimeError(
+                "skipped: packing puts several samples in a row, and the captioning model "
+                "has one image per sample"
+            )
+        fit = fit_packing(L, a.k, tokens_per_batch=a.tokens_per_batch, align=8)
+        packer = PackedBatchSampler(L, fit.row_lengths, rows=fit.rows, seed=a.seed)
+        epoch = [np.asarray(b) for b in packer]
+        shapes = [(fit.rows[n], n) for n in packer.batch_row_lengths().tolist()]
+        collate = PackedCollator(
+            fit.row_lengths,
+            rows=fit.rows,
+            sequence_keys=SEQUENCE_KEYS,
+            mask_key=None,
+            label_shift="none",  # the bench samples carry labels aligned with their tokens
+        )
+        return Family(
+            collate, epoch, shapes, buckets=fit.row_lengths, batch_sizes=fit.rows, packing=fit
+        )
     if family == "buckets":
         sampler = BucketBatchSampler(L, s.buckets, batch_size=a.batch_size, seed=a.seed)
     else:

@@ -1,0 +1,74 @@
+"""Attention masks for packed batches: no token attends across samples.
+
+Both helpers read the per-token document numbers :class:`~shapebucket.PackedCollator`
+adds (``document_ids``: 0, 1, ... per row, ``-1`` on padding). A real token
+attends to the tokens of its own document (and, when causal, only to earlier
+ones); a pad token attends only to itself, so no softmax row is empty (which
+would give NaN) and nothing real reads a pad.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+__all__ = ["document_block_mask", "document_causal_mask"]
+
+
+def document_causal_mask(document_ids: torch.Tensor, *, causal: bool = True) -> torch.Tensor:
+    """A boolean ``[rows, 1, L, L]`` mask for ``scaled_dot_product_attention`` (True: attend).
+
+    >>> doc = torch.tensor([[0, 0, 1, -1]])
+    >>> document_causal_mask(doc)[0, 0].int().tolist()
+    [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+    """
+    if document_ids.ndim != 2:
+        from .errors import ShapeBucketError
+
+        raise ShapeBucketError(
+            f"document_ids must be [rows, length], got shape {tuple(document_ids.shape)}"
+        )
+    L = document_ids.shape[1]
+    pos = torch.arange(L, device=document_ids.device)
+    q, k = document_ids[:, :, None], document_ids[:, None, :]
+    allowed = (q == k) & (q >= 0)
+    if causal:
+        allowed = allowed & (pos[None, :] <= pos[:, None])
+    return (allowed | (pos[None, :] == pos[:, None]))[:, None]
+
+
+def document_block_mask(
+    document_ids: torch.Tensor, *, causal: bool = True, block_size: int = 128
+) -> Any:
+    """The same mask as a ``flex_attention`` ``BlockMask``: blocks that hold no allowed pair
+    are skipped, so packed rows cost little more attention than their documents.
+
+    >>> from torch.nn.attention.flex_attention import flex_attention
+    >>> doc = torch.tensor([[0, 0, 1, 1, 1, -1, -1, -1]])
+    >>> mask = document_block_mask(doc, block_size=8)
+    >>> q = torch.randn(1, 1, 8, 4)
+    >>> out = flex_attention(q, q, q, block_mask=mask)
+    >>> out.shape
+    torch.Size([1, 1, 8, 4])
+    """
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    rows, L = document_ids.shape
+
+    def document_mask(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+        dq, dk = document_ids[b, q_idx], document_ids[b, kv_idx]
+        allowed = (dq == dk) & (dq >= 0)
+        if causal:
+            allowed = allowed & (kv_idx <= q_idx)
+        return allowed | (q_idx == kv_idx)
+
+    return create_block_mask(
+        document_mask,
+        B=rows,
+        H=None,
+        Q_LEN=L,
+        KV_LEN=L,
+        device=str(document_ids.device),
+        BLOCK_SIZE=block_size,
+    )

@@ -1,0 +1,307 @@
+"""``PackedCollator``: lay a packed batch's samples into rows of one row length.
+
+The samples arrive in the order :class:`~shapebucket.PackedBatchSampler` yields
+them: row by row. Rows are filled in that order, a sample that does not fit the
+current row starting the next one (:func:`~shapebucket.packing.pack_rows`),
+which rebuilds the sampler's rows exactly. The row length is the smallest one
+that holds the batch's longest sample, and the batch is padded with empty rows
+to ``rows[row length]`` rows, so every batch has one of ``len(row_lengths)``
+shapes.
+
+Reading, checking and padding the values is :class:`~shapebucket.BucketCollator`'s
+work (same dtype rules, N-D values, pad values and errors); this module adds
+the layout and the per-token document keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, Literal, cast
+
+import numpy as np
+import torch
+
+from ._counters import CollateStats
+from ._samples import Key
+from ._validate import check_batch_sizes, check_fits_in_memory, check_int
+from .buckets import Buckets, as_buckets
+from .collate import BucketCollator
+from .errors import ShapeBucketError
+from .packing import pack_rows
+
+__all__ = ["PackedCollator"]
+
+
+@dataclass(repr=False)
+class PackedCollator:
+    """Collate a packed batch: whole samples laid end to end in ``rows x row_length`` tokens.
+
+    Args:
+        row_lengths: the row lengths (as given to :class:`PackedBatchSampler`).
+        rows: rows per batch, an int or ``{row length: rows}`` (``sampler.rows``).
+        pad_values, length_key, sequence_keys, mask_key, seq_dim, index_key: as
+            for :class:`BucketCollator`. Every key of the samples must be a
+            sequence (per-token) key, except ``index_key``, whose values come
+            back as a list in packing order.
+        position_key: where each token's position inside its own sample goes
+            (``int64``, restarting at 0 for each sample, 0 on padding); the key
+            Hugging Face decoders read to find packed sequences. ``None``: none.
+        document_key: where each token's document number inside its row goes
+            (``int32``: 0, 1, ... per row, ``-1`` on padding), the input of
+            :func:`~shapebucket.document_causal_mask` and
+            :func:`~shapebucket.document_block_mask`. ``None``: none.
+        cu_seqlens_key: ``None`` (default) or a key for the cumulative sequence
+            boundaries over the flattened ``rows * row_length`` tokens, as
+            varlen attention kernels take them (``int32``): every sample is a
+            segment, each row's padding another, and the tensor is padded to
+            ``rows * row_length + 1`` entries by repeating the total, so its
+            shape is static too. Use the row length as ``max_seqlen``.
+        label_keys: the keys holding labels (default ``("labels",)``).
+        label_shift: ``"model"`` (default: the model shifts labels by one, as
+            Hugging Face causal LMs do, so the first label of every sample is set
+            to its pad value and no token learns to predict the next sample) or
+            ``"none"`` (labels are already aligned with their tokens: kept as
+            they are).
+
+    Per-token losses equal those of the samples run one at a time, provided
+    the model masks attention by document (:func:`~shapebucket.document_causal_mask`,
+    or a Hugging Face decoder given ``position_ids`` and no ``attention_mask``)
+    and reads positions from ``position_ids``. ``collator.stats`` counts
+    batches, samples, real and pad tokens and empty rows, as for
+    :class:`BucketCollator`.
+
+    >>> collate = PackedCollator([8], rows=2)
+    >>> batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}, {"input_ids": [6] * 8}])
+    >>> batch["input_ids"].tolist()
+    [[1, 2, 3, 4, 5, 0, 0, 0], [6, 6, 6, 6, 6, 6, 6, 6]]
+    >>> batch["position_ids"][0].tolist(), batch["document_ids"][0].tolist()
+    ([0, 1, 2, 0, 1, 0, 0, 0], [0, 0, 0, 1, 1, -1, -1, -1])
+    """
+
+    row_lengths: Buckets | Sequence[int]
+    _: KW_ONLY
+    rows: int | Mapping[int, int]
+    pad_values: Mapping[Any, Any] | None = None
+    length_key: Key | None = None
+    sequence_keys: Sequence[Key] | None = None
+    mask_key: str | None = "attention_mask"
+    seq_dim: int = 0
+    index_key: Key | None = None
+    position_key: str | None = "position_ids"
+    document_key: str | None = "document_ids"
+    cu_seqlens_key: str | None = None
+    label_keys: Sequence[Key] = ("labels",)
+    label_shift: Literal["model", "none"] = "model"
+
+    def __post_init__(self) -> None:
+        self.row_lengths = as_buckets(self.row_lengths)
+        if self.rows is None:
+            raise ShapeBucketError("PackedCollator needs rows= (an int or {row length: rows})")
+        self.rows = cast("int | dict[int, int]", check_batch_sizes(self.rows, self.row_lengths))
+        if self.label_shift not in ("model", "none"):
+            raise ShapeBucketError(
+                f"label_shift must be 'model' or 'none', got {self.label_shift!r}"
+            )
+        if isinstance(self.label_keys, (str, bytes)) or not isinstance(self.label_keys, Sequence):
+            raise ShapeBucketError(f"label_keys must be a list of keys, got {self.label_keys!r}")
+        self.label_keys = tuple(self.label_keys)
+        added = [self.mask_key, self.position_key, self.document_key, self.cu_seqlens_key]
+        for name, value in zip(
+            ("mask_key", "position_key", "document_key", "cu_seqlens_key"), added, strict=True
+        ):
+            if value is not None and not isinstance(value, str):
+                raise ShapeBucketError(f"{name} must be a str or None, got {value!r}")
+        names = [v for v in added if v is not None]
+        if len(set(names)) != len(names):
+            raise ShapeBucketError(f"the keys the collator adds must differ, got {names}")
+        self._inner = BucketCollator(
+            self.row_lengths,
+            pad_values=self.pad_values,
+            length_key=self.length_key,
+            sequence_keys=self.sequence_keys,
+            mask_key=self.mask_key,
+            batch_sizes=self.rows,
+            seq_dim=self.seq_dim,
+            sample_mask_key=None,
+            index_key=self.index_key,
+        )
+
+    @property
+    def _table(self) -> Buckets:
+        return cast(Buckets, self.row_lengths)
+
+    @property
+    def stats(self) -> CollateStats:
+        """What this collator (and its DataLoader workers' copies) did so far, as a snapshot."""
+        return self._inner.stats
+
+    def reset_stats(self) -> None:
+        """Set every counter back to zero."""
+        self._inner.reset_stats()
+
+    def rows_for(self, row_length: int) -> int:
+        """The rows of a batch at ``row_length``.
+
+        >>> PackedCollator([8, 16], rows={8: 4, 16: 2}).rows_for(16)
+        2
+        """
+        return self._inner.rows_for(row_length)  # type: ignore[return-value]
+
+    def pad_value(self, key: Key) -> Any:
+        """The pad value used for ``key``."""
+        return self._inner.pad_value(key)
+
+    def __repr__(self) -> str:
+        settings = [f"row_lengths={self.row_lengths!r}", f"rows={self.rows!r}"]
+        for name in ("pad_values", "length_key", "sequence_keys", "index_key", "cu_seqlens_key"):
+            value = getattr(self, name)
+            if value is not None:
+                settings.append(f"{name}={value!r}")
+        settings.append(f"label_shift={self.label_shift!r}")
+        return f"PackedCollator({', '.join(settings)})"
+
+    def __call__(self, samples: Sequence[Any]) -> dict[Key, Any]:
+        return self._collate(samples, count=True)
+
+    def _collate(
+        self, samples: Sequence[Any], *, count: bool, rows: int | None = None
+    ) -> dict[Key, Any]:
+        inner = self._inner
+        kind, keys, seq_keys, columns, lens, length_key, where = inner._read(samples)
+        if kind != "dict":
+            raise ShapeBucketError(
+                "PackedCollator needs dict samples (it adds position and document keys), got "
+                f"{type(samples[0]).__name__}; use BucketCollator for tuples and bare sequences"
+            )
+        index_key = self.index_key
+        if index_key is None:
+            index_key = next((k for k in ("idx", "index") if k in columns), None)
+        others = [k for k in keys if k not in seq_keys and k != index_key]
+        if others:
+            raise ShapeBucketError(
+                f"sample 0 has per-sample values under {others}: packing puts several samples "
+                "in one row, so only per-token sequences have a place in the batch. Make them "
+                "per-token, drop them in the dataset, name a sample id as index_key, or use "
+                "BucketCollator (one sample per row)"
+            )
+        for name in (self.position_key, self.document_key, self.cu_seqlens_key):
+            if name is not None and name in columns:
+                raise ShapeBucketError(
+                    f"the samples have a key {name!r}, where the collator puts what it adds; "
+                    "rename your key or pass another name for the collator's (or None)"
+                )
+        longest = int(lens.max())
+        if longest > self._table.max_len:
+            i = int(np.argmax(lens > self._table.max_len))
+            raise ShapeBucketError(
+                f"{where(i)}: {length_key!r} has length {int(lens[i])} > longest row length "
+                f"{self._table.max_len} of {self._table!r}; packing never cuts a sample: add a "
+                f"row length >= {int(lens[i])}"
+            )
+        L = self._table.bucket_for(longest)
+        R = self.rows_for(L) if rows is None else rows
+        row, start = pack_rows(lens, L)
+        used = int(row[-1]) + 1
+        if used > R:
+            raise ShapeBucketError(
+                f"these {len(lens)} samples (longest {longest}, so row length {L}) fill {used} rows "
+                f"of {L} when laid in order, more than rows[{L}]={R}: a packed batch comes from "
+                "PackedBatchSampler with the same row lengths and rows (its order is the layout)"
+            )
+        check_fits_in_memory(R, L, len(seq_keys) + 3, self._table)
+        total = int(lens.sum())
+        first = np.cumsum(lens) - lens
+        within = np.arange(total, dtype=np.int64) - np.repeat(first, lens)
+        tok_row = torch.from_numpy(np.repeat(row, lens))
+        tok_pos = torch.from_numpy(np.repeat(start, lens) + within)
+        mask = torch.zeros(R, L, dtype=torch.bool)
+        mask[tok_row, tok_pos] = True
+
+        out: dict[Key, Any] = {}
+        for k in keys:
+            if k in seq_keys:
+                out[k] = inner._pad_key(k, columns[k], mask, R, where)
+            else:  # the index key
+                out[k] = list(columns[k])
+        if self.label_shift == "model":
+            rows_t, starts_t = torch.from_numpy(row), torch.from_numpy(start)
+            for k in self.label_keys:
+                if k in seq_keys:
+                    view = out[k].movedim(self.seq_dim + 1, 1)
+                    view[rows_t, starts_t] = torch.tensor(self.pad_value(k), dtype=view.dtype)
+        if self.mask_key is not None and self.mask_key not in keys:
+            out[self.mask_key] = mask
+        if self.position_key is not None:
+            pos = torch.zeros(R, L, dtype=torch.int64)
+            pos[tok_row, tok_pos] = torch.from_numpy(within)
+            out[self.position_key] = pos
+        if self.document_key is not None:
+            # a sample's number inside its row: its index minus the index of its row's first
+            row_first = np.searchsorted(row, row)  # row is sorted: first sample of each row
+            doc = torch.full((R, L), -1, dtype=torch.int32)
+            doc[tok_row, tok_pos] = torch.from_numpy(
+                np.repeat(np.arange(len(lens)) - row_first, lens).astype(np.int32)
+            )
+            out[self.document_key] = doc
+        if self.cu_seqlens_key is not None:
+            out[self.cu_seqlens_key] = _cu_seqlens(row, start, lens, R, L)
+        if count:
+            real = total
+            counts = (1, len(lens), real, R * L - real, R - used, 0, 0)
+            inner._counters.add(counts, L)
+        return out
+
+    def repad(self, batch: Any, bucket: int, rows: int | None = None) -> dict[Key, Any]:
+        """A packed batch at row length ``bucket`` with ``rows`` rows (default
+        :meth:`rows_for`), each row one sample as long as the row whose values repeat
+        the first token of ``batch`` (a batch this collator made): the same keys,
+        dtypes and trailing dims, for :func:`~shapebucket.prewarm`. Not counted in
+        ``stats``.
+
+        >>> collate = PackedCollator([8, 16], rows={8: 2, 16: 1})
+        >>> batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}])
+        >>> big = collate.repad(batch, 16)
+        >>> big["input_ids"].shape, big["position_ids"][0, -1].item()
+        (torch.Size([1, 16]), 15)
+        """
+        if not isinstance(batch, Mapping):
+            raise ShapeBucketError(
+                f"repad needs a batch this collator made (a dict), got {type(batch).__name__}"
+            )
+        bucket = check_int("bucket", bucket, minimum=1)
+        if bucket not in self._table:
+            raise ShapeBucketError(f"{bucket} is not one of the row lengths {list(self._table)}")
+        rows = self.rows_for(bucket) if rows is None else check_int("rows", rows, minimum=1)
+        added = {self.position_key, self.document_key, self.cu_seqlens_key}
+        d = self.seq_dim + 1
+        sample: dict[Key, Any] = {}
+        for k, v in batch.items():
+            if k in added:
+                continue
+            if isinstance(v, list):  # the index key
+                sample[k] = 0
+                continue
+            if not isinstance(v, torch.Tensor) or v.ndim <= d:
+                raise ShapeBucketError(
+                    f"repad: {k!r} is not a value this collator made (a [rows, row_length, ...] tensor)"
+                )
+            if k == self.mask_key and self.sequence_keys is not None and k not in self.sequence_keys:
+                continue  # the collator's own token mask: made again
+            first = v.select(0, 0).narrow(self.seq_dim, 0, 1)
+            sample[k] = first.repeat_interleave(bucket, dim=self.seq_dim).contiguous()
+        return self._collate([dict(sample) for _ in range(rows)], count=False, rows=rows)
+
+
+def _cu_seqlens(row: np.ndarray, start: np.ndarray, lens: np.ndarray, R: int, L: int) -> torch.Tensor:
+    """Segment boundaries over the flattened ``R * L`` tokens: each sample, each row's
+    padding tail (when it has one), padded to ``R * L + 1`` entries with the total."""
+    ends = row * L + start + lens  # where each sample ends, flattened
+    row_used = np.zeros(R, dtype=np.int64)
+    np.maximum.at(row_used, row, start + lens)
+    tails = np.arange(R, dtype=np.int64) * L + L  # where each row's padding ends
+    tails = tails[row_used < L]
+    bounds = np.unique(np.concatenate([[0], ends, tails]))
+    out = np.full(R * L + 1, R * L, dtype=np.int32)
+    out[: len(bounds)] = bounds
+    return torch.from_numpy(out)

@@ -424,15 +424,27 @@ class PackingFit:
     rows: dict[int, int]
     report: PackingReport
     candidates: list[tuple[Buckets, PackingReport]]
+    tokens_per_batch: int
+    model_dim: int | None = None
 
     def table(self) -> str:
-        """The candidates as a table, the choice marked."""
-        lines = [f"  {'row lengths':<40s} {'tokens':>7s} {'attention':>9s} {'shapes':>6s}"]
+        """The candidates as a table, the choice marked (with ``model_dim``: the estimated
+        compute per real token too)."""
+        cost = self.model_dim is not None
+        lines = [
+            f"  {'row lengths':<40s} {'tokens':>7s} {'attention':>9s} {'shapes':>6s}"
+            + (f" {'cost/token':>10s}" if cost else "")
+        ]
         for rl, rep in self.candidates:
             mark = "  <- chosen" if rl == self.row_lengths else ""
+            extra = (
+                f" {_relative_cost(rl, rep, self.tokens_per_batch, self.model_dim):>10.3f}"  # type: ignore[arg-type]
+                if cost
+                else ""
+            )
             lines.append(
                 f"  {str(list(rl)):<40s} {rep.token_efficiency:>7.1%} "
-                f"{rep.attention_efficiency:>9.1%} {rep.shapes:>6d}{mark}"
+                f"{rep.attention_efficiency:>9.1%} {rep.shapes:>6d}{extra}{mark}"
             )
         return "\n".join(lines)
 
@@ -444,6 +456,7 @@ def fit_packing(
     tokens_per_batch: int,
     align: int = 8,
     tolerance: float = 0.01,
+    model_dim: int | None = None,
     max_len: int | None = None,
     window: int = 16384,
     sample: int = 200_000,
@@ -455,8 +468,13 @@ def fit_packing(
     sample rounded up to ``align``): ``[M]``, ``[M/2, M]``, ``[M/4, M/2, M]``, ...
     up to ``k`` row lengths, each rounded up to ``align`` and at least ``2 * align``.
     Each is planned for real (epoch 0, at most ``sample`` lengths). Shorter rows
-    cost less dense attention but pack less tightly; the choice is the set with
-    the best attention efficiency whose token efficiency is within
+    cost less dense attention but pack less tightly. With ``model_dim`` (the
+    model's width) the choice is the set with the least estimated compute per
+    real token: a token of a row of length ``L`` costs ``1 + L / (6 * model_dim)``
+    (a transformer block's linear layers do about ``24 * d**2`` multiply-adds
+    per token, dense attention ``4 * L * d``), and among sets within 0.5% of the
+    cheapest the one with the fewest row lengths (compiles). Without it, the choice is the set
+    with the best attention efficiency whose token efficiency is within
     ``tolerance`` of the best candidate's. Rows per batch come from
     ``tokens_per_batch`` (:func:`rows_for_tokens`).
 
@@ -490,10 +508,27 @@ def fit_packing(
             sub, rl, rows=rows_for_tokens(rl, tokens_per_batch), seed=seed, window=window
         )
         candidates.append((rl, rep))
-    best = max(rep.token_efficiency for _, rep in candidates)
-    ok = [(rl, rep) for rl, rep in candidates if rep.token_efficiency >= best - tolerance]
-    chosen, report = max(ok, key=lambda c: c[1].attention_efficiency)
-    return PackingFit(chosen, rows_for_tokens(chosen, tokens_per_batch), report, candidates)
+    if model_dim is not None:
+        d = check_int("model_dim", model_dim, minimum=1)
+        costs = [_relative_cost(rl, rep, tokens_per_batch, d) for rl, rep in candidates]
+        # within 0.5% of the cheapest, fewer row lengths win: each is one more compile
+        near = [c for c, x in zip(candidates, costs, strict=True) if x <= min(costs) * 1.005]
+        chosen, report = min(near, key=lambda c: len(c[0]))
+    else:
+        best = max(rep.token_efficiency for _, rep in candidates)
+        ok = [(rl, rep) for rl, rep in candidates if rep.token_efficiency >= best - tolerance]
+        chosen, report = max(ok, key=lambda c: c[1].attention_efficiency)
+    rows = rows_for_tokens(chosen, tokens_per_batch)
+    return PackingFit(chosen, rows, report, candidates, tokens_per_batch, model_dim)
+
+
+def _relative_cost(rl: Buckets, rep: PackingReport, tokens: int, model_dim: int) -> float:
+    """Estimated compute per real token (1.0: every computed token real, no attention)."""
+    rows = rows_for_tokens(rl, tokens)
+    work = sum(
+        n * rows[L] * L * (1 + L / (6 * model_dim)) for L, n in rep.batches_per_row_length.items()
+    )
+    return work / rep.real_tokens
 
 
 @dataclass(frozen=True)

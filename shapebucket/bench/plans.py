@@ -109,7 +109,9 @@ def plan_family(family: str, s: Setup) -> Family:
                 "skipped: packing puts several samples in a row, and the captioning model "
                 "has one image per sample"
             )
-        fit = fit_packing(L, a.k, tokens_per_batch=a.tokens_per_batch, align=8)
+        fit = fit_packing(
+            L, a.k, tokens_per_batch=a.tokens_per_batch, align=8, model_dim=a.dim
+        )
         packer = PackedBatchSampler(L, fit.row_lengths, rows=fit.rows, seed=a.seed)
         epoch = [np.asarray(b) for b in packer]
         shapes = [(fit.rows[n], n) for n in packer.batch_row_lengths().tolist()]

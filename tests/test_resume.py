@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from shapebucket import BucketBatchSampler, Buckets
+from shapebucket import BucketBatchSampler, Buckets, PackedBatchSampler
 
 torchdata = pytest.importorskip("torchdata.stateful_dataloader")
 
@@ -39,10 +39,19 @@ def as_list(samples: list[int]) -> list[int]:
     return list(samples)
 
 
-def make(kind: str, workers: int, replicas: int, rank: int):
-    sampler = BucketBatchSampler(
+def new_sampler(which: str, replicas: int, rank: int):
+    if which == "packed":  # rows of 16 and 32 tokens, 2 and 1 per batch; small windows
+        return PackedBatchSampler(
+            LENGTHS, [16, 32], rows={16: 2, 32: 1}, seed=5, window=20,
+            num_replicas=replicas, rank=rank,
+        )  # fmt: skip
+    return BucketBatchSampler(
         LENGTHS, BUCKETS, batch_size=3, seed=5, num_replicas=replicas, rank=rank
     )
+
+
+def make(kind: str, workers: int, replicas: int, rank: int, which: str = "bucket"):
+    sampler = new_sampler(which, replicas, rank)
     cls = DataLoader if kind == "plain" else torchdata.StatefulDataLoader
     extra = {"prefetch_factor": 2} if workers else {}
     loader = cls(Indices(), batch_sampler=sampler, collate_fn=as_list, num_workers=workers, **extra)
@@ -68,9 +77,9 @@ def roundtrip(state):
     return torch.load(buf, weights_only=True)
 
 
-def resumed(kind, workers, replicas, rank, pattern, k):
+def resumed(kind, workers, replicas, rank, pattern, k, which="bucket"):
     """Epochs 0..EPOCHS-1 of a run stopped after ``k`` batches of epoch 0 and resumed."""
-    sampler, loader = make(kind, workers, replicas, rank)
+    sampler, loader = make(kind, workers, replicas, rank, which)
     if pattern == "set_epoch":
         sampler.set_epoch(0)
     it = iter(loader)
@@ -78,7 +87,7 @@ def resumed(kind, workers, replicas, rank, pattern, k):
     state = sampler.state_dict(consumed=k) if kind == "plain" else loader.state_dict()
     del it, loader
     state = roundtrip(state)
-    sampler, loader = make(kind, workers, replicas, rank)
+    sampler, loader = make(kind, workers, replicas, rank, which)
     if kind == "plain":
         sampler.load_state_dict(state)
     else:
@@ -86,18 +95,18 @@ def resumed(kind, workers, replicas, rank, pattern, k):
     return run_epochs(sampler, loader, 0, pattern, head)
 
 
-def check_matrix(kind, workers, replicas, pattern, ks=None):
+def check_matrix(kind, workers, replicas, pattern, ks=None, which="bucket"):
     reference = []
     for rank in range(replicas):
-        sampler, loader = make(kind, workers, replicas, rank)
+        sampler, loader = make(kind, workers, replicas, rank, which)
         reference.append(run_epochs(sampler, loader, 0, pattern))
     n = len(reference[0][0])
     # the two epochs differ, and all ranks see every index once per epoch
     assert reference[0][0] != reference[0][1]
-    duplicated = BucketBatchSampler(
-        LENGTHS, BUCKETS, batch_size=3, num_replicas=replicas, rank=0
-    ).stats.duplicated
     for epoch in range(EPOCHS):
+        probe = new_sampler(which, replicas, 0)
+        probe.set_epoch(epoch)
+        duplicated = probe.stats.duplicated
         seen = collections.Counter(
             i for rank in range(replicas) for batch in reference[rank][epoch] for i in batch
         )
@@ -105,9 +114,9 @@ def check_matrix(kind, workers, replicas, pattern, ks=None):
         assert sum(seen.values()) - len(LENGTHS) == duplicated
     for k in range(n + 1) if ks is None else ks:
         for rank in range(replicas):
-            got = resumed(kind, workers, replicas, rank, pattern, k)
+            got = resumed(kind, workers, replicas, rank, pattern, k, which)
             assert got == reference[rank], (
-                f"{kind} loader, {workers} workers, rank {rank}/{replicas}, {pattern}: "
+                f"{which} sampler, {kind} loader, {workers} workers, rank {rank}/{replicas}, {pattern}: "
                 f"resume after {k} of {n} batches differs"
             )
 
@@ -125,6 +134,19 @@ def test_resume_matrix_in_process(kind, replicas, pattern):
 @pytest.mark.parametrize("kind", ["plain", "stateful"])
 def test_resume_matrix_with_workers(kind, replicas, pattern):
     check_matrix(kind, 2, replicas, pattern)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+@pytest.mark.parametrize("kind", ["plain", "stateful"])
+def test_packed_resume_matrix_in_process(kind, replicas):
+    check_matrix(kind, 0, replicas, "set_epoch", which="packed")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pattern", ["set_epoch", "auto"])
+@pytest.mark.parametrize("kind", ["plain", "stateful"])
+def test_packed_resume_matrix_with_workers(kind, pattern):
+    check_matrix(kind, 2, 2, pattern, which="packed")
 
 
 def test_plain_loader_state_without_consumed_runs_ahead():

@@ -5,6 +5,7 @@ cross-attention)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -89,14 +90,14 @@ class GPT(nn.Module):
         self.ln = nn.LayerNorm(cfg.dim)
         self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
 
-    def forward(
+    def logits(
         self,
         input_ids: torch.Tensor,
-        labels: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """``[rows, L, vocab]`` logits of a padded or a packed batch."""
         L = input_ids.shape[1]
         positions = torch.arange(L, device=input_ids.device)
         if document_ids is not None:  # a packed batch (PackedCollator)
@@ -111,7 +112,25 @@ class GPT(nn.Module):
             mask = _causal_padding_mask(attention_mask, positions)
         for block in self.blocks:
             x = block(x, mask)
-        return _next_token_loss(self.head(self.ln(x)), labels)
+        return self.head(self.ln(x))
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        labels: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        logits = self.logits(input_ids, attention_mask, position_ids, document_ids)
+        return _next_token_loss(logits, labels)
+
+    def token_losses(self, input_ids: torch.Tensor, labels: torch.Tensor, **inputs: Any) -> torch.Tensor:
+        """Per-token cross-entropy ``[rows, L]`` (fp32; 0 where the label is -100)."""
+        logits = self.logits(input_ids, **inputs)
+        return F.cross_entropy(
+            logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="none"
+        ).view(labels.shape)
 
 
 class CrossBlock(Block):

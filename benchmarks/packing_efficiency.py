@@ -47,16 +47,19 @@ def bucketed(lengths: np.ndarray, batch_size: int, max_len: int) -> tuple[float,
     buckets = fit_buckets(lengths, 8, align=8, batching="bucketed", max_len=max_len)
     sampler = BucketBatchSampler(lengths, buckets, batch_size=batch_size)
     rows = sampler.batch_sizes
-    computed = sum(rows[b] * b for b in sampler.batch_buckets().tolist())
-    return float(lengths.sum()) / computed, sampler.stats.shapes
+    used = sampler.batch_buckets().tolist()
+    computed = sum(rows[b] * b for b in used)  # short batches padded to full rows (batch_sizes)
+    return float(lengths.sum()) / computed, len(set(used))
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--dim", type=int, default=128, help="model width for fit_packing's cost")
     p.add_argument("--max-len", type=int, default=256)
-    p.add_argument("--plan-n", type=int, default=10_000_000)
+    p.add_argument("--plan-n", type=int, default=10_000_000, help="0: skip the planning time")
     args = p.parse_args()
     for name, lengths in workloads(args.max_len).items():
         longest = round_up(int(lengths.max()), 8)
@@ -70,15 +73,23 @@ def main() -> None:
             f"packing budget {tokens} tokens per batch"
         )
         print(f"  {'strategy':<34s} {'real tokens':>11s} {'attention':>9s} {'shapes':>6s}")
-        print(f"  {'length-grouped, pad to longest x8':<34s} {g_eff:>11.1%} {'':>9s} {g_shapes:>6d}")
+        print(
+            f"  {'length-grouped, pad to longest x8':<34s} {g_eff:>11.1%} {'':>9s} {g_shapes:>6d}"
+        )
         print(f"  {'BucketBatchSampler, 8 buckets':<34s} {b_eff:>11.1%} {'':>9s} {b_shapes:>6d}")
         label = f"packed {list(fit.row_lengths)}"
-        print(f"  {label:<34s} {r.token_efficiency:>11.1%} {r.attention_efficiency:>9.1%} {r.shapes:>6d}")
+        print(
+            f"  {label:<34s} {r.token_efficiency:>11.1%} {r.attention_efficiency:>9.1%} {r.shapes:>6d}"
+        )
         print(fit.table())
+    if not args.plan_n:
+        return
     lengths = mixture_lengths(args.plan_n, seed=1)
     for window in (16384, 262144):
         t0 = time.perf_counter()
-        plan = plan_packing(lengths, [32, 64, 128, 256], {32: 48, 64: 24, 128: 12, 256: 6}, window=window)
+        plan = plan_packing(
+            lengths, [32, 64, 128, 256], {32: 48, 64: 24, 128: 12, 256: 6}, window=window
+        )
         dt = time.perf_counter() - t0
         print(
             f"\nplanning one packed epoch of {args.plan_n:,} mixture lengths (window {window:,}): "

@@ -81,7 +81,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for mode in ("whole", "regional"):
             env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / mode)}
-            cmd = [sys.executable, __file__, "--buckets", args.buckets, "--layers", str(args.layers)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--buckets",
+                args.buckets,
+                "--layers",
+                str(args.layers),
+            ]
             out = subprocess.run(
                 [*cmd, "--child", mode], env=env, check=True, capture_output=True, text=True
             ).stdout

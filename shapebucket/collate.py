@@ -305,7 +305,6 @@ class BucketCollator:
                 )
         return kind, keys, seq_keys, columns, lens, length_key, where
 
-
     def repad(self, batch: Any, bucket: int, rows: int | None = None) -> Any:
         """Re-pad a batch this collator made to ``bucket``, with ``rows`` rows: the batch
         the collator would have made had its samples been collated at that bucket.

@@ -286,14 +286,20 @@ class PackedCollator:
                 raise ShapeBucketError(
                     f"repad: {k!r} is not a value this collator made (a [rows, row_length, ...] tensor)"
                 )
-            if k == self.mask_key and self.sequence_keys is not None and k not in self.sequence_keys:
+            if (
+                k == self.mask_key
+                and self.sequence_keys is not None
+                and k not in self.sequence_keys
+            ):
                 continue  # the collator's own token mask: made again
             first = v.select(0, 0).narrow(self.seq_dim, 0, 1)
             sample[k] = first.repeat_interleave(bucket, dim=self.seq_dim).contiguous()
         return self._collate([dict(sample) for _ in range(rows)], count=False, rows=rows)
 
 
-def _cu_seqlens(row: np.ndarray, start: np.ndarray, lens: np.ndarray, R: int, L: int) -> torch.Tensor:
+def _cu_seqlens(
+    row: np.ndarray, start: np.ndarray, lens: np.ndarray, R: int, L: int
+) -> torch.Tensor:
     """Segment boundaries over the flattened ``R * L`` tokens: each sample, each row's
     padding tail (when it has one), padded to ``R * L + 1`` entries with the total."""
     ends = row * L + start + lens  # where each sample ends, flattened

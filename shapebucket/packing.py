@@ -331,9 +331,7 @@ def plan_packing(
     steps = len(step_cls)
     cls_of_step = np.asarray(step_cls, dtype=np.int64)
     step_pos = (
-        np.random.default_rng([seed, epoch, 1]).permutation(steps)
-        if shuffle
-        else np.arange(steps)
+        np.random.default_rng([seed, epoch, 1]).permutation(steps) if shuffle else np.arange(steps)
     )
     # step s runs at position step_pos[s]; order every placement by (position, rank, slot)
     rmax = int(R.max())
@@ -372,7 +370,9 @@ def plan_packing(
     return PackedEpoch(flat, offsets, row_length, W, report)
 
 
-def pack_rows(lengths: Sequence[int] | np.ndarray, row_length: int) -> tuple[np.ndarray, np.ndarray]:
+def pack_rows(
+    lengths: Sequence[int] | np.ndarray, row_length: int
+) -> tuple[np.ndarray, np.ndarray]:
     """``(row, start)`` of each sample when ``lengths`` fill rows of ``row_length`` in order
     (a sample that does not fit the current row starts the next one): how
     :class:`~shapebucket.PackedCollator` lays out a batch.
@@ -418,6 +418,10 @@ class PackingFit:
 
     ``candidates`` holds the report of every row-length set it tried, in the
     order tried; ``report`` is the chosen one's.
+
+    >>> fit = fit_packing([5, 9, 12, 30] * 20, k=2, tokens_per_batch=64)
+    >>> [list(rl) for rl, _ in fit.candidates], fit.rows
+    ([[32], [16, 32]], {32: 2})
     """
 
     row_lengths: Buckets
@@ -443,7 +447,7 @@ class PackingFit:
                 else ""
             )
             lines.append(
-                f"  {str(list(rl)):<40s} {rep.token_efficiency:>7.1%} "
+                f"  {list(rl)!s:<40s} {rep.token_efficiency:>7.1%} "
                 f"{rep.attention_efficiency:>9.1%} {rep.shapes:>6d}{extra}{mark}"
             )
         return "\n".join(lines)

@@ -270,7 +270,9 @@ class ResumableBatchSampler(Sampler[list[int]]):
                 "seed": "pass seed= to a new sampler, or load_state_dict() a saved state",
                 "epoch": "call set_epoch()",
             }.get(name, f"make a new {kind}(..., {name}=...)")
-            raise AttributeError(f"{kind}.{name} is fixed once the sampler has built its plan; {how}")
+            raise AttributeError(
+                f"{kind}.{name} is fixed once the sampler has built its plan; {how}"
+            )
         object.__setattr__(self, name, value)
 
     seed = property(lambda self: self._seed, doc="The seed of the order.")

@@ -136,6 +136,29 @@ def _run(model: Any, step: Callable[[Any], Any] | None, batch: Any) -> None:
         loss.backward()
 
 
+def _mark_specialized(batch: Any, bucket: int, buckets: list[int], dim: int) -> None:
+    """Mark the length dim of every tensor of ``batch`` that has it: the first with one
+    specialisation per bucket, the others plainly (they share its size symbol; torch
+    builds no cross product of specialisations)."""
+    if isinstance(batch, Mapping):
+        values = list(batch.values())
+    elif isinstance(batch, (list, tuple)):
+        values = list(batch)
+    else:
+        values = [batch]
+    tensors = [
+        v for v in values if isinstance(v, torch.Tensor) and v.ndim > dim and v.shape[dim] == bucket
+    ]
+    if not tensors:
+        raise ShapeBucketError(
+            f"prewarm(specialize=True): no tensor of the batch for bucket {bucket} has that length "
+            f"in dim {dim}; pass the collator that made the example (its seq_dim says which dim)"
+        )
+    compat.mark_dynamic_specialized(tensors[0], dim, buckets)
+    for t in tensors[1:]:
+        compat.mark_dynamic_dim(t, dim, strict=True, min=None, max=None)
+
+
 def prewarm(
     model: Any,
     buckets: Buckets | Sequence[int],
@@ -151,6 +174,7 @@ def prewarm(
     progress: bool = True,
     cache_dir: str | Path | None = None,
     cache_extra: str = "",
+    specialize: bool = False,
     batch_size: int | Mapping[int, int] | None = None,
     seq_keys: Sequence[str] | None = None,
 ) -> PrewarmReport:
@@ -193,6 +217,16 @@ def prewarm(
     whether its graphs were ``"compiled"``, loaded from the ``"cache"``, or
     ``"none"`` (nothing new to compile).
 
+    With ``specialize=True`` the model is compiled once for all buckets: every
+    prewarm batch's length dimension (dim ``seq_dim + 1`` of the collator, 1
+    without one) is marked dynamic with ``specialize_on`` one predicate per
+    bucket, so torch traces one dynamic graph and compiles a kernel specialised
+    to each bucket, and keeps the generic one for any other length: a length
+    no bucket covers runs compiled code instead of recompiling. The training
+    loop needs no marks (its batches match the dynamic graph's guards); the
+    model must be compiled with ``dynamic=False`` or ``None`` (``report.how``
+    says ``"specialised"``).
+
     When there are more buckets than the recompile limit, the limit is raised
     globally (torch sets a per-function limit only at ``torch.compile`` time) and
     the report says so; ``raise_limit=False`` raises :class:`ShapeBucketError`
@@ -222,6 +256,12 @@ def prewarm(
         if seq_keys is not None:
             keys = renamed_argument("prewarm", "seq_keys", seq_keys, "sequence_keys", None)
             padder = replace(padder, sequence_keys=list(keys))  # type: ignore[type-var]
+    if specialize and not compat.supports_specialize_on():
+        raise ShapeBucketError(
+            f"prewarm(specialize=True) needs mark_dynamic(specialize_on=...), which torch "
+            f"{torch.__version__} does not have; upgrade torch or prewarm static graphs"
+        )
+    length_dim = 1 + (padder.seq_dim if padder is not None else 0)
     report = PrewarmReport(buckets=buckets)
     limit = compat.get_recompile_limit()
     if len(buckets) > limit:
@@ -236,6 +276,12 @@ def prewarm(
             return make_batch(b)  # type: ignore[misc]  # one of the two is set (checked above)
         rows = rows_for if not isinstance(rows_for, dict) else rows_for[b]
         return padder.repad(example, b, rows)
+
+    def prewarm_batch(b: int) -> Any:
+        batch = batches.pop(b) if b in batches else batch_for(b)
+        if specialize:
+            _mark_specialized(batch, b, list(buckets), length_dim)
+        return batch
 
     # Optimizers the step uses but the caller did not pass: a global pre-hook sees
     # each one before its first step here, and its state is copied then and put back.
@@ -273,12 +319,14 @@ def prewarm(
                 t0 = time.perf_counter()
                 hits0, misses0 = compat.inductor_cache_counts()
                 with CompileCounter() as cc:
-                    _run(model, step, batches.pop(b) if b in batches else batch_for(b))
+                    _run(model, step, prewarm_batch(b))
                 hits, misses = compat.inductor_cache_counts()
                 report.seconds[b] = time.perf_counter() - t0
                 report.graphs[b] = cc.graphs
                 report.how[b] = (
-                    "none"
+                    "specialised"
+                    if specialize
+                    else "none"
                     if cc.graphs == 0
                     else "cache"
                     if hits > hits0 and misses == misses0

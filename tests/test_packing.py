@@ -9,6 +9,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
+from _helpers import check_resume_at_every_position
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
@@ -30,8 +31,6 @@ from shapebucket import (
 from shapebucket.bench.model import GPT, GPTConfig
 from shapebucket.data import mixture_lengths
 from shapebucket.packing import pack_rows, plan_packing
-
-from _helpers import check_resume_at_every_position
 
 
 def samples_for(lengths, seed=0, vocab=50):
@@ -86,8 +85,8 @@ def test_every_token_of_every_sample_sits_in_one_row_and_the_mask_admits_only_it
             ids, pos, doc = batch["input_ids"], batch["position_ids"], batch["document_ids"]
             R, L = ids.shape
             shapes.add((R, L))
-            assert L in row_lengths and R == rows[L]
-            assert L == Buckets(row_lengths).bucket_for(max(lengths[i] for i in idx))
+            assert L in row_lengths and rows[L] == R
+            assert Buckets(row_lengths).bucket_for(max(lengths[i] for i in idx)) == L
             covered = torch.zeros(R, L, dtype=torch.bool)
             for i in idx:  # find each sample: one row, contiguous, positions 0..n-1
                 seen[i] += 1
@@ -456,7 +455,8 @@ def test_hf_decoder_packed_under_static_compile_equals_one_by_one():
         packed.sum().backward()
         grads = [p.grad.clone() for p in model.parameters()]
         model.zero_grad()
-        row, start, total = pack_rows(lengths, 32) + (0,)
+        row, start = pack_rows(lengths, 32)
+        total = 0
         for s, r, c in zip(samples, row.tolist(), start.tolist(), strict=True):
             n = len(s["input_ids"])
             alone = _hf_token_losses(model, s["input_ids"][None], s["labels"][None])

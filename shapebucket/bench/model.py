@@ -125,7 +125,9 @@ class GPT(nn.Module):
         logits = self.logits(input_ids, attention_mask, position_ids, document_ids)
         return _next_token_loss(logits, labels)
 
-    def token_losses(self, input_ids: torch.Tensor, labels: torch.Tensor, **inputs: Any) -> torch.Tensor:
+    def token_losses(
+        self, input_ids: torch.Tensor, labels: torch.Tensor, **inputs: Any
+    ) -> torch.Tensor:
         """Per-token cross-entropy ``[rows, L]`` (fp32; 0 where the label is -100)."""
         logits = self.logits(input_ids, **inputs)
         return F.cross_entropy(

@@ -109,9 +109,7 @@ def plan_family(family: str, s: Setup) -> Family:
                 "skipped: packing puts several samples in a row, and the captioning model "
                 "has one image per sample"
             )
-        fit = fit_packing(
-            L, a.k, tokens_per_batch=a.tokens_per_batch, align=8, model_dim=a.dim
-        )
+        fit = fit_packing(L, a.k, tokens_per_batch=a.tokens_per_batch, align=8, model_dim=a.dim)
         packer = PackedBatchSampler(L, fit.row_lengths, rows=fit.rows, seed=a.seed)
         epoch = [np.asarray(b) for b in packer]
         shapes = [(fit.rows[n], n) for n in packer.batch_row_lengths().tolist()]
@@ -154,7 +152,7 @@ def build_family(family: str, s: Setup) -> Family:
     to = s.device
 
     def collated(idx: np.ndarray) -> dict[str, Any]:
-        b = fam.collate(s.get_samples(idx.tolist()))
+        b: dict[str, Any] = dict(fam.collate(s.get_samples(idx.tolist())))  # type: ignore[arg-type]
         b.pop("sample_mask", None)
         return {
             k: v.to(to, non_blocking=True) if isinstance(v, torch.Tensor) else v

@@ -1,0 +1,138 @@
+"""No recompile after prewarm, in every way of compiling, and the model state put back
+bitwise: static graphs per bucket, one specialised dynamic graph (specialize=True),
+regional compilation, packed batches, and the compile cache (inductor, slow)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from shapebucket import (
+    BucketCollator,
+    Buckets,
+    CompileCounter,
+    PackedCollator,
+    compile_regions,
+    no_recompiles,
+    prewarm,
+)
+from shapebucket._torch_compat import supports_specialize_on
+from shapebucket.bench.model import GPT, GPTConfig
+
+BUCKETS = Buckets([8, 16, 32])
+
+
+@pytest.fixture(autouse=True)
+def fresh_compiler():
+    """Dynamo caches graphs (and counts the recompile limit) per code object, and every
+    test here compiles GPT.forward or Block.forward: start each from an empty cache."""
+    torch.compiler.reset()
+    yield
+    torch.compiler.reset()
+
+
+def tiny_gpt() -> GPT:
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab=32, dim=16, layers=2, heads=2, max_len=64))
+
+
+def padded(collate, lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    samples = []
+    for n in lengths:
+        ids = torch.randint(0, 32, (n,), generator=g)
+        samples.append({"input_ids": ids, "labels": torch.roll(ids, -1)})
+    return collate(samples)
+
+
+def state_of(model, opt):
+    params = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    moments = {
+        i: {k: v.clone() for k, v in s.items() if isinstance(v, torch.Tensor)}
+        for i, s in enumerate(opt.state.values())
+    }
+    return params, moments, torch.get_rng_state()
+
+
+def assert_same_state(before, after):
+    for k in before[0]:
+        assert torch.equal(before[0][k], after[0][k]), f"parameter {k} changed"
+    assert before[1].keys() == after[1].keys()
+    for i in before[1]:
+        for k in before[1][i]:
+            assert torch.equal(before[1][i][k], after[1][i][k]), f"optimizer state {i}.{k} changed"
+    assert torch.equal(before[2], after[2])
+
+
+def train_step(fwd, model, opt):
+    def step(batch):
+        fwd(**batch).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+MODES = ["static", "regional", "packed"] + (["specialize"] if supports_specialize_on() else [])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_recompile_after_prewarm_and_state_restored_bitwise(mode):
+    model = tiny_gpt()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    if mode == "packed":
+        collate = PackedCollator(BUCKETS, rows=2, label_shift="none", mask_key=None)
+        lengths_per_batch = [[3, 5, 7], [9, 2, 4], [30, 1], [16, 8, 8]]
+    else:
+        collate = BucketCollator(
+            BUCKETS, sequence_keys=["input_ids", "labels"], batch_sizes=2, sample_mask_key=None
+        )
+        lengths_per_batch = [[3, 5], [9, 2], [30, 1], [16, 8]]
+    if mode == "regional":
+        compile_regions(model, dynamic=False, backend="eager", fullgraph=True)
+        fwd = model
+    else:
+        fwd = torch.compile(
+            model, dynamic=False, backend="eager", fullgraph=True, recompile_limit=len(BUCKETS)
+        )
+    step = train_step(fwd, model, opt)
+    step(padded(collate, lengths_per_batch[0], seed=9))  # the optimizer has state to restore
+    before = state_of(model, opt)
+    report = prewarm(
+        fwd,
+        BUCKETS,
+        example=padded(collate, lengths_per_batch[0]),
+        collator=collate,
+        step=step,
+        optimizer=opt,
+        specialize=mode == "specialize",
+        progress=False,
+    )
+    assert_same_state(before, state_of(model, opt))
+    assert report.total_graphs >= 1
+    if mode == "specialize":
+        assert set(report.how.values()) == {"specialised"}
+    with CompileCounter() as cc, no_recompiles(BUCKETS):
+        for i, lengths in enumerate(lengths_per_batch * 2):
+            step(padded(collate, lengths, seed=i))
+    assert cc.graphs == 0
+
+
+@pytest.mark.skipif(not supports_specialize_on(), reason="torch without specialize_on")
+def test_specialised_prewarm_runs_an_unprewarmed_length_without_recompiling():
+    """The generic fallback: a length no bucket covers still runs the one dynamic graph."""
+    model = tiny_gpt()
+    fwd = torch.compile(model, dynamic=False, backend="eager", fullgraph=True)
+    collate = BucketCollator(BUCKETS, sequence_keys=["input_ids", "labels"])
+    prewarm(
+        fwd,
+        BUCKETS,
+        example=padded(collate, [3, 4]),
+        collator=collate,
+        specialize=True,
+        progress=False,
+    )
+    odd = BucketCollator(Buckets([12]), sequence_keys=["input_ids", "labels"])
+    with CompileCounter() as cc:
+        fwd(**padded(odd, [5, 11])).backward()
+    assert cc.graphs == 0

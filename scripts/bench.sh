@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: creates .venv, installs shapebucket with the bench extras and runs
-# the steps/sec benchmark on CPU (about 8 minutes on 2 cores): shapebucket against
+# the steps/sec benchmark on CPU (11-13 minutes on 2 cores): shapebucket against
 # length-grouped peers, in interleaved rounds. Writes
 # results/steps_per_sec_mixture.json and .png (--quick: ..._mixture_quick.*).
 # Extra arguments go to the benchmark, e.g. --quick or --workload text.

@@ -76,6 +76,9 @@ class BucketCollator:
             this many rows (an int, or a mapping ``bucket length -> rows`` such
             as ``BucketBatchSampler.batch_sizes``) and add a bool row mask under
             ``sample_mask_key``. ``pad_batch_to=`` is its old name (deprecated).
+        batch_buckets: for inference: pad a batch's rows to the smallest of these
+            sizes that holds its samples (serving systems' capture sizes, such as
+            ``[1, 2, 4, 8, 16, 32]``), with the row mask; instead of ``batch_sizes``.
         sample_mask_key: where the row mask goes (default ``"sample_mask"``);
             ``None`` adds none, for models that reject unknown keys (pad rows
             still have an all-False mask and labels -100).
@@ -106,6 +109,7 @@ class BucketCollator:
     padding_side: Literal["right", "left"] = "right"
     mask_key: str | None = "attention_mask"
     batch_sizes: int | Mapping[int, int] | None = None
+    batch_buckets: Sequence[int] | None = None
     overflow: Literal["error", "truncate"] = "error"
     seq_dim: int = 0
     sample_mask_key: str | None = "sample_mask"
@@ -143,6 +147,25 @@ class BucketCollator:
             if not self.sequence_keys:
                 raise ShapeBucketError("sequence_keys must name at least one key, got []")
         self.batch_sizes = check_batch_sizes(self.batch_sizes, self._table)
+        if self.batch_buckets is not None:
+            if self.batch_sizes is not None:
+                raise ShapeBucketError(
+                    "pass batch_sizes (rows per bucket, training) or batch_buckets (row counts to "
+                    "pad to, inference), not both"
+                )
+            if isinstance(self.batch_buckets, (str, bytes)) or not isinstance(
+                self.batch_buckets, Sequence
+            ):
+                raise ShapeBucketError(
+                    f"batch_buckets must be a list of ints >= 1, got {self.batch_buckets!r}"
+                )
+            sizes = [
+                check_int(f"batch_buckets[{i}]", v, minimum=1)
+                for i, v in enumerate(self.batch_buckets)
+            ]
+            if not sizes:
+                raise ShapeBucketError("batch_buckets must hold at least one size, got []")
+            self.batch_buckets = sorted(set(sizes))
         self._counters = SharedCounters(tuple(self._table))
 
     @property
@@ -196,7 +219,7 @@ class BucketCollator:
         ]
         if self.sample_mask_key != "sample_mask":
             settings.append(f"sample_mask_key={self.sample_mask_key!r}")
-        for name in ("pad_values", "length_key", "sequence_keys", "batch_sizes"):
+        for name in ("pad_values", "length_key", "sequence_keys", "batch_sizes", "batch_buckets"):
             value = getattr(self, name)
             if value is not None:
                 settings.append(f"{name}={value!r}")
@@ -273,7 +296,7 @@ class BucketCollator:
             seq_keys,
             columns,
             mask_key=self.mask_key,
-            sample_mask_key=self.sample_mask_key if self.batch_sizes is not None else None,
+            sample_mask_key=self.sample_mask_key if self._pads_rows else None,
         )
         length_key = self.length_key if self.length_key is not None else seq_keys[0]
         if length_key not in seq_keys:
@@ -336,7 +359,7 @@ class BucketCollator:
         elif isinstance(batch, (tuple, list)):
             items = list(enumerate(batch))
             # a tuple batch is the fields, then the token mask, then the row mask (when made)
-            has_rows = self.batch_sizes is not None and self.sample_mask_key is not None
+            has_rows = self._pads_rows and self.sample_mask_key is not None
             has_mask = self.mask_key is not None
             masks = {len(items) - 1 - int(has_rows)} if has_mask else set()
             sample_mask = len(items) - 1 if has_rows else None
@@ -375,6 +398,8 @@ class BucketCollator:
                 )
         if rows is None:
             rows = self.rows_for(bucket) if self.batch_sizes is not None else n
+            if self.batch_buckets is not None:
+                rows = self._batch_bucket(n)
         rows = check_int("rows", rows, minimum=1)
         check_fits_in_memory(rows, bucket, len(seq), self.buckets)
         keep_rows, keep = min(n, rows), min(length, bucket)
@@ -475,7 +500,24 @@ class BucketCollator:
                 column[i] = v[keep] if isinstance(v, (list, tuple)) else v[index]
         return np.minimum(lens, limit), len(over), int((lens[over] - limit).sum())
 
+    @property
+    def _pads_rows(self) -> bool:
+        """Whether batches get pad rows (and the row mask)."""
+        return self.batch_sizes is not None or self.batch_buckets is not None
+
+    def _batch_bucket(self, n: int) -> int:
+        sizes = cast(list, self.batch_buckets)
+        for size in sizes:
+            if size >= n:
+                return int(size)
+        raise ShapeBucketError(
+            f"batch of {n} samples is larger than the largest batch bucket {sizes[-1]} "
+            f"(batch_buckets={sizes}); add a larger size or split the request batch"
+        )
+
     def _rows(self, bucket: int, n_real: int) -> int:
+        if self.batch_buckets is not None:
+            return self._batch_bucket(n_real)
         rows = self.rows_for(bucket)
         if rows is None:
             return n_real
@@ -516,7 +558,7 @@ class BucketCollator:
             full = torch.zeros(rows, bucket, dtype=torch.bool)
             full[:n_real] = mask
             out[self.mask_key] = full
-        if self.batch_sizes is not None and self.sample_mask_key is not None:
+        if self._pads_rows and self.sample_mask_key is not None:
             sample_mask = torch.zeros(rows, dtype=torch.bool)
             sample_mask[:n_real] = True
             out[self.sample_mask_key] = sample_mask

@@ -27,7 +27,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from . import _torch_compat as compat
 from ._progress import progress as progress_bar
-from ._validate import renamed_argument
+from ._validate import check_int, renamed_argument
 from .buckets import Buckets, as_buckets
 from .collate import BucketCollator, check_batch_sizes
 from .compile_cache import job_key, load_compile_cache, save_compile_cache
@@ -175,6 +175,8 @@ def prewarm(
     cache_dir: str | Path | None = None,
     cache_extra: str = "",
     specialize: bool = False,
+    batch_buckets: Sequence[int] | None = None,
+    inference: bool = False,
     batch_size: int | Mapping[int, int] | None = None,
     seq_keys: Sequence[str] | None = None,
 ) -> PrewarmReport:
@@ -227,6 +229,15 @@ def prewarm(
     model must be compiled with ``dynamic=False`` or ``None`` (``report.how``
     says ``"specialised"``).
 
+    For inference, ``batch_buckets`` (the row counts a request batch is padded
+    to, as ``BucketCollator(batch_buckets=...)`` pads them) prewarms every
+    bucket at every one of those row counts (``report`` sums them per bucket),
+    and ``inference=True`` runs forward only, under ``torch.inference_mode()``
+    (no backward, no optimizer): serve under ``torch.inference_mode()`` too, as
+    the compiled graphs guard on it, with batches made outside it (as a
+    DataLoader makes them; a tensor created inside inference mode is guarded
+    as a different kind of input).
+
     When there are more buckets than the recompile limit, the limit is raised
     globally (torch sets a per-function limit only at ``torch.compile`` time) and
     the report says so; ``raise_limit=False`` raises :class:`ShapeBucketError`
@@ -262,26 +273,51 @@ def prewarm(
             f"{torch.__version__} does not have; upgrade torch or prewarm static graphs"
         )
     length_dim = 1 + (padder.seq_dim if padder is not None else 0)
+    sizes: list[int | None] = [None]
+    if batch_buckets is not None:
+        if isinstance(batch_buckets, (str, bytes)) or not isinstance(batch_buckets, Sequence):
+            raise ShapeBucketError(
+                f"batch_buckets must be a list of ints >= 1, got {batch_buckets!r}"
+            )
+        if example is None:
+            raise ShapeBucketError("batch_buckets needs example= (and its collator) to re-pad")
+        checked = {
+            check_int(f"batch_buckets[{i}]", r, minimum=1) for i, r in enumerate(batch_buckets)
+        }
+        sizes = list(sorted(checked))
+    shapes = len(buckets) * len(sizes)
     report = PrewarmReport(buckets=buckets)
     limit = compat.get_recompile_limit()
-    if len(buckets) > limit:
+    if shapes > limit:
         if not raise_limit:
-            buckets.check_limit(limit)
-        report.limit_raised_from = compat.set_recompile_limit(len(buckets))
-        limit = len(buckets)
+            if batch_buckets is None:
+                buckets.check_limit(limit)
+            raise ShapeBucketError(
+                f"{len(buckets)} buckets x {len(sizes)} batch sizes = {shapes} graphs > recompile "
+                f"limit {limit}; pass raise_limit=True or torch.compile(..., recompile_limit={shapes})"
+            )
+        report.limit_raised_from = compat.set_recompile_limit(shapes)
+        limit = shapes
     report.limit = limit
 
-    def batch_for(b: int) -> Any:
+    def batch_for(b: int, size: int | None = None) -> Any:
         if padder is None:
             return make_batch(b)  # type: ignore[misc]  # one of the two is set (checked above)
         rows = rows_for if not isinstance(rows_for, dict) else rows_for[b]
-        return padder.repad(example, b, rows)
+        return padder.repad(example, b, size if size is not None else rows)
 
-    def prewarm_batch(b: int) -> Any:
-        batch = batches.pop(b) if b in batches else batch_for(b)
+    def prewarm_batch(b: int, size: int | None) -> Any:
+        batch = batches.pop((b, size)) if (b, size) in batches else batch_for(b, size)
         if specialize:
             _mark_specialized(batch, b, list(buckets), length_dim)
         return batch
+
+    def run(batch: Any) -> None:
+        if inference:
+            with torch.inference_mode():
+                _run(model, step, batch)
+        else:
+            _run(model, step, batch)
 
     # Optimizers the step uses but the caller did not pass: a global pre-hook sees
     # each one before its first step here, and its state is copied then and put back.
@@ -298,10 +334,13 @@ def prewarm(
 
     # the cache key needs every batch's shapes up front; without a cache each batch is
     # made when its bucket runs, so only one is alive at a time
-    batches = {b: batch_for(b) for b in buckets} if cache_dir is not None else {}
+    batches = (
+        {(b, r): batch_for(b, r) for b in buckets for r in sizes} if cache_dir is not None else {}
+    )
     cache = None
     if cache_dir is not None:
-        cache = Path(cache_dir) / job_key(model, step, batches, cache_extra)
+        named = {b if r is None else f"{b}x{r}": batch for (b, r), batch in batches.items()}
+        cache = Path(cache_dir) / job_key(model, step, named, cache_extra)  # type: ignore[arg-type]
         report.cache_path = str(cache)
         report.cache_loaded = load_compile_cache(cache)
 
@@ -319,7 +358,8 @@ def prewarm(
                 t0 = time.perf_counter()
                 hits0, misses0 = compat.inductor_cache_counts()
                 with CompileCounter() as cc:
-                    _run(model, step, prewarm_batch(b))
+                    for size in sizes:
+                        run(prewarm_batch(b, size))
                 hits, misses = compat.inductor_cache_counts()
                 report.seconds[b] = time.perf_counter() - t0
                 report.graphs[b] = cc.graphs
@@ -348,7 +388,8 @@ def prewarm(
             try:
                 with no_recompiles(buckets):
                     for b in buckets:
-                        _run(model, step, batch_for(b))
+                        for size in sizes:
+                            run(batch_for(b, size))
             finally:
                 put_back()
             report.verify_seconds = time.perf_counter() - t0

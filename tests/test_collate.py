@@ -570,3 +570,20 @@ def test_fixed_shape_tensors_next_to_sequences_are_stacked():
     assert out["features"].shape == (4, 5) and out["features"].dtype == torch.float32
     assert out["decoder_input_ids"].shape == (4, 8) and out["labels"][3].tolist() == [-100] * 8
     assert out["caption"] == ["c5", "c2", "c7", None]  # strings stay a list
+
+
+def test_batch_buckets_pad_rows_to_the_smallest_size_that_holds_the_batch():
+    collate = BucketCollator([8], batch_buckets=[4, 1, 2])
+    assert collate.batch_buckets == [1, 2, 4]
+    for n, rows in [(1, 1), (2, 2), (3, 4), (4, 4)]:
+        batch = collate([{"input_ids": [1, 2]}] * n)
+        assert batch["input_ids"].shape == (rows, 8)
+        assert batch["sample_mask"].tolist() == [True] * n + [False] * (rows - n)
+    with pytest.raises(ShapeBucketError, match="larger than the largest batch bucket 4"):
+        collate([{"input_ids": [1]}] * 5)
+    with pytest.raises(ShapeBucketError, match="not both"):
+        BucketCollator([8], batch_buckets=[1], batch_sizes=2)
+    with pytest.raises(ShapeBucketError, match="at least one size"):
+        BucketCollator([8], batch_buckets=[])
+    with pytest.raises(ShapeBucketError, match=r"batch_buckets\[1\]"):
+        BucketCollator([8], batch_buckets=[1, 0])

@@ -47,3 +47,10 @@ def test_hf_trainer_buckets_with_torch_compile():
     assert used <= set(result["buckets"]) and sum(result["batches_per_bucket"].values()) >= 8
     # one static graph (or more, per graph break) for every bucket seen, never the recompile limit
     assert result["limit_hits"] == 0 and result["graphs"] >= len(used)
+
+
+def test_serve_variable_batches_without_recompiling():
+    out = run([sys.executable, str(EXAMPLES / "serve.py"), "40", "--backend", "eager"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "prewarm: 9 graphs for 3 lengths x 3 batch sizes" in out.stdout
+    assert "in 40 batches: 0 graphs compiled, 0 recompiles" in out.stdout

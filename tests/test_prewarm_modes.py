@@ -136,3 +136,35 @@ def test_specialised_prewarm_runs_an_unprewarmed_length_without_recompiling():
     with CompileCounter() as cc:
         fwd(**padded(odd, [5, 11])).backward()
     assert cc.graphs == 0
+
+
+def test_inference_prewarm_covers_every_length_and_batch_bucket():
+    model = tiny_gpt().eval()
+
+    def serve(input_ids, attention_mask):
+        return model.logits(input_ids, attention_mask=attention_mask).sum(-1)
+
+    compiled = torch.compile(serve, dynamic=False, backend="eager", fullgraph=True)
+    collate = BucketCollator(
+        BUCKETS, sequence_keys=["input_ids"], batch_buckets=[1, 4], sample_mask_key=None
+    )
+    example = collate([{"input_ids": [1, 2, 3]}])
+    report = prewarm(
+        compiled,
+        BUCKETS,
+        example=example,
+        collator=collate,
+        batch_buckets=[1, 4],
+        inference=True,
+        progress=False,
+    )
+    assert report.total_graphs == len(BUCKETS) * 2
+    assert report.limit >= 6
+    assert all(p.grad is None for p in model.parameters())  # forward only: nothing ran backward
+    with CompileCounter() as cc, no_recompiles():
+        for n, length in [(1, 3), (2, 30), (4, 9), (3, 16), (1, 31)]:
+            batch = collate([{"input_ids": [5] * length} for _ in range(n)])
+            assert batch["input_ids"].shape[0] in (1, 4)
+            with torch.inference_mode():
+                compiled(**batch)
+    assert cc.graphs == 0

@@ -9,6 +9,7 @@ from .attention import document_block_mask, document_causal_mask
 from .buckets import Buckets
 from .collate import BucketCollator, CollateStats
 from .compile_cache import load_compile_cache, save_compile_cache
+from .device_pad import FlatBatch
 from .errors import ShapeBucketError
 from .fit import KChoice, PaddingReport, choose_k, fit_buckets, padding_report
 from .packed import PackedCollator
@@ -32,6 +33,7 @@ __all__ = [
     "Buckets",
     "CollateStats",
     "CompileCounter",
+    "FlatBatch",
     "KChoice",
     "PackedBatchSampler",
     "PackedCollator",

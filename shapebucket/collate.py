@@ -44,6 +44,7 @@ from ._samples import (
 )
 from ._validate import check_batch_sizes, check_fits_in_memory, check_int, renamed_argument
 from .buckets import Buckets, as_buckets
+from .device_pad import FlatBatch
 from .errors import ShapeBucketError
 
 __all__ = ["BucketCollator", "CollateStats"]
@@ -238,18 +239,9 @@ class BucketCollator:
         return -100 if key == "labels" else 0
 
     def __call__(self, samples: Sequence[Any]) -> Any:
-        kind, keys, seq_keys, columns, lens, length_key, where = self._read(samples)
-
+        kind, keys, seq_keys, columns, lens, where, bucket, rows, cut = self._layout(samples)
         n_real = len(samples)
-        longest = int(lens.max())
-        cut_samples = cut_tokens = 0
-        if longest > self._table.max_len:
-            lens, cut_samples, cut_tokens = self._overflow(
-                lens, length_key, seq_keys, columns, where
-            )
-            longest = self._table.max_len
-        bucket = self._table.bucket_for(longest)
-        rows = self._rows(bucket, n_real)
+        cut_samples, cut_tokens = cut
 
         check_fits_in_memory(rows, bucket, len(seq_keys), self.buckets)
         try:
@@ -273,6 +265,67 @@ class BucketCollator:
         if kind == "bare" and len(result) == 1:
             return result[0]
         return result
+
+    def _layout(self, samples: Sequence[Any]) -> tuple[Any, ...]:
+        """Read and check the samples, truncate (``overflow="truncate"``), and choose the
+        bucket and the rows: everything but the padding."""
+        kind, keys, seq_keys, columns, lens, length_key, where = self._read(samples)
+        n_real = len(samples)
+        longest = int(lens.max())
+        cut_samples = cut_tokens = 0
+        if longest > self._table.max_len:
+            lens, cut_samples, cut_tokens = self._overflow(
+                lens, length_key, seq_keys, columns, where
+            )
+            longest = self._table.max_len
+        bucket = self._table.bucket_for(longest)
+        rows = self._rows(bucket, n_real)
+        return kind, keys, seq_keys, columns, lens, where, bucket, rows, (cut_samples, cut_tokens)
+
+    def flat(self, samples: Sequence[Any]) -> FlatBatch:
+        """The batch before padding, for device-side padding: each sequence key's values
+        concatenated, the lengths, the bucket and the rows (:class:`~shapebucket.FlatBatch`;
+        its ``finish()`` returns what this collator returns for ``samples``). Dict samples
+        only. Counted in ``stats`` as a collated batch.
+
+        >>> collate = BucketCollator([4, 8], batch_sizes=3)
+        >>> flat = collate.flat([{"input_ids": [1, 2]}, {"input_ids": [3, 4, 5, 6, 7]}])
+        >>> flat.bucket, flat.rows, flat.finish()["input_ids"].shape
+        (8, 3, torch.Size([3, 8]))
+        """
+        kind, keys, seq_keys, columns, lens, where, bucket, rows, cut = self._layout(samples)
+        if kind != "dict":
+            raise ShapeBucketError(
+                f"BucketCollator.flat needs dict samples, got {type(samples[0]).__name__}; "
+                "call the collator itself for tuples and bare sequences"
+            )
+        values: dict[Key, torch.Tensor] = {}
+        pads: dict[Key, Any] = {}
+        stacked: dict[Key, Any] = {}
+        for k in keys:
+            if k in seq_keys:
+                values[k] = concat(k, columns[k], self.seq_dim, where)
+                pads[k] = self.pad_value(k)
+                check_pad_fits(k, pads[k], values[k].dtype)
+            else:
+                stacked[k] = stack_column(k, columns[k], rows, self.pad_value(k), where)
+        n_real = len(samples)
+        real = int(lens.sum())
+        counts = (1, n_real, real, rows * bucket - real, rows - n_real, *cut)
+        self._counters.add(counts, bucket)
+        return FlatBatch(
+            values=values,
+            lengths=torch.from_numpy(np.ascontiguousarray(lens, dtype=np.int64)),
+            bucket=bucket,
+            rows=rows,
+            pads=pads,
+            padding_side=self.padding_side,
+            seq_dim=self.seq_dim,
+            stacked=stacked,
+            keys=list(keys),
+            mask_key=self.mask_key,
+            sample_mask_key=self.sample_mask_key if self._pads_rows else None,
+        )
 
     def _read(
         self, samples: Sequence[Any]

@@ -53,6 +53,7 @@ class PrewarmReport:
     graphs: dict[int, int] = field(default_factory=dict)
     total_seconds: float = 0.0
     verify_seconds: float = 0.0
+    memory_mb: dict[int, float] = field(default_factory=dict)
     limit: int = 0
     limit_raised_from: int | None = None
     optimizers_found: int = 0
@@ -72,6 +73,7 @@ class PrewarmReport:
             "graphs": {str(b): g for b, g in self.graphs.items()},
             "total_seconds": self.total_seconds,
             "verify_seconds": self.verify_seconds,
+            "memory_mb": {str(b): m for b, m in self.memory_mb.items()},
             "total_graphs": self.total_graphs,
             "limit": self.limit,
             "limit_raised_from": self.limit_raised_from,
@@ -177,6 +179,7 @@ def prewarm(
     specialize: bool = False,
     batch_buckets: Sequence[int] | None = None,
     inference: bool = False,
+    repeat: int = 1,
     batch_size: int | Mapping[int, int] | None = None,
     seq_keys: Sequence[str] | None = None,
 ) -> PrewarmReport:
@@ -238,6 +241,12 @@ def prewarm(
     DataLoader makes them; a tensor created inside inference mode is guarded
     as a different kind of input).
 
+    ``repeat`` runs each prewarm batch that many times. A model compiled with
+    ``mode="reduce-overhead"`` records a CUDA graph per shape only after warm-up
+    runs (cudagraph trees: a warm-up run, then the recording), so pass
+    ``repeat=3`` for it; on CUDA ``report.memory_mb`` gives the device memory
+    each bucket kept (its CUDA graph's pool included).
+
     When there are more buckets than the recompile limit, the limit is raised
     globally (torch sets a per-function limit only at ``torch.compile`` time) and
     the report says so; ``raise_limit=False`` raises :class:`ShapeBucketError`
@@ -273,6 +282,7 @@ def prewarm(
             f"{torch.__version__} does not have; upgrade torch or prewarm static graphs"
         )
     length_dim = 1 + (padder.seq_dim if padder is not None else 0)
+    repeat = check_int("repeat", repeat, minimum=1)
     sizes: list[int | None] = [None]
     if batch_buckets is not None:
         if isinstance(batch_buckets, (str, bytes)) or not isinstance(batch_buckets, Sequence):
@@ -357,9 +367,16 @@ def prewarm(
                 bar.set_postfix_str(f"bucket {b}, {done:.0f} s so far")
                 t0 = time.perf_counter()
                 hits0, misses0 = compat.inductor_cache_counts()
+                on_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+                mem0 = torch.cuda.memory_allocated() if on_cuda else 0
                 with CompileCounter() as cc:
                     for size in sizes:
-                        run(prewarm_batch(b, size))
+                        batch = prewarm_batch(b, size)
+                        for _ in range(repeat):
+                            run(batch)
+                if on_cuda:
+                    torch.cuda.synchronize()
+                    report.memory_mb[b] = (torch.cuda.memory_allocated() - mem0) / 2**20
                 hits, misses = compat.inductor_cache_counts()
                 report.seconds[b] = time.perf_counter() - t0
                 report.graphs[b] = cc.graphs

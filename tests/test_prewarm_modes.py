@@ -168,3 +168,45 @@ def test_inference_prewarm_covers_every_length_and_batch_bucket():
             with torch.inference_mode():
                 compiled(**batch)
     assert cc.graphs == 0
+
+
+def test_repeat_runs_every_prewarm_batch_that_many_times():
+    calls = []
+    prewarm(
+        lambda x: calls.append(tuple(x.shape)),
+        [4, 8],
+        make_batch=lambda n: torch.ones(2, n),
+        repeat=3,
+        verify=False,
+        progress=False,
+    )
+    assert calls == [(2, 4)] * 3 + [(2, 8)] * 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CUDA graphs)")
+def test_reduce_overhead_prewarm_records_every_bucket_and_training_never_recompiles():
+    model = tiny_gpt().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    fwd = torch.compile(model, mode="reduce-overhead", dynamic=False)
+    collate = BucketCollator(
+        BUCKETS, sequence_keys=["input_ids", "labels"], batch_sizes=2, sample_mask_key=None
+    )
+
+    def on_gpu(batch):
+        return {k: v.cuda() for k, v in batch.items()}
+
+    step = train_step(fwd, model, opt)
+    report = prewarm(
+        fwd,
+        BUCKETS,
+        make_batch=lambda n: on_gpu(padded(collate, [n, 1])),
+        step=step,
+        optimizer=opt,
+        repeat=3,
+        progress=False,
+    )
+    assert set(report.memory_mb) == set(BUCKETS)
+    with CompileCounter() as cc, no_recompiles(BUCKETS):
+        for i, n in enumerate([3, 9, 30, 16, 5]):
+            step(on_gpu(padded(collate, [n, 2], seed=i)))
+    assert cc.graphs == 0

@@ -1,0 +1,139 @@
+"""Device-side padding: ``collator.flat(samples).finish()`` equals ``collator(samples)``,
+exactly, with torch indexing and with the triton kernel (run on CPU by triton's
+interpreter, ``TRITON_INTERPRET=1``)."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shapebucket import BucketCollator, FlatBatch, ShapeBucketError
+from shapebucket.device_pad import triton_available
+
+DTYPES = {
+    "int64": (torch.int64, -(2**63), 2**63 - 1),
+    "int32": (torch.int32, -(2**31), 2**31 - 1),
+    "uint8": (torch.uint8, 0, 255),
+    "uint16": (torch.uint16, 0, 2**16 - 1),
+    "uint32": (torch.uint32, 0, 2**32 - 1),
+    "uint64": (torch.uint64, 0, 2**64 - 1),
+    "int8": (torch.int8, -128, 127),
+    "bool": (torch.bool, 0, 1),
+    "float32": (torch.float32, None, None),
+    "float64": (torch.float64, None, None),
+    "float16": (torch.float16, None, None),
+    "bfloat16": (torch.bfloat16, None, None),
+}
+
+
+@st.composite
+def batches(draw):
+    name = draw(st.sampled_from(sorted(DTYPES)))
+    dtype, lo, hi = DTYPES[name]
+    lengths = draw(st.lists(st.integers(0, 12), min_size=1, max_size=5))
+    trailing = draw(st.sampled_from([(), (3,), (2, 2)]))
+    seq_dim = draw(st.sampled_from([0, 1])) if trailing else 0
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    samples = []
+    for n in lengths:
+        if dtype.is_floating_point:
+            v = torch.randn((n, *trailing), generator=g).to(dtype)
+        elif dtype == torch.bool:
+            v = torch.randint(0, 2, (n, *trailing), generator=g).bool()
+        else:  # values across the dtype's range: int64 bits, wrapped to the width
+            raw = torch.randint(-(2**63), 2**63 - 1, (n, *trailing), generator=g, dtype=torch.int64)
+            v = raw.view(torch.uint64) if dtype == torch.uint64 else raw.to(dtype)
+        if seq_dim:
+            v = v.movedim(0, 1).contiguous()
+        samples.append({"x": v, "idx": len(samples)})
+    if dtype == torch.bool:
+        pad = draw(st.sampled_from([0, 1]))
+    elif dtype.is_floating_point:
+        pad = draw(st.sampled_from([0.0, -1.5, 0.1]))
+    else:
+        pad = draw(st.integers(lo, hi))
+    side = draw(st.sampled_from(["right", "left"]))
+    rows = draw(st.sampled_from([None, len(lengths) + 2]))
+    collate = BucketCollator(
+        [4, 8, 16],
+        pad_values={"x": pad},
+        padding_side=side,
+        seq_dim=seq_dim,
+        batch_sizes=rows,
+        sequence_keys=["x"],
+    )
+    return collate, samples
+
+
+SIGNED = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
+
+
+def _comparable(t: torch.Tensor) -> torch.Tensor:
+    """The same bits in a dtype torch.equal has kernels for."""
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8)
+    return t.view(SIGNED[t.dtype]) if t.dtype in SIGNED else t
+
+
+def assert_same(got: dict, want: dict) -> None:
+    assert list(got) == list(want)
+    for k in want:
+        if isinstance(want[k], torch.Tensor):
+            assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape, k
+            assert got[k].is_contiguous()
+            same, ref = _comparable(got[k]), _comparable(want[k])
+            assert torch.equal(same, ref), k
+        else:
+            assert got[k] == want[k], k
+
+
+@settings(max_examples=150, deadline=None)
+@given(batches())
+def test_torch_finish_equals_the_collator(case):
+    collate, samples = case
+    want = collate(samples)
+    flat = pickle.loads(pickle.dumps(collate.flat(samples)))  # what a worker sends
+    assert_same(flat.finish(use_triton=False), want)
+
+
+@pytest.mark.skipif(not triton_available(), reason="triton is not installed (the gpu/test extra)")
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batches())
+def test_triton_kernel_equals_the_collator_under_the_interpreter(monkeypatch, case):
+    from shapebucket import device_pad
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    collate, samples = case
+    want = collate(samples)
+    assert_same(collate.flat(samples).finish(use_triton=True), want)
+    assert device_pad._kernel.cache_info().currsize >= 1  # the kernel ran, interpreted
+
+
+def test_flat_counts_the_batch_and_refuses_tuples():
+    collate = BucketCollator([8], batch_sizes=4)
+    flat = collate.flat([{"input_ids": [1, 2, 3]}, {"input_ids": [4]}])
+    assert isinstance(flat, FlatBatch)
+    assert collate.stats.batches == 1 and collate.stats.padded_tokens == 4 * 8 - 4
+    with pytest.raises(ShapeBucketError, match="dict samples"):
+        collate.flat([([1, 2],), ([3],)])
+    with pytest.raises(ShapeBucketError, match="does not fit"):
+        BucketCollator([8], pad_values={"x": 300}).flat([{"x": np.array([1], dtype=np.uint8)}])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_finish_with_triton_equals_the_collator():
+    collate = BucketCollator([8, 16], batch_sizes=4, pad_values={"labels": -100})
+    samples = [
+        {"input_ids": torch.randint(0, 100, (n,)), "labels": torch.randint(0, 100, (n,))}
+        for n in (3, 16, 7)
+    ]
+    want = collate(samples)
+    got = collate.flat(samples).pin_memory().to("cuda", non_blocking=True).finish()
+    assert_same({k: v.cpu() for k, v in got.items()}, want)

@@ -288,6 +288,8 @@ def _prepare(name: str, s: Setup, fam: Family) -> _Runner:
                 step=step,
                 optimizer=opt,
                 progress=False,
+                # CUDA graphs are recorded after a warm-up run: record each bucket's in prewarm
+                repeat=3 if a.mode == "reduce-overhead" else 1,
             )
         runner.losses.extend(step(b) for b in fam.warmup)
         _sync(s.device)

@@ -42,7 +42,7 @@ import numpy as np
 from ._validate import check_int, check_lengths, round_up
 from .buckets import Buckets, as_buckets
 from .errors import ShapeBucketError
-from .sampler import ResumableBatchSampler, _default_distributed
+from .sampler import ResumableBatchSampler, resolve_world
 
 __all__ = [
     "PackedBatchSampler",
@@ -610,16 +610,7 @@ class PackedBatchSampler(ResumableBatchSampler):
             if rows is not None
             else rows_for_tokens(table, tokens_per_batch)  # type: ignore[arg-type]
         )
-        if num_replicas is None or rank is None:
-            world, own = _default_distributed()
-            num_replicas = world if num_replicas is None else num_replicas
-            rank = own if rank is None else rank
-        num_replicas = check_int("num_replicas", num_replicas, minimum=1)
-        rank = check_int("rank", rank, minimum=0)
-        if rank >= num_replicas:
-            raise ShapeBucketError(
-                f"rank {rank} is not < num_replicas {num_replicas}; ranks count from 0"
-            )
+        num_replicas, rank = resolve_world(num_replicas, rank)
         cfg = _Settings(
             row_lengths=table,
             lengths=arr,

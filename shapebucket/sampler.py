@@ -214,6 +214,22 @@ def _default_distributed() -> tuple[int, int]:
     return 1, 0
 
 
+def resolve_world(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
+    """``(num_replicas, rank)``, checked; what is not given comes from ``torch.distributed``
+    when it is initialised, else 1 and 0."""
+    if num_replicas is None or rank is None:
+        world, own = _default_distributed()
+        num_replicas = world if num_replicas is None else num_replicas
+        rank = own if rank is None else rank
+    num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+    rank = check_int("rank", rank, minimum=0)
+    if rank >= num_replicas:
+        raise ShapeBucketError(
+            f"rank {rank} is not < num_replicas {num_replicas}; ranks count from 0"
+        )
+    return num_replicas, rank
+
+
 @dataclass(frozen=True)
 class _Settings:
     buckets: Buckets
@@ -454,16 +470,7 @@ class BucketBatchSampler(ResumableBatchSampler):
         arr.flags.writeable = False
         if leftovers not in ("keep", "promote"):
             raise ShapeBucketError(f"leftovers must be 'keep' or 'promote', got {leftovers!r}")
-        if num_replicas is None or rank is None:
-            world, own = _default_distributed()
-            num_replicas = world if num_replicas is None else num_replicas
-            rank = own if rank is None else rank
-        num_replicas = check_int("num_replicas", num_replicas, minimum=1)
-        rank = check_int("rank", rank, minimum=0)
-        if rank >= num_replicas:
-            raise ShapeBucketError(
-                f"rank {rank} is not < num_replicas {num_replicas}; ranks count from 0"
-            )
+        num_replicas, rank = resolve_world(num_replicas, rank)
         cfg = _Settings(
             buckets=table,
             lengths=arr,

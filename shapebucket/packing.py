@@ -42,7 +42,7 @@ import numpy as np
 from ._validate import check_int, check_lengths, round_up
 from .buckets import Buckets, as_buckets
 from .errors import ShapeBucketError
-from .sampler import ResumableBatchSampler, resolve_world
+from .sampler import RankBatches, ResumableBatchSampler, resolve_world
 
 __all__ = [
     "PackedBatchSampler",
@@ -172,14 +172,10 @@ class _Rows:
         if self.n + extra <= len(self.rem):
             return
         size = max(2 * len(self.rem), self.n + extra)
-        for name, fill in (("rem", 0), ("cls", 0), ("closed", False), ("step", -1)):
+        fills = {"rem": 0, "cls": 0, "closed": False, "step": -1, "rank": 0, "slot": 0}
+        for name, fill in fills.items():
             old = getattr(self, name)
             new = np.full(size, fill, dtype=old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
-        for name in ("rank", "slot"):
-            old = getattr(self, name)
-            new = np.zeros(size, dtype=old.dtype)
             new[: len(old)] = old
             setattr(self, name, new)
 
@@ -189,7 +185,8 @@ class _Rows:
             self.count[room] += len(ids)
 
     def take(self, room: int, k: int) -> np.ndarray:
-        """``k`` open rows with ``room`` left (oldest batches of ids first)."""
+        """``k`` open rows with ``room`` left (any of them fits equally well; the most
+        recently added come first)."""
         got: list[np.ndarray] = []
         need = k
         stack = self.by_room[room]
@@ -263,15 +260,16 @@ def plan_packing(
         rows_.rank[ids] = j % W
         rows_.slot[ids] = j // W
         step_cls.append(c)
+        if k >= W:
+            return
+        all_rows, all_samples = np.concatenate(placed_row), np.concatenate(placed_sample)
         for r in range(k, W):  # ranks without a row get a copy of one
-            src = ids[r % k]
             rows_.grow(1)
             new = rows_.n
             rows_.n += 1
             rows_.cls[new], rows_.closed[new] = c, True
             rows_.step[new], rows_.rank[new], rows_.slot[new] = first, r, 0
-            members = np.concatenate(placed_row) == src if placed_row else np.zeros(0, bool)
-            dup = np.concatenate(placed_sample)[members]
+            dup = all_samples[all_rows == ids[r % k]]
             placed_sample.append(dup)
             placed_row.append(np.full(len(dup), new, dtype=np.int64))
 
@@ -660,7 +658,7 @@ class PackedBatchSampler(ResumableBatchSampler):
         return plan
 
     def _rank_batches(self, epoch: int) -> Sequence[list[int]]:
-        return _RankBatches(self._plan_for(self._seed, epoch), self._cfg.rank)
+        return RankBatches(self._plan_for(self._seed, epoch), self._cfg.rank)
 
     def _count_for(self, seed: int, epoch: int) -> int:
         return len(self._plan_for(seed, epoch))
@@ -696,9 +694,6 @@ class PackedBatchSampler(ResumableBatchSampler):
         state["_cache"] = None  # a plan is rebuilt where it is needed, never pickled
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-
     def __repr__(self) -> str:
         cfg = self._cfg
         return (
@@ -706,14 +701,3 @@ class PackedBatchSampler(ResumableBatchSampler):
             f"rows={cfg.rows}, shuffle={cfg.shuffle}, window={cfg.window}, "
             f"rank {cfg.rank}/{cfg.num_replicas})"
         )
-
-
-class _RankBatches(Sequence[list[int]]):
-    def __init__(self, plan: PackedEpoch, rank: int) -> None:
-        self._plan, self._rank = plan, rank
-
-    def __len__(self) -> int:
-        return len(self._plan)
-
-    def __getitem__(self, t: int) -> list[int]:  # type: ignore[override]
-        return self._plan.batch(t, self._rank)

@@ -101,6 +101,15 @@ class EpochPlan:
     sizes: np.ndarray
     buckets: np.ndarray
 
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def batch(self, step: int, rank: int = 0) -> list[int]:
+        """Rank ``rank``'s indices of global step ``step``."""
+        s = int(self.sizes[step])
+        lo = int(self.offsets[step]) + rank * s
+        return self.flat[lo : lo + s].tolist()
+
 
 def plan_steps(
     bucket_counts: Sequence[int] | np.ndarray,
@@ -560,7 +569,7 @@ class BucketBatchSampler(ResumableBatchSampler):
         )
 
     def _rank_batches(self, epoch: int) -> Sequence[list[int]]:
-        return _RankBatches(self._epoch_plan(epoch), self._cfg.rank)
+        return RankBatches(self._epoch_plan(epoch), self._cfg.rank)
 
     def __len__(self) -> int:
         return self._plan.stats.batches
@@ -589,19 +598,19 @@ class BucketBatchSampler(ResumableBatchSampler):
         )
 
 
-class _RankBatches(Sequence[list[int]]):
-    """One rank's batches of an :class:`EpochPlan`, sliced when asked for."""
+class RankBatches(Sequence[list[int]]):
+    """One rank's batches of an epoch plan (anything with ``len()`` and
+    ``batch(step, rank)``: :class:`EpochPlan`, :class:`~shapebucket.packing.PackedEpoch`),
+    sliced when asked for."""
 
-    def __init__(self, plan: EpochPlan, rank: int) -> None:
+    def __init__(self, plan: Any, rank: int) -> None:
         self._plan, self._rank = plan, rank
 
     def __len__(self) -> int:
-        return len(self._plan.offsets)
+        return len(self._plan)
 
     def __getitem__(self, t: int) -> list[int]:  # type: ignore[override]
-        s = int(self._plan.sizes[t])
-        lo = int(self._plan.offsets[t]) + self._rank * s
-        return self._plan.flat[lo : lo + s].tolist()
+        return self._plan.batch(t, self._rank)
 
 
 def _warn_unseen_buckets(

@@ -153,8 +153,15 @@ def test_plan_is_a_function_of_seed_and_epoch():
     assert list(a) != first
     c = PackedBatchSampler(lengths, [64, 128, 256], tokens_per_batch=1024, seed=4)
     assert list(c) != first
-    unshuffled = PackedBatchSampler(lengths, [64, 128, 256], tokens_per_batch=1024, shuffle=False)
-    assert list(unshuffled) == list(unshuffled)
+    unshuffled = [
+        list(
+            PackedBatchSampler(
+                lengths, [64, 128, 256], tokens_per_batch=1024, shuffle=False, seed=s
+            )
+        )
+        for s in (3, 4)
+    ]
+    assert unshuffled[0] == unshuffled[1] != first  # without shuffling the seed changes nothing
 
 
 def test_mixture_packs_above_97_percent_in_at_most_8_shapes():

@@ -5,27 +5,22 @@
 128
 """
 
-from .attention import document_block_mask, document_causal_mask
-from .buckets import Buckets
-from .collate import BucketCollator, CollateStats
-from .compile_cache import load_compile_cache, save_compile_cache
-from .device_pad import FlatBatch
+from .collate.attention import document_block_mask, document_causal_mask
+from .collate.bucket import BucketCollator, CollateStats
+from .collate.device import FlatBatch
+from .collate.packed import PackedCollator
+from .compile.cache import load_compile_cache, save_compile_cache
+from .compile.prewarm import PrewarmReport, prewarm
+from .compile.recompiles import CompileCounter, mark_dynamic, no_recompiles
+from .compile.regions import compile_regions
 from .errors import ShapeBucketError
-from .fit import KChoice, PaddingReport, choose_k, fit_buckets, padding_report
-from .packed import PackedCollator
-from .packing import (
-    PackedBatchSampler,
-    PackingFit,
-    PackingReport,
-    fit_packing,
-    packing_report,
-    rows_for_tokens,
-)
-from .policies import PolicyComparison, compare_policies
-from .recompiles import CompileCounter, count_compiles, mark_dynamic, no_recompiles
-from .regions import compile_regions
-from .sampler import BucketBatchSampler, SamplerStats
-from .warmup import PrewarmReport, prewarm
+from .plan.buckets import Buckets
+from .plan.fit import KChoice, PaddingReport, choose_k, fit_buckets, padding_report
+from .plan.packing import PackingReport, rows_for_tokens
+from .plan.packing_fit import PackingFit, fit_packing, packing_report
+from .plan.policies import PolicyComparison, compare_policies
+from .sampling.bucket import BucketBatchSampler, SamplerStats
+from .sampling.packed import PackedBatchSampler
 
 __all__ = [
     "BucketBatchSampler",
@@ -47,7 +42,6 @@ __all__ = [
     "choose_k",
     "compare_policies",
     "compile_regions",
-    "count_compiles",
     "document_block_mask",
     "document_causal_mask",
     "fit_buckets",

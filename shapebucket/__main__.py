@@ -20,8 +20,8 @@ from ._argparse import Parser
 from ._validate import check_int
 from .data import mixture_lengths, read_lengths
 from .errors import ShapeBucketError
-from .fit import DEFAULT_ALIGN, choose_k
-from .policies import compare_policies
+from .plan.fit import DEFAULT_ALIGN, choose_k
+from .plan.policies import compare_policies
 
 __all__ = ["main", "plot_lengths", "read_lengths"]
 
@@ -62,8 +62,6 @@ def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int
         )
     if lengths is None:
         lengths = read_lengths(args.lengths_file)
-    if args.sampler is not None:
-        print("note: --sampler is deprecated; use --batching", file=sys.stderr)
     k = args.k
     if k == "auto":
         job = (args.compile_seconds, args.job_samples, args.tokens_per_second)
@@ -79,7 +77,7 @@ def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int
             tokens_per_second=args.tokens_per_second,
             align=args.align,
             batch_size=args.batch_size,
-            batching=args.sampler or args.batching,
+            batching=args.batching,
         )
         print(choice)
         print()
@@ -89,7 +87,7 @@ def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int
         k,
         align=args.align,
         batch_size=args.batch_size,
-        batching=args.sampler or args.batching,
+        batching=args.batching,
     )
     print(table)
     print()
@@ -157,9 +155,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             default="bucketed",
             help="how batches are formed: inside buckets (BucketBatchSampler) or at random",
         )
-        p.add_argument(
-            "--sampler", choices=["bucketed", "random"], default=None, help=argparse.SUPPRESS
-        )  # the old name of --batching
         p.add_argument("--plot", metavar="PNG", help="write a histogram with the boundaries")
 
     suggest = sub.add_parser("suggest", help="fit buckets to a lengths file and compare policies")

@@ -29,7 +29,6 @@ __all__ = [
     "check_int",
     "check_lengths",
     "physical_memory",
-    "renamed_argument",
     "round_up",
 ]
 
@@ -215,31 +214,6 @@ def batch_max_distribution(counts: np.ndarray, batch_size: int) -> np.ndarray:
     cdf = np.cumsum(counts, dtype=np.float64) / float(np.sum(counts))
     cdf[-1] = 1.0
     return np.diff(cdf**batch_size, prepend=0.0)
-
-
-def renamed_argument(
-    function: str, old: str, old_value: Any, new: str, new_value: Any, default: Any = None
-) -> Any:
-    """Resolve an argument renamed in this release: the new name wins; the old one
-    still works for one release with a :class:`DeprecationWarning`; both at once raise.
-
-    >>> renamed_argument("f", "sampler", None, "batching", "random")
-    'random'
-    """
-    if old_value is None:
-        return default if new_value is None else new_value
-    if new_value is not None:
-        raise ShapeBucketError(
-            f"{function}: pass {new}= only; {old}= is its old name (deprecated), and both were given"
-        )
-    import warnings
-
-    warnings.warn(
-        f"{function}({old}=...) is deprecated and will be removed in the next release; use {new}=...",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return old_value
 
 
 def physical_memory() -> int | None:

@@ -20,10 +20,10 @@ from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, seed_worker
 
 from . import _torch_compat as compat
-from .buckets import Buckets, as_buckets
-from .collate import BucketCollator
+from .collate.bucket import BucketCollator
 from .errors import ShapeBucketError
-from .sampler import BucketBatchSampler
+from .plan.buckets import Buckets, as_buckets
+from .sampling.bucket import BucketBatchSampler
 
 __all__ = ["BucketTrainer"]
 

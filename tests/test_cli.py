@@ -22,10 +22,10 @@ def test_suggest_npy_and_random_sampler(tmp_path, capsys):
     np.save(path, mixture_lengths(3000))
     assert main(["suggest", str(path), "--batching", "random", "--batch-size", "16"]) == 0
     assert "batching='random'" in capsys.readouterr().out
-    # the old flag still works for one release, and says so
-    assert main(["suggest", str(path), "--sampler", "random", "--batch-size", "16"]) == 0
-    out = capsys.readouterr()
-    assert "batching='random'" in out.out and "--sampler is deprecated" in out.err
+    # the old flag is gone: a usage error
+    with pytest.raises(SystemExit) as exit_:
+        main(["suggest", str(path), "--sampler", "random"])
+    assert exit_.value.code == 2 and "--sampler" in capsys.readouterr().err
 
 
 def test_bad_files(tmp_path, capsys):

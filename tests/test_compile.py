@@ -18,7 +18,6 @@ from shapebucket import (
     CompileCounter,
     ShapeBucketError,
     compile_regions,
-    count_compiles,
     load_compile_cache,
     mark_dynamic,
     no_recompiles,
@@ -26,8 +25,8 @@ from shapebucket import (
     save_compile_cache,
 )
 from shapebucket import _torch_compat as compat
-from shapebucket.recompiles import LIMIT_HITS
-from shapebucket.state import restore, snapshot
+from shapebucket.compile.recompiles import LIMIT_HITS
+from shapebucket.compile.state import restore, snapshot
 
 EAGER = {"backend": "eager", "dynamic": False}
 
@@ -540,45 +539,21 @@ def test_an_intact_cache_is_copied(tmp_path):
     assert (target / "graph.bin").read_bytes() == bytes(range(256)) * 8
 
 
-# -- the names renamed in this release keep working, with a DeprecationWarning ---------
+# -- 0.1 was never released: no old names, no shim module (CHANGELOG.md) ---------------
 
 
-def test_deprecated_names_still_work():
-    with pytest.warns(DeprecationWarning, match="count_compiles"):
-        assert isinstance(count_compiles(), CompileCounter)
-    seen = []
-    with pytest.warns(DeprecationWarning, match=r"prewarm\(batch_size=...\)"):
-        prewarm(
-            None,
-            [8],
-            example=batch_of([3]),
-            step=seen.append,
-            batch_size=2,
-            verify=False,
-            progress=False,
-        )
-    assert seen[0]["input_ids"].shape == (2, 8)
-    with pytest.warns(DeprecationWarning, match=r"seq_keys"):
-        prewarm(
-            None,
-            [8],
-            example=batch_of([3]),
-            step=seen.append,
-            seq_keys=["input_ids"],
-            verify=False,
-            progress=False,
-        )
-    with pytest.raises(ShapeBucketError, match="both were given"):
-        prewarm(None, [8], example=batch_of([3]), step=seen.append, batch_size=2, batch_sizes=2)
-    with pytest.warns(DeprecationWarning, match=r"mark_dynamic\(keys=...\)"):
-        assert mark_dynamic({"a": torch.zeros(2, 4)}, keys=["a"], strict=True) == ["a"]
-    with pytest.warns(DeprecationWarning, match="shapebucket.compile is deprecated"):
-        import importlib
-        import sys
+def test_no_old_names():
+    import importlib
 
-        sys.modules.pop("shapebucket.compile", None)
-        old = importlib.import_module("shapebucket.compile")
-    assert old.prewarm is prewarm
+    import shapebucket
+
+    assert not hasattr(shapebucket, "count_compiles")
+    with pytest.raises(TypeError, match="batch_size"):
+        prewarm(None, [8], example=batch_of([3]), step=print, batch_size=2)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="keys"):
+        mark_dynamic({"a": torch.zeros(2, 4)}, keys=["a"])  # type: ignore[call-arg]
+    # shapebucket.compile is the compilation subpackage, not a module of re-exports
+    assert importlib.import_module("shapebucket.compile").__file__.endswith("__init__.py")
 
 
 # -- prewarm's own compile cache -------------------------------------------------------
@@ -654,7 +629,7 @@ def _gpt_batch(n, seed=0):
 
 
 def test_repeated_blocks_are_the_outermost_repeats():
-    from shapebucket.regions import repeated_blocks
+    from shapebucket.compile.regions import repeated_blocks
 
     model = _gpt()
     assert [n for n, _ in repeated_blocks(model)] == ["blocks.0", "blocks.1", "blocks.2"]

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shapebucket import BucketCollator, FlatBatch, ShapeBucketError
-from shapebucket.device_pad import triton_available
+from shapebucket.collate.device import triton_available
 
 DTYPES = {
     "int64": (torch.int64, -(2**63), 2**63 - 1),
@@ -107,7 +107,7 @@ def test_torch_finish_equals_the_collator(case):
 )
 @given(batches())
 def test_triton_kernel_equals_the_collator_under_the_interpreter(monkeypatch, case):
-    from shapebucket import device_pad
+    from shapebucket.collate import device as device_pad
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     collate, samples = case

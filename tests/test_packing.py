@@ -30,7 +30,7 @@ from shapebucket import (
 )
 from shapebucket.bench.model import GPT, GPTConfig
 from shapebucket.data import mixture_lengths
-from shapebucket.packing import pack_rows, plan_packing
+from shapebucket.plan.packing import pack_rows, plan_packing
 
 
 def samples_for(lengths, seed=0, vocab=50):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
 from shapebucket import BucketBatchSampler, BucketCollator, Buckets, ShapeBucketError
-from shapebucket.sampler import plan_epoch, plan_steps
+from shapebucket.sampling.bucket import plan_epoch, plan_steps
 
 BUCKETS = Buckets([4, 8, 16, 32])
 

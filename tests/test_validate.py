@@ -114,25 +114,16 @@ def test_read_lengths_checks_like_the_rest(tmp_path):
         read_lengths(tmp_path)
 
 
-def test_renamed_arguments_warn_and_still_work():
-    with pytest.warns(DeprecationWarning, match=r"fit_buckets\(sampler=...\)"):
-        assert fit_buckets([3, 9], 1, sampler="random", batch_size=2) == fit_buckets(
-            [3, 9], 1, batching="random", batch_size=2
-        )
-    with pytest.warns(DeprecationWarning, match=r"padding_report\(sampler=...\)"):
-        report = padding_report([3, 9], [8, 16], sampler="random")
-    assert report.batching == "random"
-    with pytest.warns(DeprecationWarning, match="PaddingReport.sampler"):
-        assert report.sampler == "random"
-    with pytest.warns(DeprecationWarning, match=r"compare_policies\(sampler=...\)"):
-        compare_policies([3, 9], 1, sampler="bucketed")
-    with pytest.raises(ShapeBucketError, match="both were given"):
-        fit_buckets([3], 1, sampler="random", batching="random")
-    with pytest.warns(DeprecationWarning, match=r"BucketCollator\(pad_batch_to=...\)"):
-        collate = BucketCollator([8], pad_batch_to=3)
-    assert collate.batch_sizes == 3
-    with pytest.warns(DeprecationWarning, match="BucketCollator.pad_batch_to"):
-        assert collate.pad_batch_to == 3
+def test_old_argument_names_are_gone():
+    for call in (
+        lambda: fit_buckets([3, 9], 1, sampler="random"),
+        lambda: padding_report([3, 9], [8, 16], sampler="random"),
+        lambda: compare_policies([3, 9], 1, sampler="bucketed"),
+        lambda: BucketCollator([8], pad_batch_to=3),
+    ):
+        with pytest.raises(TypeError, match="sampler|pad_batch_to"):
+            call()
+    assert not hasattr(padding_report([3, 9], [8, 16]), "sampler")
 
 
 def test_one_align_default():

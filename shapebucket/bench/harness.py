@@ -41,10 +41,10 @@ import torch
 from .. import _torch_compat as compat
 from .._progress import progress
 from .._validate import round_up
-from ..buckets import Buckets
-from ..fit import fit_buckets
-from ..recompiles import CompileCounter, mark_dynamic, no_recompiles
-from ..warmup import prewarm
+from ..compile.prewarm import prewarm
+from ..compile.recompiles import CompileCounter, mark_dynamic, no_recompiles
+from ..plan.buckets import Buckets
+from ..plan.fit import fit_buckets
 from .model import GPT, CaptionConfig, Captioner, GPTConfig
 from .plans import SEQUENCE_KEYS, Family, Setup, build_family, make_samples, plan_family
 from .workloads import load_workload

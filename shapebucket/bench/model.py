@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import document_causal_mask
+from ..collate.attention import document_causal_mask
 
 __all__ = ["GPT", "CaptionConfig", "Captioner", "GPTConfig"]
 

@@ -13,11 +13,12 @@ import numpy as np
 import torch
 
 from .._validate import round_up
-from ..buckets import Buckets
-from ..collate import BucketCollator
-from ..packed import PackedCollator
-from ..packing import PackedBatchSampler, PackingFit, fit_packing
-from ..sampler import BucketBatchSampler
+from ..collate.bucket import BucketCollator
+from ..collate.packed import PackedCollator
+from ..plan.buckets import Buckets
+from ..plan.packing_fit import PackingFit, fit_packing
+from ..sampling.bucket import BucketBatchSampler
+from ..sampling.packed import PackedBatchSampler
 from .peers import length_grouped_indices
 
 __all__ = [

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import check_int, check_lengths, round_up
+from .._validate import check_int, check_lengths, round_up
 from .buckets import Buckets
 from .fit import (
     DEFAULT_ALIGN,
@@ -88,13 +88,11 @@ def compare_policies(
     *,
     align: int = DEFAULT_ALIGN,
     batch_size: int = 1,
-    batching: Batching | None = None,
+    batching: Batching = "bucketed",
     cost: Cost = "tokens",
     limit: int = 8,
-    sampler: Batching | None = None,
 ) -> PolicyComparison:
-    """One table: multiples of 8 and 32, powers of two, quantiles and the fitted buckets
-    (``sampler=`` is the deprecated name of ``batching=``).
+    """One table: multiples of 8 and 32, powers of two, quantiles and the fitted buckets.
 
     The multiples policies list the multiples some sample pads to (the shapes they
     would compile), so the table costs the same whatever the longest length.
@@ -102,7 +100,7 @@ def compare_policies(
     >>> print(compare_policies([5, 9, 17, 30, 64], k=2).rows[-1][0])
     fitted (k=2)
     """
-    mode, batch_size = _check_batching("compare_policies", batching, sampler, batch_size)
+    mode, batch_size = _check_batching(batching, batch_size)
     arr = check_lengths(lengths)
     k = check_int("k", k, minimum=1)
     align = check_int("align", align, minimum=1)

@@ -31,9 +31,9 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Sampler
 
-from ._validate import check_int, check_lengths
-from .buckets import Buckets, as_buckets
-from .errors import ShapeBucketError
+from .._validate import check_int, check_lengths
+from ..errors import ShapeBucketError
+from ..plan.buckets import Buckets, as_buckets
 
 __all__ = [
     "BucketBatchSampler",
@@ -600,7 +600,7 @@ class BucketBatchSampler(ResumableBatchSampler):
 
 class RankBatches(Sequence[list[int]]):
     """One rank's batches of an epoch plan (anything with ``len()`` and
-    ``batch(step, rank)``: :class:`EpochPlan`, :class:`~shapebucket.packing.PackedEpoch`),
+    ``batch(step, rank)``: :class:`EpochPlan`, :class:`~shapebucket.plan.packing.PackedEpoch`),
     sliced when asked for."""
 
     def __init__(self, plan: Any, rank: int) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import ShapeBucketError
+from ..errors import ShapeBucketError
 
 __all__ = [
     "SCALARS",

@@ -35,15 +35,14 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from ._validate import (
+from .._validate import (
     batch_max_distribution,
     check_int,
     check_lengths,
-    renamed_argument,
     round_up,
 )
+from ..errors import ShapeBucketError
 from .buckets import Buckets, as_buckets
-from .errors import ShapeBucketError
 
 __all__ = [
     "DEFAULT_ALIGN",
@@ -72,13 +71,10 @@ def _histogram(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values.astype(np.int64), counts.astype(np.float64)
 
 
-def _check_batching(
-    function: str, batching: str | None, sampler: str | None, batch_size: int
-) -> tuple[Batching, int]:
-    mode = renamed_argument(function, "sampler", sampler, "batching", batching, "bucketed")
-    if mode not in ("bucketed", "random"):
-        raise ShapeBucketError(f"batching must be 'bucketed' or 'random', got {mode!r}")
-    return cast(Batching, mode), check_int("batch_size", batch_size, minimum=1)
+def _check_batching(batching: str, batch_size: int) -> tuple[Batching, int]:
+    if batching not in ("bucketed", "random"):
+        raise ShapeBucketError(f"batching must be 'bucketed' or 'random', got {batching!r}")
+    return cast(Batching, batching), check_int("batch_size", batch_size, minimum=1)
 
 
 def _cost_values(cost: Cost, boundaries: np.ndarray) -> np.ndarray:
@@ -176,9 +172,8 @@ def fit_buckets(
     align: int = DEFAULT_ALIGN,
     max_len: int | None = None,
     batch_size: int = 1,
-    batching: Batching | None = None,
+    batching: Batching = "bucketed",
     cost: Cost = "tokens",
-    sampler: Batching | None = None,
     compile_seconds: float | None = None,
     samples: int | None = None,
     tokens_per_second: float | None = None,
@@ -197,7 +192,6 @@ def fit_buckets(
             (:class:`BucketBatchSampler`), ``"random"`` for plain shuffled batches.
         cost: ``"tokens"`` (padded length), ``"attention"`` (its square) or a
             non-decreasing callable ``length -> cost``.
-        sampler: the old name of ``batching`` (deprecated).
         compile_seconds, samples, tokens_per_second: with ``k="auto"``, the
             job that decides K: seconds to compile one bucket, samples to train
             on, and computed tokens per second of the step. ``k="auto"`` picks
@@ -212,7 +206,7 @@ def fit_buckets(
     >>> fit_buckets([4, 4, 5, 9, 30], k=3, align=1)
     Buckets([5, 9, 30])
     """
-    mode, batch_size = _check_batching("fit_buckets", batching, sampler, batch_size)
+    mode, batch_size = _check_batching(batching, batch_size)
     job = {
         "compile_seconds": compile_seconds,
         "samples": samples,
@@ -288,18 +282,6 @@ class PaddingReport:
     mean_length: float
     share: dict[int, float] = field(default_factory=dict)
 
-    @property
-    def sampler(self) -> str:
-        """The old name of :attr:`batching` (deprecated)."""
-        import warnings
-
-        warnings.warn(
-            "PaddingReport.sampler is deprecated; use PaddingReport.batching",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.batching
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "buckets": list(self.buckets),
@@ -331,17 +313,15 @@ def padding_report(
     buckets: Buckets | Sequence[int],
     *,
     batch_size: int = 1,
-    batching: Batching | None = None,
-    sampler: Batching | None = None,
+    batching: Batching = "bucketed",
 ) -> PaddingReport:
-    """Token and attention efficiency of ``buckets`` on ``lengths`` (``sampler=`` is the
-    deprecated name of ``batching=``).
+    """Token and attention efficiency of ``buckets`` on ``lengths``.
 
     >>> r = padding_report([4, 8, 12], Buckets([8, 16]))
     >>> round(r.token_efficiency, 3), r.num_shapes
     (0.75, 2)
     """
-    mode, batch_size = _check_batching("padding_report", batching, sampler, batch_size)
+    mode, batch_size = _check_batching(batching, batch_size)
     buckets = as_buckets(buckets)
     values, counts = _histogram(check_lengths(lengths))
     idx = buckets.index_for_many(values)

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .errors import ShapeBucketError
+from ..errors import ShapeBucketError
 
 __all__ = ["compile_regions", "repeated_blocks"]
 

@@ -2,7 +2,7 @@
 
 The samples arrive in the order :class:`~shapebucket.PackedBatchSampler` yields
 them: row by row. Rows are filled in that order, a sample that does not fit the
-current row starting the next one (:func:`~shapebucket.packing.pack_rows`),
+current row starting the next one (:func:`~shapebucket.plan.packing.pack_rows`),
 which rebuilds the sampler's rows exactly. The row length is the smallest one
 that holds the batch's longest sample, and the batch is padded with empty rows
 to ``rows[row length]`` rows, so every batch has one of ``len(row_lengths)``
@@ -22,13 +22,13 @@ from typing import Any, Literal, cast
 import numpy as np
 import torch
 
-from ._counters import CollateStats
-from ._samples import Key
-from ._validate import check_batch_sizes, check_fits_in_memory, check_int
-from .buckets import Buckets, as_buckets
-from .collate import BucketCollator
-from .errors import ShapeBucketError
-from .packing import pack_rows
+from .._validate import check_batch_sizes, check_fits_in_memory, check_int
+from ..errors import ShapeBucketError
+from ..plan.buckets import Buckets, as_buckets
+from ..plan.packing import pack_rows
+from .bucket import BucketCollator
+from .counters import CollateStats
+from .samples import Key
 
 __all__ = ["PackedCollator"]
 

@@ -24,7 +24,7 @@ def document_causal_mask(document_ids: torch.Tensor, *, causal: bool = True) -> 
     [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
     """
     if document_ids.ndim != 2:
-        from .errors import ShapeBucketError
+        from ..errors import ShapeBucketError
 
         raise ShapeBucketError(
             f"document_ids must be [rows, length], got shape {tuple(document_ids.shape)}"

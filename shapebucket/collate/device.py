@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ._samples import signed_view
+from .samples import signed_view
 
 __all__ = ["FlatBatch", "pad_flat", "triton_available"]
 

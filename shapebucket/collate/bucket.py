@@ -19,7 +19,6 @@ Conventions (all documented in ``docs/collate.md``):
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal, cast
@@ -27,8 +26,12 @@ from typing import Any, Literal, cast
 import numpy as np
 import torch
 
-from ._counters import CollateStats, SharedCounters
-from ._samples import (
+from .._validate import check_batch_sizes, check_fits_in_memory, check_int
+from ..errors import ShapeBucketError
+from ..plan.buckets import Buckets, as_buckets
+from .counters import CollateStats, SharedCounters
+from .device import FlatBatch
+from .samples import (
     SCALARS,
     Key,
     Where,
@@ -42,10 +45,6 @@ from ._samples import (
     stack_column,
     to_columns,
 )
-from ._validate import check_batch_sizes, check_fits_in_memory, check_int, renamed_argument
-from .buckets import Buckets, as_buckets
-from .device_pad import FlatBatch
-from .errors import ShapeBucketError
 
 __all__ = ["BucketCollator", "CollateStats"]
 
@@ -76,7 +75,7 @@ class BucketCollator:
         batch_sizes: rows per batch: pad a short batch with all-pad rows to
             this many rows (an int, or a mapping ``bucket length -> rows`` such
             as ``BucketBatchSampler.batch_sizes``) and add a bool row mask under
-            ``sample_mask_key``. ``pad_batch_to=`` is its old name (deprecated).
+            ``sample_mask_key``.
         batch_buckets: for inference: pad a batch's rows to the smallest of these
             sizes that holds its samples (serving systems' capture sizes, such as
             ``[1, 2, 4, 8, 16, 32]``), with the row mask; instead of ``batch_sizes``.
@@ -177,19 +176,6 @@ class BucketCollator:
     def reset_stats(self) -> None:
         """Set every counter back to zero (also for the workers of a running DataLoader)."""
         self._counters.reset()
-
-    def __getattr__(self, name: str) -> Any:
-        # only called for names not found: the old attribute name of batch_sizes
-        if name == "pad_batch_to":
-            import warnings
-
-            warnings.warn(
-                "BucketCollator.pad_batch_to is deprecated; use BucketCollator.batch_sizes",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            return self.batch_sizes
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def _table(self) -> Buckets:
@@ -633,21 +619,3 @@ class BucketCollator:
         if self.seq_dim:
             out = out.movedim(1, self.seq_dim + 1).contiguous()
         return out
-
-
-def _accept_old_name(init: Any) -> Any:
-    """``BucketCollator(pad_batch_to=...)``, the old name of ``batch_sizes=``, keeps working
-    for one release (with a DeprecationWarning) without being a dataclass field, so
-    ``dataclasses.replace`` and the repr see only the new name."""
-
-    @functools.wraps(init)
-    def __init__(self: BucketCollator, *args: Any, pad_batch_to: Any = None, **kwargs: Any) -> None:
-        kwargs["batch_sizes"] = renamed_argument(
-            "BucketCollator", "pad_batch_to", pad_batch_to, "batch_sizes", kwargs.get("batch_sizes")
-        )
-        init(self, *args, **kwargs)
-
-    return __init__
-
-
-setattr(BucketCollator, "__init__", _accept_old_name(BucketCollator.__init__))  # noqa: B010

@@ -20,12 +20,12 @@ from typing import Any
 
 import torch
 
-from . import _torch_compat as compat
-from ._validate import check_int, renamed_argument
-from .buckets import Buckets, as_buckets
-from .errors import ShapeBucketError
+from .. import _torch_compat as compat
+from .._validate import check_int
+from ..errors import ShapeBucketError
+from ..plan.buckets import Buckets, as_buckets
 
-__all__ = ["CompileCounter", "count_compiles", "mark_dynamic", "no_recompiles", "walk_batch"]
+__all__ = ["CompileCounter", "mark_dynamic", "no_recompiles", "walk_batch"]
 
 _warned_keys: set[str] = set()
 
@@ -57,13 +57,12 @@ def mark_dynamic(
     min: int | None = None,
     max: int | None = None,
     strict: bool = False,
-    keys: Sequence[str] | None = None,
 ) -> list[str]:
     """Mark dim ``dim`` of every tensor in a (nested) batch as dynamic; returns the marked paths.
 
     Non-tensors and tensors with no dim ``dim`` are skipped; ``sequence_keys``
     limits the marking to those top-level keys (or paths such as ``"0"``,
-    ``"[1]"``; ``keys=`` is its old, deprecated name).
+    ``"[1]"``).
 
     * ``strict=False`` (default) uses ``maybe_mark_dynamic``: if the model
       specialises the dim (a graph break on the length, a Python ``if`` on it),
@@ -85,7 +84,6 @@ def mark_dynamic(
     ['input_ids', 'pair[0]']
     """
     dim = check_int("dim", dim, minimum=0)
-    sequence_keys = renamed_argument("mark_dynamic", "keys", keys, "sequence_keys", sequence_keys)
     if sequence_keys is not None and (
         isinstance(sequence_keys, (str, bytes)) or not isinstance(sequence_keys, Sequence)
     ):
@@ -219,23 +217,6 @@ class CompileCounter:
 
     def __repr__(self) -> str:
         return f"CompileCounter(graphs={self.graphs}, recompiles={len(self.recompiles)})"
-
-
-def count_compiles() -> CompileCounter:
-    """Deprecated: use :class:`CompileCounter` directly (``with CompileCounter() as cc: ...``).
-
-    >>> import warnings
-    >>> with warnings.catch_warnings():
-    ...     warnings.simplefilter("ignore", DeprecationWarning)
-    ...     isinstance(count_compiles(), CompileCounter)
-    True
-    """
-    warnings.warn(
-        "count_compiles() is deprecated; use CompileCounter() (with CompileCounter() as cc: ...)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return CompileCounter()
 
 
 # -- no_recompiles --------------------------------------------------------------------

@@ -18,21 +18,21 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from . import _torch_compat as compat
-from ._progress import progress as progress_bar
-from ._validate import check_int, renamed_argument
-from .buckets import Buckets, as_buckets
-from .collate import BucketCollator, check_batch_sizes
-from .compile_cache import job_key, load_compile_cache, save_compile_cache
-from .errors import ShapeBucketError
-from .packed import PackedCollator
+from .. import _torch_compat as compat
+from .._progress import progress as progress_bar
+from .._validate import check_int
+from ..collate.bucket import BucketCollator, check_batch_sizes
+from ..collate.packed import PackedCollator
+from ..errors import ShapeBucketError
+from ..plan.buckets import Buckets, as_buckets
+from .cache import job_key, load_compile_cache, save_compile_cache
 from .recompiles import LIMIT_HITS, CompileCounter, no_recompiles
 from .state import Snapshot, restore, snapshot
 
@@ -180,8 +180,6 @@ def prewarm(
     batch_buckets: Sequence[int] | None = None,
     inference: bool = False,
     repeat: int = 1,
-    batch_size: int | Mapping[int, int] | None = None,
-    seq_keys: Sequence[str] | None = None,
 ) -> PrewarmReport:
     """Compile every bucket before training, then put the model back exactly as it was.
 
@@ -199,7 +197,7 @@ def prewarm(
 
     Afterwards parameters, buffers, ``.grad``s, the state of ``optimizer``,
     train/eval flags and the torch, numpy and Python RNG states are restored
-    bitwise, in place (:mod:`shapebucket.state`). An optimizer that ``step``
+    bitwise, in place (:mod:`shapebucket.compile.state`). An optimizer that ``step``
     uses but was not passed is found when it first steps (a global optimizer
     pre-hook, removed afterwards) and restored too (``report.optimizers_found``
     counts them); an LR scheduler stepped inside ``step`` is not, so step
@@ -250,8 +248,7 @@ def prewarm(
     When there are more buckets than the recompile limit, the limit is raised
     globally (torch sets a per-function limit only at ``torch.compile`` time) and
     the report says so; ``raise_limit=False`` raises :class:`ShapeBucketError`
-    instead. ``batch_size=`` and ``seq_keys=`` are the deprecated names of
-    ``batch_sizes=`` and of the collator's ``sequence_keys``.
+    instead.
 
     >>> model = torch.compile(torch.nn.Linear(4, 2), dynamic=False, backend="eager")
     >>> report = prewarm(model, [8, 16], make_batch=lambda n: torch.ones(n, 4), progress=False)
@@ -268,14 +265,10 @@ def prewarm(
             "collator must be the BucketCollator (or PackedCollator) that made the example, "
             f"got {type(collator).__name__}"
         )
-    batch_sizes = renamed_argument("prewarm", "batch_size", batch_size, "batch_sizes", batch_sizes)
     rows_for = check_batch_sizes(batch_sizes, buckets)
     padder = None
     if example is not None:
         padder = collator if collator is not None else BucketCollator(buckets)
-        if seq_keys is not None:
-            keys = renamed_argument("prewarm", "seq_keys", seq_keys, "sequence_keys", None)
-            padder = replace(padder, sequence_keys=list(keys))  # type: ignore[type-var]
     if specialize and not compat.supports_specialize_on():
         raise ShapeBucketError(
             f"prewarm(specialize=True) needs mark_dynamic(specialize_on=...), which torch "

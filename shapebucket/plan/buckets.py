@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ._validate import MAX_BUCKET, check_int, check_lengths, round_up
-from .errors import ShapeBucketError
+from .._validate import MAX_BUCKET, check_int, check_lengths, round_up
+from ..errors import ShapeBucketError
 
 __all__ = ["Buckets", "as_buckets"]
 
@@ -196,7 +196,7 @@ class Buckets:
         >>> Buckets([16, 32]).check_limit(8)
         """
         if limit is None:
-            from ._torch_compat import get_recompile_limit
+            from .._torch_compat import get_recompile_limit
 
             limit = get_recompile_limit()
         limit = check_int("limit", limit, minimum=1)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import _torch_compat as compat
+from .. import _torch_compat as compat
 
 MANIFEST = "manifest.json"
 

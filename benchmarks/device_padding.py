@@ -44,7 +44,7 @@ def main() -> None:
     lengths = mixture_lengths(50_000)
     buckets = fit_buckets(lengths, 8, align=8, batching="bucketed", max_len=256)
     sampler = BucketBatchSampler(lengths, buckets, batch_size=64)
-    collate = BucketCollator(buckets, batch_sizes=sampler.batch_sizes)
+    collate = BucketCollator(buckets, rows=sampler.rows)
     rng = np.random.default_rng(0)
     batches = []
     for idx in list(sampler)[: args.batches]:

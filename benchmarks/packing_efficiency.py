@@ -46,9 +46,9 @@ def grouped(lengths: np.ndarray, batch_size: int) -> tuple[float, int]:
 def bucketed(lengths: np.ndarray, batch_size: int, max_len: int) -> tuple[float, int]:
     buckets = fit_buckets(lengths, 8, align=8, batching="bucketed", max_len=max_len)
     sampler = BucketBatchSampler(lengths, buckets, batch_size=batch_size)
-    rows = sampler.batch_sizes
+    rows = sampler.rows
     used = sampler.batch_buckets().tolist()
-    computed = sum(rows[b] * b for b in used)  # short batches padded to full rows (batch_sizes)
+    computed = sum(rows[b] * b for b in used)  # short batches padded to full rows (rows)
     return float(lengths.sum()) / computed, len(set(used))
 
 
@@ -77,7 +77,7 @@ def main() -> None:
             f"  {'length-grouped, pad to longest x8':<34s} {g_eff:>11.1%} {'':>9s} {g_shapes:>6d}"
         )
         print(f"  {'BucketBatchSampler, 8 buckets':<34s} {b_eff:>11.1%} {'':>9s} {b_shapes:>6d}")
-        label = f"packed {list(fit.row_lengths)}"
+        label = f"packed {list(fit.buckets)}"
         print(
             f"  {label:<34s} {r.token_efficiency:>11.1%} {r.attention_efficiency:>9.1%} {r.shapes:>6d}"
         )

@@ -42,9 +42,9 @@ def child(mode: str) -> None:
     if mode == "packed":
         fit = shapebucket.fit_packing(lengths, 8, tokens_per_batch=1536, model_dim=128)
         collate = shapebucket.PackedCollator(
-            fit.row_lengths, rows=fit.rows, label_shift="none", mask_key=None
+            fit.buckets, rows=fit.rows, label_shift="none", mask_key=None
         )
-        buckets, rows = fit.row_lengths, fit.rows
+        buckets, rows = fit.buckets, fit.rows
 
         def make_batch(n: int) -> dict:
             ids = torch.randint(0, 512, (n,))

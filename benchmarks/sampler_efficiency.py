@@ -3,7 +3,7 @@
 Counts real tokens / computed tokens (batch rows x padded length) over an epoch
 of the project's length mixture, for random batches padded to their longest
 sample, random batches padded to fitted buckets, and BucketBatchSampler with
-fitted buckets (with and without pad rows from ``batch_sizes``).
+fitted buckets (with and without pad rows from ``rows``).
 
     python benchmarks/sampler_efficiency.py [--n 200000] [--batch-size 64]
 """
@@ -63,11 +63,11 @@ def main() -> None:
         ),
         (f"BucketBatchSampler, {fitted!r}", efficiency(lengths, bucket_batches, fitted_len)),
         (
-            "  same, short batches padded with batch_sizes",
+            "  same, short batches padded with rows",
             efficiency(lengths, bucket_batches, fitted_len, rows=full_rows),
         ),
         (
-            '  leftovers="promote", batch_sizes',
+            '  leftovers="promote", rows',
             efficiency(lengths, promoted, fitted_len, rows=full_rows),
         ),
     ]

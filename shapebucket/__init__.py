@@ -6,7 +6,7 @@
 """
 
 from .collate.attention import document_block_mask, document_causal_mask
-from .collate.bucket import BucketCollator, CollateStats
+from .collate.bucket import BucketCollator, CollateReport
 from .collate.device import FlatBatch
 from .collate.packed import PackedCollator
 from .compile.cache import load_compile_cache, save_compile_cache
@@ -15,29 +15,29 @@ from .compile.recompiles import CompileCounter, mark_dynamic, no_recompiles
 from .compile.regions import compile_regions
 from .errors import ShapeBucketError
 from .plan.buckets import Buckets
-from .plan.fit import KChoice, PaddingReport, choose_k, fit_buckets, padding_report
+from .plan.fit import KChoiceReport, PaddingReport, choose_k, fit_buckets, padding_report
 from .plan.packing import PackingReport, rows_for_tokens
-from .plan.packing_fit import PackingFit, fit_packing, packing_report
-from .plan.policies import PolicyComparison, compare_policies
-from .sampling.bucket import BucketBatchSampler, SamplerStats
+from .plan.packing_fit import PackingFitReport, fit_packing, packing_report
+from .plan.policies import PolicyReport, compare_policies
+from .sampling.bucket import BucketBatchSampler, SamplerReport
 from .sampling.packed import PackedBatchSampler
 
 __all__ = [
     "BucketBatchSampler",
     "BucketCollator",
     "Buckets",
-    "CollateStats",
+    "CollateReport",
     "CompileCounter",
     "FlatBatch",
-    "KChoice",
+    "KChoiceReport",
     "PackedBatchSampler",
     "PackedCollator",
-    "PackingFit",
+    "PackingFitReport",
     "PackingReport",
     "PaddingReport",
-    "PolicyComparison",
+    "PolicyReport",
     "PrewarmReport",
-    "SamplerStats",
+    "SamplerReport",
     "ShapeBucketError",
     "choose_k",
     "compare_policies",

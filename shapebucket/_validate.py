@@ -164,7 +164,7 @@ def check_lengths(
 
 
 def check_batch_sizes(
-    value: Any, buckets: Iterable[int], name: str = "batch_sizes"
+    value: Any, buckets: Iterable[int], name: str = "rows"
 ) -> int | dict[int, int] | None:
     """Rows per bucket, checked: ``None``, an int >= 1, or a mapping with an int >= 1 for every bucket.
 
@@ -181,7 +181,7 @@ def check_batch_sizes(
         if missing:
             raise ShapeBucketError(
                 f"{name} has no batch size for buckets {missing}; give one for every bucket "
-                f"{list(buckets)} (BucketBatchSampler.batch_sizes has them all)"
+                f"{list(buckets)} (BucketBatchSampler.rows has them all)"
             )
         return rows
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):

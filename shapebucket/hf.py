@@ -47,7 +47,7 @@ class BucketTrainer(Trainer):
     * The sampler uses ``per_device_train_batch_size``, ``seed``, and the
       world size and rank of the Trainer's arguments; it shards by itself, so
       the DataLoader is not re-sharded by ``accelerate``.
-    * Short batches are padded to the full batch size (``batch_sizes``)
+    * Short batches are padded to the full batch size (``rows``)
       without a ``sample_mask`` key, which models would reject: pad rows have
       an all-False attention mask and labels -100, so the loss ignores them.
     * Epochs: the Trainer's ``set_epoch`` reaches the sampler, so every epoch has
@@ -104,7 +104,7 @@ class BucketTrainer(Trainer):
         self.bucket_collator = BucketCollator(
             self.buckets,
             pad_values=pad_values,
-            batch_sizes=self.bucket_sampler.batch_sizes,
+            rows=self.bucket_sampler.rows,
             sample_mask_key=None,
         )
 

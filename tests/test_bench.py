@@ -111,14 +111,10 @@ def test_padding_invariance_check_fails_when_a_mask_is_broken(monkeypatch, capsy
     assert harness.check_padding_invariance(s) == []
     real = plans._collator
 
-    def broken(buckets, batch_sizes=None):
-        if (
-            batch_sizes is not None
-        ):  # shapebucket's: pad tokens count in the loss and are attended to
-            return BucketCollator(
-                buckets, pad_values={"labels": 0}, mask_key=None, batch_sizes=batch_sizes
-            )
-        return real(buckets, batch_sizes)
+    def broken(buckets, rows=None):
+        if rows is not None:  # shapebucket's: pad tokens count in the loss and are attended to
+            return BucketCollator(buckets, pad_values={"labels": 0}, mask_key=None, rows=rows)
+        return real(buckets, rows)
 
     monkeypatch.setattr(plans, "_collator", broken)
     problems = harness.check_padding_invariance(harness._setup(quick_args()))

@@ -51,14 +51,14 @@ def batches(draw):
 
 
 @given(batches(), st.sampled_from(["right", "left"]), st.one_of(st.none(), st.integers(6, 8)))
-def test_every_real_token_kept_in_place_and_mask_exact(batch, side, batch_sizes):
+def test_every_real_token_kept_in_place_and_mask_exact(batch, side, pad_rows):
     samples, lens, dtypes, container = batch
     choices = {"int": [7, -3, 1], "float": [7, -3.5, 1e30], "bool": [True, False, True]}
     pads = {f"k{k}": choices[dt][k] for k, dt in enumerate(dtypes)}
-    collate = BucketCollator(BUCKETS, padding_side=side, pad_values=pads, batch_sizes=batch_sizes)
+    collate = BucketCollator(BUCKETS, padding_side=side, pad_values=pads, rows=pad_rows)
     out = collate(samples)
     bucket = BUCKETS.bucket_for(max(lens))
-    rows = batch_sizes or len(samples)
+    rows = pad_rows or len(samples)
     mask = out["attention_mask"]
     assert mask.shape == (rows, bucket) and mask.dtype == torch.bool
     for k, dt in enumerate(dtypes):
@@ -75,7 +75,7 @@ def test_every_real_token_kept_in_place_and_mask_exact(batch, side, batch_sizes)
             assert mask[i].sum() == n and mask[i, real].all()
         assert (t[len(samples) :] == torch.tensor(pads[key]).to(t.dtype)).all()
     assert not mask[len(samples) :].any()
-    if batch_sizes:
+    if pad_rows:
         assert out["sample_mask"].tolist() == [True] * len(samples) + [False] * (
             rows - len(samples)
         )
@@ -134,16 +134,16 @@ def test_structures_scalars_and_objects():
 
 
 def test_batch_sizes_mapping_and_repr_and_pickle():
-    c = BucketCollator(BUCKETS, batch_sizes={4: 3, 8: 2, 16: 2, 32: 1})
+    c = BucketCollator(BUCKETS, rows={4: 3, 8: 2, 16: 2, 32: 1})
     assert c([[1, 2, 3]])[0].shape == (3, 4)
     assert c([[1] * 5])[0].shape == (2, 8)
-    assert "Buckets([4, 8, 16, 32])" in repr(c) and "batch_sizes" in repr(c)
+    assert "Buckets([4, 8, 16, 32])" in repr(c) and "rows" in repr(c)
     c([[1, 2]])
-    no_rows = BucketCollator(BUCKETS, batch_sizes=4, sample_mask_key=None)([{"input_ids": [1, 2]}])
+    no_rows = BucketCollator(BUCKETS, rows=4, sample_mask_key=None)([{"input_ids": [1, 2]}])
     assert set(no_rows) == {"input_ids", "attention_mask"} and no_rows["input_ids"].shape == (4, 4)
     clone = pickle.loads(pickle.dumps(c))
     assert clone.stats.batches == 0 and c.stats.batches == 3
-    assert clone.buckets == c.buckets and clone.batch_sizes == c.batch_sizes
+    assert clone.buckets == c.buckets and clone.rows == c.rows
 
 
 @pytest.mark.parametrize(
@@ -151,8 +151,8 @@ def test_batch_sizes_mapping_and_repr_and_pickle():
     [
         ({"padding_side": "middle"}, "'middle'"),
         ({"overflow": "drop"}, "'drop'"),
-        ({"batch_sizes": 0}, "got 0"),
-        ({"batch_sizes": {4: 2}}, r"buckets \[8, 16, 32\]"),
+        ({"rows": 0}, "got 0"),
+        ({"rows": {4: 2}}, r"buckets \[8, 16, 32\]"),
         ({"seq_dim": -1}, "got -1"),
         ({"pad_values": {"input_ids": "x"}}, r"pad_values\['input_ids'\].*'x'"),
         ({"sequence_keys": []}, r"got \[\]"),
@@ -180,8 +180,8 @@ def test_bad_configuration(kwargs, needle):
         ([{"x": torch.ones(2, 3)}, {"x": torch.ones(2, 4)}], {}, r"cannot batch 'x'.*\(2, 3\)"),
         (
             [{"a": [1]}, {"a": [1]}],
-            {"batch_sizes": 1},
-            "batch of 2 samples is larger than batch_sizes=1",
+            {"rows": 1},
+            "batch of 2 samples is larger than rows=1",
         ),
         ([{"a": [1]}], {"sequence_keys": ["b"]}, "sequence key 'b' is not in the samples"),
         ([{"a": 1}], {}, "no sequence value"),
@@ -275,12 +275,12 @@ def test_repad_equals_collating_the_samples_at_that_bucket(case):
     makes of the same samples at bucket b (cut to b with overflow='truncate')."""
     samples, settings, with_rows, target, rows = case
     n = len(samples)
-    collate = BucketCollator(Buckets([8, 16, 24]), batch_sizes=8 if with_rows else None, **settings)
+    collate = BucketCollator(Buckets([8, 16, 24]), rows=8 if with_rows else None, **settings)
     batch = collate(samples)
     reference = BucketCollator(
         Buckets([target]),
         overflow="truncate",
-        batch_sizes=rows if (with_rows or rows > n) else None,
+        rows=rows if (with_rows or rows > n) else None,
         **settings,
     )
     kept = samples[: min(rows, n)]
@@ -474,10 +474,10 @@ def test_errors_name_the_dataset_index():
 def test_user_sample_mask_key_is_not_overwritten():
     samples = [{"x": [1, 2], "sample_mask": 1}, {"x": [3], "sample_mask": 0}]
     with pytest.raises(ShapeBucketError, match="have a key 'sample_mask'"):
-        BucketCollator([4], batch_sizes=4)(samples)
-    out = BucketCollator([4], batch_sizes=4, sample_mask_key="rows")(samples)
+        BucketCollator([4], rows=4)(samples)
+    out = BucketCollator([4], rows=4, sample_mask_key="rows")(samples)
     assert out["sample_mask"].tolist() == [1, 0, 0, 0] and out["rows"].sum() == 2
-    # without batch_sizes nothing is added, so the key is the user's
+    # without rows nothing is added, so the key is the user's
     assert BucketCollator([4])(samples)["sample_mask"].tolist() == [1, 0]
 
 
@@ -561,7 +561,7 @@ def test_fixed_shape_tensors_next_to_sequences_are_stacked():
         ShapeBucketError, match=r"pass sequence_keys=\['decoder_input_ids', 'labels'\]"
     ):
         BucketCollator([8])(samples)
-    collate = BucketCollator([8], sequence_keys=["decoder_input_ids", "labels"], batch_sizes=4)
+    collate = BucketCollator([8], sequence_keys=["decoder_input_ids", "labels"], rows=4)
     out = collate(samples)
     assert out["pixel_values"].shape == (4, 3, 4, 4) and torch.equal(
         out["pixel_values"][:3], torch.stack(images)
@@ -573,8 +573,8 @@ def test_fixed_shape_tensors_next_to_sequences_are_stacked():
 
 
 def test_batch_buckets_pad_rows_to_the_smallest_size_that_holds_the_batch():
-    collate = BucketCollator([8], batch_buckets=[4, 1, 2])
-    assert collate.batch_buckets == [1, 2, 4]
+    collate = BucketCollator([8], row_buckets=[4, 1, 2])
+    assert collate.row_buckets == [1, 2, 4]
     for n, rows in [(1, 1), (2, 2), (3, 4), (4, 4)]:
         batch = collate([{"input_ids": [1, 2]}] * n)
         assert batch["input_ids"].shape == (rows, 8)
@@ -582,8 +582,8 @@ def test_batch_buckets_pad_rows_to_the_smallest_size_that_holds_the_batch():
     with pytest.raises(ShapeBucketError, match="larger than the largest batch bucket 4"):
         collate([{"input_ids": [1]}] * 5)
     with pytest.raises(ShapeBucketError, match="not both"):
-        BucketCollator([8], batch_buckets=[1], batch_sizes=2)
+        BucketCollator([8], row_buckets=[1], rows=2)
     with pytest.raises(ShapeBucketError, match="at least one size"):
-        BucketCollator([8], batch_buckets=[])
-    with pytest.raises(ShapeBucketError, match=r"batch_buckets\[1\]"):
-        BucketCollator([8], batch_buckets=[1, 0])
+        BucketCollator([8], row_buckets=[])
+    with pytest.raises(ShapeBucketError, match=r"row_buckets\[1\]"):
+        BucketCollator([8], row_buckets=[1, 0])

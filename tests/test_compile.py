@@ -163,8 +163,8 @@ SHAPE_CASES = {
         lambda n, g: {"input_ids": ids(n, g), "feat": torch.randn(8, generator=g)},
         same,
     ),
-    "rows from batch_sizes": (
-        BucketCollator(BUCKETS, batch_sizes={8: 4, 16: 3, 24: 3}),
+    "rows from rows": (
+        BucketCollator(BUCKETS, rows={8: 4, 16: 3, 24: 3}),
         lambda n, g: {"input_ids": ids(n, g)},
         same,
     ),
@@ -218,7 +218,7 @@ def test_prewarm_rows_pad_with_pad_rows_and_prewarm_batch_sizes_win():
         Buckets([4, 16]),
         example=batch_of([5, 7, 3]),
         step=lambda b: seen.append({k: v.clone() for k, v in b.items()}),
-        batch_sizes={4: 5, 16: 2},
+        rows={4: 5, 16: 2},
         collator=COLLATE,
         verify=False,
         progress=False,
@@ -258,13 +258,11 @@ def test_prewarm_bad_arguments():
     with pytest.raises(ShapeBucketError, match="exactly one of example"):
         prewarm(None, BUCKETS, step=lambda b: None)
     with pytest.raises(ShapeBucketError, match=r"no batch size for buckets \[24\]"):
-        prewarm(
-            None, BUCKETS, example=batch_of([3]), step=lambda b: None, batch_sizes={8: 2, 16: 2}
-        )
+        prewarm(None, BUCKETS, example=batch_of([3]), step=lambda b: None, rows={8: 2, 16: 2})
     with pytest.raises(ShapeBucketError, match="collator must be the BucketCollator"):
         prewarm(None, BUCKETS, example=batch_of([3]), step=lambda b: None, collator=lambda s: s)
-    with pytest.raises(ShapeBucketError, match="batch_sizes must be >= 1, got 0"):
-        prewarm(None, BUCKETS, example=batch_of([3]), step=lambda b: None, batch_sizes=0)
+    with pytest.raises(ShapeBucketError, match="rows must be >= 1, got 0"):
+        prewarm(None, BUCKETS, example=batch_of([3]), step=lambda b: None, rows=0)
 
 
 def test_recompile_limit_raised_or_refused():

@@ -64,7 +64,7 @@ def batches(draw):
         pad_values={"x": pad},
         padding_side=side,
         seq_dim=seq_dim,
-        batch_sizes=rows,
+        rows=rows,
         sequence_keys=["x"],
     )
     return collate, samples
@@ -117,7 +117,7 @@ def test_triton_kernel_equals_the_collator_under_the_interpreter(monkeypatch, ca
 
 
 def test_flat_counts_the_batch_and_refuses_tuples():
-    collate = BucketCollator([8], batch_sizes=4)
+    collate = BucketCollator([8], rows=4)
     flat = collate.flat([{"input_ids": [1, 2, 3]}, {"input_ids": [4]}])
     assert isinstance(flat, FlatBatch)
     assert collate.stats.batches == 1 and collate.stats.padded_tokens == 4 * 8 - 4
@@ -129,7 +129,7 @@ def test_flat_counts_the_batch_and_refuses_tuples():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_finish_with_triton_equals_the_collator():
-    collate = BucketCollator([8, 16], batch_sizes=4, pad_values={"labels": -100})
+    collate = BucketCollator([8, 16], rows=4, pad_values={"labels": -100})
     samples = [
         {"input_ids": torch.randint(0, 100, (n,)), "labels": torch.randint(0, 100, (n,))}
         for n in (3, 16, 7)

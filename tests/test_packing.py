@@ -47,13 +47,13 @@ def samples_for(lengths, seed=0, vocab=50):
 
 @st.composite
 def packing_setups(draw):
-    row_lengths = sorted(draw(st.sets(st.integers(2, 40), min_size=1, max_size=3)))
-    lengths = draw(st.lists(st.integers(1, row_lengths[-1]), min_size=1, max_size=60))
-    rows = {L: draw(st.integers(1, 4)) for L in row_lengths}
+    buckets = sorted(draw(st.sets(st.integers(2, 40), min_size=1, max_size=3)))
+    lengths = draw(st.lists(st.integers(1, buckets[-1]), min_size=1, max_size=60))
+    rows = {L: draw(st.integers(1, 4)) for L in buckets}
     replicas = draw(st.integers(1, 3))
     window = draw(st.integers(1, 70))
     pad = draw(st.sampled_from([0, -1, 7, -100]))
-    return row_lengths, lengths, rows, replicas, window, pad
+    return buckets, lengths, rows, replicas, window, pad
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -61,21 +61,19 @@ def packing_setups(draw):
 def test_every_token_of_every_sample_sits_in_one_row_and_the_mask_admits_only_its_document(
     setup, seed
 ):
-    row_lengths, lengths, rows, replicas, window, pad = setup
+    buckets, lengths, rows, replicas, window, pad = setup
     samples = samples_for(lengths, seed)
-    collate = PackedCollator(
-        row_lengths, rows=rows, pad_values={"input_ids": pad}, label_shift="none"
-    )
+    collate = PackedCollator(buckets, rows=rows, pad_values={"input_ids": pad}, label_shift="none")
     per_rank = [
         list(
             PackedBatchSampler(
-                lengths, row_lengths, rows=rows, seed=seed, window=window,
+                lengths, buckets, rows=rows, seed=seed, window=window,
                 num_replicas=replicas, rank=r,
             )
         )
         for r in range(replicas)
     ]  # fmt: skip
-    plan = plan_packing(lengths, row_lengths, rows, seed=seed, num_replicas=replicas, window=window)
+    plan = plan_packing(lengths, buckets, rows, seed=seed, num_replicas=replicas, window=window)
     seen: collections.Counter[int] = collections.Counter()
     for step in range(len(per_rank[0])):
         shapes = set()
@@ -85,8 +83,8 @@ def test_every_token_of_every_sample_sits_in_one_row_and_the_mask_admits_only_it
             ids, pos, doc = batch["input_ids"], batch["position_ids"], batch["document_ids"]
             R, L = ids.shape
             shapes.add((R, L))
-            assert L in row_lengths and rows[L] == R
-            assert Buckets(row_lengths).bucket_for(max(lengths[i] for i in idx)) == L
+            assert L in buckets and rows[L] == R
+            assert Buckets(buckets).bucket_for(max(lengths[i] for i in idx)) == L
             covered = torch.zeros(R, L, dtype=torch.bool)
             for i in idx:  # find each sample: one row, contiguous, positions 0..n-1
                 seen[i] += 1
@@ -128,16 +126,16 @@ def test_every_token_of_every_sample_sits_in_one_row_and_the_mask_admits_only_it
     st.sampled_from([[32], [16, 32], [8, 16, 32]]),
     st.integers(1, 4),
 )
-def test_the_collator_rebuilds_the_planned_rows(lengths, row_lengths, rows):
+def test_the_collator_rebuilds_the_planned_rows(lengths, buckets, rows):
     """The sampler's order is the layout: filling rows in order never needs more rows
     than the plan has, and the row length is the plan's."""
-    plan = plan_packing(lengths, row_lengths, rows, seed=1, window=17)
+    plan = plan_packing(lengths, buckets, rows, seed=1, window=17)
     for t in range(len(plan)):
         idx = plan.batch(t)
         L = int(plan.row_length[t])
         row, _ = pack_rows([lengths[i] for i in idx], L)
         assert row[-1] + 1 <= rows
-        assert Buckets(row_lengths).bucket_for(max(lengths[i] for i in idx)) == L
+        assert Buckets(buckets).bucket_for(max(lengths[i] for i in idx)) == L
     r = plan.report
     assert r.real_tokens == sum(lengths)
     assert r.computed_tokens == sum(int(L) * rows for L in plan.row_length)
@@ -167,10 +165,10 @@ def test_plan_is_a_function_of_seed_and_epoch():
 def test_mixture_packs_above_97_percent_in_at_most_8_shapes():
     lengths = mixture_lengths(200_000)
     fit = fit_packing(lengths, 8, tokens_per_batch=1536, model_dim=128)
-    sampler = PackedBatchSampler(lengths, fit.row_lengths, rows=fit.rows)
+    sampler = PackedBatchSampler(lengths, fit.buckets, rows=fit.rows)
     assert sampler.stats.token_efficiency >= 0.97
     assert sampler.stats.shapes <= 8
-    shapes = {(fit.rows[L], L) for L in sampler.batch_row_lengths().tolist()}
+    shapes = {(fit.rows[L], L) for L in sampler.batch_buckets().tolist()}
     assert len(shapes) == sampler.stats.shapes
 
 
@@ -231,7 +229,7 @@ def test_fit_packing_reports_every_candidate():
     assert "<- chosen" in fit.table()
     best = max(rep.token_efficiency for _, rep in fit.candidates)
     assert fit.report.token_efficiency >= best - 0.01
-    assert fit.rows == rows_for_tokens(fit.row_lengths, 1024)
+    assert fit.rows == rows_for_tokens(fit.buckets, 1024)
     with pytest.raises(ShapeBucketError, match="max_len=100 is shorter than the longest sample"):
         fit_packing(lengths, 4, tokens_per_batch=1024, max_len=100)
 
@@ -393,16 +391,14 @@ def test_prewarm_covers_every_packed_shape_and_training_never_recompiles():
     for s in samples:
         del s["idx"]
     fit = fit_packing(lengths, 3, tokens_per_batch=256)
-    sampler = PackedBatchSampler(lengths, fit.row_lengths, rows=fit.rows)
-    collate = PackedCollator(fit.row_lengths, rows=fit.rows, label_shift="none", mask_key=None)
+    sampler = PackedBatchSampler(lengths, fit.buckets, rows=fit.rows)
+    collate = PackedCollator(fit.buckets, rows=fit.rows, label_shift="none", mask_key=None)
     model = GPT(GPTConfig(vocab=50, dim=16, layers=1, heads=2, max_len=256))
     compiled = torch.compile(model, dynamic=False, backend="eager", fullgraph=True)
     batches = [collate([samples[i] for i in b]) for b in sampler]
-    report = prewarm(
-        compiled, fit.row_lengths, example=batches[0], collator=collate, progress=False
-    )
-    assert report.total_graphs == len(fit.row_lengths)
-    with CompileCounter() as cc, no_recompiles(fit.row_lengths):
+    report = prewarm(compiled, fit.buckets, example=batches[0], collator=collate, progress=False)
+    assert report.total_graphs == len(fit.buckets)
+    with CompileCounter() as cc, no_recompiles(fit.buckets):
         for b in batches:
             compiled(**b).backward()
     assert cc.graphs == 0

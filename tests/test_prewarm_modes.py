@@ -85,7 +85,7 @@ def test_no_recompile_after_prewarm_and_state_restored_bitwise(mode):
         lengths_per_batch = [[3, 5, 7], [9, 2, 4], [30, 1], [16, 8, 8]]
     else:
         collate = BucketCollator(
-            BUCKETS, sequence_keys=["input_ids", "labels"], batch_sizes=2, sample_mask_key=None
+            BUCKETS, sequence_keys=["input_ids", "labels"], rows=2, sample_mask_key=None
         )
         lengths_per_batch = [[3, 5], [9, 2], [30, 1], [16, 8]]
     if mode == "regional":
@@ -146,7 +146,7 @@ def test_inference_prewarm_covers_every_length_and_batch_bucket():
 
     compiled = torch.compile(serve, dynamic=False, backend="eager", fullgraph=True)
     collate = BucketCollator(
-        BUCKETS, sequence_keys=["input_ids"], batch_buckets=[1, 4], sample_mask_key=None
+        BUCKETS, sequence_keys=["input_ids"], row_buckets=[1, 4], sample_mask_key=None
     )
     example = collate([{"input_ids": [1, 2, 3]}])
     report = prewarm(
@@ -154,7 +154,7 @@ def test_inference_prewarm_covers_every_length_and_batch_bucket():
         BUCKETS,
         example=example,
         collator=collate,
-        batch_buckets=[1, 4],
+        row_buckets=[1, 4],
         inference=True,
         progress=False,
     )
@@ -189,7 +189,7 @@ def test_reduce_overhead_prewarm_records_every_bucket_and_training_never_recompi
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     fwd = torch.compile(model, mode="reduce-overhead", dynamic=False)
     collate = BucketCollator(
-        BUCKETS, sequence_keys=["input_ids", "labels"], batch_sizes=2, sample_mask_key=None
+        BUCKETS, sequence_keys=["input_ids", "labels"], rows=2, sample_mask_key=None
     )
 
     def on_gpu(batch):

@@ -28,9 +28,9 @@ def configs(draw):
         leftovers=draw(st.sampled_from(["keep", "promote"])),
     )
     if by_tokens:
-        kwargs["max_tokens"] = draw(st.integers(32, 200))
+        kwargs["tokens_per_batch"] = draw(st.integers(32, 200))
         kwargs["batch_multiple"] = draw(st.sampled_from([1, 2]))
-        if kwargs["max_tokens"] // 32 < kwargs["batch_multiple"]:
+        if kwargs["tokens_per_batch"] // 32 < kwargs["batch_multiple"]:
             kwargs["batch_multiple"] = 1
     else:
         kwargs["batch_size"] = draw(st.integers(1, 9))
@@ -80,7 +80,7 @@ def test_each_index_once_or_counted(cfg, replicas):
 def test_batches_fit_smallest_bucket_and_budget(cfg):
     lengths, kwargs = cfg
     s = BucketBatchSampler(lengths, BUCKETS, **kwargs)
-    collate = BucketCollator(BUCKETS, batch_sizes=s.batch_sizes, mask_key=None)
+    collate = BucketCollator(BUCKETS, rows=s.rows, mask_key=None)
     shapes, collated = set(), set()
     for batch, plan in zip(s, s.batch_buckets(epoch=0).tolist(), strict=True):
         assert batch
@@ -90,12 +90,12 @@ def test_batches_fit_smallest_bucket_and_budget(cfg):
             assert smallest == bucket == plan  # no smaller bucket fits all of them
         else:
             assert bucket <= plan  # promoted leftovers come from smaller buckets
-        if "max_tokens" in kwargs:
-            assert len(batch) * plan <= kwargs["max_tokens"]
+        if "tokens_per_batch" in kwargs:
+            assert len(batch) * plan <= kwargs["tokens_per_batch"]
         shapes.add((len(batch), bucket))
         collated.add(tuple(collate([[1] * int(lengths[i]) for i in batch])[0].shape))
-    # paired with batch_sizes=sampler.batch_sizes, there is one shape per bucket at most
-    assert collated <= {(n, b) for b, n in s.batch_sizes.items()}
+    # paired with rows=sampler.rows, there is one shape per bucket at most
+    assert collated <= {(n, b) for b, n in s.rows.items()}
     if kwargs["leftovers"] == "keep":
         assert len(shapes) == s.stats.shapes
         used = len(set(BUCKETS.bucket_for_many(lengths).tolist()))
@@ -160,9 +160,9 @@ def test_promote_and_drop_counts():
 
 def test_max_tokens_batch_sizes_and_collator_pairing():
     lengths = np.random.default_rng(1).integers(1, 33, 300)
-    s = BucketBatchSampler(lengths, BUCKETS, max_tokens=64, batch_multiple=2)
-    assert s.batch_sizes == {4: 16, 8: 8, 16: 4, 32: 2}
-    collate = BucketCollator(BUCKETS, batch_sizes=s.batch_sizes)
+    s = BucketBatchSampler(lengths, BUCKETS, tokens_per_batch=64, batch_multiple=2)
+    assert s.rows == {4: 16, 8: 8, 16: 4, 32: 2}
+    collate = BucketCollator(BUCKETS, rows=s.rows)
     shapes = {tuple(collate([[1] * int(lengths[i]) for i in b])[0].shape) for b in s}
     assert shapes <= {(16, 4), (8, 8), (4, 16), (2, 32)}
 
@@ -173,10 +173,10 @@ def test_max_tokens_batch_sizes_and_collator_pairing():
         ([[3, 0, 4]], {"batch_size": 2}, "sample 1 has length 0"),
         ([[3, -2]], {"batch_size": 2}, "sample 1 has length -2"),
         ([[3, 40]], {"batch_size": 2}, r"sample 1 has length 40 > largest bucket 32"),
-        ([[3]], {}, "exactly one of batch_size and max_tokens"),
-        ([[3]], {"batch_size": 2, "max_tokens": 64}, "exactly one"),
-        ([[3]], {"max_tokens": 31}, "max_tokens=31 .* use max_tokens >= 32"),
-        ([[3]], {"max_tokens": 40, "batch_multiple": 2}, "use max_tokens >= 64"),
+        ([[3]], {}, "exactly one of batch_size and tokens_per_batch"),
+        ([[3]], {"batch_size": 2, "tokens_per_batch": 64}, "exactly one"),
+        ([[3]], {"tokens_per_batch": 31}, "tokens_per_batch=31 .* use tokens_per_batch >= 32"),
+        ([[3]], {"tokens_per_batch": 40, "batch_multiple": 2}, "use tokens_per_batch >= 64"),
         ([[3]], {"batch_size": 0}, "batch_size must be >= 1, got 0"),
         ([[3]], {"batch_size": 2, "num_replicas": 2, "rank": 2}, "rank 2 is not < num_replicas 2"),
         ([[3]], {"batch_size": 2, "leftovers": "merge"}, "'merge'"),
@@ -219,7 +219,7 @@ class Lengths(Dataset):
 def test_dataloader_workers(method):
     lengths = np.random.default_rng(2).integers(1, 33, 100)
     sampler = BucketBatchSampler(lengths, BUCKETS, batch_size=8, seed=1)
-    collate = BucketCollator(BUCKETS, batch_sizes=8)
+    collate = BucketCollator(BUCKETS, rows=8)
     want = [
         b["input_ids"]
         for b in DataLoader(Lengths(lengths), batch_sampler=sampler, collate_fn=collate)
@@ -300,9 +300,9 @@ def test_settings_are_read_only_after_the_plan():
         s.lengths[0] = 30
     s.set_epoch(0)
     assert list(s) == before and "drop_last=False" in repr(s)
-    sizes = s.batch_sizes
+    sizes = s.rows
     sizes[4] = 99  # a copy: the plan is not changed through it
-    assert s.batch_sizes[4] == 2
+    assert s.rows[4] == 2
 
 
 @given(configs(), st.integers(1, 3), st.integers(0, 3))
@@ -310,7 +310,7 @@ def test_plan_functions_alone_give_the_samplers_batches(cfg, replicas, epoch):
     """plan_steps + plan_epoch, called directly, reproduce what the sampler yields."""
     lengths, kwargs = cfg
     s = BucketBatchSampler(lengths, BUCKETS, num_replicas=replicas, rank=0, **kwargs)
-    sizes = [s.batch_sizes[b] for b in BUCKETS]
+    sizes = [s.rows[b] for b in BUCKETS]
     plan = plan_steps(
         np.bincount(s.bucket_index, minlength=len(BUCKETS)),
         sizes,

@@ -48,7 +48,7 @@ def main():
     sampler = shapebucket.BucketBatchSampler(
         lengths, buckets, batch_size=8, seed=0
     )  # world/rank from dist
-    collate = shapebucket.BucketCollator(buckets, batch_sizes=sampler.batch_sizes)
+    collate = shapebucket.BucketCollator(buckets, rows=sampler.rows)
     loader = DataLoader(RandomTokens(lengths), batch_sampler=sampler, collate_fn=collate)
 
     model = DDP(GPT(GPTConfig(vocab=256, dim=32, layers=1, heads=2, max_len=int(buckets.max_len))))

@@ -3,7 +3,7 @@
 Requests arrive in batches of 1 to 16 prompts of 3 to 64 tokens. Each batch is
 padded to a length bucket (16, 32, 64) *and* a batch-size bucket (1, 4, 16),
 like the capture sizes of serving systems, so the model sees at most 9 shapes;
-`prewarm(..., batch_buckets=..., inference=True)` compiles all 9 forward-only
+`prewarm(..., row_buckets=..., inference=True)` compiles all 9 forward-only
 under `torch.inference_mode()` before the first request, and the serving loop
 runs inside `no_recompiles()`.
 
@@ -36,7 +36,7 @@ def main() -> None:
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab=100, dim=32, layers=2, heads=4, max_len=64)).eval()
     collate = shapebucket.BucketCollator(
-        LENGTHS, sequence_keys=["input_ids"], batch_buckets=BATCHES, sample_mask_key=None
+        LENGTHS, sequence_keys=["input_ids"], row_buckets=BATCHES, sample_mask_key=None
     )
 
     def serve(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -58,7 +58,7 @@ def main() -> None:
         LENGTHS,
         example=collate(request(1)),
         collator=collate,
-        batch_buckets=BATCHES,
+        row_buckets=BATCHES,
         inference=True,
         progress=False,
     )

@@ -93,7 +93,7 @@ STRATEGIES: dict[str, Strategy] = {
         "buckets",
         {"dynamic": False},
         prewarm=True,
-        about="fitted buckets, BucketBatchSampler, batch_sizes rows, prewarmed, dynamic=False",
+        about="fitted buckets, BucketBatchSampler, rows rows, prewarmed, dynamic=False",
     ),
     "shapebucket-specialized": Strategy(
         "buckets",
@@ -106,7 +106,7 @@ STRATEGIES: dict[str, Strategy] = {
         "tokens",
         {"dynamic": False},
         prewarm=True,
-        about="fitted buckets, BucketBatchSampler(max_tokens=...), prewarmed",
+        about="fitted buckets, BucketBatchSampler(tokens_per_batch=...), prewarmed",
     ),
     "shapebucket-packed-eager": Strategy(
         "packed",
@@ -284,7 +284,7 @@ def _prepare(name: str, s: Setup, fam: Family) -> _Runner:
                 fam.buckets,
                 example=fam.warmup[0],
                 collator=fam.collate,
-                batch_sizes=fam.batch_sizes,
+                rows=fam.rows,
                 step=step,
                 optimizer=opt,
                 progress=False,
@@ -531,7 +531,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult],
         "packing": None
         if "packed" not in families or families["packed"].packing is None
         else {
-            "row_lengths": list(families["packed"].packing.row_lengths),
+            "buckets": list(families["packed"].packing.buckets),
             "rows": {str(k): v for k, v in families["packed"].packing.rows.items()},
             "token_efficiency": families["packed"].packing.report.token_efficiency,
             "attention_efficiency": families["packed"].packing.report.attention_efficiency,

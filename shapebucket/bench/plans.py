@@ -16,7 +16,7 @@ from .._validate import round_up
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
 from ..plan.buckets import Buckets
-from ..plan.packing_fit import PackingFit, fit_packing
+from ..plan.packing_fit import PackingFitReport, fit_packing
 from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
 from .peers import length_grouped_indices
@@ -61,8 +61,8 @@ class Family:
     timed: list[dict[str, Any]] = field(default_factory=list)
     timed_real: list[int] = field(default_factory=list)  # real tokens of each timed batch
     buckets: Buckets | None = None  # for packing: the row lengths
-    batch_sizes: int | dict[int, int] | None = None
-    packing: PackingFit | None = None
+    rows: int | dict[int, int] | None = None
+    packing: PackingFitReport | None = None
 
     @property
     def padded(self) -> list[int]:
@@ -89,8 +89,8 @@ def make_samples(
     return get
 
 
-def _collator(buckets: Buckets, batch_sizes: Any = None) -> BucketCollator:
-    return BucketCollator(buckets, sequence_keys=SEQUENCE_KEYS, batch_sizes=batch_sizes)
+def _collator(buckets: Buckets, rows: Any = None) -> BucketCollator:
+    return BucketCollator(buckets, sequence_keys=SEQUENCE_KEYS, rows=rows)
 
 
 def plan_family(family: str, s: Setup) -> Family:
@@ -111,28 +111,26 @@ def plan_family(family: str, s: Setup) -> Family:
                 "has one image per sample"
             )
         fit = fit_packing(L, a.k, tokens_per_batch=a.tokens_per_batch, align=8, model_dim=a.dim)
-        packer = PackedBatchSampler(L, fit.row_lengths, rows=fit.rows, seed=a.seed)
+        packer = PackedBatchSampler(L, fit.buckets, rows=fit.rows, seed=a.seed)
         epoch = [np.asarray(b) for b in packer]
-        shapes = [(fit.rows[n], n) for n in packer.batch_row_lengths().tolist()]
+        shapes = [(fit.rows[n], n) for n in packer.batch_buckets().tolist()]
         collate = PackedCollator(
-            fit.row_lengths,
+            fit.buckets,
             rows=fit.rows,
             sequence_keys=SEQUENCE_KEYS,
             mask_key=None,
             label_shift="none",  # the bench samples carry labels aligned with their tokens
         )
-        return Family(
-            collate, epoch, shapes, buckets=fit.row_lengths, batch_sizes=fit.rows, packing=fit
-        )
+        return Family(collate, epoch, shapes, buckets=fit.buckets, rows=fit.rows, packing=fit)
     if family == "buckets":
         sampler = BucketBatchSampler(L, s.buckets, batch_size=a.batch_size, seed=a.seed)
     else:
-        sampler = BucketBatchSampler(L, s.buckets, max_tokens=a.max_tokens, seed=a.seed)
-    rows = sampler.batch_sizes
+        sampler = BucketBatchSampler(L, s.buckets, tokens_per_batch=a.max_tokens, seed=a.seed)
+    rows = sampler.rows
     epoch = [np.asarray(b) for b in sampler]
     lengths = [s.buckets.bucket_for(int(L[b].max())) for b in epoch]
     shapes = [(rows[n], n) for n in lengths]
-    return Family(_collator(s.buckets, rows), epoch, shapes, buckets=s.buckets, batch_sizes=rows)
+    return Family(_collator(s.buckets, rows), epoch, shapes, buckets=s.buckets, rows=rows)
 
 
 def systematic_sample(

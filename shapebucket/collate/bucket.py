@@ -9,7 +9,7 @@ Conventions (all documented in ``docs/collate.md``):
 
 * Samples are dicts (output: dict), tuples/lists of fields (output: tuple), or
   bare sequences (output: a tuple ``(padded, mask)``, or the padded tensor alone
-  when ``mask_key=None`` and ``batch_sizes`` is unset).
+  when ``mask_key=None`` and ``rows`` is unset).
 * Python ints become int64, Python floats float32, bools bool; numpy arrays and
   tensors keep their dtype.
 * ``overflow="truncate"`` keeps the *first* ``max_len`` tokens with right
@@ -29,7 +29,7 @@ import torch
 from .._validate import check_batch_sizes, check_fits_in_memory, check_int
 from ..errors import ShapeBucketError
 from ..plan.buckets import Buckets, as_buckets
-from .counters import CollateStats, SharedCounters
+from .counters import CollateReport, SharedCounters
 from .device import FlatBatch
 from .samples import (
     SCALARS,
@@ -46,7 +46,7 @@ from .samples import (
     to_columns,
 )
 
-__all__ = ["BucketCollator", "CollateStats"]
+__all__ = ["BucketCollator", "CollateReport"]
 
 
 def _check_pad_value(key: Key, value: Any) -> None:
@@ -72,13 +72,13 @@ class BucketCollator:
         padding_side: ``"right"`` or ``"left"``.
         mask_key: name of the bool mask added (True on real tokens) when the
             samples do not carry it; ``None`` adds none.
-        batch_sizes: rows per batch: pad a short batch with all-pad rows to
+        rows: rows per batch: pad a short batch with all-pad rows to
             this many rows (an int, or a mapping ``bucket length -> rows`` such
-            as ``BucketBatchSampler.batch_sizes``) and add a bool row mask under
+            as ``BucketBatchSampler.rows``) and add a bool row mask under
             ``sample_mask_key``.
-        batch_buckets: for inference: pad a batch's rows to the smallest of these
+        row_buckets: for inference: pad a batch's rows to the smallest of these
             sizes that holds its samples (serving systems' capture sizes, such as
-            ``[1, 2, 4, 8, 16, 32]``), with the row mask; instead of ``batch_sizes``.
+            ``[1, 2, 4, 8, 16, 32]``), with the row mask; instead of ``rows``.
         sample_mask_key: where the row mask goes (default ``"sample_mask"``);
             ``None`` adds none, for models that reject unknown keys (pad rows
             still have an all-False mask and labels -100).
@@ -93,7 +93,7 @@ class BucketCollator:
     (``-100`` in ``uint8``), samples whose dtypes do not promote without loss
     (ids above 2**24 next to floats), and Python ints outside int64 raise a
     :class:`ShapeBucketError`. ``collator.stats`` counts batches, tokens and
-    truncation, exactly also with DataLoader workers (see :class:`CollateStats`).
+    truncation, exactly also with DataLoader workers (see :class:`CollateReport`).
 
     >>> collate = BucketCollator(buckets=Buckets([8, 16]))
     >>> batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4] * 9}])
@@ -108,8 +108,8 @@ class BucketCollator:
     sequence_keys: Sequence[Key] | None = None
     padding_side: Literal["right", "left"] = "right"
     mask_key: str | None = "attention_mask"
-    batch_sizes: int | Mapping[int, int] | None = None
-    batch_buckets: Sequence[int] | None = None
+    rows: int | Mapping[int, int] | None = None
+    row_buckets: Sequence[int] | None = None
     overflow: Literal["error", "truncate"] = "error"
     seq_dim: int = 0
     sample_mask_key: str | None = "sample_mask"
@@ -146,30 +146,29 @@ class BucketCollator:
             self.sequence_keys = list(self.sequence_keys)
             if not self.sequence_keys:
                 raise ShapeBucketError("sequence_keys must name at least one key, got []")
-        self.batch_sizes = check_batch_sizes(self.batch_sizes, self._table)
-        if self.batch_buckets is not None:
-            if self.batch_sizes is not None:
+        self.rows = check_batch_sizes(self.rows, self._table)
+        if self.row_buckets is not None:
+            if self.rows is not None:
                 raise ShapeBucketError(
-                    "pass batch_sizes (rows per bucket, training) or batch_buckets (row counts to "
+                    "pass rows (rows per bucket, training) or batch_buckets (row counts to "
                     "pad to, inference), not both"
                 )
-            if isinstance(self.batch_buckets, (str, bytes)) or not isinstance(
-                self.batch_buckets, Sequence
+            if isinstance(self.row_buckets, (str, bytes)) or not isinstance(
+                self.row_buckets, Sequence
             ):
                 raise ShapeBucketError(
-                    f"batch_buckets must be a list of ints >= 1, got {self.batch_buckets!r}"
+                    f"row_buckets must be a list of ints >= 1, got {self.row_buckets!r}"
                 )
             sizes = [
-                check_int(f"batch_buckets[{i}]", v, minimum=1)
-                for i, v in enumerate(self.batch_buckets)
+                check_int(f"row_buckets[{i}]", v, minimum=1) for i, v in enumerate(self.row_buckets)
             ]
             if not sizes:
-                raise ShapeBucketError("batch_buckets must hold at least one size, got []")
-            self.batch_buckets = sorted(set(sizes))
+                raise ShapeBucketError("row_buckets must hold at least one size, got []")
+            self.row_buckets = sorted(set(sizes))
         self._counters = SharedCounters(tuple(self._table))
 
     @property
-    def stats(self) -> CollateStats:
+    def stats(self) -> CollateReport:
         """What this collator (and its DataLoader workers' copies) did so far, as a snapshot."""
         return self._counters.snapshot()
 
@@ -185,15 +184,15 @@ class BucketCollator:
     def rows_for(self, bucket: int) -> int | None:
         """The rows a batch at ``bucket`` is padded to (``None``: as many as it has samples).
 
-        >>> BucketCollator([8, 16], batch_sizes={8: 4, 16: 2}).rows_for(16)
+        >>> BucketCollator([8, 16], rows={8: 4, 16: 2}).rows_for(16)
         2
         """
-        target = self.batch_sizes
+        target = self.rows
         if target is None or isinstance(target, int):
             return target
         if bucket not in target:
             raise ShapeBucketError(
-                f"batch_sizes has no entry for bucket {bucket}; it has {sorted(target)}"
+                f"rows has no entry for bucket {bucket}; it has {sorted(target)}"
             )
         return target[bucket]
 
@@ -206,7 +205,7 @@ class BucketCollator:
         ]
         if self.sample_mask_key != "sample_mask":
             settings.append(f"sample_mask_key={self.sample_mask_key!r}")
-        for name in ("pad_values", "length_key", "sequence_keys", "batch_sizes", "batch_buckets"):
+        for name in ("pad_values", "length_key", "sequence_keys", "rows", "row_buckets"):
             value = getattr(self, name)
             if value is not None:
                 settings.append(f"{name}={value!r}")
@@ -274,7 +273,7 @@ class BucketCollator:
         its ``finish()`` returns what this collator returns for ``samples``). Dict samples
         only. Counted in ``stats`` as a collated batch.
 
-        >>> collate = BucketCollator([4, 8], batch_sizes=3)
+        >>> collate = BucketCollator([4, 8], rows=3)
         >>> flat = collate.flat([{"input_ids": [1, 2]}, {"input_ids": [3, 4, 5, 6, 7]}])
         >>> flat.bucket, flat.rows, flat.finish()["input_ids"].shape
         (8, 3, torch.Size([3, 8]))
@@ -373,7 +372,7 @@ class BucketCollator:
 
         Sequence values are cut or padded along the sequence dim (``seq_dim + 1``
         of the batch) on the padding side, with each key's pad value; masks get
-        ``False``. ``rows`` defaults to :meth:`rows_for` (``batch_sizes``), else
+        ``False``. ``rows`` defaults to :meth:`rows_for` (``rows``), else
         the batch's own row count; added rows are all-pad rows (masks ``False``,
         stacked values the key's pad value, lists ``None``). Which keys are
         sequences follows the collator's own rule, so values it did not pad
@@ -436,8 +435,8 @@ class BucketCollator:
                     "name the keys to pad with sequence_keys"
                 )
         if rows is None:
-            rows = self.rows_for(bucket) if self.batch_sizes is not None else n
-            if self.batch_buckets is not None:
+            rows = self.rows_for(bucket) if self.rows is not None else n
+            if self.row_buckets is not None:
                 rows = self._batch_bucket(n)
         rows = check_int("rows", rows, minimum=1)
         check_fits_in_memory(rows, bucket, len(seq), self.buckets)
@@ -542,28 +541,28 @@ class BucketCollator:
     @property
     def _pads_rows(self) -> bool:
         """Whether batches get pad rows (and the row mask)."""
-        return self.batch_sizes is not None or self.batch_buckets is not None
+        return self.rows is not None or self.row_buckets is not None
 
     def _batch_bucket(self, n: int) -> int:
-        sizes = cast(list, self.batch_buckets)
+        sizes = cast(list, self.row_buckets)
         for size in sizes:
             if size >= n:
                 return int(size)
         raise ShapeBucketError(
             f"batch of {n} samples is larger than the largest batch bucket {sizes[-1]} "
-            f"(batch_buckets={sizes}); add a larger size or split the request batch"
+            f"(row_buckets={sizes}); add a larger size or split the request batch"
         )
 
     def _rows(self, bucket: int, n_real: int) -> int:
-        if self.batch_buckets is not None:
+        if self.row_buckets is not None:
             return self._batch_bucket(n_real)
         rows = self.rows_for(bucket)
         if rows is None:
             return n_real
         if n_real > rows:
             raise ShapeBucketError(
-                f"batch of {n_real} samples is larger than batch_sizes={rows} for bucket {bucket}; "
-                "raise batch_sizes or make the sampler's batches smaller"
+                f"batch of {n_real} samples is larger than rows={rows} for bucket {bucket}; "
+                "raise rows or make the sampler's batches smaller"
             )
         return rows
 

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CollateStats", "SharedCounters"]
+__all__ = ["CollateReport", "SharedCounters"]
 
 
 @dataclass
-class CollateStats:
+class CollateReport:
     """A snapshot of one collator's counters (``collator.stats``).
 
     The counters are exact with DataLoader workers: every worker's copy of the
@@ -83,12 +83,12 @@ class SharedCounters:
                 a[i] += v
             a[len(_COUNTERS) + self.buckets.index(bucket)] += 1
 
-    def snapshot(self) -> CollateStats:
+    def snapshot(self) -> CollateReport:
         with self.array.get_lock():
             a = list(self.array.get_obj())
         n = len(_COUNTERS)
         per_bucket = {b: c for b, c in zip(self.buckets, a[n:], strict=True) if c}
-        return CollateStats(
+        return CollateReport(
             **dict(zip(_COUNTERS, a[:n], strict=True)), batches_per_bucket=per_bucket
         )
 

@@ -5,7 +5,7 @@ them: row by row. Rows are filled in that order, a sample that does not fit the
 current row starting the next one (:func:`~shapebucket.plan.packing.pack_rows`),
 which rebuilds the sampler's rows exactly. The row length is the smallest one
 that holds the batch's longest sample, and the batch is padded with empty rows
-to ``rows[row length]`` rows, so every batch has one of ``len(row_lengths)``
+to ``rows[row length]`` rows, so every batch has one of ``len(buckets)``
 shapes.
 
 Reading, checking and padding the values is :class:`~shapebucket.BucketCollator`'s
@@ -27,7 +27,7 @@ from ..errors import ShapeBucketError
 from ..plan.buckets import Buckets, as_buckets
 from ..plan.packing import pack_rows
 from .bucket import BucketCollator
-from .counters import CollateStats
+from .counters import CollateReport
 from .samples import Key
 
 __all__ = ["PackedCollator"]
@@ -38,7 +38,7 @@ class PackedCollator:
     """Collate a packed batch: whole samples laid end to end in ``rows x row_length`` tokens.
 
     Args:
-        row_lengths: the row lengths (as given to :class:`PackedBatchSampler`).
+        buckets: the row lengths (as given to :class:`PackedBatchSampler`).
         rows: rows per batch, an int or ``{row length: rows}`` (``sampler.rows``).
         pad_values, length_key, sequence_keys, mask_key, seq_dim, index_key: as
             for :class:`BucketCollator`. Every key of the samples must be a
@@ -79,7 +79,7 @@ class PackedCollator:
     ([0, 1, 2, 0, 1, 0, 0, 0], [0, 0, 0, 1, 1, -1, -1, -1])
     """
 
-    row_lengths: Buckets | Sequence[int]
+    buckets: Buckets | Sequence[int]
     _: KW_ONLY
     rows: int | Mapping[int, int]
     pad_values: Mapping[Any, Any] | None = None
@@ -95,10 +95,10 @@ class PackedCollator:
     label_shift: Literal["model", "none"] = "model"
 
     def __post_init__(self) -> None:
-        self.row_lengths = as_buckets(self.row_lengths)
+        self.buckets = as_buckets(self.buckets)
         if self.rows is None:
             raise ShapeBucketError("PackedCollator needs rows= (an int or {row length: rows})")
-        self.rows = cast("int | dict[int, int]", check_batch_sizes(self.rows, self.row_lengths))
+        self.rows = cast("int | dict[int, int]", check_batch_sizes(self.rows, self.buckets))
         if self.label_shift not in ("model", "none"):
             raise ShapeBucketError(
                 f"label_shift must be 'model' or 'none', got {self.label_shift!r}"
@@ -116,12 +116,12 @@ class PackedCollator:
         if len(set(names)) != len(names):
             raise ShapeBucketError(f"the keys the collator adds must differ, got {names}")
         self._inner = BucketCollator(
-            self.row_lengths,
+            self.buckets,
             pad_values=self.pad_values,
             length_key=self.length_key,
             sequence_keys=self.sequence_keys,
             mask_key=self.mask_key,
-            batch_sizes=self.rows,
+            rows=self.rows,
             seq_dim=self.seq_dim,
             sample_mask_key=None,
             index_key=self.index_key,
@@ -129,10 +129,10 @@ class PackedCollator:
 
     @property
     def _table(self) -> Buckets:
-        return cast(Buckets, self.row_lengths)
+        return cast(Buckets, self.buckets)
 
     @property
-    def stats(self) -> CollateStats:
+    def stats(self) -> CollateReport:
         """What this collator (and its DataLoader workers' copies) did so far, as a snapshot."""
         return self._inner.stats
 
@@ -153,7 +153,7 @@ class PackedCollator:
         return self._inner.pad_value(key)
 
     def __repr__(self) -> str:
-        settings = [f"row_lengths={self.row_lengths!r}", f"rows={self.rows!r}"]
+        settings = [f"buckets={self.buckets!r}", f"rows={self.rows!r}"]
         for name in ("pad_values", "length_key", "sequence_keys", "index_key", "cu_seqlens_key"):
             value = getattr(self, name)
             if value is not None:

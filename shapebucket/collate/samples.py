@@ -98,7 +98,7 @@ def check_collisions(
     if sample_mask_key is not None and sample_mask_key in keys:
         raise ShapeBucketError(
             f"the samples have a key {sample_mask_key!r}, which is where the collator puts "
-            "its row mask (batch_sizes is set), so yours would be overwritten; rename your key, "
+            "its row mask (rows is set), so yours would be overwritten; rename your key, "
             "or pass sample_mask_key='...' (or None) to put the row mask elsewhere"
         )
     if mask_key is not None and mask_key in keys and mask_key not in seq_keys:

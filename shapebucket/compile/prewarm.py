@@ -168,7 +168,7 @@ def prewarm(
     example: Any = None,
     make_batch: Callable[[int], Any] | None = None,
     step: Callable[[Any], Any] | None = None,
-    batch_sizes: int | Mapping[int, int] | None = None,
+    rows: int | Mapping[int, int] | None = None,
     collator: BucketCollator | PackedCollator | None = None,
     optimizer: torch.optim.Optimizer | None = None,
     raise_limit: bool = True,
@@ -177,7 +177,7 @@ def prewarm(
     cache_dir: str | Path | None = None,
     cache_extra: str = "",
     specialize: bool = False,
-    batch_buckets: Sequence[int] | None = None,
+    row_buckets: Sequence[int] | None = None,
     inference: bool = False,
     repeat: int = 1,
 ) -> PrewarmReport:
@@ -185,9 +185,9 @@ def prewarm(
 
     For each bucket a batch is built from ``example`` (a real batch made by
     ``collator``) with ``collator.repad(example, bucket, rows)``, or by
-    ``make_batch(bucket)``. ``rows`` is ``batch_sizes`` (an int or a mapping
-    ``bucket -> rows``, such as ``sampler.batch_sizes``), else the collator's
-    own ``batch_sizes``, else the example's row count. Without ``collator`` a
+    ``make_batch(bucket)``. ``rows`` is ``rows`` (an int or a mapping
+    ``bucket -> rows``, such as ``sampler.rows``), else the collator's
+    own ``rows``, else the example's row count. Without ``collator`` a
     default ``BucketCollator(buckets)`` re-pads the example; pass the collator
     that made it whenever it has other settings (``seq_dim``, padding side,
     pad values, ``sequence_keys``). Then ``step(batch)`` runs (a whole training
@@ -230,8 +230,8 @@ def prewarm(
     model must be compiled with ``dynamic=False`` or ``None`` (``report.how``
     says ``"specialised"``).
 
-    For inference, ``batch_buckets`` (the row counts a request batch is padded
-    to, as ``BucketCollator(batch_buckets=...)`` pads them) prewarms every
+    For inference, ``row_buckets`` (the row counts a request batch is padded
+    to, as ``BucketCollator(row_buckets=...)`` pads them) prewarms every
     bucket at every one of those row counts (``report`` sums them per bucket),
     and ``inference=True`` runs forward only, under ``torch.inference_mode()``
     (no backward, no optimizer): serve under ``torch.inference_mode()`` too, as
@@ -265,7 +265,7 @@ def prewarm(
             "collator must be the BucketCollator (or PackedCollator) that made the example, "
             f"got {type(collator).__name__}"
         )
-    rows_for = check_batch_sizes(batch_sizes, buckets)
+    rows_for = check_batch_sizes(rows, buckets)
     padder = None
     if example is not None:
         padder = collator if collator is not None else BucketCollator(buckets)
@@ -277,23 +277,19 @@ def prewarm(
     length_dim = 1 + (padder.seq_dim if padder is not None else 0)
     repeat = check_int("repeat", repeat, minimum=1)
     sizes: list[int | None] = [None]
-    if batch_buckets is not None:
-        if isinstance(batch_buckets, (str, bytes)) or not isinstance(batch_buckets, Sequence):
-            raise ShapeBucketError(
-                f"batch_buckets must be a list of ints >= 1, got {batch_buckets!r}"
-            )
+    if row_buckets is not None:
+        if isinstance(row_buckets, (str, bytes)) or not isinstance(row_buckets, Sequence):
+            raise ShapeBucketError(f"row_buckets must be a list of ints >= 1, got {row_buckets!r}")
         if example is None:
-            raise ShapeBucketError("batch_buckets needs example= (and its collator) to re-pad")
-        checked = {
-            check_int(f"batch_buckets[{i}]", r, minimum=1) for i, r in enumerate(batch_buckets)
-        }
+            raise ShapeBucketError("row_buckets needs example= (and its collator) to re-pad")
+        checked = {check_int(f"row_buckets[{i}]", r, minimum=1) for i, r in enumerate(row_buckets)}
         sizes = list(sorted(checked))
     shapes = len(buckets) * len(sizes)
     report = PrewarmReport(buckets=buckets)
     limit = compat.get_recompile_limit()
     if shapes > limit:
         if not raise_limit:
-            if batch_buckets is None:
+            if row_buckets is None:
                 buckets.check_limit(limit)
             raise ShapeBucketError(
                 f"{len(buckets)} buckets x {len(sizes)} batch sizes = {shapes} graphs > recompile "

@@ -46,7 +46,7 @@ from .buckets import Buckets, as_buckets
 
 __all__ = [
     "DEFAULT_ALIGN",
-    "KChoice",
+    "KChoiceReport",
     "KRow",
     "PaddingReport",
     "choose_k",
@@ -274,7 +274,7 @@ class PaddingReport:
     buckets: Buckets
     batching: str
     batch_size: int
-    n_samples: int
+    num_samples: int
     token_efficiency: float
     attention_efficiency: float
     num_shapes: int
@@ -287,7 +287,7 @@ class PaddingReport:
             "buckets": list(self.buckets),
             "batching": self.batching,
             "batch_size": self.batch_size,
-            "n_samples": self.n_samples,
+            "num_samples": self.num_samples,
             "token_efficiency": self.token_efficiency,
             "attention_efficiency": self.attention_efficiency,
             "num_shapes": self.num_shapes,
@@ -299,7 +299,7 @@ class PaddingReport:
     def __str__(self) -> str:
         per = "samples" if self.batching == "bucketed" else "batches"
         lines = [
-            f"{self.buckets!r}, batching={self.batching!r}, batch_size={self.batch_size}, {self.n_samples:,} samples",
+            f"{self.buckets!r}, batching={self.batching!r}, batch_size={self.batch_size}, {self.num_samples:,} samples",
             f"token efficiency {self.token_efficiency:.1%}, attention efficiency {self.attention_efficiency:.1%}, "
             f"{self.num_shapes} shapes, mean length {self.mean_length:.1f}, expected padded length {self.expected_padded_length:.1f}",
             f"{'bucket':>8s} {'share of ' + per:>18s}",
@@ -341,7 +341,7 @@ def padding_report(
         buckets=buckets,
         batching=mode,
         batch_size=batch_size,
-        n_samples=int(n),
+        num_samples=int(n),
         token_efficiency=(real1 / n) / exp_len,
         attention_efficiency=(real2 / n) / exp_len2,
         num_shapes=int(np.count_nonzero(per_bucket > 0)),
@@ -370,7 +370,7 @@ class KRow:
 
 
 @dataclass
-class KChoice:
+class KChoiceReport:
     """Every ``K`` tried and the one with the shortest estimated job (``chosen``).
 
     >>> lengths = [5] * 900 + [60] * 100
@@ -443,7 +443,7 @@ def choose_k(
     align: int = DEFAULT_ALIGN,
     batch_size: int = 1,
     batching: Batching = "bucketed",
-) -> KChoice:
+) -> KChoiceReport:
     """The bucket count with the shortest estimated job (module docstring), with the table.
 
     Args:
@@ -484,4 +484,4 @@ def choose_k(
             )
         )
     chosen = min(rows, key=lambda r: (r.job_seconds, r.k))
-    return KChoice(rows, chosen, compile_s, samples, rate)
+    return KChoiceReport(rows, chosen, compile_s, samples, rate)

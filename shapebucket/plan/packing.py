@@ -2,7 +2,7 @@
 
 A *packed* batch is ``rows x row_length`` tokens, ``row_length`` one of a few
 row lengths and ``rows`` fixed per row length, so an epoch has at most
-``len(row_lengths)`` batch shapes however the samples vary. Each row holds one
+``len(buckets)`` batch shapes however the samples vary. Each row holds one
 or more whole samples laid end to end; what is left of a row is padding.
 
 How an epoch is planned (:func:`plan_packing`), from ``(seed, epoch)`` alone:
@@ -68,10 +68,10 @@ class PackingReport:
     attention_efficiency: float
     duplicated: int
     shapes: int
-    batches_per_row_length: dict[int, int]
+    batches_per_bucket: dict[int, int]
 
     def __str__(self) -> str:
-        per = ", ".join(f"{L}: {n}" for L, n in self.batches_per_row_length.items())
+        per = ", ".join(f"{L}: {n}" for L, n in self.batches_per_bucket.items())
         return (
             f"{self.num_samples:,} samples in {self.rows:,} rows, {self.batches:,} batches "
             f"({self.shapes} shapes; batches per row length {{{per}}}): "
@@ -101,13 +101,13 @@ class PackedEpoch:
         return len(self.row_length)
 
 
-def rows_for_tokens(row_lengths: Buckets | Sequence[int], tokens: int) -> dict[int, int]:
+def rows_for_tokens(buckets: Buckets | Sequence[int], tokens: int) -> dict[int, int]:
     """Rows per row length for a token budget: ``tokens // row_length`` rows (at least one).
 
     >>> rows_for_tokens([64, 128, 256], 1536)
     {64: 24, 128: 12, 256: 6}
     """
-    table = as_buckets(row_lengths)
+    table = as_buckets(buckets)
     tokens = check_int("tokens_per_batch", tokens, minimum=1)
     if tokens < table.max_len:
         raise ShapeBucketError(
@@ -123,7 +123,7 @@ def _check_rows(table: Buckets, rows: int | Mapping[int, int]) -> dict[int, int]
         if missing:
             raise ShapeBucketError(
                 f"rows has no entry for row length(s) {missing}; it has {sorted(rows)}; "
-                "pass one per row length (rows_for_tokens(row_lengths, tokens) makes them)"
+                "pass one per row length (rows_for_tokens(buckets, tokens) makes them)"
             )
         return {L: check_int(f"rows[{L}]", rows[L], minimum=1) for L in table}
     n = check_int("rows", rows, minimum=1)
@@ -189,7 +189,7 @@ class _Rows:
 
 def plan_packing(
     lengths: Sequence[int] | np.ndarray,
-    row_lengths: Buckets | Sequence[int],
+    buckets: Buckets | Sequence[int],
     rows: int | Mapping[int, int],
     *,
     seed: int = 0,
@@ -204,7 +204,7 @@ def plan_packing(
     >>> [plan.batch(t) for t in range(len(plan))]
     [[2, 4, 3], [0, 1]]
     """
-    table = as_buckets(row_lengths)
+    table = as_buckets(buckets)
     arr = check_lengths(lengths)
     _check_sample_lengths(arr, table)
     per = _check_rows(table, rows)
@@ -348,7 +348,7 @@ def plan_packing(
         attention_efficiency=attn_real / attn_all if attn_all else 1.0,
         duplicated=len(samples) - n,
         shapes=int((per_len > 0).sum()),
-        batches_per_row_length={int(L): int(b) for L, b in zip(Ls, per_len, strict=True) if b},
+        batches_per_bucket={int(L): int(b) for L, b in zip(Ls, per_len, strict=True) if b},
     )
     return PackedEpoch(flat, offsets, row_length, W, report)
 

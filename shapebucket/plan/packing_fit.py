@@ -15,7 +15,7 @@ from .packing import PackingReport, plan_packing, rows_for_tokens
 
 def packing_report(
     lengths: Sequence[int] | np.ndarray,
-    row_lengths: Buckets | Sequence[int],
+    buckets: Buckets | Sequence[int],
     *,
     rows: int | Mapping[int, int],
     seed: int = 0,
@@ -27,14 +27,12 @@ def packing_report(
     >>> packing_report([5, 3, 8, 2, 6], [8], rows=2, seed=0).shapes
     1
     """
-    plan = plan_packing(
-        lengths, row_lengths, rows, seed=seed, num_replicas=num_replicas, window=window
-    )
+    plan = plan_packing(lengths, buckets, rows, seed=seed, num_replicas=num_replicas, window=window)
     return plan.report
 
 
 @dataclass(frozen=True)
-class PackingFit:
+class PackingFitReport:
     """What :func:`fit_packing` chose: row lengths, rows per row length, and why.
 
     ``candidates`` holds the report of every row-length set it tried, in the
@@ -45,7 +43,7 @@ class PackingFit:
     ([[32], [16, 32]], {32: 2})
     """
 
-    row_lengths: Buckets
+    buckets: Buckets
     rows: dict[int, int]
     report: PackingReport
     candidates: list[tuple[Buckets, PackingReport]]
@@ -61,7 +59,7 @@ class PackingFit:
             + (f" {'cost/token':>10s}" if cost else "")
         ]
         for rl, rep in self.candidates:
-            mark = "  <- chosen" if rl == self.row_lengths else ""
+            mark = "  <- chosen" if rl == self.buckets else ""
             extra = (
                 f" {_relative_cost(rl, rep, self.tokens_per_batch, self.model_dim):>10.3f}"  # type: ignore[arg-type]
                 if cost
@@ -86,7 +84,7 @@ def fit_packing(
     window: int = 16384,
     sample: int = 200_000,
     seed: int = 0,
-) -> PackingFit:
+) -> PackingFitReport:
     """Choose row lengths (at most ``k``) and rows per batch for packing ``lengths``.
 
     The candidates halve from the longest row (``max_len``, default the longest
@@ -104,7 +102,7 @@ def fit_packing(
     ``tokens_per_batch`` (:func:`rows_for_tokens`).
 
     >>> fit = fit_packing([5, 9, 12, 30, 7, 3] * 50, k=3, tokens_per_batch=64)
-    >>> list(fit.row_lengths), fit.rows, f"{fit.report.token_efficiency:.1%}"
+    >>> list(fit.buckets), fit.rows, f"{fit.report.token_efficiency:.1%}"
     ([32], {32: 2}, '95.5%')
     """
     arr = check_lengths(lengths)
@@ -144,13 +142,13 @@ def fit_packing(
         ok = [(rl, rep) for rl, rep in candidates if rep.token_efficiency >= best - tolerance]
         chosen, report = max(ok, key=lambda c: c[1].attention_efficiency)
     rows = rows_for_tokens(chosen, tokens_per_batch)
-    return PackingFit(chosen, rows, report, candidates, tokens_per_batch, model_dim)
+    return PackingFitReport(chosen, rows, report, candidates, tokens_per_batch, model_dim)
 
 
 def _relative_cost(rl: Buckets, rep: PackingReport, tokens: int, model_dim: int) -> float:
     """Estimated compute per real token (1.0: every computed token real, no attention)."""
     rows = rows_for_tokens(rl, tokens)
     work = sum(
-        n * rows[L] * L * (1 + L / (6 * model_dim)) for L, n in rep.batches_per_row_length.items()
+        n * rows[L] * L * (1 + L / (6 * model_dim)) for L, n in rep.batches_per_bucket.items()
     )
     return work / rep.real_tokens

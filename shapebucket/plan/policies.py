@@ -21,11 +21,11 @@ from .fit import (
     padding_report,
 )
 
-__all__ = ["PolicyComparison", "compare_policies", "quantile_buckets"]
+__all__ = ["PolicyReport", "compare_policies", "quantile_buckets"]
 
 
 @dataclass
-class PolicyComparison:
+class PolicyReport:
     """Rows of (policy name, report), printable as one table; ``fitted`` is the last row's buckets.
 
     >>> table = compare_policies([5, 9, 17, 30, 64], k=2)
@@ -39,7 +39,7 @@ class PolicyComparison:
     def __str__(self) -> str:
         first = self.rows[0][1]
         head = (
-            f"{first.n_samples:,} samples, mean length {first.mean_length:.1f}, batching={first.batching!r}, "
+            f"{first.num_samples:,} samples, mean length {first.mean_length:.1f}, batching={first.batching!r}, "
             f"batch_size={first.batch_size}"
         )
         lines = [
@@ -91,7 +91,7 @@ def compare_policies(
     batching: Batching = "bucketed",
     cost: Cost = "tokens",
     limit: int = 8,
-) -> PolicyComparison:
+) -> PolicyReport:
     """One table: multiples of 8 and 32, powers of two, quantiles and the fitted buckets.
 
     The multiples policies list the multiples some sample pads to (the shapes they
@@ -116,7 +116,7 @@ def compare_policies(
             fit_buckets(arr, k, align=align, batch_size=batch_size, batching=mode, cost=cost),
         ),
     ]
-    return PolicyComparison(
+    return PolicyReport(
         rows=[
             (name, padding_report(arr, b, batch_size=batch_size, batching=mode))
             for name, b in policies

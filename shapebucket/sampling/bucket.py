@@ -39,7 +39,7 @@ __all__ = [
     "BucketBatchSampler",
     "EpochPlan",
     "ResumableBatchSampler",
-    "SamplerStats",
+    "SamplerReport",
     "StepPlan",
     "plan_epoch",
     "plan_steps",
@@ -49,7 +49,7 @@ Leftovers = Literal["keep", "promote"]
 
 
 @dataclass(frozen=True)
-class SamplerStats:
+class SamplerReport:
     """What one epoch of a sampler does with the samples (identical every epoch).
 
     ``dropped`` samples are in no batch (``drop_last=True``); ``duplicated``
@@ -88,7 +88,7 @@ class StepPlan:
     seg_start: np.ndarray  # per bucket: first position of its segment in the grouped order
     seg_full: np.ndarray  # per bucket: indices covered by full steps
     seg_left: np.ndarray  # per bucket: leftover indices kept as a short step (0 if none)
-    stats: SamplerStats
+    stats: SamplerReport
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class EpochPlan:
 
 def plan_steps(
     bucket_counts: Sequence[int] | np.ndarray,
-    batch_sizes: Sequence[int],
+    rows: Sequence[int],
     *,
     num_replicas: int = 1,
     drop_last: bool = False,
@@ -122,7 +122,7 @@ def plan_steps(
     """Cut each bucket's samples into global steps (steps 2-3 of the module docstring).
 
     ``bucket_counts[j]`` samples fall in bucket ``j``, whose per-rank batch size
-    is ``batch_sizes[j]``.
+    is ``rows[j]``.
 
     >>> plan = plan_steps([5, 2], [2, 2])
     >>> plan.step_bucket.tolist(), plan.step_size.tolist(), plan.stats.short_batches
@@ -138,7 +138,7 @@ def plan_steps(
     dropped = duplicated = promotions = short = 0
     pos, carry = 0, 0
     last = len(counts) - 1
-    for j, (n, bs) in enumerate(zip(counts.tolist(), batch_sizes, strict=True)):
+    for j, (n, bs) in enumerate(zip(counts.tolist(), rows, strict=True)):
         seg_start[j] = pos - carry
         total = n + carry
         g = R * bs
@@ -164,7 +164,7 @@ def plan_steps(
     sb = np.concatenate(step_bucket).astype(np.int64)
     ss = np.concatenate(step_size).astype(np.int64)
     shapes = len({(int(a), int(b)) for a, b in zip(sb.tolist(), ss.tolist(), strict=True)})
-    stats = SamplerStats(
+    stats = SamplerReport(
         num_samples=int(counts.sum()),
         batches=len(sb),
         full_batches=len(sb) - short,
@@ -244,9 +244,9 @@ class _Settings:
     buckets: Buckets
     lengths: np.ndarray
     batch_size: int | None
-    max_tokens: int | None
+    tokens_per_batch: int | None
     batch_multiple: int
-    batch_sizes: dict[int, int]
+    rows: dict[int, int]
     shuffle: bool
     drop_last: bool
     leftovers: Leftovers
@@ -426,8 +426,8 @@ class BucketBatchSampler(ResumableBatchSampler):
         lengths: one length per dataset index (ints >= 1, <= ``buckets.max_len``).
         buckets: the bucket lengths.
         batch_size: samples per batch (per rank), the same for every bucket. Or:
-        max_tokens: a token budget per batch: bucket ``b`` gets
-            ``max_tokens // b`` samples, rounded down to a multiple of
+        tokens_per_batch: a token budget per batch: bucket ``b`` gets
+            ``tokens_per_batch // b`` samples, rounded down to a multiple of
             ``batch_multiple``. Exactly one of the two.
         shuffle: shuffle inside buckets and across batches from ``seed`` and the
             epoch; ``False`` yields buckets in ascending order, indices sorted.
@@ -442,7 +442,7 @@ class BucketBatchSampler(ResumableBatchSampler):
     (``sampler.drop_last``) but cannot be assigned; make a new sampler instead.
 
     >>> s = BucketBatchSampler([3, 5, 9, 12, 4], Buckets([8, 16]), batch_size=2, shuffle=False)
-    >>> list(s), len(s), s.batch_sizes
+    >>> list(s), len(s), s.rows
     ([[0, 1], [4], [2, 3]], 3, {8: 2, 16: 2})
     """
 
@@ -457,7 +457,7 @@ class BucketBatchSampler(ResumableBatchSampler):
         buckets: Buckets | Sequence[int],
         *,
         batch_size: int | None = None,
-        max_tokens: int | None = None,
+        tokens_per_batch: int | None = None,
         batch_multiple: int = 1,
         shuffle: bool = True,
         seed: int = 0,
@@ -484,9 +484,9 @@ class BucketBatchSampler(ResumableBatchSampler):
             buckets=table,
             lengths=arr,
             batch_size=batch_size,
-            max_tokens=max_tokens,
+            tokens_per_batch=tokens_per_batch,
             batch_multiple=batch_multiple,
-            batch_sizes=_batch_sizes(table, batch_size, max_tokens, batch_multiple),
+            rows=_batch_sizes(table, batch_size, tokens_per_batch, batch_multiple),
             shuffle=bool(shuffle),
             drop_last=bool(drop_last),
             leftovers=leftovers,
@@ -504,7 +504,7 @@ class BucketBatchSampler(ResumableBatchSampler):
             "_plan",
             plan_steps(
                 np.bincount(index, minlength=len(table)),
-                [cfg.batch_sizes[b] for b in table],
+                [cfg.rows[b] for b in table],
                 num_replicas=num_replicas,
                 drop_last=cfg.drop_last,
                 leftovers=leftovers,
@@ -519,7 +519,9 @@ class BucketBatchSampler(ResumableBatchSampler):
     buckets = property(lambda self: self._cfg.buckets, doc="The bucket table.")
     lengths = property(lambda self: self._cfg.lengths, doc="The lengths (a read-only array).")
     batch_size = property(lambda self: self._cfg.batch_size, doc="``batch_size=`` as given.")
-    max_tokens = property(lambda self: self._cfg.max_tokens, doc="``max_tokens=`` as given.")
+    tokens_per_batch = property(
+        lambda self: self._cfg.tokens_per_batch, doc="``tokens_per_batch=`` as given."
+    )
     batch_multiple = property(lambda self: self._cfg.batch_multiple, doc="``batch_multiple=``.")
     shuffle = property(lambda self: self._cfg.shuffle, doc="Whether batches are shuffled.")
     drop_last = property(lambda self: self._cfg.drop_last, doc="Whether leftovers are dropped.")
@@ -531,13 +533,13 @@ class BucketBatchSampler(ResumableBatchSampler):
     )
 
     @property
-    def batch_sizes(self) -> dict[int, int]:
+    def rows(self) -> dict[int, int]:
         """Rows per bucket: ``{bucket length: per-rank batch size}`` (a copy).
 
-        Pass it to ``BucketCollator(batch_sizes=...)`` and ``prewarm(batch_sizes=...)``
+        Pass it to ``BucketCollator(rows=...)`` and ``prewarm(rows=...)``
         so short batches get the same shape as full ones.
         """
-        return dict(self._cfg.batch_sizes)
+        return dict(self._cfg.rows)
 
     def _fingerprint(self) -> str:
         cfg = self._cfg
@@ -546,7 +548,7 @@ class BucketBatchSampler(ResumableBatchSampler):
             repr(
                 (
                     cfg.buckets.lengths,
-                    sorted(cfg.batch_sizes.items()),
+                    sorted(cfg.rows.items()),
                     cfg.shuffle,
                     cfg.drop_last,
                     cfg.leftovers,
@@ -575,7 +577,7 @@ class BucketBatchSampler(ResumableBatchSampler):
         return self._plan.stats.batches
 
     @property
-    def stats(self) -> SamplerStats:
+    def stats(self) -> SamplerReport:
         """Counts for one epoch: batches, dropped and duplicated samples, shapes."""
         return self._plan.stats
 
@@ -589,7 +591,7 @@ class BucketBatchSampler(ResumableBatchSampler):
         size = (
             f"batch_size={cfg.batch_size}"
             if cfg.batch_size is not None
-            else f"max_tokens={cfg.max_tokens}"
+            else f"tokens_per_batch={cfg.tokens_per_batch}"
         )
         return (
             f"BucketBatchSampler({len(cfg.lengths):,} samples, {cfg.buckets!r}, {size}, shuffle={cfg.shuffle}, "
@@ -635,27 +637,27 @@ def _warn_unseen_buckets(
             if leftovers == "promote"
             else "leftovers='promote' (leftovers join the next larger bucket) or "
         )
-        + "drop_last=False (short batches, padded to full ones with the collator's batch_sizes)",
+        + "drop_last=False (short batches, padded to full ones with the collator's rows)",
         stacklevel=3,
     )
 
 
 def _batch_sizes(
-    buckets: Buckets, batch_size: int | None, max_tokens: int | None, batch_multiple: int
+    buckets: Buckets, batch_size: int | None, tokens_per_batch: int | None, batch_multiple: int
 ) -> dict[int, int]:
-    if (batch_size is None) == (max_tokens is None):
+    if (batch_size is None) == (tokens_per_batch is None):
         raise ShapeBucketError(
-            f"pass exactly one of batch_size and max_tokens, got batch_size={batch_size!r}, max_tokens={max_tokens!r}"
+            f"pass exactly one of batch_size and tokens_per_batch, got batch_size={batch_size!r}, tokens_per_batch={tokens_per_batch!r}"
         )
     multiple = check_int("batch_multiple", batch_multiple, minimum=1)
     if batch_size is not None:
         size = check_int("batch_size", batch_size, minimum=1)
         return {b: size for b in buckets}
-    budget = check_int("max_tokens", max_tokens, minimum=1)
+    budget = check_int("tokens_per_batch", tokens_per_batch, minimum=1)
     largest = buckets.max_len
     if budget // largest < multiple:
         raise ShapeBucketError(
-            f"max_tokens={budget} gives the largest bucket {largest} fewer than batch_multiple={multiple} "
-            f"samples; use max_tokens >= {largest * multiple}"
+            f"tokens_per_batch={budget} gives the largest bucket {largest} fewer than batch_multiple={multiple} "
+            f"samples; use tokens_per_batch >= {largest * multiple}"
         )
     return {b: (budget // b) // multiple * multiple for b in buckets}

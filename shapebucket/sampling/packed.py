@@ -25,7 +25,7 @@ from .bucket import RankBatches, ResumableBatchSampler, resolve_world
 
 @dataclass(frozen=True)
 class _Settings:
-    row_lengths: Buckets
+    buckets: Buckets
     lengths: np.ndarray
     rows: dict[int, int]
     shuffle: bool
@@ -39,12 +39,12 @@ class PackedBatchSampler(ResumableBatchSampler):
     ``L``, several whole samples per row (see :mod:`shapebucket.plan.packing`).
 
     Use it with :class:`~shapebucket.PackedCollator` and the same row lengths and rows:
-    ``DataLoader(ds, batch_sampler=sampler, collate_fn=PackedCollator(row_lengths,
-    rows=sampler.rows))``. Every batch then has one of ``len(row_lengths)`` shapes.
+    ``DataLoader(ds, batch_sampler=sampler, collate_fn=PackedCollator(buckets,
+    rows=sampler.rows))``. Every batch then has one of ``len(buckets)`` shapes.
 
     Args:
         lengths: one length per dataset index (ints >= 1, <= the longest row length).
-        row_lengths: the row lengths (:func:`fit_packing` chooses them).
+        buckets: the row lengths (:func:`fit_packing` chooses them).
         rows: rows per batch, an int or ``{row length: rows}``. Or:
         tokens_per_batch: a token budget: ``tokens_per_batch // L`` rows at length ``L``.
             Exactly one of the two.
@@ -73,7 +73,7 @@ class PackedBatchSampler(ResumableBatchSampler):
     def __init__(
         self,
         lengths: Sequence[int] | np.ndarray,
-        row_lengths: Buckets | Sequence[int],
+        buckets: Buckets | Sequence[int],
         *,
         rows: int | Mapping[int, int] | None = None,
         tokens_per_batch: int | None = None,
@@ -83,7 +83,7 @@ class PackedBatchSampler(ResumableBatchSampler):
         num_replicas: int | None = None,
         rank: int | None = None,
     ) -> None:
-        table = as_buckets(row_lengths)
+        table = as_buckets(buckets)
         arr = check_lengths(lengths)
         _check_sample_lengths(arr, table)
         arr = arr.copy()
@@ -100,7 +100,7 @@ class PackedBatchSampler(ResumableBatchSampler):
         )
         num_replicas, rank = resolve_world(num_replicas, rank)
         cfg = _Settings(
-            row_lengths=table,
+            buckets=table,
             lengths=arr,
             rows=per,
             shuffle=bool(shuffle),
@@ -112,7 +112,7 @@ class PackedBatchSampler(ResumableBatchSampler):
         object.__setattr__(self, "_cache", None)
         self._init_state(seed)
 
-    row_lengths = property(lambda self: self._cfg.row_lengths, doc="The row lengths.")
+    buckets = property(lambda self: self._cfg.buckets, doc="The row lengths.")
     lengths = property(lambda self: self._cfg.lengths, doc="The lengths (a read-only array).")
     shuffle = property(lambda self: self._cfg.shuffle, doc="Whether the order is shuffled.")
     window = property(lambda self: self._cfg.window, doc="Samples packed together.")
@@ -136,7 +136,7 @@ class PackedBatchSampler(ResumableBatchSampler):
         cfg = self._cfg
         plan = plan_packing(
             cfg.lengths,
-            cfg.row_lengths,
+            cfg.buckets,
             cfg.rows,
             seed=seed,
             epoch=epoch,
@@ -158,7 +158,7 @@ class PackedBatchSampler(ResumableBatchSampler):
         """The current epoch's accounting (all ranks)."""
         return self.plan().report
 
-    def batch_row_lengths(self, epoch: int | None = None) -> np.ndarray:
+    def batch_buckets(self, epoch: int | None = None) -> np.ndarray:
         """The row length of every batch of ``epoch`` (default: the current one), in order."""
         return self.plan(epoch).row_length.copy()
 
@@ -169,7 +169,7 @@ class PackedBatchSampler(ResumableBatchSampler):
             repr(
                 (
                     "packed",
-                    cfg.row_lengths.lengths,
+                    cfg.buckets.lengths,
                     sorted(cfg.rows.items()),
                     cfg.shuffle,
                     cfg.window,
@@ -187,7 +187,7 @@ class PackedBatchSampler(ResumableBatchSampler):
     def __repr__(self) -> str:
         cfg = self._cfg
         return (
-            f"PackedBatchSampler({len(cfg.lengths):,} samples, row lengths {list(cfg.row_lengths)}, "
+            f"PackedBatchSampler({len(cfg.lengths):,} samples, row lengths {list(cfg.buckets)}, "
             f"rows={cfg.rows}, shuffle={cfg.shuffle}, window={cfg.window}, "
             f"rank {cfg.rank}/{cfg.num_replicas})"
         )

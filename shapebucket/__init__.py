@@ -15,9 +15,11 @@ from .compile.recompiles import CompileCounter, mark_dynamic, no_recompiles
 from .compile.regions import compile_regions
 from .errors import ShapeBucketError
 from .plan.buckets import Buckets
-from .plan.fit import KChoiceReport, PaddingReport, choose_k, fit_buckets, padding_report
+from .plan.fit import fit_buckets
+from .plan.kchoice import KChoiceReport, choose_k
 from .plan.packing import PackingReport, rows_for_tokens
 from .plan.packing_fit import PackingFitReport, fit_packing, packing_report
+from .plan.padding import PaddingReport, padding_report
 from .plan.policies import PolicyReport, compare_policies
 from .sampling.bucket import BucketBatchSampler, SamplerReport
 from .sampling.packed import PackedBatchSampler

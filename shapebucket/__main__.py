@@ -20,16 +20,36 @@ from ._argparse import Parser
 from ._validate import check_int
 from .data import mixture_lengths, read_lengths
 from .errors import ShapeBucketError
-from .plan.fit import DEFAULT_ALIGN, choose_k
+from .plan.kchoice import choose_k
+from .plan.optimal import DEFAULT_ALIGN
 from .plan.policies import compare_policies
 
-__all__ = ["main", "plot_lengths", "read_lengths"]
+__all__ = ["main", "plot_lengths", "plot_path", "read_lengths"]
 
 
-def plot_lengths(
-    lengths: np.ndarray, boundaries: Sequence[int], path: str | Path, title: str
-) -> None:
-    """A histogram of ``lengths`` with the bucket boundaries drawn on it (PNG)."""
+def plot_path(plot: str | Path) -> Path:
+    """Where ``--plot`` writes, checked before any work: a file name without an
+    extension gets ``.png`` (matplotlib would add it anyway), an extension must be a
+    format matplotlib writes, and the directory must exist."""
+    path = Path(plot)
+    if not path.name or path.name in (".", ".."):
+        raise ShapeBucketError(f"--plot {str(plot)!r} is not a file name; pass e.g. buckets.png")
+    if not path.suffix:
+        path = path.with_name(path.name + ".png")
+    if not path.resolve().parent.is_dir():
+        raise ShapeBucketError(
+            f"--plot {plot}: directory {str(path.parent)!r} does not exist; create it first"
+        )
+    formats = _plot_formats()
+    if path.suffix[1:].lower() not in formats:
+        raise ShapeBucketError(
+            f"--plot {plot}: matplotlib cannot write {path.suffix!r} files; use one of "
+            f"{', '.join('.' + f for f in sorted(formats))} (e.g. {path.stem}.png)"
+        )
+    return path
+
+
+def _pyplot() -> Any:
     try:
         import matplotlib
 
@@ -39,6 +59,24 @@ def plot_lengths(
         raise ShapeBucketError(
             "--plot needs matplotlib: pip install 'shapebucket[bench]'"
         ) from None
+    return plt
+
+
+def _plot_formats() -> set[str]:
+    plt = _pyplot()
+    fig = plt.figure()
+    try:
+        return set(fig.canvas.get_supported_filetypes())
+    finally:
+        plt.close(fig)
+
+
+def plot_lengths(
+    lengths: np.ndarray, boundaries: Sequence[int], path: str | Path, title: str
+) -> None:
+    """A histogram of ``lengths`` with the bucket boundaries drawn on it, in the format
+    of ``path``'s extension (check it first with :func:`plot_path`)."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     lo, hi = int(lengths.min()), int(lengths.max())
     # one bin per length when that is readable, else 200 even bins
@@ -51,37 +89,59 @@ def plot_lengths(
     ax.set_yscale("log")
     ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as e:
+        raise ShapeBucketError(f"--plot {path}: cannot write it ({e})") from None
+    finally:
+        plt.close(fig)
+
+
+_JOB_FLAGS = {
+    "compile_seconds": "--compile-seconds",
+    "job_samples": "--job-samples",
+    "tokens_per_second": "--tokens-per-second",
+    "max_k": "--max-k",
+}
+
+
+def _choose_k(args: argparse.Namespace, lengths: np.ndarray) -> int:
+    """``--k auto``: print the K table and its notes, return the chosen K."""
+    missing = [
+        flag for key, flag in _JOB_FLAGS.items() if key != "max_k" and getattr(args, key) is None
+    ]
+    if missing:
+        raise ShapeBucketError(
+            "--k auto needs --compile-seconds (one bucket's compile), --job-samples (samples "
+            f"to train on) and --tokens-per-second (computed tokens/s of the step); missing: "
+            f"{', '.join(missing)}"
+        )
+    choice = choose_k(
+        lengths,
+        compile_seconds=args.compile_seconds,
+        job_samples=args.job_samples,
+        tokens_per_second=args.tokens_per_second,
+        max_k=32 if args.max_k is None else args.max_k,
+        align=args.align,
+        batch_size=args.batch_size,
+        batching=args.batching,
+    )
+    print(choice)
+    print()
+    return choice.chosen.k
 
 
 def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int:
-    if args.plot and not Path(args.plot).resolve().parent.is_dir():
+    given = [flag for key, flag in _JOB_FLAGS.items() if getattr(args, key) is not None]
+    if args.k != "auto" and given:
         raise ShapeBucketError(
-            f"--plot {args.plot}: directory {str(Path(args.plot).parent)!r} does not exist; create it first"
+            f"{', '.join(given)} describe the job for --k auto; with --k {args.k} they would be "
+            "ignored: pass --k auto or leave them out"
         )
+    plot = plot_path(args.plot) if args.plot else None
     if lengths is None:
         lengths = read_lengths(args.lengths_file)
-    k = args.k
-    if k == "auto":
-        job = (args.compile_seconds, args.job_samples, args.tokens_per_second)
-        if None in job:
-            raise ShapeBucketError(
-                "--k auto needs --compile-seconds (one bucket's compile), --job-samples (samples "
-                "to train on) and --tokens-per-second (computed tokens/s of the step)"
-            )
-        choice = choose_k(
-            lengths,
-            compile_seconds=args.compile_seconds,
-            samples=args.job_samples,
-            tokens_per_second=args.tokens_per_second,
-            align=args.align,
-            batch_size=args.batch_size,
-            batching=args.batching,
-        )
-        print(choice)
-        print()
-        k = choice.chosen.k
+    k = _choose_k(args, lengths) if args.k == "auto" else args.k
     table = compare_policies(
         lengths,
         k,
@@ -93,14 +153,10 @@ def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int
     print()
     print("Suggested (paste into your code):")
     print(f"    buckets = shapebucket.{table.fitted!r}")
-    if args.plot:
-        plot_lengths(
-            lengths,
-            list(table.fitted),
-            args.plot,
-            f"fitted buckets (k={k}, align={args.align})",
-        )
-        print(f"wrote {args.plot}")
+    if plot is not None:
+        title = f"fitted buckets (k={k}, align={args.align})"
+        plot_lengths(lengths, list(table.fitted), plot, title)
+        print(f"wrote {plot}")
     return 0
 
 
@@ -112,7 +168,7 @@ _k_value.__name__ = "int or 'auto'"  # argparse names the type in its error
 
 
 def _demo(args: argparse.Namespace) -> int:
-    return _suggest(args, mixture_lengths(check_int("--n", args.n, minimum=1), seed=0))
+    return _suggest(args, mixture_lengths(check_int("--samples", args.samples, minimum=1), seed=0))
 
 
 def _bench(argv: list[str]) -> int:
@@ -142,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument(
             "--tokens-per-second", type=float, help="--k auto: computed tokens/s of the step"
         )
+        p.add_argument("--max-k", type=int, help="--k auto: the largest K tried (default 32)")
         p.add_argument(
             "--align",
             type=int,
@@ -155,14 +212,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             default="bucketed",
             help="how batches are formed: inside buckets (BucketBatchSampler) or at random",
         )
-        p.add_argument("--plot", metavar="PNG", help="write a histogram with the boundaries")
+        p.add_argument(
+            "--plot",
+            metavar="FILE",
+            help="write a histogram with the boundaries (.png, .pdf, .svg, ...; no extension: .png)",
+        )
 
     suggest = sub.add_parser("suggest", help="fit buckets to a lengths file and compare policies")
     suggest.add_argument("lengths_file", help="one int per line, or a .npy array")
     fit_flags(suggest)
     suggest.set_defaults(func=_suggest)
     demo = sub.add_parser("demo", help="suggest on the built-in length mixture")
-    demo.add_argument("--n", type=int, default=200_000)
+    demo.add_argument("--samples", type=int, default=200_000, help="lengths drawn from the mixture")
     fit_flags(demo)
     demo.set_defaults(func=_demo)
     sub.add_parser("bench", help="the steps/sec benchmark; see 'bench --help'", add_help=False)

@@ -6,8 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shapebucket import Buckets, ShapeBucketError, compare_policies, fit_buckets, padding_report
 from shapebucket.data import mixture_lengths
+from shapebucket.errors import ShapeBucketError
+from shapebucket.plan.buckets import Buckets
+from shapebucket.plan.fit import fit_buckets
+from shapebucket.plan.padding import padding_report
+from shapebucket.plan.policies import compare_policies
 
 COSTS = {
     "tokens": lambda b: float(b),
@@ -110,7 +114,7 @@ def test_padding_report_numbers_and_dict():
 
 def test_compare_policies_table():
     table = compare_policies(mixture_lengths(20_000), k=8, align=8, batch_size=64)
-    names = [n for n, _ in table.rows]
+    names = [n for n, _ in table.policies]
     assert names == [
         "multiples of 8",
         "multiples of 32",
@@ -118,8 +122,8 @@ def test_compare_policies_table():
         "quantiles (k=8)",
         "fitted (k=8)",
     ]
-    fitted_eff = table.rows[-1][1].token_efficiency
-    assert all(fitted_eff >= r.token_efficiency for _, r in table.rows[1:])
+    fitted_eff = table.policies[-1][1].token_efficiency
+    assert all(fitted_eff >= r.token_efficiency for _, r in table.policies[1:])
     assert "over recompile limit" in str(table)  # 32 multiples of 8
     json.dumps(table.to_dict())
 

@@ -5,9 +5,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shapebucket import ShapeBucketError, choose_k, fit_buckets
 from shapebucket.__main__ import main
 from shapebucket.data import mixture_lengths
+from shapebucket.errors import ShapeBucketError
+from shapebucket.plan.fit import fit_buckets
+from shapebucket.plan.kchoice import choose_k
 
 # measured on this project's CPU (docs/benchmarks.md, mixture): 8 buckets of the bench
 # GPT compile in 89-119 s, and the step computes about 41,700 tokens/s
@@ -18,22 +20,24 @@ MIXTURE = mixture_lengths(50_000, seed=0)
 def test_an_hour_long_job_buys_many_buckets_and_a_short_one_few():
     hour = int(3600 * RATE * 0.85 / MIXTURE.mean())  # samples an hour of training covers
     long = choose_k(
-        MIXTURE, compile_seconds=COMPILE_S, samples=hour, tokens_per_second=RATE, align=1
+        MIXTURE, compile_seconds=COMPILE_S, job_samples=hour, tokens_per_second=RATE, align=1
     )
     assert long.chosen.k > 8 and long.chosen.token_efficiency >= 0.93
     short = choose_k(
-        MIXTURE, compile_seconds=COMPILE_S, samples=300 * 64, tokens_per_second=RATE, align=1
+        MIXTURE, compile_seconds=COMPILE_S, job_samples=300 * 64, tokens_per_second=RATE, align=1
     )
     assert short.chosen.k <= 3
     text = str(long)
-    assert text.count("<- chosen") == 1 and "raises the recompile limit" in text
+    assert (
+        text.count("<- chosen") == 1 and "above the recompile limit" in text and "prewarm" in text
+    )
     assert (
         fit_buckets(
             MIXTURE,
             "auto",
             align=1,
             compile_seconds=COMPILE_S,
-            samples=hour,
+            job_samples=hour,
             tokens_per_second=RATE,
         )
         == long.buckets
@@ -48,13 +52,15 @@ def test_an_hour_long_job_buys_many_buckets_and_a_short_one_few():
     st.floats(1e3, 1e6),
 )
 def test_the_chosen_k_has_the_shortest_estimated_job(lengths, compile_s, samples, rate):
-    choice = choose_k(lengths, compile_seconds=compile_s, samples=samples, tokens_per_second=rate)
-    jobs = [r.job_seconds for r in choice.rows]
+    choice = choose_k(
+        lengths, compile_seconds=compile_s, job_samples=samples, tokens_per_second=rate
+    )
+    jobs = [r.job_seconds for r in choice.candidates]
     assert choice.chosen.job_seconds == min(jobs)
-    ks = [r.k for r in choice.rows]
+    ks = [r.k for r in choice.candidates]
     assert ks == sorted(set(ks))  # one row per K, growing, stopping when K changes nothing
     mean = float(np.mean(lengths))
-    for r in choice.rows:
+    for r in choice.candidates:
         assert r.prewarm_seconds == pytest.approx(r.k * compile_s)
         assert r.train_seconds == pytest.approx(samples * mean / r.token_efficiency / rate)
 
@@ -62,15 +68,15 @@ def test_the_chosen_k_has_the_shortest_estimated_job(lengths, compile_s, samples
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"k": "auto"}, "needs compile_seconds=, samples= and tokens_per_second="),
-        ({"k": 4, "samples": 10}, "with k=4 they would be ignored"),
+        ({"k": "auto"}, "needs compile_seconds=, job_samples= and tokens_per_second="),
+        ({"k": 4, "job_samples": 10}, "with k=4 they would be ignored"),
         ({"k": "eight"}, "k must be an int >= 1 or 'auto'"),
         (
-            {"k": "auto", "compile_seconds": -1, "samples": 10, "tokens_per_second": 1e4},
+            {"k": "auto", "compile_seconds": -1, "job_samples": 10, "tokens_per_second": 1e4},
             "compile_seconds must be a finite number > 0",
         ),
         (
-            {"k": "auto", "compile_seconds": 1, "samples": 10, "tokens_per_second": "fast"},
+            {"k": "auto", "compile_seconds": 1, "job_samples": 10, "tokens_per_second": "fast"},
             "tokens_per_second must be a number > 0",
         ),
     ],

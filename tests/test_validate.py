@@ -1,21 +1,25 @@
 """One validation path: every public entry point that takes a dataset's lengths gives the
-same answer to the same bad input, and every renamed argument still works for one release."""
+same answer to the same bad input, and the same answer to the same good lengths in any
+container (list, tuple, numpy array or tensor of any int dtype); old argument names are gone."""
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shapebucket import (
     BucketBatchSampler,
     BucketCollator,
-    Buckets,
     ShapeBucketError,
-    compare_policies,
     fit_buckets,
-    padding_report,
+    fit_packing,
 )
 from shapebucket._validate import check_int, check_lengths
 from shapebucket.data import read_lengths
+from shapebucket.plan.buckets import Buckets
+from shapebucket.plan.padding import padding_report
+from shapebucket.plan.policies import compare_policies
 
 ENTRY_POINTS = {
     "fit_buckets": lambda x: fit_buckets(x, 2),
@@ -147,7 +151,8 @@ def test_policy_table_costs_the_same_whatever_the_longest_length():
     outlier = time.perf_counter() - t0
     assert outlier < 10 * plain + 1.0
     # the multiples policies list the multiples samples pad to, the outlier's included
-    assert table.rows[0][1].buckets.max_len == 10**8 and len(table.rows[0][1].buckets) <= 40
+    multiples = table.policies[0][1].buckets
+    assert multiples.max_len == 10**8 and len(multiples) <= 40
 
 
 @pytest.mark.parametrize(
@@ -164,3 +169,46 @@ def test_policy_table_costs_the_same_whatever_the_longest_length():
 def test_absurd_lengths_are_refused_before_any_allocation(call, needle):
     with pytest.raises(ShapeBucketError, match=needle):
         call()
+
+
+# -- one answer whatever the container ---------------------------------------------------
+
+NUMPY_INTS = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
+TORCH_INTS = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
+
+
+def containers(values):
+    """The same ints as a list, a tuple, numpy arrays and tensors of several int dtypes."""
+    out = {"list": list(values), "tuple": tuple(values)}
+    out |= {f"numpy {d.__name__}": np.asarray(values, dtype=d) for d in NUMPY_INTS}
+    out |= {f"torch {d}": torch.tensor(values, dtype=d) for d in TORCH_INTS}
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 120), min_size=1, max_size=60),
+    k=st.integers(1, 4),
+    batching=st.sampled_from(["bucketed", "random"]),
+)
+def test_every_container_of_the_same_lengths_gives_the_same_answer(lengths, k, batching):
+    forms = containers(lengths)
+    buckets = sorted({max(2, x) for x in lengths} | {120})  # fits every int dtype
+    tokens = 4 * 120
+    want = {
+        "fit_buckets": fit_buckets(lengths, k, batching=batching, batch_size=4),
+        "padding_report": padding_report(lengths, buckets, batching=batching).to_dict(),
+        "fit_packing": fit_packing(lengths, k, tokens_per_batch=tokens),
+        "Buckets": Buckets(buckets),
+    }
+    for name, x in forms.items():
+        got = {
+            "fit_buckets": fit_buckets(x, k, batching=batching, batch_size=4),
+            "padding_report": padding_report(x, buckets, batching=batching).to_dict(),
+            "fit_packing": fit_packing(x, k, tokens_per_batch=tokens),
+        }
+        for entry, value in got.items():
+            assert value == want[entry], (entry, name)
+        for form, b in containers(buckets).items():
+            assert Buckets(b) == want["Buckets"], form
+            assert padding_report(x, b).to_dict() == padding_report(lengths, buckets).to_dict()

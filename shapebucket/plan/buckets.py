@@ -44,6 +44,8 @@ class Buckets:
         if isinstance(lengths, Buckets):
             values: tuple[int, ...] = lengths.lengths
         else:
+            if hasattr(lengths, "dtype") and hasattr(lengths, "tolist"):
+                lengths = lengths.tolist()  # a numpy array or a tensor: Python ints, as a list
             if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Iterable):
                 raise ShapeBucketError(
                     f"Buckets takes an iterable of ints, got {lengths!r}; "

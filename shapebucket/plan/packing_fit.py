@@ -1,16 +1,22 @@
-"""Choosing packing row lengths: :func:`fit_packing`, :func:`packing_report`."""
+"""Choosing packing's buckets (the row lengths samples are packed into) and rows per
+batch: :func:`fit_packing`, :class:`PackingFitReport`, :func:`packing_report`."""
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from .._validate import check_int, check_lengths, round_up
+from .._validate import MAX_BUCKET, check_int, check_lengths, round_up
 from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .packing import PackingReport, plan_packing, rows_for_tokens
+
+__all__ = ["PackingFitReport", "fit_packing", "packing_report"]
 
 
 def packing_report(
@@ -22,24 +28,29 @@ def packing_report(
     num_replicas: int = 1,
     window: int = 16384,
 ) -> PackingReport:
-    """Token and attention efficiency of packing ``lengths`` (epoch 0 of the plan).
+    """Token and attention efficiency of packing ``lengths`` into ``buckets`` (the row
+    lengths) with ``rows`` rows per batch (epoch 0 of the plan).
 
     >>> packing_report([5, 3, 8, 2, 6], [8], rows=2, seed=0).shapes
     1
     """
+    seed = check_int("seed", seed, minimum=0)
     plan = plan_packing(lengths, buckets, rows, seed=seed, num_replicas=num_replicas, window=window)
     return plan.report
 
 
 @dataclass(frozen=True)
 class PackingFitReport:
-    """What :func:`fit_packing` chose: row lengths, rows per row length, and why.
+    """What :func:`fit_packing` chose: ``buckets`` (the row lengths samples are packed
+    into), ``rows`` per bucket, and why.
 
-    ``candidates`` holds the report of every row-length set it tried, in the
-    order tried; ``report`` is the chosen one's.
+    ``candidates`` holds the report of every bucket set it tried, in the order
+    tried; ``report`` is the chosen one's, and ``num_samples``,
+    ``token_efficiency`` and ``attention_efficiency`` are read from it (measured
+    on at most ``max_samples`` of the lengths; 1.0 when nothing is counted).
 
     >>> fit = fit_packing([5, 9, 12, 30] * 20, k=2, tokens_per_batch=64)
-    >>> [list(rl) for rl, _ in fit.candidates], fit.rows
+    >>> [list(b) for b, _ in fit.candidates], fit.rows
     ([[32], [16, 32]], {32: 2})
     """
 
@@ -50,26 +61,82 @@ class PackingFitReport:
     tokens_per_batch: int
     model_dim: int | None = None
 
+    @property
+    def num_samples(self) -> int:
+        """The lengths the chosen set was measured on."""
+        return self.report.num_samples
+
+    @property
+    def token_efficiency(self) -> float:
+        """Real over computed tokens of the chosen set."""
+        return self.report.token_efficiency
+
+    @property
+    def attention_efficiency(self) -> float:
+        """Real over dense attention work of the chosen set."""
+        return self.report.attention_efficiency
+
     def table(self) -> str:
         """The candidates as a table, the choice marked (with ``model_dim``: the estimated
         compute per real token too)."""
         cost = self.model_dim is not None
         lines = [
-            f"  {'row lengths':<40s} {'tokens':>7s} {'attention':>9s} {'shapes':>6s}"
+            f"  {'buckets (row lengths)':<40s} {'tokens':>7s} {'attention':>9s} {'shapes':>6s}"
             + (f" {'cost/token':>10s}" if cost else "")
         ]
-        for rl, rep in self.candidates:
-            mark = "  <- chosen" if rl == self.buckets else ""
+        for buckets, rep in self.candidates:
+            mark = "  <- chosen" if buckets == self.buckets else ""
             extra = (
-                f" {_relative_cost(rl, rep, self.tokens_per_batch, self.model_dim):>10.3f}"  # type: ignore[arg-type]
+                f" {_relative_cost(buckets, rep, self.tokens_per_batch, self.model_dim):>10.3f}"  # type: ignore[arg-type]
                 if cost
                 else ""
             )
             lines.append(
-                f"  {list(rl)!s:<40s} {rep.token_efficiency:>7.1%} "
+                f"  {list(buckets)!s:<40s} {rep.token_efficiency:>7.1%} "
                 f"{rep.attention_efficiency:>9.1%} {rep.shapes:>6d}{extra}{mark}"
             )
         return "\n".join(lines)
+
+
+def _check_tolerance(tolerance: Any) -> float:
+    if isinstance(tolerance, bool) or not isinstance(tolerance, numbers.Real):
+        raise ShapeBucketError(
+            f"tolerance must be a number in [0, 1), got {tolerance!r} ({type(tolerance).__name__}); "
+            "for example tolerance=0.01 (one percentage point of token efficiency)"
+        )
+    value = float(tolerance)
+    if not (math.isfinite(value) and 0 <= value < 1):
+        raise ShapeBucketError(f"tolerance must be in [0, 1), got {tolerance!r}")
+    return value
+
+
+def _candidate_sets(top: int, k: int, align: int) -> list[Buckets]:
+    """``[M]``, ``[M/2, M]``, ``[M/4, M/2, M]``, ... (at most ``k`` buckets, each rounded
+    up to ``align`` and at least ``2 * align``), stopping when a set repeats."""
+    floor = max(2, 2 * align)
+    out: list[Buckets] = []
+    for m in range(1, k + 1):
+        values = sorted({max(floor, round_up(-(-top // 2**i), align)) for i in range(m)} | {top})
+        if out and list(out[-1]) == values:
+            break
+        out.append(Buckets(values))
+    return out
+
+
+def _choose(
+    candidates: list[tuple[Buckets, PackingReport]],
+    tokens_per_batch: int,
+    model_dim: int | None,
+    tolerance: float,
+) -> tuple[Buckets, PackingReport]:
+    if model_dim is not None:
+        costs = [_relative_cost(b, rep, tokens_per_batch, model_dim) for b, rep in candidates]
+        # within 0.5% of the cheapest, fewer buckets win: each is one more compile
+        near = [c for c, x in zip(candidates, costs, strict=True) if x <= min(costs) * 1.005]
+        return min(near, key=lambda c: len(c[0]))
+    best = max(rep.token_efficiency for _, rep in candidates)
+    ok = [(b, rep) for b, rep in candidates if rep.token_efficiency >= best - tolerance]
+    return max(ok, key=lambda c: c[1].attention_efficiency)
 
 
 def fit_packing(
@@ -82,24 +149,24 @@ def fit_packing(
     model_dim: int | None = None,
     max_len: int | None = None,
     window: int = 16384,
-    sample: int = 200_000,
+    max_samples: int = 200_000,
     seed: int = 0,
 ) -> PackingFitReport:
-    """Choose row lengths (at most ``k``) and rows per batch for packing ``lengths``.
+    """Choose the buckets (row lengths, at most ``k``) and rows per batch for packing ``lengths``.
 
     The candidates halve from the longest row (``max_len``, default the longest
     sample rounded up to ``align``): ``[M]``, ``[M/2, M]``, ``[M/4, M/2, M]``, ...
-    up to ``k`` row lengths, each rounded up to ``align`` and at least ``2 * align``.
-    Each is planned for real (epoch 0, at most ``sample`` lengths). Shorter rows
-    cost less dense attention but pack less tightly. With ``model_dim`` (the
-    model's width) the choice is the set with the least estimated compute per
-    real token: a token of a row of length ``L`` costs ``1 + L / (6 * model_dim)``
-    (a transformer block's linear layers do about ``24 * d**2`` multiply-adds
-    per token, dense attention ``4 * L * d``), and among sets within 0.5% of the
-    cheapest the one with the fewest row lengths (compiles). Without it, the choice is the set
-    with the best attention efficiency whose token efficiency is within
-    ``tolerance`` of the best candidate's. Rows per batch come from
-    ``tokens_per_batch`` (:func:`rows_for_tokens`).
+    up to ``k`` buckets, each rounded up to ``align`` and at least ``2 * align``.
+    Each is planned for real (epoch 0, at most ``max_samples`` lengths drawn with
+    ``seed``). Shorter rows cost less dense attention but pack less tightly. With
+    ``model_dim`` (the model's width) the choice is the set with the least
+    estimated compute per real token: a token of a row of length ``L`` costs
+    ``1 + L / (6 * model_dim)`` (a transformer block's linear layers do about
+    ``24 * d**2`` multiply-adds per token, dense attention ``4 * L * d``), and among
+    sets within 0.5% of the cheapest the one with the fewest buckets (compiles).
+    Without it, the choice is the set with the best attention efficiency whose
+    token efficiency is within ``tolerance`` (a number in [0, 1)) of the best
+    candidate's. Rows per batch come from ``tokens_per_batch`` (:func:`rows_for_tokens`).
 
     >>> fit = fit_packing([5, 9, 12, 30, 7, 3] * 50, k=3, tokens_per_batch=64)
     >>> list(fit.buckets), fit.rows, f"{fit.report.token_efficiency:.1%}"
@@ -107,47 +174,44 @@ def fit_packing(
     """
     arr = check_lengths(lengths)
     k = check_int("k", k, minimum=1)
-    align = check_int("align", align, minimum=1)
-    longest = round_up(int(arr.max()), align)
-    top = longest if max_len is None else check_int("max_len", max_len, minimum=2)
-    if top < int(arr.max()):
+    align = check_int("align", align, minimum=1, maximum=MAX_BUCKET)
+    tokens_per_batch = check_int("tokens_per_batch", tokens_per_batch, minimum=1)
+    tolerance = _check_tolerance(tolerance)
+    if model_dim is not None:
+        model_dim = check_int("model_dim", model_dim, minimum=1)
+    max_samples = check_int("max_samples", max_samples, minimum=1)
+    seed = check_int("seed", seed, minimum=0)
+    longest = int(arr.max())
+    top = (
+        round_up(longest, align)
+        if max_len is None
+        else check_int("max_len", max_len, minimum=2, maximum=MAX_BUCKET)
+    )
+    if top < longest:
         raise ShapeBucketError(
-            f"max_len={top} is shorter than the longest sample ({int(arr.max())}); packing never "
+            f"max_len={top} is shorter than the longest sample ({longest}); packing never "
             "cuts a sample: pass max_len >= the longest length"
         )
-    if not 0 <= tolerance < 1:
-        raise ShapeBucketError(f"tolerance must be in [0, 1), got {tolerance!r}")
     sub = arr
-    if len(arr) > sample:
-        sub = np.random.default_rng(seed).choice(arr, size=sample, replace=False)
-    candidates: list[tuple[Buckets, PackingReport]] = []
-    floor = max(2, 2 * align)
-    for m in range(1, k + 1):
-        values = sorted({max(floor, round_up(-(-top // 2**i), align)) for i in range(m)} | {top})
-        rl = Buckets(values)
-        if candidates and rl == candidates[-1][0]:
-            break
-        rep = packing_report(
-            sub, rl, rows=rows_for_tokens(rl, tokens_per_batch), seed=seed, window=window
+    if len(arr) > max_samples:
+        sub = np.random.default_rng(seed).choice(arr, size=max_samples, replace=False)
+    candidates = [
+        (
+            b,
+            packing_report(
+                sub, b, rows=rows_for_tokens(b, tokens_per_batch), seed=seed, window=window
+            ),
         )
-        candidates.append((rl, rep))
-    if model_dim is not None:
-        d = check_int("model_dim", model_dim, minimum=1)
-        costs = [_relative_cost(rl, rep, tokens_per_batch, d) for rl, rep in candidates]
-        # within 0.5% of the cheapest, fewer row lengths win: each is one more compile
-        near = [c for c, x in zip(candidates, costs, strict=True) if x <= min(costs) * 1.005]
-        chosen, report = min(near, key=lambda c: len(c[0]))
-    else:
-        best = max(rep.token_efficiency for _, rep in candidates)
-        ok = [(rl, rep) for rl, rep in candidates if rep.token_efficiency >= best - tolerance]
-        chosen, report = max(ok, key=lambda c: c[1].attention_efficiency)
+        for b in _candidate_sets(top, k, align)
+    ]
+    chosen, report = _choose(candidates, tokens_per_batch, model_dim, tolerance)
     rows = rows_for_tokens(chosen, tokens_per_batch)
     return PackingFitReport(chosen, rows, report, candidates, tokens_per_batch, model_dim)
 
 
-def _relative_cost(rl: Buckets, rep: PackingReport, tokens: int, model_dim: int) -> float:
+def _relative_cost(buckets: Buckets, rep: PackingReport, tokens: int, model_dim: int) -> float:
     """Estimated compute per real token (1.0: every computed token real, no attention)."""
-    rows = rows_for_tokens(rl, tokens)
+    rows = rows_for_tokens(buckets, tokens)
     work = sum(
         n * rows[L] * L * (1 + L / (6 * model_dim)) for L, n in rep.batches_per_bucket.items()
     )

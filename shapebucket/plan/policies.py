@@ -11,43 +11,54 @@ import numpy as np
 
 from .._validate import check_int, check_lengths, round_up
 from .buckets import Buckets
-from .fit import (
-    DEFAULT_ALIGN,
-    Batching,
-    Cost,
-    PaddingReport,
-    _check_batching,
-    fit_buckets,
-    padding_report,
-)
+from .kchoice import RECOMPILE_LIMIT
+from .optimal import DEFAULT_ALIGN, Cost, optimal_buckets
+from .padding import Batching, PaddingReport, check_batching, padding_report
 
 __all__ = ["PolicyReport", "compare_policies", "quantile_buckets"]
+
+_OVER = " (over recompile limit)"
 
 
 @dataclass
 class PolicyReport:
-    """Rows of (policy name, report), printable as one table; ``fitted`` is the last row's buckets.
+    """One :class:`PaddingReport` per policy (``policies``: ``(name, report)`` pairs),
+    printable as one table; ``fitted`` is the last policy's buckets. A policy with more
+    buckets than ``limit`` (the recompile limit) is marked in the table, and a note
+    under it says what that costs and the fix.
+
+    ``num_samples`` counts the lengths. The efficiencies of each policy follow
+    :class:`PaddingReport` (1.0 when nothing is counted).
 
     >>> table = compare_policies([5, 9, 17, 30, 64], k=2)
-    >>> [name for name, _ in table.rows][:2], table.fitted
+    >>> [name for name, _ in table.policies][:2], table.fitted
     (['multiples of 8', 'multiples of 32'], Buckets([32, 64]))
     """
 
-    rows: list[tuple[str, PaddingReport]]
-    limit: int
+    policies: list[tuple[str, PaddingReport]]
+    limit: int = RECOMPILE_LIMIT
+
+    @property
+    def num_samples(self) -> int:
+        """The lengths every policy was measured on."""
+        return self.policies[0][1].num_samples
+
+    @property
+    def fitted(self) -> Buckets:
+        """The fitted buckets (the last policy)."""
+        return self.policies[-1][1].buckets
 
     def __str__(self) -> str:
-        first = self.rows[0][1]
-        head = (
-            f"{first.num_samples:,} samples, mean length {first.mean_length:.1f}, batching={first.batching!r}, "
-            f"batch_size={first.batch_size}"
-        )
+        first = self.policies[0][1]
         lines = [
-            head,
+            f"{first.num_samples:,} samples, mean length {first.mean_length:.1f}, "
+            f"batching={first.batching!r}, batch_size={first.batch_size}",
             f"{'policy':<18s} {'buckets':>7s} {'shapes':>6s} {'tokens':>7s} {'attention':>9s}  boundaries",
         ]
-        for name, r in self.rows:
-            over = " (over recompile limit)" if len(r.buckets) > self.limit else ""
+        over = False
+        for name, r in self.policies:
+            mark = _OVER if len(r.buckets) > self.limit else ""
+            over = over or bool(mark)
             shown = (
                 list(r.buckets)
                 if len(r.buckets) <= 10
@@ -55,21 +66,32 @@ class PolicyReport:
             )
             lines.append(
                 f"{name:<18s} {len(r.buckets):>7d} {r.num_shapes:>6d} {r.token_efficiency:>7.1%} "
-                f"{r.attention_efficiency:>9.1%}  {shown}{over}"
+                f"{r.attention_efficiency:>9.1%}  {shown}{mark}"
+            )
+        if over:
+            lines.append(
+                f"over recompile limit: more than {self.limit} buckets, one compile each; past "
+                "it torch.compile alone runs eagerly: shapebucket.prewarm raises the limit"
             )
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"limit": self.limit, "rows": [{"policy": n, **r.to_dict()} for n, r in self.rows]}
-
-    @property
-    def fitted(self) -> Buckets:
-        return self.rows[-1][1].buckets
+        return {
+            "limit": self.limit,
+            "num_samples": self.num_samples,
+            "policies": [{"policy": n, **r.to_dict()} for n, r in self.policies],
+        }
 
 
 def quantile_buckets(lengths: np.ndarray, k: int, align: int = DEFAULT_ALIGN) -> Buckets:
     """Boundaries at the ``i/k`` quantiles of checked ``lengths`` (rounded up to ``align``),
-    as fairseq-style percentile bucketing does; the last one covers the longest length."""
+    as fairseq-style percentile bucketing does; the last one covers the longest length.
+    (More quantiles than lengths add nothing, so at most ``len(lengths)`` are taken.)
+
+    >>> quantile_buckets(np.array([3, 5, 9, 30]), 2)
+    Buckets([16, 32])
+    """
+    k = min(k, len(lengths))
     qs = np.quantile(lengths, np.arange(1, k + 1) / k, method="higher").astype(np.int64)
     qs = np.maximum(round_up(qs, align), round_up(2, align))
     return Buckets(np.unique(qs).tolist())
@@ -90,34 +112,31 @@ def compare_policies(
     batch_size: int = 1,
     batching: Batching = "bucketed",
     cost: Cost = "tokens",
-    limit: int = 8,
+    limit: int = RECOMPILE_LIMIT,
 ) -> PolicyReport:
     """One table: multiples of 8 and 32, powers of two, quantiles and the fitted buckets.
 
     The multiples policies list the multiples some sample pads to (the shapes they
     would compile), so the table costs the same whatever the longest length.
 
-    >>> print(compare_policies([5, 9, 17, 30, 64], k=2).rows[-1][0])
+    >>> print(compare_policies([5, 9, 17, 30, 64], k=2).policies[-1][0])
     fitted (k=2)
     """
-    mode, batch_size = _check_batching(batching, batch_size)
+    mode, batch_size = check_batching(batching, batch_size)
     arr = check_lengths(lengths)
     k = check_int("k", k, minimum=1)
-    align = check_int("align", align, minimum=1)
     limit = check_int("limit", limit, minimum=1)
+    fitted = optimal_buckets(arr, k, align=align, batch_size=batch_size, batching=mode, cost=cost)
     top = max(int(arr.max()), 2)
     policies: list[tuple[str, Buckets]] = [
         ("multiples of 8", _used_multiples(arr, 8)),
         ("multiples of 32", _used_multiples(arr, 32)),
         ("powers of two", Buckets.powers_of_two(top, min_len=min(8, top))),
         (f"quantiles (k={k})", quantile_buckets(arr, k, align)),
-        (
-            f"fitted (k={k})",
-            fit_buckets(arr, k, align=align, batch_size=batch_size, batching=mode, cost=cost),
-        ),
+        (f"fitted (k={k})", fitted),
     ]
     return PolicyReport(
-        rows=[
+        policies=[
             (name, padding_report(arr, b, batch_size=batch_size, batching=mode))
             for name, b in policies
         ],

@@ -1,0 +1,220 @@
+"""K from the job: :func:`choose_k` and its table, :class:`KChoiceReport`.
+
+Each bucket costs one compile before training (``compile_seconds``) and more
+buckets pad less, so for ``K`` fitted buckets::
+
+    prewarm(K) = K * compile_seconds
+    train(K)   = job_samples * mean_length / token_efficiency(K) / tokens_per_second
+    job(K)     = prewarm(K) + train(K)
+
+and the ``K`` with the shortest job wins. ``tokens_per_second`` counts computed
+tokens (real and padding) of the training step. With ``K`` above the recompile
+limit (8), :func:`~shapebucket.prewarm` raises the limit.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._validate import check_int, check_lengths
+from ..errors import ShapeBucketError
+from .buckets import Buckets
+from .optimal import DEFAULT_ALIGN, optimal_buckets
+from .padding import Batching, check_batching, padding_report
+
+__all__ = ["RECOMPILE_LIMIT", "KChoiceReport", "KEstimate", "choose_k"]
+
+#: dynamo's default recompile limit: more buckets than this need it raised
+#: (``prewarm`` does it for you).
+RECOMPILE_LIMIT = 8
+
+
+@dataclass(frozen=True)
+class KEstimate:
+    """The estimated job for one bucket count ``k``: its fitted buckets, their token
+    efficiency, the prewarm and training seconds."""
+
+    k: int
+    buckets: Buckets
+    token_efficiency: float
+    prewarm_seconds: float
+    train_seconds: float
+
+    @property
+    def job_seconds(self) -> float:
+        """Prewarm plus training."""
+        return self.prewarm_seconds + self.train_seconds
+
+
+@dataclass
+class KChoiceReport:
+    """Every ``K`` tried (``candidates``) and the one with the shortest estimated job
+    (``chosen``).
+
+    ``num_samples`` counts the dataset's lengths, ``job_samples`` the samples the
+    job trains on; ``token_efficiency`` is the chosen K's. ``capped`` is true when
+    the chosen K is ``max_k``, the largest tried, while a larger K would still
+    change the buckets: a longer search may find a shorter job.
+
+    >>> lengths = [5] * 900 + [60] * 100
+    >>> short = choose_k(lengths, compile_seconds=10, job_samples=1_000, tokens_per_second=40_000)
+    >>> long = choose_k(lengths, compile_seconds=10, job_samples=10**8, tokens_per_second=40_000)
+    >>> short.chosen.k, long.chosen.k
+    (1, 2)
+    """
+
+    candidates: list[KEstimate]
+    chosen: KEstimate
+    num_samples: int
+    compile_seconds: float
+    job_samples: int
+    tokens_per_second: float
+    max_k: int = 32
+    capped: bool = False
+    limit: int = RECOMPILE_LIMIT
+
+    @property
+    def buckets(self) -> Buckets:
+        """The chosen K's buckets."""
+        return self.chosen.buckets
+
+    @property
+    def token_efficiency(self) -> float:
+        """The chosen K's token efficiency."""
+        return self.chosen.token_efficiency
+
+    def notes(self) -> list[str]:
+        """What a reader of the table must know about the choice (empty when nothing)."""
+        out = []
+        if self.chosen.k > self.limit:
+            out.append(
+                f"K={self.chosen.k} is above the recompile limit ({self.limit}): shapebucket.prewarm "
+                f"raises the limit for you; with torch.compile alone pass "
+                f"recompile_limit={self.chosen.k}"
+            )
+        if self.capped:
+            out.append(
+                f"K={self.chosen.k} is max_k, the largest K tried, and more buckets would still "
+                "pad less: a larger max_k may give a shorter job"
+            )
+        return out
+
+    def __str__(self) -> str:
+        lines = [
+            f"K from the job: {self.job_samples:,} samples, {self.compile_seconds:g} s to compile a "
+            f"bucket, {self.tokens_per_second:,.0f} computed tokens/s",
+            f"{'K':>3s} {'tokens':>7s} {'prewarm s':>10s} {'train s':>10s} {'job s':>10s}",
+        ]
+        for r in self.candidates:
+            mark = "  <- chosen" if r is self.chosen else ""
+            lines.append(
+                f"{r.k:>3d} {r.token_efficiency:>7.1%} {r.prewarm_seconds:>10.0f} "
+                f"{r.train_seconds:>10.0f} {r.job_seconds:>10.0f}{mark}"
+            )
+        lines += [f"note: {note}" for note in self.notes()]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "chosen_k": self.chosen.k,
+            "buckets": list(self.chosen.buckets),
+            "num_samples": self.num_samples,
+            "job_samples": self.job_samples,
+            "compile_seconds": self.compile_seconds,
+            "tokens_per_second": self.tokens_per_second,
+            "token_efficiency": self.token_efficiency,
+            "max_k": self.max_k,
+            "capped": self.capped,
+            "candidates": [
+                {
+                    "k": r.k,
+                    "buckets": list(r.buckets),
+                    "token_efficiency": r.token_efficiency,
+                    "prewarm_seconds": r.prewarm_seconds,
+                    "train_seconds": r.train_seconds,
+                    "job_seconds": r.job_seconds,
+                }
+                for r in self.candidates
+            ],
+        }
+
+
+def positive(name: str, value: Any) -> float:
+    """``value`` as a finite float > 0, or a :class:`ShapeBucketError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ShapeBucketError(f"{name} must be a number > 0, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise ShapeBucketError(f"{name} must be a finite number > 0, got {value!r}")
+    return value
+
+
+def choose_k(
+    lengths: Sequence[int] | np.ndarray,
+    *,
+    compile_seconds: float,
+    job_samples: int,
+    tokens_per_second: float,
+    max_k: int = 32,
+    align: int = DEFAULT_ALIGN,
+    batch_size: int = 1,
+    batching: Batching = "bucketed",
+) -> KChoiceReport:
+    """The bucket count with the shortest estimated job (module docstring), with the table.
+
+    Args:
+        lengths: the dataset's sample lengths.
+        compile_seconds: seconds to compile one bucket (forward and backward);
+            ``PrewarmReport.total_seconds / len(buckets)`` of an earlier run.
+        job_samples: samples the job trains on (epochs x dataset size).
+        tokens_per_second: computed tokens (real + padding) per second of the step.
+        max_k: the largest K tried (each K is fitted exactly, so the table stops
+            growing once K covers every distinct aligned length).
+        align, batch_size, batching: as for :func:`~shapebucket.fit_buckets`.
+
+    >>> choice = choose_k([5] * 90 + [60] * 10, compile_seconds=10, job_samples=10**6,
+    ...                   tokens_per_second=4e4)
+    >>> choice.buckets, choice.chosen.k
+    (Buckets([8, 64]), 2)
+    """
+    arr = check_lengths(lengths)
+    compile_s = positive("compile_seconds", compile_seconds)
+    rate = positive("tokens_per_second", tokens_per_second)
+    job_samples = check_int("job_samples", job_samples, minimum=1)
+    max_k = check_int("max_k", max_k, minimum=1)
+    mode, batch_size = check_batching(batching, batch_size)
+    mean = float(arr.mean())
+    candidates: list[KEstimate] = []
+    exhausted = False
+    for k in range(1, max_k + 1):
+        buckets = optimal_buckets(arr, k, align=align, batch_size=batch_size, batching=mode)
+        if candidates and buckets == candidates[-1].buckets:
+            exhausted = True  # every distinct aligned length has its bucket
+            break
+        eff = padding_report(arr, buckets, batch_size=batch_size, batching=mode).token_efficiency
+        candidates.append(
+            KEstimate(
+                k=len(buckets),
+                buckets=buckets,
+                token_efficiency=eff,
+                prewarm_seconds=len(buckets) * compile_s,
+                train_seconds=job_samples * mean / eff / rate,
+            )
+        )
+    chosen = min(candidates, key=lambda r: (r.job_seconds, r.k))
+    # the search stopped at max_k: would one more bucket still change the set?
+    capped = (
+        chosen is candidates[-1]
+        and not exhausted
+        and optimal_buckets(arr, max_k + 1, align=align, batch_size=batch_size, batching=mode)
+        != chosen.buckets
+    )
+    return KChoiceReport(
+        candidates, chosen, len(arr), compile_s, job_samples, rate, max_k=max_k, capped=capped
+    )

@@ -1,0 +1,164 @@
+"""The exact optimal buckets for a given K: :func:`optimal_buckets`, the solver under
+:func:`~shapebucket.fit_buckets` and :func:`~shapebucket.plan.kchoice.choose_k`.
+
+The objective is a sum over buckets of ``cost(b_j) * weight(b_{j-1} < x <= b_j)``
+(weights from :func:`.padding.group_weights`) with an increasing cost, so the cost
+of a bucket range is Monge and a divide-and-conquer dynamic programme over the
+distinct aligned lengths finds the exact optimum in ``O(k n log n)`` (vectorised
+with numpy, one level of the recursion at a time).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import numpy as np
+
+from .._validate import MAX_BUCKET, check_int, check_lengths, round_up
+from ..errors import ShapeBucketError
+from .buckets import Buckets
+from .padding import Batching, check_batching, group_weights, histogram
+
+__all__ = ["DEFAULT_ALIGN", "Cost", "optimal_buckets"]
+
+#: The one default alignment of fitted buckets (``fit_buckets``, ``choose_k``,
+#: ``compare_policies`` and the CLI): multiples of 8 suit tensor cores and
+#: vectorised CPU kernels.
+DEFAULT_ALIGN = 8
+Cost = Literal["tokens", "attention"] | Callable[[int], float]
+
+
+def _cost_values(cost: Cost, boundaries: np.ndarray) -> np.ndarray:
+    b = boundaries.astype(np.float64)
+    if isinstance(cost, str) and cost == "tokens":
+        return b
+    if isinstance(cost, str) and cost == "attention":
+        return b * b
+    if not callable(cost):
+        raise ShapeBucketError(
+            f"cost must be 'tokens', 'attention' or a callable length -> float, got {cost!r}"
+        )
+    raw = [cost(int(x)) for x in boundaries]
+    for x, v in zip(boundaries, raw, strict=True):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise ShapeBucketError(f"cost({int(x)}) = {v!r}; cost must return a number")
+    values = np.array(raw, dtype=np.float64)
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        i = int(np.flatnonzero(~np.isfinite(values) | (values < 0))[0])
+        raise ShapeBucketError(
+            f"cost({int(boundaries[i])}) = {values[i]!r}; costs must be finite and >= 0"
+        )
+    drops = np.flatnonzero(np.diff(values) < 0)
+    if drops.size:
+        i = int(drops[0])
+        raise ShapeBucketError(
+            f"cost must not decrease with length: cost({int(boundaries[i])}) = {values[i]} > "
+            f"cost({int(boundaries[i + 1])}) = {values[i + 1]}"
+        )
+    return values
+
+
+def _min_plus_layer(
+    prev: np.ndarray, c: np.ndarray, W: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``cur[j] = min_{0 <= i < j} prev[i] + c[j] * (W[j] - W[i])`` for j = 1..n, with the
+    leftmost argmin. Divide and conquer over j (the argmin is monotone because the
+    range cost is Monge), vectorised across all segments of one recursion level."""
+    n = len(W) - 1
+    cur = np.full(n + 1, np.inf)
+    cur[0] = 0.0
+    opt = np.zeros(n + 1, dtype=np.int64)
+    jl, jr = np.array([1]), np.array([n])
+    ol, orr = np.array([0]), np.array([n - 1])
+    while jl.size:
+        mid = (jl + jr) // 2
+        lo, hi = ol, np.minimum(orr, mid - 1)
+        cnt = hi - lo + 1
+        starts = np.cumsum(cnt) - cnt
+        seg = np.repeat(np.arange(len(mid)), cnt)
+        i = np.repeat(lo - starts, cnt) + np.arange(int(cnt.sum()))
+        j = mid[seg]
+        val = prev[i] + c[j] * (W[j] - W[i])
+        mins = np.minimum.reduceat(val, starts)
+        hits = np.flatnonzero(val == mins[seg])
+        first = hits[np.r_[True, seg[hits][1:] != seg[hits][:-1]]]
+        best = i[first]
+        cur[mid], opt[mid] = mins, best
+        left, right = jl <= mid - 1, mid + 1 <= jr
+        jl, jr, ol, orr = (
+            np.concatenate([jl[left], mid[right] + 1]),
+            np.concatenate([mid[left] - 1, jr[right]]),
+            np.concatenate([ol[left], best[right]]),
+            np.concatenate([best[left], orr[right]]),
+        )
+    return cur, opt
+
+
+def _optimal_boundaries(
+    cands: np.ndarray, weights: np.ndarray, costs: np.ndarray, k: int
+) -> list[int]:
+    n = len(cands)
+    W = np.concatenate([[0.0], np.cumsum(weights)])
+    c = np.concatenate([[0.0], costs])  # c[j] is the cost of boundary cands[j - 1]
+    prev = np.full(n + 1, np.inf)
+    prev[0] = 0.0
+    choices = []
+    for _ in range(min(k, n)):
+        prev, opt = _min_plus_layer(prev, c, W)
+        choices.append(opt)
+    out, j = [], n
+    for opt in reversed(choices):
+        if j == 0:
+            break
+        out.append(int(cands[j - 1]))
+        j = int(opt[j])
+    return sorted(out)
+
+
+def _check_max_len(arr: np.ndarray, max_len: int | None) -> int | None:
+    if max_len is None:
+        return None
+    max_len = check_int("max_len", max_len, minimum=2, maximum=MAX_BUCKET)
+    if int(arr.max()) > max_len:
+        i = int(np.argmax(arr > max_len))
+        raise ShapeBucketError(
+            f"sample {i} has length {int(arr[i])} > max_len {max_len}; such samples would be "
+            "truncated or rejected later: raise max_len, or drop/truncate them before fitting"
+        )
+    return max_len
+
+
+def optimal_buckets(
+    lengths: Sequence[int] | np.ndarray,
+    k: int,
+    *,
+    align: int = DEFAULT_ALIGN,
+    max_len: int | None = None,
+    batch_size: int = 1,
+    batching: Batching = "bucketed",
+    cost: Cost = "tokens",
+) -> Buckets:
+    """The at-most-``k`` aligned buckets with the lowest objective (arguments as for
+    :func:`~shapebucket.fit_buckets`, with ``k`` an int).
+
+    >>> optimal_buckets([3, 3, 5, 9, 30], 2)
+    Buckets([8, 32])
+    """
+    mode, batch_size = check_batching(batching, batch_size)
+    k = check_int("k", k, minimum=1)
+    align = check_int("align", align, minimum=1, maximum=MAX_BUCKET)
+    arr = check_lengths(lengths)
+    max_len = _check_max_len(arr, max_len)
+    values, counts = histogram(arr)
+    rounded = np.maximum(round_up(values, align), round_up(2, align))
+    cands, group = np.unique(rounded, return_inverse=True)
+    group_counts = np.bincount(group, weights=counts)
+    top = round_up(max(int(values[-1]), max_len or 0, 2), align)
+    if cands[-1] != top:
+        cands = np.append(cands, top)
+        group_counts = np.append(group_counts, 0.0)
+    weights = group_weights(group_counts, mode, batch_size)
+    costs = _cost_values(cost, cands)
+    return Buckets(_optimal_boundaries(cands, weights, costs, k))

@@ -1,6 +1,6 @@
-import argparse
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 
@@ -263,21 +263,43 @@ def test_quick_run_on_gpu(tmp_path, mode):
     assert all(r["error"] is None for r in data["results"]), data["results"]
 
 
-def test_args_namespace_is_complete():
-    """Every default the harness reads is set by the CLI (a typo here fails fast, not in a 10-minute run)."""
-    args = quick_args()
-    assert isinstance(args, argparse.Namespace)
-    for key in (
-        "rounds",
-        "steps",
-        "warmup_steps",
-        "batch_size",
-        "max_tokens",
-        "k",
-        "dim",
-        "layers",
-    ):
-        assert isinstance(getattr(args, key), int)
+# options whose None means "not given" (no default to fill): an input file, torch.compile's
+# own default mode, and the replay switch
+NOT_GIVEN = {"lengths", "mode", "from_json"}
+
+
+def test_every_default_is_set_and_matches_its_help():
+    """Every option the harness reads has its value after the CLI and the harness's setup
+    filled the defaults (a typo here fails fast, not in a 10-minute run), and every
+    default the help states ("default 5, quick 2") is the one applied. The options come
+    from the parser, so a new one is checked without editing this test."""
+    actions = [a for a in cli._parser()._actions if a.dest != "help"]
+    assert len(actions) >= 24
+    for quick in (False, True):
+        args = cli._parser().parse_args(["--quick"] * quick)
+        cli._resolve(args)
+        harness._setup(args)  # fills the defaults that depend on the lengths
+        for action in actions:
+            value = getattr(args, action.dest)
+            if action.dest in NOT_GIVEN:
+                assert value is None, action.dest
+                continue
+            assert value is not None, f"{action.option_strings[0]} has no value"
+            if action.type is int:
+                assert isinstance(value, int) and value >= 0, (action.dest, value)
+            stated = re.search(
+                r"default (\d+(?:,\d{3})*)(?:, quick (\d+(?:,\d{3})*))?", action.help or ""
+            )
+            if stated:
+                full, small = (int(g.replace(",", "")) if g else None for g in stated.groups())
+                want = small if quick and small is not None else full
+                assert value == want, (action.dest, quick, value, want)
+            elif action.default is not None and action.dest != "quick":  # set by argv
+                assert value == action.default, action.dest
+        assert args.bucket_tokens_per_batch == args.batch_size * 32  # as its help says
+    for key in cli._DEFAULTS:  # every --quick-dependent default is stated in the help
+        action = next(a for a in actions if a.dest == key)
+        assert "quick" in (action.help or ""), key
 
 
 def test_from_json_replays_a_saved_run_without_measuring(tmp_path, capsys):

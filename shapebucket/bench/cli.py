@@ -82,17 +82,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--batch-size", type=int, default=None, help="default 64, quick 16")
     p.add_argument(
-        "--max-tokens",
+        "--bucket-tokens-per-batch",
         type=int,
         default=None,
-        help="token budget of shapebucket-tokens (default: batch size x 32)",
+        help="tokens_per_batch of shapebucket-tokens' BucketBatchSampler (default: batch "
+        "size x 32)",
     )
     p.add_argument(
-        "--tokens-per-batch",
+        "--packed-tokens-per-batch",
         type=int,
         default=None,
-        help="token budget of shapebucket-packed's batches (default: the real tokens of "
-        "batch-size average samples, rounded up to whole rows of the longest row)",
+        help="tokens_per_batch of shapebucket-packed's PackedBatchSampler (default: the real "
+        "tokens of batch-size average samples, rounded up to whole rows of the longest row)",
     )
     p.add_argument(
         "--samples",
@@ -101,6 +102,11 @@ def _parser() -> argparse.ArgumentParser:
         help="samples drawn for mixture and captioning (default 200,000, quick 20,000)",
     )
     p.add_argument("--k", type=int, default=None, help="fitted buckets (default 8, quick 2)")
+    _model_and_output_flags(p)
+    return p
+
+
+def _model_and_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab", type=int, default=512)
     p.add_argument("--dim", type=int, default=None, help="model width (default 128, quick 32)")
     p.add_argument("--layers", type=int, default=None, help="default 2, quick 1")
@@ -131,7 +137,6 @@ def _parser() -> argparse.ArgumentParser:
         help="measure nothing: print the table and headline of a saved run and write its plot "
         "(--plot, default next to the JSON)",
     )
-    return p
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -181,11 +186,11 @@ def _resolve(args: argparse.Namespace) -> None:
     check_int("--warmup-steps", args.warmup_steps, minimum=1)
     check_int("--max-len", args.max_len, minimum=8)
     check_int("--seed", args.seed, minimum=0)
-    if args.max_tokens is None:
-        args.max_tokens = args.batch_size * 32
-    check_int("--max-tokens", args.max_tokens, minimum=args.max_len)
-    if args.tokens_per_batch is not None:
-        check_int("--tokens-per-batch", args.tokens_per_batch, minimum=args.max_len)
+    if args.bucket_tokens_per_batch is None:
+        args.bucket_tokens_per_batch = args.batch_size * 32
+    check_int("--bucket-tokens-per-batch", args.bucket_tokens_per_batch, minimum=args.max_len)
+    if args.packed_tokens_per_batch is not None:
+        check_int("--packed-tokens-per-batch", args.packed_tokens_per_batch, minimum=args.max_len)
     if args.dim % args.heads:
         raise ShapeBucketError(f"--dim {args.dim} must be a multiple of --heads {args.heads}")
     names = list(STRATEGIES) if args.strategies is None else args.strategies.split(",")

@@ -418,11 +418,11 @@ def _setup(args: argparse.Namespace) -> Setup:
         seed=args.seed,
         lengths_file=args.lengths,
     )
-    if args.tokens_per_batch is None:
+    if args.packed_tokens_per_batch is None:
         # packing's budget: the real tokens of an average batch of --batch-size samples,
         # rounded up to whole rows of the longest row length
         longest = round_up(int(lengths.max()), 8)
-        args.tokens_per_batch = round_up(
+        args.packed_tokens_per_batch = round_up(
             math.ceil(args.batch_size * float(lengths.mean())), longest
         )
     image: tuple[int, ...] | None = None
@@ -526,8 +526,8 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult],
         "model": s.model_config,
         "buckets": list(s.buckets),
         "batch_size": args.batch_size,
-        "max_tokens": args.max_tokens,
-        "tokens_per_batch": args.tokens_per_batch,
+        "bucket_tokens_per_batch": args.bucket_tokens_per_batch,
+        "packed_tokens_per_batch": args.packed_tokens_per_batch,
         "packing": None
         if "packed" not in families or families["packed"].packing is None
         else {

@@ -60,7 +60,7 @@ class Family:
     warmup: list[dict[str, Any]] = field(default_factory=list)
     timed: list[dict[str, Any]] = field(default_factory=list)
     timed_real: list[int] = field(default_factory=list)  # real tokens of each timed batch
-    buckets: Buckets | None = None  # for packing: the row lengths
+    buckets: Buckets | None = None  # for packing: the row lengths samples are packed into
     rows: int | dict[int, int] | None = None
     packing: PackingFitReport | None = None
 
@@ -110,7 +110,9 @@ def plan_family(family: str, s: Setup) -> Family:
                 "skipped: packing puts several samples in a row, and the captioning model "
                 "has one image per sample"
             )
-        fit = fit_packing(L, a.k, tokens_per_batch=a.tokens_per_batch, align=8, model_dim=a.dim)
+        fit = fit_packing(
+            L, a.k, tokens_per_batch=a.packed_tokens_per_batch, align=8, model_dim=a.dim
+        )
         packer = PackedBatchSampler(L, fit.buckets, rows=fit.rows, seed=a.seed)
         epoch = [np.asarray(b) for b in packer]
         shapes = [(fit.rows[n], n) for n in packer.batch_buckets().tolist()]
@@ -125,7 +127,9 @@ def plan_family(family: str, s: Setup) -> Family:
     if family == "buckets":
         sampler = BucketBatchSampler(L, s.buckets, batch_size=a.batch_size, seed=a.seed)
     else:
-        sampler = BucketBatchSampler(L, s.buckets, tokens_per_batch=a.max_tokens, seed=a.seed)
+        sampler = BucketBatchSampler(
+            L, s.buckets, tokens_per_batch=a.bucket_tokens_per_batch, seed=a.seed
+        )
     rows = sampler.rows
     epoch = [np.asarray(b) for b in sampler]
     lengths = [s.buckets.bucket_for(int(L[b].max())) for b in epoch]

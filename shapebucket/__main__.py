@@ -32,8 +32,15 @@ def plot_path(plot: str | Path) -> Path:
     extension gets ``.png`` (matplotlib would add it anyway), an extension must be a
     format matplotlib writes, and the directory must exist."""
     path = Path(plot)
-    if not path.name or path.name in (".", ".."):
-        raise ShapeBucketError(f"--plot {str(plot)!r} is not a file name; pass e.g. buckets.png")
+    if (
+        not path.name
+        or path.name in (".", "..")
+        or str(plot).endswith(("/", "\\"))
+        or path.is_dir()
+    ):
+        raise ShapeBucketError(
+            f"--plot {str(plot)!r} is not a file name; pass e.g. {str(path / 'buckets.png')!r}"
+        )
     if not path.suffix:
         path = path.with_name(path.name + ".png")
     if not path.resolve().parent.is_dir():
@@ -134,9 +141,10 @@ def _choose_k(args: argparse.Namespace, lengths: np.ndarray) -> int:
 def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int:
     given = [flag for key, flag in _JOB_FLAGS.items() if getattr(args, key) is not None]
     if args.k != "auto" and given:
+        verb, pronoun = ("describes", "it") if len(given) == 1 else ("describe", "they")
         raise ShapeBucketError(
-            f"{', '.join(given)} describe the job for --k auto; with --k {args.k} they would be "
-            "ignored: pass --k auto or leave them out"
+            f"{' and '.join(given)} {verb} the job for --k auto; with --k {args.k} {pronoun} "
+            "would be ignored: pass --k auto or leave them out"
         )
     plot = plot_path(args.plot) if args.plot else None
     if lengths is None:

@@ -4,6 +4,8 @@ import pytest
 from shapebucket.__main__ import main
 from shapebucket.data import mixture_lengths, read_lengths
 from shapebucket.errors import ShapeBucketError
+from shapebucket.plan.fit import fit_buckets
+from shapebucket.plan.kchoice import choose_k
 
 
 def test_suggest_text_file_prints_table_and_paste_line(tmp_path, capsys):
@@ -36,3 +38,74 @@ def test_bad_files(tmp_path, capsys):
     assert main(["suggest", str(bad)]) == 2
     assert "line 3: 'five' is not an int" in capsys.readouterr().err
     assert main(["suggest", str(tmp_path / "missing.txt")]) == 2
+
+
+# -- issue 22, item 8 ----------------------------------------------------------------------
+
+
+def test_plot_without_extension_writes_and_names_the_png(tmp_path, capsys):
+    path = tmp_path / "lengths.npy"
+    np.save(path, mixture_lengths(2000))
+    assert main(["suggest", str(path), "--k", "3", "--plot", str(tmp_path / "hist")]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'hist.png'}\n" in out
+    assert (tmp_path / "hist.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "hist").exists()
+    # another format matplotlib writes is kept as asked
+    assert main(["suggest", str(path), "--k", "3", "--plot", str(tmp_path / "hist.svg")]) == 0
+    assert (tmp_path / "hist.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_unknown_plot_format_is_refused_before_any_work(tmp_path, capsys):
+    path = tmp_path / "lengths.npy"
+    np.save(path, mixture_lengths(2000))
+    assert main(["suggest", str(path), "--plot", str(tmp_path / "x.unknownext")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # refused before the table
+    (line,) = captured.err.strip().splitlines()
+    assert "cannot write '.unknownext' files" in line and ".png" in line
+    assert "Traceback" not in captured.err and not (tmp_path / "x.unknownext").exists()
+
+
+def test_job_flags_without_k_auto_are_refused_like_the_api(tmp_path, capsys):
+    path = tmp_path / "lengths.npy"
+    np.save(path, mixture_lengths(2000))
+    for flags in (["--compile-seconds", "5"], ["--job-samples", "100", "--max-k", "4"]):
+        assert main(["suggest", str(path), "--k", "4", *flags]) == 2
+        err = capsys.readouterr().err
+        assert "the job for --k auto; with --k 4" in err and "would be ignored" in err
+        assert flags[0] in err
+    with pytest.raises(ShapeBucketError, match="with k=4 they would be ignored"):
+        fit_buckets(mixture_lengths(100), 4, compile_seconds=5.0)
+
+
+def auto(path, *extra):
+    job = ["--compile-seconds", "1", "--job-samples", str(10**9), "--tokens-per-second", "1e5"]
+    return main(["suggest", str(path), "--k", "auto", "--align", "1", *job, *extra])
+
+
+def test_k_auto_above_the_recompile_limit_says_what_it_means(tmp_path, capsys):
+    path = tmp_path / "lengths.npy"
+    np.save(path, mixture_lengths(20_000))
+    assert auto(path) == 0
+    out = capsys.readouterr().out
+    chosen = int(next(line for line in out.splitlines() if "<- chosen" in line).split()[0])
+    assert chosen > 8
+    assert f"note: K={chosen} is above the recompile limit (8): shapebucket.prewarm raises" in out
+    # the policy table marks the set and says under it what that costs
+    assert f"fitted (k={chosen})" in out and "(over recompile limit)" in out
+    assert "over recompile limit: more than 8 buckets, one compile each" in out
+
+
+def test_k_auto_stopped_by_max_k_says_so(tmp_path, capsys):
+    lengths = mixture_lengths(20_000)
+    path = tmp_path / "lengths.npy"
+    np.save(path, lengths)
+    assert auto(path, "--max-k", "4") == 0
+    out = capsys.readouterr().out
+    assert "K=4 is max_k, the largest K tried" in out
+    job = {"compile_seconds": 1.0, "job_samples": 10**9, "tokens_per_second": 1e5, "align": 1}
+    assert choose_k(lengths, max_k=4, **job).capped
+    full = choose_k(lengths, max_k=400, **job)  # stops when more K changes nothing
+    assert not full.capped and "max_k" not in str(full)
+    assert full.chosen.k < 400

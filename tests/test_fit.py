@@ -10,6 +10,8 @@ from shapebucket.data import mixture_lengths
 from shapebucket.errors import ShapeBucketError
 from shapebucket.plan.buckets import Buckets
 from shapebucket.plan.fit import fit_buckets
+from shapebucket.plan.kchoice import choose_k
+from shapebucket.plan.packing_fit import fit_packing, packing_report
 from shapebucket.plan.padding import padding_report
 from shapebucket.plan.policies import compare_policies
 
@@ -147,3 +149,57 @@ def test_compare_policies_table():
 def test_bad_input(kwargs, needle):
     with pytest.raises(ShapeBucketError, match=needle):
         fit_buckets(**kwargs)
+
+
+# -- every fitting parameter refuses a bad value with the one error type (issue 22) -------
+
+LENGTHS = [3, 5, 9, 30, 31, 12]
+HUGE = 10**30  # used to overflow numpy (OverflowError) or hang (Buckets.multiples)
+
+
+def _packing(**kw):
+    return fit_packing(LENGTHS, **{"tokens_per_batch": 64, **kw})
+
+
+def _auto(**kw):
+    job = {"compile_seconds": 1.0, "job_samples": 10, "tokens_per_second": 1e4}
+    return choose_k(LENGTHS, **{**job, **kw})
+
+
+@pytest.mark.parametrize(
+    ("call", "needle"),
+    [
+        (lambda: _packing(tolerance="0.1"), r"tolerance must be a number in \[0, 1\), got '0.1'"),
+        (lambda: _packing(tolerance=None), "tolerance must be a number"),
+        (lambda: _packing(tolerance=True), "tolerance must be a number"),
+        (lambda: _packing(tolerance=float("nan")), r"tolerance must be in \[0, 1\)"),
+        (lambda: _packing(tolerance=1.0), r"tolerance must be in \[0, 1\)"),
+        (lambda: _packing(seed=-1), "seed must be >= 0, got -1"),
+        (lambda: _packing(seed="0"), "seed must be an int"),
+        (lambda: _packing(max_samples=0), "max_samples must be >= 1, got 0"),
+        (lambda: _packing(max_samples=2.5), "max_samples must be an int"),
+        (lambda: _packing(align=HUGE), "align must be <= 2147483648"),
+        (lambda: _packing(tokens_per_batch=HUGE), "tokens_per_batch must be <= 1099511627776"),
+        (lambda: _packing(model_dim=0), "model_dim must be >= 1"),
+        (lambda: _packing(max_len=HUGE), "max_len must be <= 2147483648"),
+        (lambda: packing_report(LENGTHS, [32], rows=2, seed=-1), "seed must be >= 0"),
+        (lambda: fit_buckets(LENGTHS, 2, align=HUGE), "align must be <= 2147483648"),
+        (lambda: fit_buckets(LENGTHS, 2, max_len=HUGE), "max_len must be <= 2147483648"),
+        (lambda: fit_buckets(LENGTHS, 2, cost=lambda b: "x"), "cost must return a number"),
+        (lambda: fit_buckets(LENGTHS, 2, batching=["bucketed"]), "batching must be"),
+        (lambda: compare_policies(LENGTHS, 2, align=HUGE), "align must be <= 2147483648"),
+        (lambda: _auto(align=HUGE), "align must be <= 2147483648"),
+        (lambda: _auto(max_k=0), "max_k must be >= 1"),
+        (lambda: _auto(batching="sorted"), "batching must be"),
+        (lambda: Buckets.multiples(8, max_len=HUGE), "max_len must be <= 2147483648"),
+        (lambda: Buckets.multiples(1, max_len=2**31), "would make 2,147,483,647 buckets"),
+    ],
+)
+def test_bad_fitting_arguments_raise_shapebucketerror(call, needle):
+    with pytest.raises(ShapeBucketError, match=needle):
+        call()
+
+
+def test_more_quantiles_than_lengths_are_not_allocated():
+    table = compare_policies(LENGTHS, HUGE)  # k above the lengths' count: one per length
+    assert table.policies[3][1].buckets == Buckets([8, 16, 32])

@@ -21,7 +21,11 @@ import numpy as np
 from .._validate import MAX_BUCKET, check_int, check_lengths, round_up
 from ..errors import ShapeBucketError
 
-__all__ = ["Buckets", "as_buckets"]
+__all__ = ["MAX_MULTIPLES", "Buckets", "as_buckets"]
+
+#: The most buckets :meth:`Buckets.multiples` makes: each bucket is a compiled graph,
+#: and a grid finer than this is a mistake (``of=1`` up to a long ``max_len``).
+MAX_MULTIPLES = 1 << 16
 
 
 class Buckets:
@@ -89,13 +93,20 @@ class Buckets:
         >>> Buckets.multiples(8, max_len=32, min_len=17)
         Buckets([24, 32])
         """
-        of = check_int("of", of, minimum=1)
-        max_len = check_int("max_len", max_len, minimum=1)
+        of = check_int("of", of, minimum=1, maximum=MAX_BUCKET)
+        max_len = check_int("max_len", max_len, minimum=1, maximum=MAX_BUCKET)
         low = of if min_len is None else check_int("min_len", min_len, minimum=1)
         if min_len is not None and low > max_len:
             raise ShapeBucketError(f"min_len ({low}) must be <= max_len ({max_len})")
         first = round_up(max(low, 2), of)
         last = round_up(max_len, of)
+        count = (last - first) // of + 1
+        if count > MAX_MULTIPLES:
+            raise ShapeBucketError(
+                f"Buckets.multiples({of}, max_len={max_len}) would make {count:,} buckets, more "
+                f"than {MAX_MULTIPLES:,}; each bucket is one compiled graph: use a larger `of`, "
+                "or fit_buckets(lengths, k) for a few buckets that fit the data"
+            )
         return cls(range(first, last + 1, of))
 
     @classmethod

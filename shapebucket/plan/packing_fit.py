@@ -16,7 +16,11 @@ from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .packing import PackingReport, plan_packing, rows_for_tokens
 
-__all__ = ["PackingFitReport", "fit_packing", "packing_report"]
+__all__ = ["MAX_TOKENS_PER_BATCH", "PackingFitReport", "fit_packing", "packing_report"]
+
+#: The largest token budget :func:`fit_packing` plans for: 2**40 tokens, far beyond
+#: any batch that fits in memory (a larger one is a unit or overflow mistake).
+MAX_TOKENS_PER_BATCH = 2**40
 
 
 def packing_report(
@@ -175,7 +179,9 @@ def fit_packing(
     arr = check_lengths(lengths)
     k = check_int("k", k, minimum=1)
     align = check_int("align", align, minimum=1, maximum=MAX_BUCKET)
-    tokens_per_batch = check_int("tokens_per_batch", tokens_per_batch, minimum=1)
+    tokens_per_batch = check_int(
+        "tokens_per_batch", tokens_per_batch, minimum=1, maximum=MAX_TOKENS_PER_BATCH
+    )
     tolerance = _check_tolerance(tolerance)
     if model_dim is not None:
         model_dim = check_int("model_dim", model_dim, minimum=1)

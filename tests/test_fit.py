@@ -12,7 +12,7 @@ from shapebucket.plan.buckets import Buckets
 from shapebucket.plan.fit import fit_buckets
 from shapebucket.plan.kchoice import choose_k
 from shapebucket.plan.packing_fit import fit_packing, packing_report
-from shapebucket.plan.padding import padding_report
+from shapebucket.plan.padding import efficiency, padding_report
 from shapebucket.plan.policies import compare_policies
 
 COSTS = {
@@ -203,3 +203,19 @@ def test_bad_fitting_arguments_raise_shapebucketerror(call, needle):
 def test_more_quantiles_than_lengths_are_not_allocated():
     table = compare_policies(LENGTHS, HUGE)  # k above the lengths' count: one per length
     assert table.policies[3][1].buckets == Buckets([8, 16, 32])
+
+
+def test_planning_records_share_field_names():
+    lengths = [5, 9, 12, 30] * 20
+    padding = padding_report(lengths, [16, 32])
+    packing = fit_packing(lengths, 2, tokens_per_batch=64)
+    choice = choose_k(lengths, compile_seconds=1.0, job_samples=10**4, tokens_per_second=1e4)
+    table = compare_policies(lengths, 2)
+    for record in (padding, packing, choice, table):
+        assert record.num_samples == 80, type(record).__name__
+    for record in (padding, packing, choice):
+        assert 0 < record.token_efficiency <= 1, type(record).__name__
+    assert packing.token_efficiency == packing.report.token_efficiency
+    assert choice.token_efficiency == choice.chosen.token_efficiency
+    assert padding.num_shapes == 2 and packing.num_shapes >= 1
+    assert efficiency(0, 0) == 1.0 and efficiency(3, 4) == 0.75  # the empty-input rule

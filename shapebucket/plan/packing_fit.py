@@ -49,9 +49,10 @@ class PackingFitReport:
     into), ``rows`` per bucket, and why.
 
     ``candidates`` holds the report of every bucket set it tried, in the order
-    tried; ``report`` is the chosen one's, and ``num_samples``,
+    tried; ``report`` is the chosen one's, and ``num_samples``, ``num_shapes``,
     ``token_efficiency`` and ``attention_efficiency`` are read from it (measured
-    on at most ``max_samples`` of the lengths; 1.0 when nothing is counted).
+    on at most ``max_samples`` of the lengths; an efficiency is 1.0 when nothing
+    is counted).
 
     >>> fit = fit_packing([5, 9, 12, 30] * 20, k=2, tokens_per_batch=64)
     >>> [list(b) for b, _ in fit.candidates], fit.rows
@@ -69,6 +70,11 @@ class PackingFitReport:
     def num_samples(self) -> int:
         """The lengths the chosen set was measured on."""
         return self.report.num_samples
+
+    @property
+    def num_shapes(self) -> int:
+        """Distinct ``(rows, bucket)`` batch shapes of the chosen set's epoch."""
+        return self.report.shapes
 
     @property
     def token_efficiency(self) -> float:

@@ -107,8 +107,9 @@ class KChoiceReport:
 
     def __str__(self) -> str:
         lines = [
-            f"K from the job: {self.job_samples:,} samples, {self.compile_seconds:g} s to compile a "
-            f"bucket, {self.tokens_per_second:,.0f} computed tokens/s",
+            f"K from the job: {self.job_samples:,} samples to train on ({self.num_samples:,} "
+            f"lengths), {self.compile_seconds:g} s to compile a bucket, "
+            f"{self.tokens_per_second:,.0f} computed tokens/s",
             f"{'K':>3s} {'tokens':>7s} {'prewarm s':>10s} {'train s':>10s} {'job s':>10s}",
         ]
         for r in self.candidates:

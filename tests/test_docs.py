@@ -1,4 +1,5 @@
 import inspect
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ def test_api_docs_are_built_from_the_docstrings():
         [sys.executable, str(ROOT / "scripts" / "build_api_docs.py"), "--check"],
         capture_output=True,
         text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout's package, also in a worktree
     )
     assert out.returncode == 0, out.stderr
     text = (ROOT / "docs" / "api.md").read_text()

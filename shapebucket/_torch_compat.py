@@ -170,8 +170,16 @@ def save_cache_artifacts() -> bytes | None:
     return None if result is None else result[0]
 
 
-def load_cache_artifacts(data: bytes) -> None:
-    torch.compiler.load_cache_artifacts(data)
+def load_cache_artifacts(data: bytes) -> bool:
+    """Load the compiler's cache artifacts; False when it could not read them (torch logs
+    a warning and returns None for corrupt bytes; that log is silenced here)."""
+    logger = logging.getLogger("torch.compiler._cache")
+    old = logger.disabled
+    logger.disabled = True
+    try:
+        return torch.compiler.load_cache_artifacts(data) is not None
+    finally:
+        logger.disabled = old
 
 
 @contextlib.contextmanager

@@ -28,7 +28,8 @@ from .. import _torch_compat as compat
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..plan.shapes import Shape, ShapePlan
-from .cache import describe_batch, job_key, load_compile_cache, save_compile_cache
+from .cache import load_compile_cache, save_compile_cache
+from .key import describe_batch, job_key
 from .recompiles import walk_batch
 from .report import PrewarmReport
 

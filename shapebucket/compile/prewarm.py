@@ -147,6 +147,50 @@ def _verify(job: Job, run: Callable[[Any], None]) -> None:
     job.report.verify_seconds = time.perf_counter() - t0
 
 
+def _prewarm_job(job: Job, extra: list[Any], verify: bool, progress: bool) -> None:
+    """Snapshot, set the modes up, compile every shape, restore; verify and restore again."""
+
+    def run(batch: Any) -> None:
+        with contextlib.ExitStack() as stack:
+            for m in job.modes:
+                stack.enter_context(m.context())
+            run_batch(job.model, job.step, batch)
+
+    snap = snapshot(job.model, *extra)  # first: batches made from here on draw no lasting RNG
+
+    def put_back(found: dict[int, Snapshot]) -> None:
+        for other in found.values():
+            restore_state(other)
+        restore_state(snap)  # last: its RNG states and parameters are from before prewarm
+
+    hits_before = compat.recompile_limit_hits()
+    with _optimizers_found(o for o in extra if isinstance(o, torch.optim.Optimizer)) as found:
+        try:
+            for m in job.modes:
+                m.setup(job)
+            with CompileCounter() as watch:
+                _compile_shapes(job, run, progress)
+        finally:
+            put_back(found)
+        if compat.recompile_limit_hits() > hits_before or watch.limit_hits:
+            said = watch.limit_hits[-1] if watch.limit_hits else "(no message)"
+            raise ShapeBucketError(
+                f"prewarm: a compiled function hit the recompile limit ({job.report.limit}), so it "
+                "runs eagerly for some shapes: it compiled more than one graph per shape, or it was "
+                "compiled for other shapes before. Compile it with torch.compile(..., "
+                f"recompile_limit=N) for N >= the graphs it needs, or use fewer buckets.\n"
+                f"compiler said: {said}"
+            )
+        if verify:
+            try:
+                _verify(job, run)
+            finally:
+                put_back(found)
+    for m in job.modes:
+        m.finish(job)
+    job.report.optimizers_found = len(found)
+
+
 def prewarm(
     model: Any,
     plan: ShapePlan,
@@ -199,48 +243,8 @@ def prewarm(
         )
     if isinstance(restore, (str, bytes, torch.Tensor, torch.optim.Optimizer, torch.nn.Module)):
         restore = [restore]
-    extra = list(restore)
     job = Job(model, step, plan, example, PrewarmReport(plan.shapes), _check_modes(modes))
-
-    def run(batch: Any) -> None:
-        with contextlib.ExitStack() as stack:
-            for m in job.modes:
-                stack.enter_context(m.context())
-            run_batch(model, step, batch)
-
-    snap = snapshot(model, *extra)  # first: batches made from here on draw no lasting RNG
-
-    def put_back(found: dict[int, Snapshot]) -> None:
-        for other in found.values():
-            restore_state(other)
-        restore_state(snap)  # last: its RNG states and parameters are from before prewarm
-
-    hits_before = compat.recompile_limit_hits()
-    with _optimizers_found(o for o in extra if isinstance(o, torch.optim.Optimizer)) as found:
-        try:
-            for m in job.modes:
-                m.setup(job)
-            with CompileCounter() as watch:
-                _compile_shapes(job, run, progress)
-        finally:
-            put_back(found)
-        if compat.recompile_limit_hits() > hits_before or watch.limit_hits:
-            said = watch.limit_hits[-1] if watch.limit_hits else "(no message)"
-            raise ShapeBucketError(
-                f"prewarm: a compiled function hit the recompile limit ({job.report.limit}), so it "
-                "runs eagerly for some shapes: it compiled more than one graph per shape, or it was "
-                "compiled for other shapes before. Compile it with torch.compile(..., "
-                f"recompile_limit=N) for N >= the graphs it needs, or use fewer buckets.\n"
-                f"compiler said: {said}"
-            )
-        if verify:
-            try:
-                _verify(job, run)
-            finally:
-                put_back(found)
-    for m in job.modes:
-        m.finish(job)
-    job.report.optimizers_found = len(found)
+    _prewarm_job(job, list(restore), verify, progress)
     if job.report.total_graphs == 0:
         warnings.warn(
             "prewarm compiled 0 graphs: the model is not torch.compile'd (pass the compiled "

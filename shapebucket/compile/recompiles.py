@@ -51,6 +51,29 @@ def walk_batch(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
         yield path, obj
 
 
+def _check_mark_args(
+    sequence_keys: Sequence[str] | None, min: int | None, max: int | None, strict: bool
+) -> None:
+    if sequence_keys is not None and (
+        isinstance(sequence_keys, (str, bytes)) or not isinstance(sequence_keys, Sequence)
+    ):
+        raise ShapeBucketError(
+            f"sequence_keys must be a list of keys, got {sequence_keys!r}; "
+            f"for one key write sequence_keys=[{sequence_keys!r}]"
+        )
+    if (min is not None or max is not None) and not strict:
+        raise ShapeBucketError(
+            f"min={min}, max={max} need strict=True: maybe_mark_dynamic (strict=False) takes no range"
+        )
+    if min is not None and min < 2:
+        raise ShapeBucketError(
+            f"min must be >= 2, got {min}: the compiler always specialises sizes 0 and 1, so they are "
+            "never part of a dynamic range; use min=2"
+        )
+    if min is not None and max is not None and max < min:
+        raise ShapeBucketError(f"max ({max}) must be >= min ({min})")
+
+
 def mark_dynamic(
     batch: Any,
     dim: int = 1,
@@ -86,24 +109,7 @@ def mark_dynamic(
     ['input_ids', 'pair[0]']
     """
     dim = check_int("dim", dim, minimum=0)
-    if sequence_keys is not None and (
-        isinstance(sequence_keys, (str, bytes)) or not isinstance(sequence_keys, Sequence)
-    ):
-        raise ShapeBucketError(
-            f"sequence_keys must be a list of keys, got {sequence_keys!r}; "
-            f"for one key write sequence_keys=[{sequence_keys!r}]"
-        )
-    if (min is not None or max is not None) and not strict:
-        raise ShapeBucketError(
-            f"min={min}, max={max} need strict=True: maybe_mark_dynamic (strict=False) takes no range"
-        )
-    if min is not None and min < 2:
-        raise ShapeBucketError(
-            f"min must be >= 2, got {min}: the compiler always specialises sizes 0 and 1, so they are "
-            "never part of a dynamic range; use min=2"
-        )
-    if min is not None and max is not None and max < min:
-        raise ShapeBucketError(f"max ({max}) must be >= min ({min})")
+    _check_mark_args(sequence_keys, min, max, strict)
     wanted = None if sequence_keys is None else {str(k) for k in sequence_keys}
     marked = []
     for path, value in walk_batch(batch):

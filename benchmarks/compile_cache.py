@@ -32,9 +32,11 @@ def child(mode: str, cache: str, buckets: list[int]) -> None:
 
     import shapebucket
     from shapebucket.bench.model import GPT, GPTConfig
+    from shapebucket.compile import Cache, load_compile_cache, save_compile_cache
+    from shapebucket.plan.shapes import ShapePlan
 
     if mode == "warm":
-        shapebucket.load_compile_cache(cache)
+        load_compile_cache(cache)
     elif mode == "artifacts":
         data = (Path(cache) / "artifacts.bin").read_bytes()
         torch.compiler.load_cache_artifacts(data)
@@ -57,19 +59,19 @@ def child(mode: str, cache: str, buckets: list[int]) -> None:
         }
 
     start = time.perf_counter()
+    plan = ShapePlan.from_function([(16, n) for n in buckets], lambda s: make_batch(s.length))
+    jobs = Path(cache).parent / "jobs"
     report = shapebucket.prewarm(
         fwd,
-        buckets,
-        make_batch=make_batch,
+        plan,
         step=step,
-        optimizer=opt,
-        progress=False,
+        restore=[opt],
+        modes=[Cache(jobs, "dynamic=False fullgraph=True")] if mode.startswith("job") else [],
         verify=False,
-        cache_dir=str(Path(cache).parent / "jobs") if mode.startswith("job") else None,
-        cache_extra="dynamic=False fullgraph=True",
+        progress=False,
     )
     seconds = time.perf_counter() - start
-    saved = shapebucket.save_compile_cache(cache) if mode == "cold" else {}
+    saved = save_compile_cache(cache) if mode == "cold" else {}
     how = sorted(set(report.how.values()))
     print(
         json.dumps(

@@ -32,7 +32,9 @@ def child(mode: str) -> None:
 
     import shapebucket
     from shapebucket.bench.model import GPT, GPTConfig
+    from shapebucket.compile import compile_regions
     from shapebucket.data import mixture_lengths
+    from shapebucket.plan.shapes import ShapePlan
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab=512, dim=128, layers=2, heads=4, max_len=256))
@@ -86,19 +88,15 @@ def child(mode: str) -> None:
         out["parts"] = parts
     else:
         if mode == "regional":
-            shapebucket.compile_regions(model, dynamic=False, fullgraph=True)
+            compile_regions(model, dynamic=False, fullgraph=True)
             run = model
         else:
             run = torch.compile(model, dynamic=False, fullgraph=True)
+        plan = ShapePlan.from_function([(64, n) for n in buckets], lambda s: make_batch(s.length))
         report = shapebucket.prewarm(
-            run,
-            buckets,
-            make_batch=make_batch,
-            step=lambda b: step(run, b),
-            optimizer=opt,
-            progress=False,
+            run, plan, step=lambda b: step(run, b), restore=[opt], progress=False
         )
-        out["seconds"] = {str(k): v for k, v in report.seconds.items()}
+        out["seconds"] = {str(s.length): v for s, v in report.seconds.items()}
         out["verify_s"] = report.verify_seconds
         out["graphs"] = report.total_graphs
     out["total_s"] = time.perf_counter() - start

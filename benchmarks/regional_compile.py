@@ -3,7 +3,7 @@
 Two fresh processes, each with its own empty TORCHINDUCTOR_CACHE_DIR, prewarm
 the same buckets (forward and backward) of a Llama decoder built from a config
 (no download): one with ``torch.compile(model, dynamic=False)``, one with
-``shapebucket.compile_regions(model, dynamic=False)`` (each of the 12 decoder
+``compile_regions(model, dynamic=False)`` (each of the 12 decoder
 layers compiled in place; they share one compiled graph per bucket). Prints the
 prewarm seconds, graphs, and the ratio.
 
@@ -27,6 +27,8 @@ def child(mode: str, buckets: list[int], layers: int) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     import shapebucket
+    from shapebucket.compile import compile_regions
+    from shapebucket.plan.shapes import ShapePlan
 
     torch.manual_seed(0)
     config = LlamaConfig(
@@ -43,7 +45,7 @@ def child(mode: str, buckets: list[int], layers: int) -> None:
     if mode == "whole":
         run = torch.compile(model, dynamic=False)
     else:
-        shapebucket.compile_regions(model, dynamic=False)
+        compile_regions(model, dynamic=False)
         run = model
 
     def make_batch(n: int) -> dict:
@@ -51,7 +53,8 @@ def child(mode: str, buckets: list[int], layers: int) -> None:
         return {"input_ids": ids, "labels": ids}
 
     start = time.perf_counter()
-    report = shapebucket.prewarm(run, buckets, make_batch=make_batch, progress=False)
+    plan = ShapePlan.from_function([(4, n) for n in buckets], lambda s: make_batch(s.length))
+    report = shapebucket.prewarm(run, plan, progress=False)
     seconds = time.perf_counter() - start
     print(
         json.dumps(

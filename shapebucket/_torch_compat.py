@@ -1,10 +1,9 @@
-"""Every use of torch's private compiler APIs lives here, behind version checks.
+"""Every use of torch's private compiler APIs lives here.
 
 shapebucket supports torch >= 2.13, the oldest release its CI tests (see the
-README). Names that moved between releases are still looked up by feature
-(``recompile_limit`` was ``cache_size_limit`` before 2.7), so a torch upgrade
-touches this file only. The parsing of the compiler's recompile messages, whose
-wording is not a public API, lives here too.
+README); nothing here falls back to older releases. A torch upgrade that moves
+one of these names touches this file only. The parsing of the compiler's
+recompile messages, whose wording is not a public API, lives here too.
 """
 
 from __future__ import annotations
@@ -27,22 +26,20 @@ __all__ = [
     "add_limit_handler",
     "add_recompile_handler",
     "automatic_dynamic",
-    "cache_artifacts_supported",
     "fresh_inductor_cache",
     "get_recompile_limit",
     "inductor_cache_counts",
     "inductor_cache_dir",
     "is_recompile_error",
-    "keep_limit_handler",
     "load_cache_artifacts",
     "mark_dynamic_dim",
     "mark_dynamic_specialized",
     "parse_recompile_error",
+    "recompile_limit_hits",
     "reset_compiler",
     "save_cache_artifacts",
     "set_recompile_limit",
     "stance",
-    "supports_specialize_on",
     "unique_graphs",
 ]
 
@@ -66,33 +63,19 @@ def _dynamo() -> Any:
     return torch._dynamo
 
 
-def _limit_name() -> str:
-    config = _dynamo().config
-    return "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
-
-
 def get_recompile_limit() -> int:
     """Dynamo's per-code-object recompile limit (8 by default)."""
-    return int(getattr(_dynamo().config, _limit_name()))
+    return int(_dynamo().config.recompile_limit)
 
 
 def set_recompile_limit(value: int) -> int:
     """Set the global recompile limit; returns the previous value."""
     config = _dynamo().config
-    name = _limit_name()
-    old = int(getattr(config, name))
-    setattr(config, name, int(value))
+    old = int(config.recompile_limit)
+    config.recompile_limit = int(value)
     # The accumulated limit caps all recompiles of one code object across guards.
-    acc = getattr(
-        config, "accumulated_recompile_limit", getattr(config, "accumulated_cache_size_limit", None)
-    )
-    if acc is not None and acc < value:
-        attr = (
-            "accumulated_recompile_limit"
-            if hasattr(config, "accumulated_recompile_limit")
-            else "accumulated_cache_size_limit"
-        )
-        setattr(config, attr, int(value))
+    if config.accumulated_recompile_limit < value:
+        config.accumulated_recompile_limit = int(value)
     return old
 
 
@@ -123,13 +106,6 @@ def mark_dynamic_dim(
     else:
         # maybe_mark_dynamic takes no range in any supported torch release.
         d.maybe_mark_dynamic(t, dim)
-
-
-def supports_specialize_on() -> bool:
-    """Whether ``torch._dynamo.mark_dynamic`` takes ``specialize_on`` (torch >= 2.8)."""
-    import inspect
-
-    return "specialize_on" in inspect.signature(_dynamo().mark_dynamic).parameters
 
 
 @functools.lru_cache(maxsize=64)
@@ -188,54 +164,56 @@ def inductor_cache_dir() -> str:
     return str(cache_dir())
 
 
-def cache_artifacts_supported() -> bool:
-    return hasattr(torch.compiler, "save_cache_artifacts")
-
-
 def save_cache_artifacts() -> bytes | None:
-    if not cache_artifacts_supported():
-        return None
+    """The compiler's portable cache artifacts of this process (``None``: nothing to save)."""
     result = torch.compiler.save_cache_artifacts()
     return None if result is None else result[0]
 
 
-def load_cache_artifacts(data: bytes) -> None:
-    if cache_artifacts_supported():
-        torch.compiler.load_cache_artifacts(data)
+def load_cache_artifacts(data: bytes) -> bool:
+    """Load the compiler's cache artifacts; False when it could not read them (torch logs
+    a warning and returns None for corrupt bytes; that log is silenced here)."""
+    logger = logging.getLogger("torch.compiler._cache")
+    old = logger.disabled
+    logger.disabled = True
+    try:
+        return torch.compiler.load_cache_artifacts(data) is not None
+    finally:
+        logger.disabled = old
 
 
 @contextlib.contextmanager
 def fresh_inductor_cache(directory: str) -> Iterator[None]:
     """Compile into an empty inductor cache for the block (and clear in-memory caches),
     so each benchmark strategy pays its own cold compile."""
-    try:
-        from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
-    except ImportError:  # pragma: no cover - older torch: set the variable by hand
-        old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = directory
-        try:
-            yield
-        finally:
-            if old is None:
-                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-            else:
-                os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
-        return
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+
     with temporary_cache_dir(directory):
         yield
 
 
+_LIMIT_HIT = "Dynamo recompile limit exceeded"
+
+
+def recompile_limit_hits() -> int:
+    """How many times a compiled function hit the recompile limit in this process (since
+    :func:`reset_compiler`), from dynamo's own counters: no handler needs to be installed."""
+    from torch._dynamo.utils import counters
+
+    return sum(n for k, n in counters["unimplemented"].items() if k.startswith(_LIMIT_HIT))
+
+
 def reset_compiler() -> None:
-    """Forget every compiled graph (``torch._dynamo.reset``)."""
+    """Forget every compiled graph (``torch._dynamo.reset``) and the recompile-limit hits
+    counted so far (the functions that hit it compile again)."""
+    from torch._dynamo.utils import counters
+
     _dynamo().reset()
+    for k in [k for k in counters["unimplemented"] if k.startswith(_LIMIT_HIT)]:
+        del counters["unimplemented"][k]
 
 
 _LIMIT_LOGGER = "torch._dynamo.convert_frame"
-
-
-def keep_limit_handler(handler: logging.Handler) -> None:
-    """Send dynamo's 'hit config.recompile_limit' warnings to ``handler`` from now on."""
-    logging.getLogger(_LIMIT_LOGGER).addHandler(handler)
 
 
 @contextlib.contextmanager

@@ -12,11 +12,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shapebucket import (
-    BucketCollator,
-    Buckets,
+from shapebucket import BucketCollator, ShapeBucketError
+from shapebucket import _torch_compat as compat
+from shapebucket.compile import (
+    Cache,
     CompileCounter,
-    ShapeBucketError,
+    RecompileLimit,
     compile_regions,
     load_compile_cache,
     mark_dynamic,
@@ -24,9 +25,9 @@ from shapebucket import (
     prewarm,
     save_compile_cache,
 )
-from shapebucket import _torch_compat as compat
-from shapebucket.compile.recompiles import LIMIT_HITS
 from shapebucket.compile.state import restore, snapshot
+from shapebucket.plan.buckets import Buckets
+from shapebucket.plan.shapes import Shape, ShapePlan
 
 EAGER = {"backend": "eager", "dynamic": False}
 
@@ -64,19 +65,27 @@ def fresh_compiler():
     """Every test starts with no compiled graphs and the default recompile limit: compiled
     instances of one class share a code object, so they would count against one limit."""
     old = compat.get_recompile_limit()
-    compat.reset_compiler()
-    LIMIT_HITS.clear()
+    compat.reset_compiler()  # also forgets earlier recompile-limit hits
     yield
     compat.set_recompile_limit(old)
     compat.reset_compiler()
-    LIMIT_HITS.clear()
+
+
+def rows_of(collate, buckets=BUCKETS, rows=3):
+    """The plan of a collator: its own rows when it pads rows, else ``rows`` per bucket."""
+    if collate.rows is not None:
+        return ShapePlan.of(collate)
+    return ShapePlan([(rows, b) for b in buckets], collate)
+
+
+PLAN = rows_of(COLLATE)
 
 
 def check_prewarm_then_no_recompiles(cmodel):
     example = batch_of([5, 12, 3])  # bucket 16: the collator crops it to 8 and pads it to 24
     with CompileCounter() as outer:
-        report = prewarm(cmodel, BUCKETS, example=example, collator=COLLATE, progress=False)
-    assert list(report.graphs) == [8, 16, 24]
+        report = prewarm(cmodel, PLAN, example, progress=False)
+    assert list(report.graphs) == [(3, 8), (3, 16), (3, 24)] == list(PLAN)
     assert (
         report.total_graphs == outer.graphs >= 3
     )  # forward graphs (backward graphs are not dynamo's)
@@ -179,9 +188,8 @@ def test_prewarmed_batches_have_the_real_batches_shapes(case):
     seen = {}
     prewarm(
         None,
-        BUCKETS,
-        example=example,
-        collator=collate,
+        rows_of(collate),
+        example,
         step=lambda b: seen.setdefault(len(seen), signature(b)),
         verify=False,
         progress=False,
@@ -204,22 +212,22 @@ def test_real_batches_do_not_recompile_after_prewarm(case):
     cf = torch.compile(f, **EAGER)
     g = torch.Generator().manual_seed(1)
     example = finish(collate([make(n, g) for n in (5, 8, 2)]))
-    prewarm(cf, BUCKETS, example=example, collator=collate, step=cf, progress=False)
-    with CompileCounter() as cc, no_recompiles(BUCKETS):
+    plan = rows_of(collate)
+    prewarm(cf, plan, example, step=cf, progress=False)
+    with CompileCounter() as cc, no_recompiles(plan):
         for lengths in ([8, 1, 3], [16, 9, 10], [24, 17, 20], [2, 2, 2]):
             cf(finish(collate([make(n, g) for n in lengths])))
     assert cc.graphs == 0
 
 
-def test_prewarm_rows_pad_with_pad_rows_and_prewarm_batch_sizes_win():
+def test_plan_rows_pad_with_pad_rows_and_the_plans_rows_win():
     seen = []
+    collate = BucketCollator([4, 16])
     prewarm(
         None,
-        Buckets([4, 16]),
-        example=batch_of([5, 7, 3]),
+        ShapePlan([(5, 4), (2, 16)], collate),
+        batch_of([5, 7, 3], collate=collate),
         step=lambda b: seen.append({k: v.clone() for k, v in b.items()}),
-        rows={4: 5, 16: 2},
-        collator=COLLATE,
         verify=False,
         progress=False,
     )
@@ -236,10 +244,9 @@ def test_prewarm_pads_tuple_batches_with_the_collators_per_position_values():
     seen = []
     prewarm(
         None,
-        Buckets([4, 8]),
-        example=example,
+        ShapePlan([(2, 4), (2, 8)], collate),
+        example,
         step=seen.append,
-        collator=collate,
         verify=False,
         progress=False,
     )
@@ -248,34 +255,38 @@ def test_prewarm_pads_tuple_batches_with_the_collators_per_position_values():
     assert (ids_[:, 4:] == 0).all() and (labels[:, 4:] == -100).all() and not mask[:, 4:].any()
 
 
-def test_prewarm_without_a_collator_uses_the_default_one():
+def test_prewarm_without_a_collator_uses_make_batch():
     seen = []
-    prewarm(None, [8, 16], example=batch_of([3, 5]), step=seen.append, verify=False, progress=False)
-    assert [b["input_ids"].shape for b in seen] == [(2, 8), (2, 16)]
+    plan = ShapePlan.from_function([(2, 16), (2, 8)], lambda s: batch_of([3, 5]) | {"shape": s})
+    prewarm(None, plan, step=seen.append, verify=False, progress=False)
+    assert [b["shape"] for b in seen] == [Shape(2, 8), Shape(2, 16)]  # sorted by length
 
 
 def test_prewarm_bad_arguments():
-    with pytest.raises(ShapeBucketError, match="exactly one of example"):
-        prewarm(None, BUCKETS, step=lambda b: None)
-    with pytest.raises(ShapeBucketError, match=r"no batch size for buckets \[24\]"):
-        prewarm(None, BUCKETS, example=batch_of([3]), step=lambda b: None, rows={8: 2, 16: 2})
-    with pytest.raises(ShapeBucketError, match="collator must be the BucketCollator"):
-        prewarm(None, BUCKETS, example=batch_of([3]), step=lambda b: None, collator=lambda s: s)
-    with pytest.raises(ShapeBucketError, match="rows must be >= 1, got 0"):
-        prewarm(None, BUCKETS, example=batch_of([3]), step=lambda b: None, rows=0)
+    with pytest.raises(ShapeBucketError, match="pass example=next"):
+        prewarm(None, PLAN, step=lambda b: None)
+    with pytest.raises(ShapeBucketError, match="prewarm takes a ShapePlan, got Buckets"):
+        prewarm(None, BUCKETS, batch_of([3]), step=lambda b: None)  # type: ignore[arg-type]
+    with pytest.raises(ShapeBucketError, match="collator must be a BucketCollator"):
+        ShapePlan([(2, 8)], lambda s: s)
+    with pytest.raises(ShapeBucketError, match=r"shapes\[0\] rows must be >= 1, got 0"):
+        ShapePlan([(0, 8)], COLLATE)
+    with pytest.raises(ShapeBucketError, match="modes must be shapebucket.compile modes"):
+        prewarm(None, PLAN, batch_of([3]), step=lambda b: None, modes=["specialize"])  # type: ignore[list-item]
+    with pytest.raises(ShapeBucketError, match="pass each mode once"):
+        prewarm(None, PLAN, batch_of([3]), modes=[RecompileLimit(), RecompileLimit(False)])
 
 
 def test_recompile_limit_raised_or_refused():
     compat.set_recompile_limit(2)
     fn = torch.compile(lambda x: (x * 2).sum(), **EAGER)
     three = Buckets([4, 6, 10])
+    plan = ShapePlan.from_function([(2, b) for b in three], lambda s: (torch.ones(s),))
     with pytest.raises(
-        ShapeBucketError, match="3 buckets exceed the compiler's recompile limit of 2"
+        ShapeBucketError, match="3 shapes exceed the compiler's recompile limit of 2"
     ):
-        prewarm(
-            fn, three, make_batch=lambda n: (torch.ones(2, n),), raise_limit=False, progress=False
-        )
-    report = prewarm(fn, three, make_batch=lambda n: (torch.ones(2, n),), progress=False)
+        prewarm(fn, plan, modes=[RecompileLimit(raise_limit=False)], progress=False)
+    report = prewarm(fn, plan, progress=False)
     assert report.limit_raised_from == 2 and report.limit == 3 == compat.get_recompile_limit()
     assert "raised from 2 to 3" in str(report)
 
@@ -342,10 +353,10 @@ def test_prewarm_leaves_nothing_behind(steps_before, given):
     before = state_of(model, opt)
     report = prewarm(
         cmodel,
-        Buckets([8, 16]),
-        example=batch_of([5, 7]),
+        rows_of(COLLATE, [8, 16], rows=2),
+        batch_of([5, 7]),
         step=step,
-        optimizer=opt if given else None,
+        restore=[opt] if given else [],
         progress=False,
     )
     after = state_of(model, opt)
@@ -362,7 +373,7 @@ def test_prewarm_leaves_nothing_behind(steps_before, given):
 def test_prewarm_warns_when_nothing_compiles():
     model = TinyLM()  # not compiled
     with pytest.warns(UserWarning, match="prewarm compiled 0 graphs"):
-        report = prewarm(model, BUCKETS, example=batch_of([5, 7]), progress=False)
+        report = prewarm(model, rows_of(COLLATE, rows=2), batch_of([5, 7]), progress=False)
     assert report.total_graphs == 0 and "nothing was compiled" in str(report)
     assert "verified" not in str(report)
 
@@ -372,7 +383,7 @@ def test_prewarm_refuses_a_function_that_hit_the_recompile_limit():
     for n in (3, 5):  # two other shapes fill its limit before prewarm
         cmodel(**batch_of([n, n]))
     with pytest.raises(ShapeBucketError, match="hit the recompile limit"):
-        prewarm(cmodel, BUCKETS, example=batch_of([5, 7]), progress=False)
+        prewarm(cmodel, rows_of(COLLATE, rows=2), batch_of([5, 7]), progress=False)
 
 
 def test_no_recompiles_warns_about_functions_past_the_limit():
@@ -547,7 +558,10 @@ def test_no_old_names():
 
     assert not hasattr(shapebucket, "count_compiles")
     with pytest.raises(TypeError, match="batch_size"):
-        prewarm(None, [8], example=batch_of([3]), step=print, batch_size=2)  # type: ignore[call-arg]
+        prewarm(None, PLAN, batch_of([3]), step=print, batch_size=2)  # type: ignore[call-arg]
+    for old in ("collator", "optimizer", "specialize", "cache_dir", "make_batch"):
+        with pytest.raises(TypeError, match=old):
+            prewarm(None, PLAN, batch_of([3]), **{old: None})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="keys"):
         mark_dynamic({"a": torch.zeros(2, 4)}, keys=["a"])  # type: ignore[call-arg]
     # shapebucket.compile is the compilation subpackage, not a module of re-exports
@@ -559,26 +573,18 @@ def test_no_old_names():
 
 def test_prewarm_cache_key_follows_the_job(tmp_path):
     cmodel = torch.compile(TinyLM(), **EAGER)
+    p16, p24 = rows_of(COLLATE, [8, 16], rows=2), rows_of(COLLATE, [8, 24], rows=2)
+    example = batch_of([5, 7])
     with compat.fresh_inductor_cache(str(tmp_path / "live")):
-        a = prewarm(
-            cmodel, Buckets([8, 16]), example=batch_of([5, 7]), progress=False, cache_dir=tmp_path
-        )
-        b = prewarm(
-            cmodel, Buckets([8, 24]), example=batch_of([5, 7]), progress=False, cache_dir=tmp_path
-        )
+        a = prewarm(cmodel, p16, example, progress=False, modes=[Cache(tmp_path)])
+        b = prewarm(cmodel, p24, example, progress=False, modes=[Cache(tmp_path)])
         c = prewarm(
-            cmodel,
-            Buckets([8, 16]),
-            example=batch_of([5, 7]),
-            progress=False,
-            cache_dir=tmp_path,
-            cache_extra="mode=max-autotune",
+            cmodel, p16, example, progress=False, modes=[Cache(tmp_path, "mode=max-autotune")]
         )
-        d = prewarm(
-            cmodel, Buckets([8, 16]), example=batch_of([5, 7]), progress=False, cache_dir=tmp_path
-        )
+        d = prewarm(cmodel, p16, example, progress=False, modes=[Cache(tmp_path)])
     assert a.cache_path == d.cache_path and len({a.cache_path, b.cache_path, c.cache_path}) == 3
-    assert a.how == {8: "compiled", 16: "compiled"} and d.how == {8: "none", 16: "none"}
+    assert a.how == {(2, 8): "compiled", (2, 16): "compiled"}
+    assert d.how == {(2, 8): "none", (2, 16): "none"}
     assert not a.cache_saved  # the eager backend builds nothing inductor could cache
     assert "compile cache" in str(a)
 
@@ -595,18 +601,16 @@ def test_prewarm_warm_start_from_its_cache(tmp_path):
         with compat.fresh_inductor_cache(str(live)):
             return prewarm(
                 cmodel,
-                Buckets([8, 16]),
-                example=batch_of([5, 7]),
+                rows_of(COLLATE, [8, 16], rows=2),
+                batch_of([5, 7]),
                 progress=False,
-                cache_dir=tmp_path / "cache",
+                modes=[Cache(tmp_path / "cache")],
             )
 
     cold = run(tmp_path / "live1")
-    assert (
-        cold.how == {8: "compiled", 16: "compiled"} and cold.cache_saved and not cold.cache_loaded
-    )
+    assert set(cold.how.values()) == {"compiled"} and cold.cache_saved and not cold.cache_loaded
     warm = run(tmp_path / "live2")
-    assert warm.cache_loaded and warm.how == {8: "cache", 16: "cache"} and not warm.cache_saved
+    assert warm.cache_loaded and set(warm.how.values()) == {"cache"} and not warm.cache_saved
     assert warm.cache_path == cold.cache_path
 
 
@@ -646,9 +650,10 @@ def test_regional_prewarm_compiles_one_block_graph_per_bucket():
     number of distinct blocks, not of layers; the results equal the eager model's."""
     model, ref = _gpt(), _gpt()
     assert compile_regions(model, **EAGER) == ["blocks.0", "blocks.1", "blocks.2"]
-    report = prewarm(model, [16, 32], make_batch=_gpt_batch, progress=False)
-    assert report.graphs == {16: 1, 32: 1}
-    with CompileCounter() as cc, no_recompiles([16, 32]):
+    plan = ShapePlan.from_function([(4, 16), (4, 32)], lambda s: _gpt_batch(s.length))
+    report = prewarm(model, plan, progress=False)
+    assert report.graphs == {(4, 16): 1, (4, 32): 1}
+    with CompileCounter() as cc, no_recompiles(plan):
         for n, seed in ((16, 1), (32, 2), (16, 3)):
             batch = _gpt_batch(n, seed)
             assert torch.equal(model(**batch), ref(**batch))

@@ -1,23 +1,26 @@
 """No recompile after prewarm, in every way of compiling, and the model state put back
 bitwise: static graphs per bucket, one specialised dynamic graph (specialize=True),
-regional compilation, packed batches, and the compile cache (inductor, slow)."""
+regional compilation, packed batches; each mode also alone."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from shapebucket import (
-    BucketCollator,
-    Buckets,
+from shapebucket import BucketCollator, PackedCollator
+from shapebucket.bench.model import GPT, GPTConfig
+from shapebucket.compile import (
     CompileCounter,
-    PackedCollator,
+    CudaGraphs,
+    Inference,
+    Repeat,
+    Specialize,
     compile_regions,
     no_recompiles,
     prewarm,
 )
-from shapebucket._torch_compat import supports_specialize_on
-from shapebucket.bench.model import GPT, GPTConfig
+from shapebucket.plan.buckets import Buckets
+from shapebucket.plan.shapes import ShapePlan
 
 BUCKETS = Buckets([8, 16, 32])
 
@@ -73,7 +76,7 @@ def train_step(fwd, model, opt):
     return step
 
 
-MODES = ["static", "regional", "packed"] + (["specialize"] if supports_specialize_on() else [])
+MODES = ["static", "regional", "packed", "specialize"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -98,40 +101,33 @@ def test_no_recompile_after_prewarm_and_state_restored_bitwise(mode):
     step = train_step(fwd, model, opt)
     step(padded(collate, lengths_per_batch[0], seed=9))  # the optimizer has state to restore
     before = state_of(model, opt)
+    plan = ShapePlan.of(collate)
     report = prewarm(
         fwd,
-        BUCKETS,
-        example=padded(collate, lengths_per_batch[0]),
-        collator=collate,
+        plan,
+        padded(collate, lengths_per_batch[0]),
         step=step,
-        optimizer=opt,
-        specialize=mode == "specialize",
+        restore=[opt],
+        modes=[Specialize()] if mode == "specialize" else [],
         progress=False,
     )
     assert_same_state(before, state_of(model, opt))
     assert report.total_graphs >= 1
     if mode == "specialize":
         assert set(report.how.values()) == {"specialised"}
-    with CompileCounter() as cc, no_recompiles(BUCKETS):
+    with CompileCounter() as cc, no_recompiles(plan):
         for i, lengths in enumerate(lengths_per_batch * 2):
             step(padded(collate, lengths, seed=i))
     assert cc.graphs == 0
 
 
-@pytest.mark.skipif(not supports_specialize_on(), reason="torch without specialize_on")
 def test_specialised_prewarm_runs_an_unprewarmed_length_without_recompiling():
     """The generic fallback: a length no bucket covers still runs the one dynamic graph."""
     model = tiny_gpt()
     fwd = torch.compile(model, dynamic=False, backend="eager", fullgraph=True)
     collate = BucketCollator(BUCKETS, sequence_keys=["input_ids", "labels"])
-    prewarm(
-        fwd,
-        BUCKETS,
-        example=padded(collate, [3, 4]),
-        collator=collate,
-        specialize=True,
-        progress=False,
-    )
+    plan = ShapePlan([(2, b) for b in BUCKETS], collate)
+    prewarm(fwd, plan, padded(collate, [3, 4]), modes=[Specialize()], progress=False)
     odd = BucketCollator(Buckets([12]), sequence_keys=["input_ids", "labels"])
     with CompileCounter() as cc:
         fwd(**padded(odd, [5, 11])).backward()
@@ -149,16 +145,10 @@ def test_inference_prewarm_covers_every_length_and_batch_bucket():
         BUCKETS, sequence_keys=["input_ids"], row_buckets=[1, 4], sample_mask_key=None
     )
     example = collate([{"input_ids": [1, 2, 3]}])
-    report = prewarm(
-        compiled,
-        BUCKETS,
-        example=example,
-        collator=collate,
-        row_buckets=[1, 4],
-        inference=True,
-        progress=False,
-    )
-    assert report.total_graphs == len(BUCKETS) * 2
+    plan = ShapePlan.of(collate)  # every length at every row bucket
+    assert len(plan) == len(BUCKETS) * 2
+    report = prewarm(compiled, plan, example, modes=[Inference()], progress=False)
+    assert report.total_graphs == len(BUCKETS) * 2 == report.num_shapes
     assert report.limit >= 6
     assert all(p.grad is None for p in model.parameters())  # forward only: nothing ran backward
     with CompileCounter() as cc, no_recompiles():
@@ -172,11 +162,11 @@ def test_inference_prewarm_covers_every_length_and_batch_bucket():
 
 def test_repeat_runs_every_prewarm_batch_that_many_times():
     calls = []
+    plan = ShapePlan.from_function([(2, 4), (2, 8)], torch.ones)
     prewarm(
         lambda x: calls.append(tuple(x.shape)),
-        [4, 8],
-        make_batch=lambda n: torch.ones(2, n),
-        repeat=3,
+        plan,
+        modes=[Repeat(3)],
         verify=False,
         progress=False,
     )
@@ -196,16 +186,11 @@ def test_reduce_overhead_prewarm_records_every_bucket_and_training_never_recompi
         return {k: v.cuda() for k, v in batch.items()}
 
     step = train_step(fwd, model, opt)
-    report = prewarm(
-        fwd,
-        BUCKETS,
-        make_batch=lambda n: on_gpu(padded(collate, [n, 1])),
-        step=step,
-        optimizer=opt,
-        repeat=3,
-        progress=False,
+    plan = ShapePlan.from_function(
+        [(2, b) for b in BUCKETS], lambda s: on_gpu(padded(collate, [s.length, 1]))
     )
-    assert set(report.memory_mb) == set(BUCKETS)
+    report = prewarm(fwd, plan, step=step, restore=[opt], modes=[CudaGraphs()], progress=False)
+    assert set(report.memory_mb) == set(plan.shapes)
     with CompileCounter() as cc, no_recompiles(BUCKETS):
         for i, n in enumerate([3, 9, 30, 16, 5]):
             step(on_gpu(padded(collate, [n, 2], seed=i)))

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 
 import shapebucket
 from shapebucket.bench.model import GPT, GPTConfig
+from shapebucket.compile import CompileCounter
 from shapebucket.data import mixture_lengths
 
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 12
@@ -62,17 +63,12 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss.detach()
 
+    plan = shapebucket.ShapePlan.of(collate, sampler)  # this rank's shapes
     report = shapebucket.prewarm(
-        compiled,
-        buckets,
-        example=next(iter(loader)),
-        collator=collate,
-        step=train_step,
-        optimizer=opt,
-        progress=rank == 0,
+        compiled, plan, next(iter(loader)), step=train_step, restore=[opt], progress=rank == 0
     )
     steps = 0
-    with shapebucket.CompileCounter() as cc, shapebucket.no_recompiles(buckets):
+    with CompileCounter() as cc, shapebucket.no_recompiles(plan):
         for batch in loader:
             train_step(batch)
             steps += 1

@@ -19,6 +19,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, TrainingArguments
 
 import shapebucket
 from shapebucket.bench.workloads import stdlib_docstring_paragraphs
+from shapebucket.compile import CompileCounter
 from shapebucket.hf import BucketTrainer
 
 MAX_LEN = 128
@@ -71,7 +72,7 @@ def main():
         trainer = BucketTrainer(
             model=model, args=args, train_dataset=ds, lengths=lengths, buckets=buckets
         )
-        with shapebucket.CompileCounter() as cc:
+        with CompileCounter() as cc:
             result = trainer.train()
     stats = trainer.bucket_collator.stats
     print(

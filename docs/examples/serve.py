@@ -3,9 +3,9 @@
 Requests arrive in batches of 1 to 16 prompts of 3 to 64 tokens. Each batch is
 padded to a length bucket (16, 32, 64) *and* a batch-size bucket (1, 4, 16),
 like the capture sizes of serving systems, so the model sees at most 9 shapes;
-`prewarm(..., row_buckets=..., inference=True)` compiles all 9 forward-only
-under `torch.inference_mode()` before the first request, and the serving loop
-runs inside `no_recompiles()`.
+`prewarm(model, ShapePlan.of(collate), example, modes=[Inference()])` compiles
+all 9 forward-only under `torch.inference_mode()` before the first request, and
+the serving loop runs inside `no_recompiles()`.
 
     python docs/examples/serve.py [requests] [--backend inductor|eager]
 """
@@ -19,8 +19,10 @@ import torch
 
 import shapebucket
 from shapebucket.bench.model import GPT, GPTConfig
+from shapebucket.compile import CompileCounter, Inference
+from shapebucket.plan.buckets import Buckets
 
-LENGTHS = shapebucket.Buckets([16, 32, 64])
+LENGTHS = Buckets([16, 32, 64])
 BATCHES = [1, 4, 16]
 
 
@@ -53,20 +55,15 @@ def main() -> None:
             {"input_ids": [rng.randrange(100) for _ in range(rng.randint(3, 64))]} for _ in range(n)
         ]
 
+    plan = shapebucket.ShapePlan.of(collate)  # every length at every batch-size bucket
     report = shapebucket.prewarm(
-        compiled,
-        LENGTHS,
-        example=collate(request(1)),
-        collator=collate,
-        row_buckets=BATCHES,
-        inference=True,
-        progress=False,
+        compiled, plan, collate(request(1)), modes=[Inference()], progress=False
     )
     print(
         f"prewarm: {report.total_graphs} graphs for {len(LENGTHS)} lengths x {len(BATCHES)} batch sizes"
     )
     served = 0
-    with shapebucket.CompileCounter() as cc, shapebucket.no_recompiles():
+    with CompileCounter() as cc, shapebucket.no_recompiles(plan):
         for _ in range(args.requests):
             prompts = request(rng.randint(1, max(BATCHES)))
             # made outside inference mode, as a DataLoader makes them and as prewarm made its

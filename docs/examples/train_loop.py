@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 import shapebucket
 from shapebucket.bench.model import GPT, GPTConfig
 from shapebucket.bench.workloads import stdlib_docstring_paragraphs
+from shapebucket.compile import CompileCounter
 
 MAX_LEN = 128
 STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 40
@@ -55,15 +56,12 @@ def main():
         opt.zero_grad(set_to_none=True)
         return loss.detach()
 
+    plan = shapebucket.ShapePlan.of(collate, sampler)  # every (rows, length) the loader makes
     example = next(iter(loader))
-    print(
-        shapebucket.prewarm(
-            compiled, buckets, example=example, collator=collate, step=train_step, optimizer=opt
-        )
-    )
+    print(shapebucket.prewarm(compiled, plan, example, step=train_step, restore=[opt]))
 
     # 6. train; any recompile would raise a ShapeBucketError naming the shape
-    with shapebucket.CompileCounter() as cc, shapebucket.no_recompiles(buckets):
+    with CompileCounter() as cc, shapebucket.no_recompiles(plan):
         for step, batch in zip(range(STEPS), loader, strict=False):
             loss = train_step(batch)
             if step % 10 == 0 or step == STEPS - 1:

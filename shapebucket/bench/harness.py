@@ -41,10 +41,12 @@ import torch
 from .. import _torch_compat as compat
 from .._progress import progress
 from .._validate import round_up
+from ..compile.modes import CudaGraphs
 from ..compile.prewarm import prewarm
 from ..compile.recompiles import CompileCounter, mark_dynamic, no_recompiles
 from ..plan.buckets import Buckets
 from ..plan.fit import fit_buckets
+from ..plan.shapes import ShapePlan
 from .model import GPT, CaptionConfig, Captioner, GPTConfig
 from .plans import SEQUENCE_KEYS, Family, Setup, build_family, make_samples, plan_family
 from .workloads import load_workload
@@ -220,10 +222,6 @@ def _marker(strategy: Strategy, buckets: Buckets | None) -> Callable[[dict[str, 
 
         return maybe
     if strategy.mark == "specialize":
-        if not compat.supports_specialize_on():
-            raise RuntimeError(
-                f"skipped: torch {torch.__version__} has no mark_dynamic(specialize_on=...)"
-            )
         sizes = list(buckets or [])
 
         def specialize(batch: dict[str, Any]) -> None:
@@ -281,15 +279,13 @@ def _prepare(name: str, s: Setup, fam: Family) -> _Runner:
         if strategy.prewarm and fam.buckets is not None:
             prewarm(
                 fwd,
-                fam.buckets,
-                example=fam.warmup[0],
-                collator=fam.collate,
-                rows=fam.rows,
+                ShapePlan.of(fam.collate),  # the bench's collators pad rows: one shape per bucket
+                fam.warmup[0],
                 step=step,
-                optimizer=opt,
+                restore=[opt],
+                # CUDA graphs are recorded after warm-up runs: record each shape's in prewarm
+                modes=[CudaGraphs()] if a.mode == "reduce-overhead" else [],
                 progress=False,
-                # CUDA graphs are recorded after a warm-up run: record each bucket's in prewarm
-                repeat=3 if a.mode == "reduce-overhead" else 1,
             )
         runner.losses.extend(step(b) for b in fam.warmup)
         _sync(s.device)

@@ -1,0 +1,31 @@
+"""Compilation: prewarm every shape of a plan, guard against recompiles, keep the cache.
+
+>>> import shapebucket.compile as sc
+>>> "prewarm" in sc.__all__
+True
+"""
+
+from .cache import load_compile_cache, save_compile_cache
+from .modes import Cache, CudaGraphs, Inference, Mode, RecompileLimit, Repeat, Specialize
+from .prewarm import prewarm
+from .recompiles import CompileCounter, mark_dynamic, no_recompiles
+from .regions import compile_regions
+from .report import PrewarmReport
+
+__all__ = [
+    "Cache",
+    "CompileCounter",
+    "CudaGraphs",
+    "Inference",
+    "Mode",
+    "PrewarmReport",
+    "RecompileLimit",
+    "Repeat",
+    "Specialize",
+    "compile_regions",
+    "load_compile_cache",
+    "mark_dynamic",
+    "no_recompiles",
+    "prewarm",
+    "save_compile_cache",
+]

@@ -1,16 +1,22 @@
 """Persist what the compiler built, and load it back before the first compile.
 
 A saved cache carries ``manifest.json``: the torch version and the size and
-SHA-256 of every file. :func:`load_compile_cache` checks all of it before it
-copies anything into the live inductor cache, so a truncated, edited or
-foreign cache is refused with a warning instead of being half-installed.
+SHA-256 of every file. :func:`save_compile_cache` builds the whole cache in a
+temporary directory next to ``path`` and renames it into place only when
+complete, so an interrupted save leaves the previous cache (or none), never a
+half-written one. :func:`load_compile_cache` checks every field of the
+manifest and every file (none missing, changed or added) before it copies
+anything into the live inductor cache, so a truncated, edited or foreign cache
+is refused with a warning instead of being half-installed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,8 +26,10 @@ import torch
 from .. import _torch_compat as compat
 
 MANIFEST = "manifest.json"
+ARTIFACTS = "artifacts.bin"
+INDUCTOR = "inductor"
 
-__all__ = ["job_key", "load_compile_cache", "save_compile_cache"]
+__all__ = ["load_compile_cache", "save_compile_cache"]
 
 
 def _copy_new(src: str, dst: str) -> None:
@@ -29,45 +37,81 @@ def _copy_new(src: str, dst: str) -> None:
     file's name is its key), and overwriting a compiled ``.so`` that a process has
     loaded corrupts that process's mapping of it (seen as a crash at exit)."""
     if not Path(dst).exists():
-        shutil.copy2(src, dst)
+        _copy_file(src, dst)
+
+
+def _copy_file(src: str, dst: str) -> None:
+    """Every file a save writes goes through here or :func:`_write_bytes` (the
+    fault-injection test interrupts them)."""
+    shutil.copy2(src, dst)
+
+
+def _write_bytes(dst: Path, data: bytes) -> None:
+    dst.write_bytes(data)
 
 
 def save_compile_cache(path: str | Path) -> dict[str, int]:
-    """Persist what the compiler built in this process to directory ``path``.
+    """Persist what the compiler built in this process to directory ``path``, atomically.
 
-    Writes the compiler's cache artifacts (``torch.compiler.save_cache_artifacts``,
-    torch >= 2.7) and a copy of inductor's cache directory (compiled kernels and
-    FX graphs; on CPU this is what saves the most time). Returns byte counts.
+    Writes the compiler's cache artifacts (``torch.compiler.save_cache_artifacts``)
+    and a copy of inductor's cache directory (compiled kernels and FX graphs; on
+    CPU this is what saves the most time), merged with the intact cache already
+    at ``path``, into a temporary directory; the manifest is written last and the
+    directory then replaces ``path``. Returns byte counts.
 
     >>> sizes = save_compile_cache("compile-cache")  # doctest: +SKIP
     >>> sorted(sizes)  # doctest: +SKIP
     ['artifacts_bytes', 'inductor_bytes']
 
     (Not run as a doctest: it copies this machine's whole inductor cache;
-    ``tests/test_compile.py`` runs it.)
+    ``tests/test_compile_cache.py`` runs it.)
     """
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    data = compat.save_cache_artifacts()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-", dir=path.parent))
+    try:
+        sizes = _build(tmp, previous=path if _check(path) is None else None)
+        old = None
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}-{tmp.name[-8:]}")
+            path.rename(old)
+        tmp.rename(path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sizes
+
+
+def _build(tmp: Path, previous: Path | None) -> dict[str, int]:
+    """Write a complete cache into the empty directory ``tmp``, its manifest last."""
     sizes = {"artifacts_bytes": 0, "inductor_bytes": 0}
+    data = compat.save_cache_artifacts()
     if data is not None:
-        (path / "artifacts.bin").write_bytes(data)
+        _write_bytes(tmp / ARTIFACTS, data)
         sizes["artifacts_bytes"] = len(data)
-    src = Path(compat.inductor_cache_dir())
-    if src.is_dir():
-        dst = path / "inductor"
-        skip = shutil.ignore_patterns("*.lock", "*.tmp*")
-        shutil.copytree(src, dst, dirs_exist_ok=True, ignore=skip, copy_function=_copy_new)
+    elif previous is not None and (previous / ARTIFACTS).is_file():
+        _copy_file(str(previous / ARTIFACTS), str(tmp / ARTIFACTS))
+    skip = shutil.ignore_patterns("*.lock", "*.tmp*")
+    sources = [Path(compat.inductor_cache_dir())]
+    if previous is not None:
+        sources.append(previous / INDUCTOR)
+    dst = tmp / INDUCTOR
+    for src in sources:
+        if src.is_dir():
+            shutil.copytree(src, dst, dirs_exist_ok=True, ignore=skip, copy_function=_copy_new)
+    if dst.is_dir():
         sizes["inductor_bytes"] = sum(f.stat().st_size for f in dst.rglob("*") if f.is_file())
-    files = sorted(f for f in path.rglob("*") if f.is_file() and f.name != MANIFEST)
+    files = sorted(f for f in tmp.rglob("*") if f.is_file())
     manifest = {
         "torch": torch.__version__,
         "files": {
-            f.relative_to(path).as_posix(): {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+            f.relative_to(tmp).as_posix(): {"bytes": f.stat().st_size, "sha256": _sha256(f)}
             for f in files
         },
     }
-    (path / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    _write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
     return sizes
 
 
@@ -88,24 +132,47 @@ def _refuse(path: Path, why: str) -> bool:
     return False
 
 
-def _check(path: Path) -> str | None:
-    """Why the cache at ``path`` cannot be used, or None when every file is intact."""
+def _read_manifest(path: Path) -> tuple[dict[str, tuple[int, str]] | None, str]:
+    """The manifest's files as ``{name: (bytes, sha256)}``, or None and why not."""
     try:
         manifest: Any = json.loads((path / MANIFEST).read_text())
-        files = manifest["files"]
-        version = manifest["torch"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return f"its {MANIFEST} is missing or unreadable"
+    except (OSError, ValueError):
+        return None, f"its {MANIFEST} is missing or unreadable"
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        return None, f"its {MANIFEST} has no 'files' mapping"
+    version = manifest.get("torch")
     if version != torch.__version__:
-        return f"it was saved by torch {version}, this is torch {torch.__version__}"
-    for name, meta in files.items():
+        return None, f"it was saved by torch {version}, this is torch {torch.__version__}"
+    files: dict[str, tuple[int, str]] = {}
+    for name, meta in manifest["files"].items():
+        size = meta.get("bytes") if isinstance(meta, dict) else None
+        digest = meta.get("sha256") if isinstance(meta, dict) else None
+        bad_size = not isinstance(size, int) or isinstance(size, bool) or size < 0
+        if bad_size or not isinstance(digest, str):
+            return None, f"its {MANIFEST} entry for {name!r} is malformed ({meta!r})"
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            return None, f"its {MANIFEST} names a file outside the cache ({name!r})"
+        files[name] = (int(size), digest)  # type: ignore[arg-type]  # an int, checked above
+    return files, ""
+
+
+def _check(path: Path) -> str | None:
+    """Why the cache at ``path`` cannot be used, or None when every file is intact."""
+    files, why = _read_manifest(path)
+    if files is None:
+        return why
+    for name, (size, digest) in files.items():
         f = path / name
         if not f.is_file():
             return f"{name} is missing"
-        if f.stat().st_size != meta["bytes"]:
-            return f"{name} has {f.stat().st_size} bytes, {meta['bytes']} were saved (truncated?)"
-        if _sha256(f) != meta["sha256"]:
+        if f.stat().st_size != size:
+            return f"{name} has {f.stat().st_size} bytes, {size} were saved (truncated?)"
+        if _sha256(f) != digest:
             return f"{name} does not match its checksum (corrupt or edited)"
+    present = {f.relative_to(path).as_posix() for f in path.rglob("*") if f.is_file()}
+    extra = sorted(present - set(files) - {MANIFEST})
+    if extra:
+        return f"{len(extra)} file(s) not in its {MANIFEST} ({', '.join(extra[:3])})"
     return None
 
 
@@ -113,9 +180,10 @@ def load_compile_cache(path: str | Path) -> bool:
     """Restore a cache written by :func:`save_compile_cache`; call before the first compile.
 
     Returns False (and changes nothing) when ``path`` holds no cache. A cache that
-    fails its manifest (a missing, truncated or changed file, another torch
-    version, no manifest) or that the compiler cannot read is ignored with a
-    warning, and nothing of it is copied: the run compiles from scratch.
+    fails its manifest (a missing, truncated, changed or added file, a malformed
+    field, another torch version, no manifest) or whose artifacts the compiler
+    cannot read is ignored with a warning, and nothing of it is copied: the run
+    compiles from scratch.
 
     >>> import tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
@@ -123,8 +191,8 @@ def load_compile_cache(path: str | Path) -> bool:
     False
     """
     path = Path(path)
-    has_artifacts = (path / "artifacts.bin").is_file()
-    has_inductor = (path / "inductor").is_dir()
+    has_artifacts = (path / ARTIFACTS).is_file()
+    has_inductor = (path / INDUCTOR).is_dir()
     if not has_artifacts and not has_inductor:
         return False
     why = _check(path)
@@ -132,80 +200,15 @@ def load_compile_cache(path: str | Path) -> bool:
         return _refuse(path, why)
     if has_artifacts:
         try:
-            compat.load_cache_artifacts((path / "artifacts.bin").read_bytes())
+            loaded = compat.load_cache_artifacts((path / ARTIFACTS).read_bytes())
         except Exception as e:  # the compiler's own format: any failure means unusable
             return _refuse(
-                path, f"the compiler could not read artifacts.bin ({type(e).__name__}: {e})"
+                path, f"the compiler could not read {ARTIFACTS} ({type(e).__name__}: {e})"
             )
+        if not loaded:
+            return _refuse(path, f"the compiler could not read {ARTIFACTS}")
     if has_inductor:
         dst = Path(compat.inductor_cache_dir())
         dst.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(path / "inductor", dst, dirs_exist_ok=True, copy_function=_copy_new)
+        shutil.copytree(path / INDUCTOR, dst, dirs_exist_ok=True, copy_function=_copy_new)
     return True
-
-
-def _code_of(obj: Any) -> list[str]:
-    """Source files (or code bytes) that define what ``obj`` computes."""
-    import inspect
-
-    out: list[str] = []
-    modules = []
-    if isinstance(obj, torch.nn.Module):
-        modules = [getattr(m, "_orig_mod", m) for m in obj.modules()]
-    targets: list[Any] = [type(m) for m in modules] if modules else [obj]
-    for t in targets:
-        try:
-            path = inspect.getsourcefile(t)
-        except TypeError:
-            path = None
-        if path and Path(path).is_file():
-            out.append(Path(path).read_text(errors="replace"))
-        else:
-            code = getattr(getattr(t, "__wrapped__", t), "__code__", None)
-            out.append(repr(code.co_code) if code is not None else type(t).__qualname__)
-    return sorted(set(out))
-
-
-def _describe(batch: Any) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return (tuple(batch.shape), str(batch.dtype), str(batch.device), batch.stride())
-    if isinstance(batch, dict):
-        return sorted((str(k), _describe(v)) for k, v in batch.items())
-    if isinstance(batch, (list, tuple)):
-        return [_describe(v) for v in batch]
-    return type(batch).__name__
-
-
-def job_key(model: Any, step: Any, batches: dict[int, Any], extra: str = "") -> str:
-    """A key for one prewarm job's compile cache: what invalidates compiled code.
-
-    It hashes the torch version, the devices, the source of every module class of
-    ``model`` (and of ``step``), every prewarmed batch's shapes, dtypes, devices
-    and strides, and ``extra`` (put the compile options there: mode, backend,
-    ``fullgraph``). A change in any of them gives another key, so a stale cache
-    is never loaded for a changed job.
-
-    >>> a = job_key(torch.nn.Linear(2, 2), None, {8: torch.ones(2, 8)})
-    >>> a == job_key(torch.nn.Linear(2, 2), None, {8: torch.ones(2, 8)}), len(a)
-    (True, 16)
-    >>> a == job_key(torch.nn.Linear(2, 2), None, {16: torch.ones(2, 16)})
-    False
-    """
-    h = hashlib.sha256()
-    devices = sorted(
-        {str(p.device) for p in model.parameters()} if isinstance(model, torch.nn.Module) else []
-    )
-    if torch.cuda.is_available() and any(d.startswith("cuda") for d in devices):
-        devices.append(torch.cuda.get_device_name())
-    parts = [
-        torch.__version__,
-        repr(devices),
-        *_code_of(model),
-        *(_code_of(step) if step is not None else []),
-        repr(sorted((b, _describe(batch)) for b, batch in batches.items())),
-        extra,
-    ]
-    for part in parts:
-        h.update(part.encode())
-        h.update(b"\0")
-    return h.hexdigest()[:16]

@@ -11,6 +11,7 @@ Every private torch API used here goes through ``shapebucket._torch_compat``.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import re
@@ -24,6 +25,7 @@ from .. import _torch_compat as compat
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..plan.buckets import Buckets, as_buckets
+from ..plan.shapes import ShapePlan
 
 __all__ = ["CompileCounter", "mark_dynamic", "no_recompiles", "walk_batch"]
 
@@ -47,6 +49,29 @@ def walk_batch(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
             yield from walk_batch(v, f"{path}[{i}]")
     else:
         yield path, obj
+
+
+def _check_mark_args(
+    sequence_keys: Sequence[str] | None, min: int | None, max: int | None, strict: bool
+) -> None:
+    if sequence_keys is not None and (
+        isinstance(sequence_keys, (str, bytes)) or not isinstance(sequence_keys, Sequence)
+    ):
+        raise ShapeBucketError(
+            f"sequence_keys must be a list of keys, got {sequence_keys!r}; "
+            f"for one key write sequence_keys=[{sequence_keys!r}]"
+        )
+    if (min is not None or max is not None) and not strict:
+        raise ShapeBucketError(
+            f"min={min}, max={max} need strict=True: maybe_mark_dynamic (strict=False) takes no range"
+        )
+    if min is not None and min < 2:
+        raise ShapeBucketError(
+            f"min must be >= 2, got {min}: the compiler always specialises sizes 0 and 1, so they are "
+            "never part of a dynamic range; use min=2"
+        )
+    if min is not None and max is not None and max < min:
+        raise ShapeBucketError(f"max ({max}) must be >= min ({min})")
 
 
 def mark_dynamic(
@@ -84,24 +109,7 @@ def mark_dynamic(
     ['input_ids', 'pair[0]']
     """
     dim = check_int("dim", dim, minimum=0)
-    if sequence_keys is not None and (
-        isinstance(sequence_keys, (str, bytes)) or not isinstance(sequence_keys, Sequence)
-    ):
-        raise ShapeBucketError(
-            f"sequence_keys must be a list of keys, got {sequence_keys!r}; "
-            f"for one key write sequence_keys=[{sequence_keys!r}]"
-        )
-    if (min is not None or max is not None) and not strict:
-        raise ShapeBucketError(
-            f"min={min}, max={max} need strict=True: maybe_mark_dynamic (strict=False) takes no range"
-        )
-    if min is not None and min < 2:
-        raise ShapeBucketError(
-            f"min must be >= 2, got {min}: the compiler always specialises sizes 0 and 1, so they are "
-            "never part of a dynamic range; use min=2"
-        )
-    if min is not None and max is not None and max < min:
-        raise ShapeBucketError(f"max ({max}) must be >= min ({min})")
+    _check_mark_args(sequence_keys, min, max, strict)
     wanted = None if sequence_keys is None else {str(k) for k in sequence_keys}
     marked = []
     for path, value in walk_batch(batch):
@@ -155,13 +163,10 @@ class _ReasonHandler(logging.Handler):
             self.sink.append(message)
 
 
-#: Every "hit config.recompile_limit" warning dynamo gave in this process since
-#: shapebucket was imported. A function that hit the limit runs eagerly, without a
-#: compile or an error, for every shape it was not compiled for: ``no_recompiles``
-#: cannot see that fall-back, so it warns when this list is not empty.
-LIMIT_HITS: list[str] = []
-_record = _ReasonHandler(LIMIT_HITS, "hit config.")
-compat.keep_limit_handler(_record)
+#: The last functions seen hitting the recompile limit while a :class:`CompileCounter`
+#: (and so ``prewarm``) watched, to name them in :func:`no_recompiles`' warning. Bounded;
+#: the count of all hits comes from dynamo's own counters.
+_SEEN_LIMIT_HITS: collections.deque[str] = collections.deque(maxlen=16)
 
 
 class CompileCounter:
@@ -207,6 +212,7 @@ class CompileCounter:
         self._end = compat.unique_graphs()
         if self._stack is not None:
             self._stack.close()
+        _SEEN_LIMIT_HITS.extend(_limit_function(m) for m in self.limit_hits)
 
     def __str__(self) -> str:
         lines = [f"{self.graphs} graphs compiled, {len(self.recompiles)} recompiles"]
@@ -229,13 +235,20 @@ def _limit_function(message: str) -> str:
 
 
 @contextlib.contextmanager
-def no_recompiles(buckets: Buckets | Sequence[int] | None = None) -> Iterator[None]:
+def no_recompiles(
+    buckets: ShapePlan | Buckets | Sequence[int] | None = None,
+) -> Iterator[None]:
     """Fail on any recompile inside the block, with a :class:`ShapeBucketError`.
 
     Uses the compiler's ``fail_on_recompile`` stance (restored on exit, also on
     error). The error names the input size that was not prewarmed and, when
-    ``buckets`` is given, the bucket table. Functions compiled for the first time
-    inside the block still compile: only *re*compiles fail.
+    ``buckets`` is given (the :class:`~shapebucket.ShapePlan` that was
+    prewarmed, or the bucket table), the shapes that were. Functions compiled
+    for the first time inside the block still compile: only *re*compiles fail.
+
+    Nothing is installed into torch: a function that hit the recompile limit
+    earlier (and so runs eagerly, which the stance cannot see) is counted from
+    dynamo's own counters, and a warning says so on entry.
 
     >>> f = torch.compile(lambda x: x + 1, dynamic=False, backend="eager")
     >>> _ = f(torch.ones(2, 8))
@@ -248,15 +261,20 @@ def no_recompiles(buckets: Buckets | Sequence[int] | None = None) -> Iterator[No
     ...     print(str(e).splitlines()[0][:80])
     recompile inside no_recompiles(): input 'x' has size 16 at dim 1, a shape that w
     """
-    table = None if buckets is None else as_buckets(buckets)
-    if LIMIT_HITS:
-        names = sorted({_limit_function(m) for m in LIMIT_HITS})
+    table: Any = None
+    if isinstance(buckets, ShapePlan):
+        table = buckets
+    elif buckets is not None:
+        table = as_buckets(buckets)
+    hits = compat.recompile_limit_hits()
+    if hits:
+        names = sorted(set(_SEEN_LIMIT_HITS))
+        named = f" ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})" if names else ""
         warnings.warn(
-            f"{len(names)} compiled function(s) hit the recompile limit earlier in this process and "
-            f"now run eagerly, without an error, for shapes they were not compiled for "
-            f"({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}); no_recompiles() cannot "
-            "catch that. Raise the limit before compiling (prewarm does, or "
-            "torch.compile(..., recompile_limit=N)), or call torch._dynamo.reset() and prewarm again",
+            f"{hits} compiled function(s) hit the recompile limit earlier in this process{named} "
+            f"and now run eagerly, without an error, for shapes they were not compiled for; "
+            "no_recompiles() cannot catch that. Raise the limit before compiling (prewarm does, or "
+            "torch.compile(..., recompile_limit=N)), or reset the compiler and prewarm again",
             stacklevel=3,
         )
     try:
@@ -276,7 +294,11 @@ def no_recompiles(buckets: Buckets | Sequence[int] | None = None) -> Iterator[No
             what = f"an input failed a guard other than its size ({others[0].text}), e.g. a different stride, dtype or device than the prewarmed batch"
         else:
             what = "an input or guard changed in a way that was not prewarmed"
-        where = f"; buckets are {table!r}" if table is not None else ""
+        where = ""
+        if isinstance(table, ShapePlan):
+            where = f"; the plan's shapes (rows, length) are {[tuple(s) for s in table]}"
+        elif table is not None:
+            where = f"; buckets are {table!r}"
         raise ShapeBucketError(
             f"recompile inside no_recompiles(): {what}{where}. Pad every batch to a bucket "
             f"(BucketCollator) and prewarm every bucket (and batch size) first.\ncompiler said: {text}"

@@ -2,12 +2,17 @@
 
 A transformer is one block class repeated N times. ``torch.compile(model)``
 traces and compiles all N copies in one large graph per bucket;
-:func:`compile_regions` compiles each block in place (``block.compile(...)``),
-and since the blocks share one class, dynamo compiles the block's code once per
-input shape and every other block reuses that graph (module parameters are
-graph inputs, not constants). Prewarm cost then grows with the number of
-distinct block classes, not with the number of layers. The layers between
-blocks (embeddings, final norm, head) run eagerly.
+:func:`compile_regions` compiles each block instance's ``forward`` in place:
+the class's ``forward`` function is compiled once (``torch.compile`` of the
+function itself, so torch's own blocks, ``nn.TransformerEncoderLayer`` or
+``nn.Linear``, compile too: dynamo skips frames of torch's files unless they are
+compiled explicitly) and bound to each block as its ``forward``. Since the
+blocks share that code, dynamo compiles it once per input shape and every other
+block reuses the graph (module parameters are graph inputs, not constants).
+Prewarm cost then grows with the number of distinct block classes, not with
+the number of layers. The layers between blocks (embeddings, final norm, head)
+run eagerly. The module tree, its ``state_dict`` and its hooks are unchanged,
+and a ``copy.deepcopy`` of the model calls its own blocks.
 
 This is the per-block recipe of PyTorch's regional compilation tutorial.
 ``torch.compiler.nested_compile_region`` (hierarchical compilation inside one
@@ -16,6 +21,8 @@ whole-model compile) is the other route; it is not used here.
 
 from __future__ import annotations
 
+import inspect
+import types
 from collections import Counter
 from typing import Any
 
@@ -31,9 +38,10 @@ def repeated_blocks(
 ) -> list[tuple[str, torch.nn.Module]]:
     """The model's repeated blocks, as ``(name, module)``.
 
-    By default: the children of every ``ModuleList``/``Sequential`` in which one
-    class appears at least twice (the transformer layers), outermost first and
-    not inside a block already found. ``block_types`` names the classes instead.
+    By default: the children of every ``ModuleList``/``Sequential``/``ModuleDict``
+    in which one class appears at least twice (the transformer layers),
+    outermost first and not inside a block already found. ``block_types`` names
+    the classes instead.
 
     >>> layers = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2), torch.nn.ReLU())
     >>> [name for name, _ in repeated_blocks(torch.nn.Sequential(layers))]
@@ -49,7 +57,9 @@ def repeated_blocks(
         return [(n, m) for n, m in model.named_modules() if n and isinstance(m, block_types)]
     found: list[tuple[str, torch.nn.Module]] = []
     for name, container in model.named_modules():  # parents come before their children
-        if not isinstance(container, (torch.nn.ModuleList, torch.nn.Sequential)):
+        if not isinstance(
+            container, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ModuleDict)
+        ):
             continue
         if any(name == f or name.startswith(f + ".") for f, _ in found):
             continue  # inside a block already chosen: compiled with it
@@ -73,12 +83,13 @@ def compile_regions(
     ``fullgraph``, ``backend``). Pass the model itself (not compiled) to
     :func:`~shapebucket.prewarm` and to the training loop afterwards.
 
-    All blocks share the class's code object, and so its recompile limit: one
-    graph per bucket (and per distinct call signature), so K buckets need a
-    limit >= K, which ``prewarm`` raises when it must. The modules' call path
-    (``Module._call_impl``) is what gets compiled, and it is shared by every
-    module compiled with ``.compile()``; compile nothing else that way in the
-    same process, or raise the limit for both.
+    All blocks of a class share its ``forward`` code object, and so its
+    recompile limit: one graph per shape and per distinct call signature (a
+    first block whose input does not require grad and later ones whose input
+    does are two), so K shapes need a limit >= K, which ``prewarm`` raises
+    when it must (and raises an error when a block needs more). A block whose
+    ``forward`` is already replaced on the instance (compiled before) or is not
+    a Python function is refused with the reason, never skipped silently.
 
     >>> model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(3)])
     >>> compile_regions(model, backend="eager", dynamic=False)
@@ -87,10 +98,26 @@ def compile_regions(
     blocks = repeated_blocks(model, block_types)
     if not blocks:
         raise ShapeBucketError(
-            f"{type(model).__name__} has no repeated blocks (no ModuleList or Sequential holding "
+            f"{type(model).__name__} has no repeated blocks (no ModuleList, Sequential or "
+            "ModuleDict holding "
             "one class twice or more); name the block classes with block_types=(MyBlock,), or "
             "compile the whole model"
         )
-    for _, block in blocks:
-        block.compile(**compile_kwargs)
+    compiled: dict[Any, Any] = {}
+    for name, block in blocks:
+        if "forward" in vars(block):
+            raise ShapeBucketError(
+                f"block {name!r} ({type(block).__name__}) already has its own forward "
+                f"({vars(block)['forward']!r}): it was compiled before; call compile_regions "
+                "once, on a model not compiled yet"
+            )
+        forward = getattr(type(block), "forward", None)
+        if not inspect.isfunction(forward):
+            raise ShapeBucketError(
+                f"block {name!r} ({type(block).__name__}) has no Python forward to compile "
+                f"({forward!r}); name other blocks with block_types=(...), or compile the whole model"
+            )
+        if forward not in compiled:
+            compiled[forward] = torch.compile(forward, **compile_kwargs)
+        block.forward = types.MethodType(compiled[forward], block)
     return [name for name, _ in blocks]

@@ -3,54 +3,113 @@
 :func:`shapebucket.prewarm` runs real training steps to compile them and then
 puts the model, the optimizer and the random number generators back exactly as
 they were; this module is that job, usable (and tested) alone.
+
+What :func:`snapshot` sees: of the model (and of every ``nn.Module`` passed),
+parameters with their ``.grad`` and ``requires_grad``, buffers, tensors kept as
+plain module attributes (``self.step_count = torch.zeros(())``) and every
+module's train flag; the state and hyper-parameters of each optimizer passed;
+any other object with ``state_dict``/``load_state_dict`` (a ``GradScaler``, an
+LR scheduler); plain tensors passed (values and ``requires_grad``); and the
+torch, CUDA, numpy and Python RNG states. What it cannot see: Python numbers
+and containers kept on objects (``self.steps += 1``), globals, and objects it
+was not given (an EMA model or a scaler that ``step`` closes over).
 """
 
 from __future__ import annotations
 
 import copy
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
+from ..errors import ShapeBucketError
+
 __all__ = ["Snapshot", "restore", "snapshot"]
 
 
 @dataclass
-class Snapshot:
-    """Copies of everything a training step can change, taken by :func:`snapshot`."""
+class _Optimizer:
+    optimizer: torch.optim.Optimizer
+    state: dict[Any, dict[str, Any]]
+    groups: list[dict[str, Any]]
 
-    params: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]
+
+@dataclass
+class Snapshot:
+    """Copies of everything a training step can change, taken by :func:`snapshot`.
+
+    ``params`` holds ``(parameter, value, grad, requires_grad)``; ``attributes``
+    ``(module, name, tensor, value, requires_grad)`` for tensors kept as plain
+    module attributes; ``tensors`` ``(tensor, value, requires_grad)``;
+    ``stateful`` ``(object, state_dict)``.
+    """
+
+    params: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool]]
     buffers: list[tuple[torch.Tensor, torch.Tensor]]
-    optimizer: Any
-    opt_state: dict[Any, dict[str, Any]] | None
-    opt_groups: list[dict[str, Any]] | None
+    optimizers: list[_Optimizer]
     rng: tuple[Any, ...]
     training: list[tuple[torch.nn.Module, bool]]
+    attributes: list[tuple[torch.nn.Module, str, torch.Tensor, torch.Tensor, bool]] = field(
+        default_factory=list
+    )
+    tensors: list[tuple[torch.Tensor, torch.Tensor, bool]] = field(default_factory=list)
+    stateful: list[tuple[Any, Any]] = field(default_factory=list)
 
 
-def _tensors_of(
-    model: Any, optimizer: Any
-) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.nn.Module]]:
-    params: dict[int, torch.Tensor] = {}
-    buffers: dict[int, torch.Tensor] = {}
-    modules: list[torch.nn.Module] = []
-    if isinstance(model, torch.nn.Module):
-        modules = list(model.modules())
-        params.update((id(p), p) for p in model.parameters())
-        buffers.update((id(b), b) for b in model.buffers())
-    if optimizer is not None:
-        for group in optimizer.param_groups:
-            params.update((id(p), p) for p in group["params"])
-    return list(params.values()), list(buffers.values()), modules
+def _clone(value: Any) -> Any:
+    """A deep copy whose tensors are detached clones."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_clone(v) for v in value)
+    return copy.deepcopy(value)
 
 
-def snapshot(model: Any, optimizer: Any = None) -> Snapshot:
-    """Copy the parameters, buffers and ``.grad``s of ``model`` (and of ``optimizer``'s
-    parameters), the optimizer's state and hyper-parameters, every module's train
-    flag and the torch, CUDA, numpy and Python RNG states.
+def _copy_optimizer(opt: torch.optim.Optimizer) -> _Optimizer:
+    return _Optimizer(
+        optimizer=opt,
+        state={p: {k: _clone(v) for k, v in s.items()} for p, s in opt.state.items()},
+        groups=[
+            {k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in opt.param_groups
+        ],
+    )
+
+
+def _restore_optimizer(saved: _Optimizer) -> None:
+    opt = saved.optimizer
+    for p in list(opt.state.keys()):
+        if p not in saved.state:
+            del opt.state[p]
+    for p, state in saved.state.items():
+        live = opt.state[p]
+        for k in list(live.keys()):
+            if k not in state:
+                del live[k]
+        for k, v in state.items():
+            cur = live.get(k)
+            if (
+                isinstance(v, torch.Tensor)
+                and isinstance(cur, torch.Tensor)
+                and cur.shape == v.shape
+            ):
+                cur.copy_(v)
+            else:
+                live[k] = v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+    for group, saved_group in zip(opt.param_groups, saved.groups, strict=True):
+        group.update(copy.deepcopy(saved_group))
+
+
+def snapshot(model: Any, *others: Any) -> Snapshot:
+    """Copy what a training step of ``model`` can change (see the module's docstring).
+
+    ``others`` are the other objects the step changes: optimizers, modules (an
+    EMA copy), plain tensors, and objects with ``state_dict``/``load_state_dict``
+    (``torch.amp.GradScaler``, LR schedulers).
 
     >>> model = torch.nn.Linear(2, 1)
     >>> snap = snapshot(model)
@@ -59,7 +118,40 @@ def snapshot(model: Any, optimizer: Any = None) -> Snapshot:
     >>> restore(snap); torch.equal(model.weight, snap.params[0][1])
     True
     """
-    params, buffers, modules = _tensors_of(model, optimizer)
+    modules: dict[int, torch.nn.Module] = {}
+    optimizers: list[torch.optim.Optimizer] = []
+    tensors: dict[int, torch.Tensor] = {}
+    stateful: list[Any] = []
+    for i, obj in enumerate((model, *others)):
+        if obj is None:
+            continue
+        if isinstance(obj, torch.nn.Module):
+            modules.update((id(m), m) for m in obj.modules())
+        elif isinstance(obj, torch.optim.Optimizer):
+            optimizers.append(obj)
+        elif isinstance(obj, torch.Tensor):
+            tensors[id(obj)] = obj
+        elif callable(getattr(obj, "state_dict", None)) and callable(
+            getattr(obj, "load_state_dict", None)
+        ):
+            stateful.append(obj)
+        elif i > 0:
+            raise ShapeBucketError(
+                f"cannot snapshot a {type(obj).__name__}: pass optimizers, modules, tensors, or "
+                "objects with state_dict()/load_state_dict() (a GradScaler, an LR scheduler)"
+            )
+    params: dict[int, torch.Tensor] = {}
+    buffers: dict[int, torch.Tensor] = {}
+    attributes = []
+    for m in modules.values():
+        params.update((id(p), p) for p in m.parameters(recurse=False))
+        buffers.update((id(b), b) for b in m.buffers(recurse=False))
+        for name, value in vars(m).items():
+            if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+                attributes.append((m, name, value, value.detach().clone(), value.requires_grad))
+    for opt in optimizers:
+        for group in opt.param_groups:
+            params.update((id(p), p) for p in group["params"])
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     rng = (
         torch.get_rng_state(),
@@ -67,39 +159,33 @@ def snapshot(model: Any, optimizer: Any = None) -> Snapshot:
         np.random.get_state(),
         random.getstate(),
     )
-    opt_state = opt_groups = None
-    if optimizer is not None:
-        opt_state = {
-            p: {
-                k: (v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v))
-                for k, v in s.items()
-            }
-            for p, s in optimizer.state.items()
-        }
-        opt_groups = [
-            {k: copy.deepcopy(v) for k, v in g.items() if k != "params"}
-            for g in optimizer.param_groups
-        ]
     return Snapshot(
         params=[
-            (p, p.detach().clone(), None if p.grad is None else p.grad.detach().clone())
-            for p in params
+            (
+                p,
+                p.detach().clone(),
+                None if p.grad is None else p.grad.detach().clone(),
+                p.requires_grad,
+            )
+            for p in params.values()
         ],
-        buffers=[(b, b.detach().clone()) for b in buffers],
-        optimizer=optimizer,
-        opt_state=opt_state,
-        opt_groups=opt_groups,
+        buffers=[(b, b.detach().clone()) for b in buffers.values()],
+        optimizers=[_copy_optimizer(opt) for opt in optimizers],
         rng=rng,
-        training=[(m, m.training) for m in modules],
+        training=[(m, m.training) for m in modules.values()],
+        attributes=attributes,
+        tensors=[(t, t.detach().clone(), t.requires_grad) for t in tensors.values()],
+        stateful=[(obj, _clone(obj.state_dict())) for obj in stateful],
     )
 
 
 @torch.no_grad()
 def restore(snap: Snapshot) -> None:
     """Put everything :func:`snapshot` copied back, bitwise and in place (the same tensor
-    objects, so compiled guards on them still hold)."""
-    for p, value, grad in snap.params:
+    objects, so compiled guards on them still hold). Can be called more than once."""
+    for p, value, grad, requires_grad in snap.params:
         p.copy_(value)
+        p.requires_grad_(requires_grad)
         if grad is None:
             p.grad = None
         elif p.grad is not None and p.grad.shape == grad.shape:
@@ -108,28 +194,23 @@ def restore(snap: Snapshot) -> None:
             p.grad = grad.clone()
     for b, value in snap.buffers:
         b.copy_(value)
-    opt = snap.optimizer
-    if opt is not None and snap.opt_state is not None and snap.opt_groups is not None:
-        for p in list(opt.state.keys()):
-            if p not in snap.opt_state:
-                del opt.state[p]
-        for p, saved in snap.opt_state.items():
-            live = opt.state[p]
-            for k in list(live.keys()):
-                if k not in saved:
-                    del live[k]
-            for k, v in saved.items():
-                cur = live.get(k)
-                if (
-                    isinstance(v, torch.Tensor)
-                    and isinstance(cur, torch.Tensor)
-                    and cur.shape == v.shape
-                ):
-                    cur.copy_(v)
-                else:
-                    live[k] = v.clone() if isinstance(v, torch.Tensor) else v
-        for group, saved_group in zip(opt.param_groups, snap.opt_groups, strict=True):
-            group.update(saved_group)
+    for m, name, tensor, value, requires_grad in snap.attributes:
+        if tensor.shape != value.shape or tensor.is_inference():
+            # resized, or made under inference_mode (no in-place update outside it): a copy
+            tensor = value.clone().requires_grad_(requires_grad)
+        else:
+            tensor.copy_(value)
+            if tensor.is_leaf:
+                tensor.requires_grad_(requires_grad)
+        setattr(m, name, tensor)
+    for t, value, requires_grad in snap.tensors:
+        t.copy_(value)
+        if t.is_leaf:
+            t.requires_grad_(requires_grad)
+    for saved in snap.optimizers:
+        _restore_optimizer(saved)
+    for obj, state in snap.stateful:
+        obj.load_state_dict(_clone(state))
     cpu, cuda, np_state, py_state = snap.rng
     torch.set_rng_state(cpu)
     if cuda is not None:

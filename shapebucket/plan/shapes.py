@@ -1,0 +1,285 @@
+"""``ShapePlan``: every ``(rows, length)`` shape a loader will produce, and how to make each.
+
+The sampler knows which rows and buckets its batches have, the collator knows
+how it pads rows and lengths; together they know every shape the model will
+see. :func:`shapebucket.prewarm` compiles each shape of a plan, and
+:func:`shapebucket.no_recompiles` names the plan when a batch falls outside it.
+
+Inference, in :meth:`ShapePlan.of`:
+
+* a collator with ``row_buckets`` (inference): every bucket at every row bucket;
+* a collator with ``rows`` (``BucketCollator(rows=...)``, every ``PackedCollator``):
+  ``(collator.rows_for(b), b)`` for each bucket ``b``;
+* otherwise the sampler's ``shapes()``: the ``(rows, bucket)`` of every batch it
+  can yield on this rank, short last batches included.
+
+With a sampler the lengths are the buckets its batches use on this rank (a
+bucket no sample falls into is not compiled).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
+
+from .._validate import check_int
+from ..errors import ShapeBucketError
+from .buckets import Buckets
+
+__all__ = ["Shape", "ShapePlan"]
+
+
+class Shape(NamedTuple):
+    """One batch shape: ``rows`` samples (or packed rows) padded to ``length`` tokens.
+
+    >>> Shape(4, 128)
+    Shape(rows=4, length=128)
+    """
+
+    rows: int
+    length: int
+
+
+def _check_shapes(shapes: Iterable[Any]) -> tuple[Shape, ...]:
+    if isinstance(shapes, (str, bytes)) or not isinstance(shapes, Iterable):
+        raise ShapeBucketError(
+            f"shapes must be a list of (rows, length) pairs, got {shapes!r}; "
+            "for one shape write [(rows, length)]"
+        )
+    out = set()
+    for i, pair in enumerate(shapes):
+        if isinstance(pair, (str, bytes)) or not isinstance(pair, Iterable) or len(pair) != 2:  # type: ignore[arg-type]
+            raise ShapeBucketError(
+                f"shapes[{i}] must be a (rows, length) pair, got {pair!r}; write (4, 128) for "
+                "4 rows of 128 tokens"
+            )
+        rows, length = pair
+        rows = check_int(f"shapes[{i}] rows", rows, minimum=1)
+        length = check_int(f"shapes[{i}] length", length, minimum=2)
+        out.add(Shape(rows, length))
+    if not out:
+        raise ShapeBucketError("a ShapePlan needs at least one (rows, length) shape, got none")
+    return tuple(sorted(out, key=lambda s: (s.length, s.rows)))
+
+
+class ShapePlan:
+    """The set of ``(rows, length)`` shapes a loader produces, and how to make a batch of each.
+
+    Build it with :meth:`of` (from the collator, and the sampler when the
+    collator does not pad rows), with :meth:`from_function` (a
+    ``make_batch(shape)`` of your own), or directly as
+    ``ShapePlan([(rows, length), ...], collator)``. ``plan.shapes`` is sorted by
+    length, then rows; ``len(plan)`` counts them. A plan pickles when its
+    collator (or ``make_batch``) does.
+
+    >>> from shapebucket.collate.bucket import BucketCollator
+    >>> collate = BucketCollator([8, 16], rows=4)
+    >>> plan = ShapePlan.of(collate)
+    >>> plan.shapes
+    (Shape(rows=4, length=8), Shape(rows=4, length=16))
+    >>> example = collate([{"input_ids": [1, 2, 3]}])
+    >>> plan.batch(example, plan.shapes[1])["input_ids"].shape
+    torch.Size([4, 16])
+    """
+
+    __slots__ = ("_collator", "_make_batch", "_shapes")
+
+    def __init__(
+        self,
+        shapes: Iterable[tuple[int, int]],
+        collator: Any = None,
+        *,
+        make_batch: Callable[[Shape], Any] | None = None,
+    ) -> None:
+        if (collator is None) == (make_batch is None):
+            raise ShapeBucketError(
+                "a ShapePlan needs exactly one of collator (re-pads an example to each shape) "
+                "and make_batch(shape); use ShapePlan.of(collator, sampler) or "
+                "ShapePlan.from_function(shapes, make_batch)"
+            )
+        if collator is not None and not callable(getattr(collator, "repad", None)):
+            raise ShapeBucketError(
+                f"collator must be a BucketCollator or PackedCollator (it re-pads the example "
+                f"with repad), got {type(collator).__name__}"
+            )
+        if make_batch is not None and not callable(make_batch):
+            raise ShapeBucketError(
+                f"make_batch must be a function shape -> batch, got {make_batch!r}"
+            )
+        self._shapes = _check_shapes(shapes)
+        self._collator = collator
+        self._make_batch = make_batch
+        if collator is not None:
+            self._check_collator(collator)
+
+    def _check_collator(self, collator: Any) -> None:
+        """Every shape must be one the collator can make, and with ``row_buckets`` every
+        row bucket should be there (a request batch of any size lands in one)."""
+        known = sorted(collator.buckets)
+        unknown = sorted({s.length for s in self._shapes} - set(known))
+        if unknown:
+            raise ShapeBucketError(
+                f"lengths {unknown} are not buckets of the collator ({known}): it never pads a "
+                "batch to them; give the sampler and the collator the same buckets"
+            )
+        row_buckets = getattr(collator, "row_buckets", None)
+        rows = getattr(collator, "rows", None)
+        for s in self._shapes:
+            if row_buckets is not None and s.rows not in row_buckets:
+                raise ShapeBucketError(
+                    f"shape {tuple(s)}: the collator pads rows to row_buckets={list(row_buckets)}, "
+                    f"so a batch of {s.rows} rows never occurs; use ShapePlan.of(collator)"
+                )
+            if rows is not None and s.rows != collator.rows_for(s.length):
+                raise ShapeBucketError(
+                    f"shape {tuple(s)}: the collator pads every batch at length {s.length} to "
+                    f"rows={collator.rows_for(s.length)}, so {s.rows} rows never occur; use "
+                    "ShapePlan.of(collator)"
+                )
+        if row_buckets is not None:
+            missing = sorted(
+                {(r, b) for r in row_buckets for b in {s.length for s in self._shapes}}
+                - set(self._shapes)
+            )
+            if missing:
+                warnings.warn(
+                    f"the collator pads request batches to row_buckets={list(row_buckets)}, but the "
+                    f"plan has no shapes {missing}: such batches compile when they first come "
+                    "(no_recompiles() raises); use ShapePlan.of(collator) for all of them",
+                    stacklevel=3,
+                )
+
+    @classmethod
+    def of(cls, collator: Any, sampler: Any = None) -> ShapePlan:
+        """The plan of a loader made of ``collator`` and ``sampler``.
+
+        >>> from shapebucket.collate.bucket import BucketCollator
+        >>> ShapePlan.of(BucketCollator([8, 16], row_buckets=[1, 4])).shapes
+        (Shape(rows=1, length=8), Shape(rows=4, length=8), Shape(rows=1, length=16), Shape(rows=4, length=16))
+        """
+        if not callable(getattr(collator, "repad", None)) or not hasattr(collator, "buckets"):
+            raise ShapeBucketError(
+                f"ShapePlan.of needs the BucketCollator or PackedCollator of the loader, got "
+                f"{type(collator).__name__}; without one use ShapePlan.from_function(shapes, make_batch)"
+            )
+        used = None
+        if sampler is not None:
+            if not callable(getattr(sampler, "shapes", None)):
+                raise ShapeBucketError(
+                    f"sampler must be a BucketBatchSampler or PackedBatchSampler (it lists its "
+                    f"shapes()), got {type(sampler).__name__}"
+                )
+            used = cls._sampler_shapes(sampler, collator)
+        row_buckets = getattr(collator, "row_buckets", None)
+        lengths = list(collator.buckets) if used is None else sorted({b for _, b in used})
+        if row_buckets is not None:
+            return cls([(r, b) for b in lengths for r in row_buckets], collator)
+        if getattr(collator, "rows", None) is not None:
+            shapes = [(int(collator.rows_for(b)), b) for b in lengths]
+            for rows, b in used or ():
+                if rows > collator.rows_for(b):
+                    raise ShapeBucketError(
+                        f"the sampler makes batches of {rows} rows at bucket {b}, more than the "
+                        f"collator's rows={collator.rows_for(b)} there; pass "
+                        "BucketCollator(rows=sampler.rows)"
+                    )
+            return cls(shapes, collator)
+        if used is None:
+            raise ShapeBucketError(
+                f"{type(collator).__name__} pads no rows (no rows= or row_buckets=), so a "
+                "batch's row count comes from the sampler: pass ShapePlan.of(collator, sampler), "
+                "give the collator rows=, or list the shapes: ShapePlan([(rows, length), ...], collator)"
+            )
+        return cls(used, collator)
+
+    @staticmethod
+    def _sampler_shapes(sampler: Any, collator: Any) -> set[tuple[int, int]]:
+        used = {(int(r), int(b)) for r, b in sampler.shapes()}
+        known = set(collator.buckets)
+        unknown = sorted({b for _, b in used} - known)
+        if unknown:
+            raise ShapeBucketError(
+                f"the sampler makes batches at buckets {unknown}, which the collator "
+                f"({list(known)}) does not have; give the sampler and the collator the same buckets"
+            )
+        return used
+
+    @classmethod
+    def from_function(
+        cls, shapes: Iterable[tuple[int, int]], make_batch: Callable[[Shape], Any]
+    ) -> ShapePlan:
+        """A plan whose batches come from ``make_batch(shape)``, for code without a collator.
+
+        >>> import torch
+        >>> plan = ShapePlan.from_function([(2, 8), (2, 16)], lambda s: torch.ones(s.rows, s.length))
+        >>> plan.batch(None, plan.shapes[0]).shape
+        torch.Size([2, 8])
+        """
+        return cls(shapes, make_batch=make_batch)
+
+    @property
+    def shapes(self) -> tuple[Shape, ...]:
+        """Every shape, sorted by length, then rows."""
+        return self._shapes
+
+    @property
+    def lengths(self) -> Buckets:
+        """The distinct lengths of the shapes."""
+        return Buckets(sorted({s.length for s in self._shapes}))
+
+    @property
+    def collator(self) -> Any:
+        """The collator that re-pads examples (``None`` for :meth:`from_function` plans)."""
+        return self._collator
+
+    @property
+    def seq_dim(self) -> int:
+        """The sequence dim of each sample (the collator's ``seq_dim``; 0 without one):
+        batches have their length at dim ``seq_dim + 1``."""
+        return int(getattr(self._collator, "seq_dim", 0))
+
+    def batch(self, example: Any, shape: tuple[int, int]) -> Any:
+        """A batch of ``shape``: ``collator.repad(example, length, rows)``, or ``make_batch(shape)``."""
+        shape = Shape(*shape)
+        if self._make_batch is not None:
+            return self._make_batch(shape)
+        if example is None:
+            raise ShapeBucketError(
+                "this plan re-pads an example batch to each shape: pass example=next(iter(loader))"
+            )
+        return self._collator.repad(example, shape.length, shape.rows)
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def __iter__(self) -> Iterator[Shape]:
+        return iter(self._shapes)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShapePlan):
+            return NotImplemented
+        return (self._shapes, self._collator, self._make_batch) == (
+            other._shapes,
+            other._collator,
+            other._make_batch,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"shapes": self._shapes, "collator": self._collator, "make_batch": self._make_batch}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._shapes = state["shapes"]
+        self._collator = state["collator"]
+        self._make_batch = state["make_batch"]
+
+    def __repr__(self) -> str:
+        pairs = ", ".join(f"({s.rows}, {s.length})" for s in self._shapes)
+        source = (
+            type(self._collator).__name__
+            if self._collator is not None
+            else getattr(self._make_batch, "__name__", "make_batch")
+        )
+        return f"ShapePlan([{pairs}], {source})"

@@ -1,0 +1,209 @@
+"""The compile cache: saved atomically (issue 22 item 4), every manifest field checked
+(item 7), and job keys that tell classes without source apart (low item). No compile:
+the caches are made of made-up inductor files."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from shapebucket import _torch_compat as compat
+from shapebucket.compile import cache as cache_module
+from shapebucket.compile import load_compile_cache, save_compile_cache
+from shapebucket.compile.key import job_key
+
+ARTIFACTS = b"compiler artifacts " * 20
+
+
+@pytest.fixture(autouse=True)
+def fake_artifacts(monkeypatch):
+    """The compiler's artifacts, made up: saved as ARTIFACTS, loaded only when intact."""
+    monkeypatch.setattr(compat, "save_cache_artifacts", lambda: ARTIFACTS)
+    monkeypatch.setattr(compat, "load_cache_artifacts", lambda data: data == ARTIFACTS)
+
+
+def make_live(root, extra=0):
+    live = root / "live"
+    (live / "ab").mkdir(parents=True, exist_ok=True)
+    (live / "ab" / "kernel.py").write_text("x = 1\n" * 100)
+    (live / "graph.bin").write_bytes(bytes(range(256)) * 8)
+    for i in range(extra):
+        (live / f"new{i}.bin").write_bytes(bytes([i]) * 300)
+    return live
+
+
+def contents(directory):
+    return {
+        f.relative_to(directory).as_posix(): f.read_bytes()
+        for f in sorted(directory.rglob("*"))
+        if f.is_file()
+    }
+
+
+def loads_cleanly(cache):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a refusal warns: make it fail here
+        return load_compile_cache(cache)
+
+
+class Interrupt(BaseException):
+    pass
+
+
+def interrupt_at(monkeypatch, k):
+    """Make the k-th file a save writes half-written, then interrupt the save."""
+    calls = [0]
+    real_copy, real_write = cache_module._copy_file, cache_module._write_bytes
+
+    def tick(dst, data):
+        calls[0] += 1
+        if calls[0] == k:
+            Path(dst).write_bytes(data[: len(data) // 2])
+            raise Interrupt(f"interrupted at file {k}")
+
+    def copy(src, dst):
+        tick(dst, Path(src).read_bytes())
+        real_copy(src, dst)
+
+    def write(dst, data):
+        tick(dst, data)
+        real_write(dst, data)
+
+    monkeypatch.setattr(cache_module, "_copy_file", copy)
+    monkeypatch.setattr(cache_module, "_write_bytes", write)
+    return calls
+
+
+def test_an_interrupted_save_leaves_the_previous_cache_at_each_file(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    with compat.fresh_inductor_cache(str(make_live(tmp_path))):
+        save_compile_cache(cache)
+    previous = contents(cache)
+    live = make_live(tmp_path, extra=2)  # the next run compiled two more kernels
+    with monkeypatch.context() as m:
+        total = interrupt_at(m, 0)
+        with compat.fresh_inductor_cache(str(live)):
+            save_compile_cache(tmp_path / "count")
+        writes = total[0]
+    assert writes == 6  # artifacts, 4 inductor files, the manifest
+    for k in range(1, writes + 1):
+        with monkeypatch.context() as m:
+            interrupt_at(m, k)
+            with compat.fresh_inductor_cache(str(live)), pytest.raises(Interrupt):
+                save_compile_cache(cache)
+        assert contents(cache) == previous, f"interrupted at file {k}"
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left
+        with compat.fresh_inductor_cache(str(tmp_path / "targets" / str(k))):
+            assert loads_cleanly(cache)
+    with compat.fresh_inductor_cache(str(live)):
+        save_compile_cache(cache)  # the next full save is complete and certified
+    saved = contents(cache / "inductor")
+    assert saved == contents(live) and loads_cleanly(cache)
+
+
+def test_an_interrupted_first_save_leaves_no_cache(tmp_path, monkeypatch):
+    live = make_live(tmp_path)
+    for k in (1, 3, 4):
+        with monkeypatch.context() as m:
+            interrupt_at(m, k)
+            with compat.fresh_inductor_cache(str(live)), pytest.raises(Interrupt):
+                save_compile_cache(tmp_path / "cache")
+        assert not (tmp_path / "cache").exists() and loads_cleanly(tmp_path / "cache") is False
+
+
+def test_a_save_keeps_the_kernels_of_the_cache_it_replaces(tmp_path):
+    cache = tmp_path / "cache"
+    with compat.fresh_inductor_cache(str(make_live(tmp_path / "a"))):
+        save_compile_cache(cache)
+    other = tmp_path / "b" / "live"
+    other.mkdir(parents=True)
+    (other / "other.bin").write_bytes(b"other kernel")
+    with compat.fresh_inductor_cache(str(other)):
+        save_compile_cache(cache)
+    assert set(contents(cache / "inductor")) == {"ab/kernel.py", "graph.bin", "other.bin"}
+
+
+def manifest_edit(edit):
+    def damage(cache):
+        manifest = json.loads((cache / "manifest.json").read_text())
+        edit(manifest)
+        (cache / "manifest.json").write_text(json.dumps(manifest))
+
+    return damage
+
+
+def first(manifest):
+    return next(iter(manifest["files"]))
+
+
+@pytest.mark.parametrize(
+    ("damage", "needle"),
+    [
+        (manifest_edit(lambda m: m.update(files=list(m["files"]))), "no 'files' mapping"),
+        (manifest_edit(lambda m: m["files"][first(m)].pop("bytes")), "malformed"),
+        (manifest_edit(lambda m: m["files"].update({first(m): "abc"})), "malformed"),
+        (manifest_edit(lambda m: m["files"][first(m)].update(bytes="12")), "malformed"),
+        (manifest_edit(lambda m: m["files"][first(m)].update(sha256=None)), "malformed"),
+        (manifest_edit(lambda m: m.pop("torch")), "saved by torch None"),
+        (manifest_edit(lambda m: m["files"].update({"../x": m["files"][first(m)]})), "outside"),
+        (lambda c: (c / "manifest.json").write_text("[1, 2]"), "no 'files' mapping"),
+        (lambda c: (c / "inductor" / "extra.py").write_text("import os\n"), "not in its manifest"),
+    ],
+)
+def test_a_malformed_manifest_or_an_added_file_is_refused(tmp_path, damage, needle):
+    with compat.fresh_inductor_cache(str(make_live(tmp_path))):
+        save_compile_cache(tmp_path / "cache")
+    damage(tmp_path / "cache")
+    target = tmp_path / "target"
+    with compat.fresh_inductor_cache(str(target)), pytest.warns(UserWarning, match=needle):
+        assert load_compile_cache(tmp_path / "cache") is False
+    assert not target.exists() or not any(target.rglob("*.bin"))
+
+
+def test_corrupt_artifacts_with_a_matching_manifest_are_not_loaded(tmp_path):
+    """The manifest is rewritten to match: only the compiler can tell the bytes are bad."""
+    cache = tmp_path / "cache"
+    with compat.fresh_inductor_cache(str(make_live(tmp_path))):
+        save_compile_cache(cache)
+    (cache / "artifacts.bin").write_bytes(b"garbage")
+    manifest = json.loads((cache / "manifest.json").read_text())
+    manifest["files"]["artifacts.bin"] = {
+        "bytes": 7,
+        "sha256": cache_module._sha256(cache / "artifacts.bin"),
+    }
+    (cache / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.warns(UserWarning, match="could not read artifacts.bin"):
+        assert load_compile_cache(cache) is False
+
+
+def test_compat_reports_unreadable_artifacts(monkeypatch):
+    monkeypatch.undo()  # the real compiler functions
+    assert compat.load_cache_artifacts(b"garbage") is False
+
+
+def classes_from_source(body):
+    scope: dict = {}
+    exec(body, {"torch": torch}, scope)  # as a notebook defines them: no source file
+    return scope["Net"]
+
+
+def test_job_key_tells_classes_without_source_apart():
+    double = classes_from_source(
+        "class Net(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+    )
+    triple = classes_from_source(
+        "class Net(torch.nn.Module):\n    def forward(self, x):\n        return x * 3\n"
+    )
+    again = classes_from_source(
+        "class Net(torch.nn.Module):\n    def forward(self, x):\n        return x * 2\n"
+    )
+    batches = {8: torch.ones(2, 8)}
+    assert job_key(double(), None, batches) != job_key(triple(), None, batches)
+    assert job_key(double(), None, batches) == job_key(again(), None, batches)
+    step_a = classes_from_source("def Net(b):\n    return b + 1\n")
+    step_b = classes_from_source("def Net(b):\n    return b + 2\n")
+    assert job_key(None, step_a, batches) != job_key(None, step_b, batches)

@@ -1,0 +1,241 @@
+"""Each prewarm mode alone, what prewarm restores (issue 22 item 11), and that importing
+shapebucket installs nothing into torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from shapebucket import BucketCollator, ShapeBucketError
+from shapebucket import _torch_compat as compat
+from shapebucket.compile import (
+    Cache,
+    CompileCounter,
+    CudaGraphs,
+    Inference,
+    RecompileLimit,
+    Repeat,
+    Specialize,
+    no_recompiles,
+    prewarm,
+)
+from shapebucket.compile.modes import Job, length_dims
+from shapebucket.compile.report import PrewarmReport
+from shapebucket.plan.shapes import Shape, ShapePlan
+
+EAGER = {"backend": "eager", "dynamic": False}
+
+
+@pytest.fixture(autouse=True)
+def fresh_compiler():
+    old = compat.get_recompile_limit()
+    compat.reset_compiler()
+    yield
+    compat.set_recompile_limit(old)
+    compat.reset_compiler()
+
+
+def job_of(plan, example=None, model=None, step=None, modes=()):
+    return Job(model, step, plan, example, PrewarmReport(plan.shapes), tuple(modes))
+
+
+SEQ1 = BucketCollator([8, 16, 24], seq_dim=1)
+
+
+def seq1_batch(lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return SEQ1([{"x": torch.randn(3, n, generator=g)} for n in lengths])
+
+
+def masked_sum(x, attention_mask):
+    return (x * attention_mask[:, None]).sum()
+
+
+# -- Specialize (issue 22 item 6: the [B, L] mask of a seq_dim=1 batch is marked too) -----
+
+
+def test_length_dims_follow_the_length_in_every_tensor():
+    plan = ShapePlan([(2, b) for b in (8, 16, 24)], SEQ1)
+    dims = length_dims(plan, lambda s: plan.batch(seq1_batch([5, 7]), s))
+    assert dims == {"x": [2], "attention_mask": [1]}
+    one = ShapePlan([(2, 8)], SEQ1)  # one length: the collator's rule
+    assert length_dims(one, lambda s: one.batch(seq1_batch([5, 7]), s)) == dims
+
+
+def test_specialize_marks_the_value_and_its_mask():
+    plan = ShapePlan([(2, b) for b in (8, 16, 24)], SEQ1)
+    job = job_of(plan, seq1_batch([5, 7]))
+    mode = Specialize()
+    mode.setup(job)
+    batch = mode.prepare(job.batch(Shape(2, 16)), Shape(2, 16), job)
+    assert 2 in batch["x"]._dynamo_dynamic_indices
+    assert 1 in batch["attention_mask"]._dynamo_dynamic_indices
+
+
+def test_specialize_with_seq_dim_1_compiles_once_and_never_recompiles():
+    cf = torch.compile(masked_sum, fullgraph=True, **EAGER)
+    plan = ShapePlan([(2, b) for b in (8, 16, 24)], SEQ1)
+    report = prewarm(cf, plan, seq1_batch([5, 7]), modes=[Specialize()], progress=False)
+    assert set(report.how.values()) == {"specialised"} and report.total_graphs == 1
+    with CompileCounter() as cc, no_recompiles(plan):
+        for lengths in ([3, 8], [9, 16], [24, 17]):
+            cf(**seq1_batch(lengths, seed=1))
+    odd = BucketCollator([12], seq_dim=1)  # a length no bucket covers: the generic kernel
+    with CompileCounter() as cc2:
+        cf(**odd([{"x": torch.randn(3, 11)}, {"x": torch.randn(3, 4)}]))
+    assert cc.graphs == 0 and cc2.graphs == 0
+
+
+def test_specialize_refuses_batches_without_the_length():
+    plan = ShapePlan.from_function([(2, 8), (2, 16)], lambda s: {"x": torch.ones(2, 3)})
+    with pytest.raises(ShapeBucketError, match="no tensor of the plan's batches changes"):
+        Specialize().setup(job_of(plan))
+
+
+# -- the other modes -------------------------------------------------------------------
+
+
+def test_inference_runs_forward_only_in_inference_mode():
+    with Inference().context():
+        assert torch.is_inference_mode_enabled()
+    model = nn.Linear(4, 1)
+    plan = ShapePlan.from_function([(2, 4), (3, 4)], lambda s: torch.ones(s.rows, s.length))
+    seen = []
+
+    def step(x):
+        seen.append(torch.is_inference_mode_enabled())
+        model(x).sum()
+
+    prewarm(model, plan, step=step, modes=[Inference()], progress=False)
+    assert seen == [True] * 4 and model.weight.grad is None  # two shapes, prewarm and verify
+
+
+def test_repeat_and_cuda_graphs_set_the_runs():
+    assert Repeat(2).runs == 2 and CudaGraphs().runs == 3 and CudaGraphs(repeat=5).runs == 5
+    with pytest.raises(ShapeBucketError, match="Repeat\\(n\\) must be >= 1, got 0"):
+        Repeat(0)
+    plan = ShapePlan.from_function([(1, 4)], torch.ones)
+    with pytest.raises(ShapeBucketError, match="one of Repeat, CudaGraphs"):
+        prewarm(None, plan, step=print, modes=[Repeat(2), CudaGraphs()])
+
+
+def test_recompile_limit_alone():
+    compat.set_recompile_limit(2)
+    plan = ShapePlan.from_function([(1, n) for n in (4, 6, 8)], torch.ones)
+    job = job_of(plan)
+    RecompileLimit().setup(job)
+    assert job.report.limit_raised_from == 2 and job.report.limit == 3
+    RecompileLimit(raise_limit=False).setup(job_of(plan))  # 3 <= the raised limit: no error
+    compat.set_recompile_limit(2)
+    with pytest.raises(ShapeBucketError, match="3 shapes exceed the compiler's recompile limit"):
+        RecompileLimit(raise_limit=False).setup(job_of(plan))
+
+
+def test_cache_key_follows_extra_and_the_other_modes(tmp_path):
+    plan = ShapePlan.from_function([(2, 4), (2, 8)], lambda s: torch.ones(s))
+    model = nn.Linear(4, 4)
+    plain = Cache(tmp_path).key(job_of(plan, model=model))
+    assert plain == Cache(tmp_path).key(job_of(plan, model=model))
+    assert plain != Cache(tmp_path, "mode=max-autotune").key(job_of(plan, model=model))
+    assert plain != Cache(tmp_path).key(job_of(plan, model=model, modes=[Inference()]))
+    job = job_of(plan, model=model)
+    Cache(tmp_path).setup(job)
+    assert job.report.cache_path == str(tmp_path / plain) and not job.report.cache_loaded
+    with pytest.raises(ShapeBucketError, match="Cache\\(dir\\) must be a path"):
+        Cache(3)  # type: ignore[arg-type]
+
+
+def test_no_recompiles_names_the_plan():
+    f = torch.compile(lambda x: x + 1, **EAGER)
+    plan = ShapePlan.from_function([(2, 8)], torch.ones)
+    f(torch.ones(2, 8))
+    expected = r"shapes \(rows, length\) are \[\(2, 8\)\]"
+    with pytest.raises(ShapeBucketError, match=expected), no_recompiles(plan):
+        f(torch.ones(2, 16))
+
+
+# -- import side effects and the recompile-limit record ------------------------------------
+
+
+def test_import_installs_nothing_into_torch():
+    code = """
+import json, logging, torch._dynamo
+names = ["torch._dynamo.convert_frame", "torch._dynamo.guards.__recompiles", "torch._dynamo"]
+def state():
+    return {n: [repr(h) for h in logging.getLogger(n).handlers] for n in names}, torch._dynamo.config.recompile_limit
+before = state()
+import shapebucket, shapebucket.compile
+print(json.dumps(before == state()))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) is True
+
+
+def test_limit_hits_are_counted_without_a_handler_and_forgotten_on_reset():
+    f = torch.compile(lambda x: x * 2, **EAGER, recompile_limit=2)
+    for n in (2, 3, 4):
+        f(torch.ones(n))
+    assert compat.recompile_limit_hits() == 1
+    with pytest.warns(UserWarning, match="1 compiled function"), no_recompiles():
+        pass
+    compat.reset_compiler()
+    assert compat.recompile_limit_hits() == 0
+
+
+# -- what prewarm restores (issue 22 item 11) -------------------------------------------------
+
+
+class Counted(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 1)
+        self.seen = torch.zeros(())  # a plain tensor attribute, not a buffer
+
+    def forward(self, x):
+        self.seen = self.seen + x.shape[0]
+        return self.lin(x).pow(2).mean()
+
+
+def test_prewarm_restores_scaler_ema_scheduler_tensor_attributes_and_requires_grad():
+    torch.manual_seed(0)
+    model = Counted()
+    ema = Counted()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    frozen = model.lin.bias
+
+    def step(x):
+        frozen.requires_grad_(False)  # a step that freezes a parameter
+        scaler.scale(model(x)).backward()
+        scaler.step(opt)
+        scaler.update()
+        sched.step()
+        with torch.no_grad():
+            for e, p in zip(ema.parameters(), model.parameters(), strict=True):
+                e.mul_(0.9).add_(p, alpha=0.1)
+
+    before = (
+        scaler.state_dict(),
+        sched.state_dict(),
+        opt.param_groups[0]["lr"],
+        [p.clone() for p in ema.parameters()],
+    )
+    plan = ShapePlan.from_function([(2, 4), (3, 4)], lambda s: torch.randn(s))
+    prewarm(model, plan, step=step, restore=[opt, scaler, sched, ema], progress=False)
+    assert scaler.state_dict() == before[0] and sched.state_dict() == before[1]
+    assert opt.param_groups[0]["lr"] == before[2]
+    assert all(torch.equal(p, q) for p, q in zip(ema.parameters(), before[3], strict=True))
+    assert model.seen.item() == 0 and frozen.requires_grad  # seen automatically
+
+
+def test_restore_refuses_what_it_cannot_snapshot():
+    plan = ShapePlan.from_function([(2, 4)], torch.ones)
+    with pytest.raises(ShapeBucketError, match="cannot snapshot a dict"):
+        prewarm(None, plan, step=print, restore=[{"steps": 0}])

@@ -1,0 +1,179 @@
+"""ShapePlan: the (rows, length) shapes a loader produces, inferred from its collator and
+sampler, and prewarming a plan leaves a real loader nothing to compile.
+
+The samplers' ``shapes()`` is written on another branch; here a stand-in lists the
+shapes found by iterating a real sampler over several epochs."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader
+
+from shapebucket import (
+    BucketBatchSampler,
+    BucketCollator,
+    PackedCollator,
+    ShapeBucketError,
+)
+from shapebucket import _torch_compat as compat
+from shapebucket.compile import CompileCounter, no_recompiles, prewarm
+from shapebucket.plan.buckets import Buckets
+from shapebucket.plan.shapes import Shape, ShapePlan
+
+LENGTHS = np.random.default_rng(0).integers(2, 40, 61)
+BUCKETS = Buckets([8, 16, 32, 40])
+
+
+class Listed:
+    """A sampler stand-in: ``shapes()`` as the samplers expose it."""
+
+    def __init__(self, shapes):
+        self._shapes = frozenset(shapes)
+
+    def shapes(self):
+        return self._shapes
+
+
+def iterated_shapes(make, epochs=3):
+    """Every (rows, bucket) of a sampler's batches over ``epochs`` epochs."""
+    out = set()
+    for epoch in range(epochs):
+        s = make()
+        s.set_epoch(epoch)
+        out |= {(len(b), s.buckets.bucket_for(int(LENGTHS[b].max()))) for b in s}
+    return out
+
+
+def make_sampler(**kwargs):
+    return BucketBatchSampler(LENGTHS, BUCKETS, batch_size=5, seed=0, **kwargs)
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __len__(self):
+        return len(LENGTHS)
+
+    def __getitem__(self, i):
+        return {"input_ids": torch.arange(int(LENGTHS[i])) % 7 + 1}
+
+
+@pytest.fixture(autouse=True)
+def fresh_compiler():
+    old = compat.get_recompile_limit()
+    compat.reset_compiler()
+    yield
+    compat.set_recompile_limit(old)
+    compat.reset_compiler()
+
+
+def test_a_collator_with_rows_gives_one_shape_per_bucket():
+    collate = BucketCollator(BUCKETS, rows={8: 6, 16: 4, 32: 2, 40: 2})
+    plan = ShapePlan.of(collate)
+    assert plan.shapes == (Shape(6, 8), Shape(4, 16), Shape(2, 32), Shape(2, 40))
+    assert plan.lengths == BUCKETS and len(plan) == 4 and list(plan) == list(plan.shapes)
+    packed = PackedCollator([16, 32], rows={16: 4, 32: 2})
+    assert ShapePlan.of(packed).shapes == ((4, 16), (2, 32))
+
+
+def test_row_buckets_give_every_length_at_every_row_bucket():
+    collate = BucketCollator([8, 16], row_buckets=[4, 1])
+    assert ShapePlan.of(collate).shapes == ((1, 8), (4, 8), (1, 16), (4, 16))
+    with pytest.warns(UserWarning, match=r"no shapes \[\(4, 16\)\]"):
+        ShapePlan([(1, 8), (4, 8), (1, 16)], collate)  # serving would compile (4, 16) late
+    with pytest.raises(ShapeBucketError, match="row_buckets=\\[1, 4\\], so a batch of 3 rows"):
+        ShapePlan([(3, 8)], collate)
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_without_row_padding_the_sampler_gives_the_shapes(drop_last):
+    shapes = iterated_shapes(lambda: make_sampler(drop_last=drop_last))
+    plan = ShapePlan.of(BucketCollator(BUCKETS), Listed(shapes))
+    assert set(plan.shapes) == shapes
+    assert plan.shapes == tuple(sorted(shapes, key=lambda s: (s[1], s[0])))
+    if not drop_last:  # short last batches are shapes of their own
+        assert len({length for _, length in shapes}) < len(shapes)
+
+
+def test_with_row_padding_and_a_sampler_only_used_buckets():
+    collate = BucketCollator(BUCKETS, rows=5)
+    plan = ShapePlan.of(collate, Listed({(5, 8), (3, 8), (5, 32)}))
+    assert plan.shapes == ((5, 8), (5, 32))
+    with pytest.raises(ShapeBucketError, match="batches of 7 rows at bucket 8, more than"):
+        ShapePlan.of(collate, Listed({(7, 8)}))
+    with pytest.raises(ShapeBucketError, match=r"buckets \[12\], which the collator"):
+        ShapePlan.of(collate, Listed({(5, 12)}))
+
+
+def test_prewarmed_plan_leaves_a_real_loader_nothing_to_compile():
+    """Short last batches have their own shape; the plan from the sampler covers them."""
+    collate = BucketCollator(BUCKETS, mask_key=None)
+    plan = ShapePlan.of(collate, Listed(iterated_shapes(make_sampler)))
+    f = torch.compile(lambda input_ids: (input_ids * 2).sum(), dynamic=False, backend="eager")
+    loader = DataLoader(Tokens(), batch_sampler=make_sampler(), collate_fn=collate)
+    report = prewarm(f, plan, next(iter(loader)), progress=False)
+    assert report.num_shapes == len(plan) == report.total_graphs
+    sampler = loader.batch_sampler
+    with CompileCounter() as cc, no_recompiles(plan):
+        for epoch in range(3):
+            sampler.set_epoch(epoch)
+            for batch in loader:
+                f(**batch)
+    assert cc.graphs == 0
+
+
+def test_bad_plans_name_the_value_and_the_fix():
+    collate = BucketCollator(BUCKETS)
+    with pytest.raises(ShapeBucketError, match="pads no rows.*ShapePlan.of\\(collator, sampler\\)"):
+        ShapePlan.of(collate)
+    with pytest.raises(ShapeBucketError, match="needs the BucketCollator or PackedCollator"):
+        ShapePlan.of(lambda s: s)
+    with pytest.raises(ShapeBucketError, match="sampler must be a BucketBatchSampler"):
+        ShapePlan.of(collate, [[1, 2]])
+    with pytest.raises(ShapeBucketError, match="exactly one of collator"):
+        ShapePlan([(2, 8)])
+    with pytest.raises(ShapeBucketError, match=r"lengths \[12\] are not buckets"):
+        ShapePlan([(2, 12)], collate)
+    with pytest.raises(ShapeBucketError, match=r"shapes\[1\] must be a \(rows, length\) pair"):
+        ShapePlan([(2, 8), 8], collate)
+    with pytest.raises(ShapeBucketError, match=r"shapes\[0\] length must be >= 2, got 1"):
+        ShapePlan.from_function([(2, 1)], torch.ones)
+    with pytest.raises(ShapeBucketError, match="shapes must be a list"):
+        ShapePlan.from_function("2x8", torch.ones)  # type: ignore[arg-type]
+    with pytest.raises(ShapeBucketError, match="at least one"):
+        ShapePlan.from_function([], torch.ones)
+    with pytest.raises(ShapeBucketError, match="make_batch must be a function"):
+        ShapePlan.from_function([(2, 8)], 3)  # type: ignore[arg-type]
+    with pytest.raises(ShapeBucketError, match="rows=4, so 2 rows never occur"):
+        ShapePlan([(2, 8)], BucketCollator(BUCKETS, rows=4))
+    with pytest.raises(ShapeBucketError, match="pass example=next"):
+        ShapePlan([(2, 8)], collate).batch(None, (2, 8))
+
+
+def test_from_function_plans_pickle_and_print():
+    plan = ShapePlan.from_function([(2, 16), (2, 8), (2, 8)], torch.ones)
+    assert plan.shapes == ((2, 8), (2, 16))  # sorted, duplicates once
+    assert plan.batch(None, plan.shapes[0]).shape == (2, 8)
+    assert pickle.loads(pickle.dumps(plan)) == plan
+    assert repr(plan) == "ShapePlan([(2, 8), (2, 16)], ones)"
+    collated = ShapePlan.of(BucketCollator(BUCKETS, rows=3))
+    assert pickle.loads(pickle.dumps(collated)).shapes == collated.shapes
+
+
+@given(
+    st.lists(st.integers(2, 64), min_size=1, max_size=5, unique=True),
+    st.integers(1, 6),
+    st.lists(st.integers(1, 30), min_size=1, max_size=4),
+)
+def test_every_planned_batch_has_its_shape(buckets, rows, lengths):
+    collate = BucketCollator(sorted(buckets), rows=rows, overflow="truncate")
+    example = collate([{"input_ids": [1] * n} for n in lengths][:rows])
+    plan = ShapePlan.of(collate)
+    assert [s.length for s in plan] == sorted(buckets)
+    for shape in plan:
+        batch = plan.batch(example, shape)
+        assert batch["input_ids"].shape == shape == batch["attention_mask"].shape

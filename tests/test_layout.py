@@ -69,3 +69,82 @@ def test_the_examples_model_import_does_not_load_the_harness():
         out.stdout.strip()
         == "['shapebucket.bench', 'shapebucket.bench.model', 'shapebucket.bench.workloads']"
     )
+
+
+# -- sizes: a part that grows splits by concern ------------------------------------------
+
+MAX_MODULE_LINES = 420
+MAX_FUNCTION_LINES = 80
+
+
+def _code_lines(node: ast.AST) -> int:
+    """Lines of a function without its docstring (prose is not complexity)."""
+    body = node.body  # type: ignore[attr-defined]
+    first = body[0]
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+        and len(body) > 1
+    ):
+        first = body[1]
+    return node.end_lineno - first.lineno + 1  # type: ignore[attr-defined]
+
+
+def test_no_module_or_function_too_long():
+    too_long = []
+    for path in sorted(PKG.rglob("*.py")):
+        lines = len(path.read_text().splitlines())
+        if lines > MAX_MODULE_LINES:
+            too_long.append(f"{path.relative_to(PKG.parent)}: {lines} lines")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = _code_lines(node)
+                if n > MAX_FUNCTION_LINES:
+                    too_long.append(f"{path.relative_to(PKG.parent)}:{node.lineno} {node.name}: {n}")
+    assert too_long == []
+
+
+# -- import has no side effects ----------------------------------------------------------
+
+_PROBE = """
+import json, logging, sys
+import numpy, torch, torch._dynamo
+def handlers():
+    return {
+        name: [type(h).__name__ for h in logging.getLogger(name).handlers]
+        for name in sorted(logging.root.manager.loggerDict)
+        if name.startswith("torch")
+    }
+before_mods, before_handlers = set(sys.modules), handlers()
+hooks_before = dict(torch.optim.optimizer._global_optimizer_pre_hooks)
+import %s
+print(json.dumps({
+    "modules": sorted(m for m in set(sys.modules) - before_mods if m.startswith("shapebucket")),
+    "handlers_changed": handlers() != before_handlers,
+    "optimizer_hooks_changed": dict(torch.optim.optimizer._global_optimizer_pre_hooks) != hooks_before,
+}))
+"""
+
+
+def _import_probe(module: str) -> dict:
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE % module], capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)
+
+
+def test_import_shapebucket_loads_exactly_the_core_and_installs_nothing():
+    probe = _import_probe("shapebucket")
+    assert probe["modules"] == EXPECTED_MODULES
+    assert not any(m.startswith("shapebucket.bench") for m in probe["modules"])
+    assert probe["handlers_changed"] is False
+    assert probe["optimizer_hooks_changed"] is False
+
+
+def test_the_bench_model_loads_only_what_it_uses():
+    probe = _import_probe("shapebucket.bench.model")
+    assert probe["modules"] == EXPECTED_BENCH_MODEL_MODULES
+    assert probe["handlers_changed"] is False

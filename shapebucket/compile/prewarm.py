@@ -27,6 +27,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .. import _torch_compat as compat
 from .._progress import progress as progress_bar
+from ..collate.packed import PackedCollator
 from ..errors import ShapeBucketError
 from ..plan.shapes import ShapePlan
 from .modes import Job, Mode, RecompileLimit
@@ -59,6 +60,26 @@ def run_batch(model: Any, step: Callable[[Any], Any] | None, batch: Any) -> None
         loss = out.loss
     if isinstance(loss, torch.Tensor) and loss.ndim == 0 and loss.requires_grad:
         loss.backward()
+
+
+def _refuse_cached_decoder(model: Any, plan: ShapePlan) -> None:
+    """A packed plan and a Hugging Face decoder that keeps a cache mix samples silently.
+
+    transformers finds packed samples from ``position_ids`` only when the model has no
+    cache, and a decoder whose config says ``use_cache=True`` (Llama's default) makes
+    one on every forward, in training too: every sample then attends to the samples
+    before it in its row. Refused here, on the documented path, before any step.
+    """
+    if not isinstance(plan.collator, PackedCollator):
+        return
+    config = getattr(getattr(model, "_orig_mod", model), "config", None)
+    if getattr(config, "use_cache", False) is True:
+        raise ShapeBucketError(
+            f"prewarm: a packed plan and {type(getattr(model, '_orig_mod', model)).__name__} "
+            "with config.use_cache=True: a Hugging Face decoder ignores packed position_ids "
+            "while it keeps a cache, so every sample would attend to the ones before it in its "
+            "row; set model.config.use_cache = False before training"
+        )
 
 
 def _check_modes(modes: Iterable[Mode]) -> tuple[Mode, ...]:
@@ -241,6 +262,7 @@ def prewarm(
         raise ShapeBucketError(
             "this plan re-pads an example to each shape: pass example=next(iter(loader))"
         )
+    _refuse_cached_decoder(model, plan)
     if isinstance(restore, (str, bytes, torch.Tensor, torch.optim.Optimizer, torch.nn.Module)):
         restore = [restore]
     job = Job(model, step, plan, example, PrewarmReport(plan.shapes), _check_modes(modes))

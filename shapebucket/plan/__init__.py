@@ -1,0 +1,34 @@
+"""Planning: which lengths batches are padded to, and which shapes a job will compile.
+
+Pure functions and records, no torch state: bucket boundaries (:func:`fit_buckets`,
+:class:`Buckets`), the padding they cost (:func:`padding_report`), the number of
+buckets from the job (:func:`choose_k`), fixed policies side by side
+(:func:`compare_policies`), packing row lengths (:func:`fit_packing`,
+:func:`packing_report`) and the set of batch shapes a loader makes
+(:class:`ShapePlan`).
+"""
+
+from .buckets import Buckets
+from .fit import fit_buckets
+from .kchoice import KChoiceReport, KEstimate, choose_k
+from .packing import PackingReport, plan_packing
+from .packing_fit import PackingFitReport, fit_packing, packing_report
+from .padding import PaddingReport, padding_report
+from .policies import PolicyReport, compare_policies
+
+__all__ = [
+    "Buckets",
+    "KChoiceReport",
+    "KEstimate",
+    "PackingFitReport",
+    "PackingReport",
+    "PaddingReport",
+    "PolicyReport",
+    "choose_k",
+    "compare_policies",
+    "fit_buckets",
+    "fit_packing",
+    "packing_report",
+    "padding_report",
+    "plan_packing",
+]

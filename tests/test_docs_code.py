@@ -1,0 +1,159 @@
+"""Every Python block of the README, the guide and the packing page runs as pasted.
+
+The test supplies only what the text says the reader brings: ``lengths`` (one int per
+sample), ``ds`` (a dataset of token-id samples) and ``model``, defined once below, a
+plain ``nn.Module`` or a Hugging Face decoder. Everything else comes from the blocks
+themselves, run in order in one namespace per page. ``torch.compile`` runs with the
+eager backend (what is tested is the pipeline, not inductor).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = ["README.md", "docs/guide.md", "docs/packing.md"]
+#: pages whose blocks are alternatives (each runs alone, on a fresh model); the others
+#: are steps that build on each other and run in order in one namespace
+STANDALONE = {"README.md"}
+VOCAB = 50
+
+
+def python_blocks(page: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), flags=re.S)
+
+
+class TinyLM(nn.Module):
+    """A plain module as a reader would write one: takes the keys a batch has by name,
+    shifts its labels itself (the Hugging Face convention) and returns the loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, 16)
+        self.out = nn.Linear(16, VOCAB)
+
+    def forward(
+        self, input_ids, labels=None, attention_mask=None, position_ids=None, document_ids=None
+    ):
+        logits = self.out(self.emb(input_ids))
+        if labels is None:
+            return logits
+        return F.cross_entropy(
+            logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100
+        )
+
+
+def tiny_llama() -> nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        attn_implementation="sdpa",
+    )
+    cfg.use_cache = False  # what the README's packing paragraph tells a reader to set
+    torch.manual_seed(0)
+    return LlamaForCausalLM(cfg).float()
+
+
+def dataset(n: int = 96) -> tuple[list[int], list[dict[str, list[int]]]]:
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(3, 60, (n,), generator=g).tolist()
+    ds = []
+    for length in lengths:
+        ids = torch.randint(1, VOCAB, (length,), generator=g).tolist()
+        ds.append({"input_ids": ids, "labels": list(ids)})
+    return lengths, ds
+
+
+def make_model(kind: str) -> nn.Module:
+    if kind == "hf":
+        pytest.importorskip("transformers")
+        return tiny_llama()
+    torch.manual_seed(0)
+    return TinyLM()
+
+
+def fresh_namespace(kind: str) -> dict:
+    torch._dynamo.reset()
+    lengths, ds = dataset()
+    return {"lengths": lengths, "ds": ds, "model": make_model(kind)}
+
+
+def run_page(page: str, kind: str, monkeypatch, only: int | None = None) -> dict:
+    """Run the page's blocks; return the namespace of the last one run."""
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    blocks = python_blocks(page)
+    assert blocks, f"{page} has no python block"
+    namespace = fresh_namespace(kind)
+    for i, block in enumerate(blocks):
+        if only is not None and i != only:
+            continue
+        if page in STANDALONE:
+            namespace = fresh_namespace(kind)
+        try:
+            exec(compile(block, f"{page}[block {i}]", "exec"), namespace)
+        except Exception as error:  # name the block that failed
+            raise AssertionError(f"{page}, python block {i} failed:\n{block}") from error
+    return namespace
+
+
+@pytest.mark.parametrize("kind", ["plain", "hf"])
+@pytest.mark.parametrize("page", PAGES)
+def test_every_block_runs_as_pasted(page, kind, monkeypatch):
+    run_page(page, kind, monkeypatch)
+
+
+def _one_by_one_logits(model, batch) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(packed logits, alone logits) of every real sample of a packed batch."""
+    out = model(**{k: v for k, v in batch.items() if k != "labels"})
+    logits = out.logits if hasattr(out, "logits") else out
+    pairs = []
+    pos = batch["position_ids"]
+    for r in range(pos.shape[0]):
+        starts = (pos[r] == 0).nonzero().flatten().tolist()
+        real = int(batch["input_ids"].shape[1])
+        for i, s in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else real
+            ids = batch["input_ids"][r, s:end]
+            if "document_ids" in batch and int(batch["document_ids"][r, s]) < 0:
+                break  # the row's padding
+            alone = model(input_ids=ids[None])
+            alone = alone.logits if hasattr(alone, "logits") else alone
+            pairs.append((logits[r, s:end], alone[0]))
+    return pairs
+
+
+def test_readme_packing_with_a_hugging_face_decoder_equals_one_by_one(monkeypatch):
+    namespace = run_page("README.md", "hf", monkeypatch, only=1)
+    model = namespace["model"]
+    batch = next(iter(namespace["loader"]))
+    with torch.no_grad():
+        pairs = _one_by_one_logits(model, batch)
+    assert len(pairs) >= 2
+    assert max((a - b).abs().max().item() for a, b in pairs) < 1e-5
+
+
+def test_prewarm_refuses_a_packed_plan_for_a_decoder_that_keeps_a_cache(monkeypatch):
+    pytest.importorskip("transformers")
+    import shapebucket
+
+    model = tiny_llama()
+    model.config.use_cache = True  # Llama's default
+    lengths, ds = dataset(16)
+    collate = shapebucket.PackedCollator([64], rows=2, label_shift="model")
+    plan = shapebucket.ShapePlan.of(collate)
+    with pytest.raises(shapebucket.ShapeBucketError, match="use_cache = False"):
+        shapebucket.prewarm(model, plan, example=collate(ds[:3]), progress=False)

@@ -59,7 +59,9 @@ def test_every_token_of_every_sample_sits_in_one_row_and_the_mask_admits_only_it
 ):
     buckets, lengths, rows, replicas, window, pad = setup
     samples = samples_for(lengths, seed)
-    collate = PackedCollator(buckets, rows=rows, pad_values={"input_ids": pad}, label_shift="none")
+    collate = PackedCollator(
+        buckets, rows=rows, pad_values={"input_ids": pad}, label_shift="none", mask_key="token_mask"
+    )
     per_rank = [
         list(
             PackedBatchSampler(
@@ -101,7 +103,7 @@ def test_every_token_of_every_sample_sits_in_one_row_and_the_mask_admits_only_it
                 assert torch.equal(batch["labels"][row, span], samples[i]["labels"])
                 covered[row, span] = True
             assert torch.equal(covered, doc >= 0)  # every real token belongs to a sample
-            assert torch.equal(covered, batch["attention_mask"])
+            assert torch.equal(covered, batch["token_mask"])
             assert (ids[~covered] == pad).all() and (batch["labels"][~covered] == -100).all()
             # the mask: a real query sees exactly the earlier tokens of its own document
             mask = document_causal_mask(doc)[:, 0]
@@ -120,7 +122,7 @@ def test_every_token_of_every_sample_sits_in_one_row_and_the_mask_admits_only_it
 
 
 def test_model_label_shift_masks_the_first_label_of_every_sample():
-    collate = PackedCollator([8], rows=1)
+    collate = PackedCollator([8], rows=1, label_shift="model")
     batch = collate(
         [{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}, {"input_ids": [4, 5], "labels": [4, 5]}]
     )
@@ -180,7 +182,7 @@ def test_collator_settings_are_checked():
 
 
 def test_index_key_comes_back_as_a_list_in_packing_order():
-    batch = PackedCollator([8], rows=3)(samples_for([3, 6, 4]))
+    batch = PackedCollator([8], rows=3, label_shift="none")(samples_for([3, 6, 4]))
     assert batch["idx"] == [0, 1, 2]
 
 
@@ -313,7 +315,7 @@ def test_hf_decoder_packed_under_static_compile_equals_one_by_one():
     torch.compile(dynamic=False) equal those of each sample alone, and a second layout
     of the same shape reuses the graph."""
     model = _llama()
-    collate = PackedCollator([32], rows=2, mask_key=None, document_key=None)
+    collate = PackedCollator([32], rows=2, label_shift="model")
     compiled = torch.compile(model, dynamic=False, fullgraph=True, backend="aot_eager")
     for lengths in ([5, 17, 3, 9, 20, 1], [30, 2, 12, 14]):
         samples = [
@@ -358,7 +360,7 @@ def test_hf_decoder_with_its_default_cache_attends_across_samples():
         {"input_ids": s["input_ids"], "labels": s["input_ids"].clone()}
         for s in samples_for(lengths)
     ]
-    batch = PackedCollator([32], rows=1, mask_key=None, document_key=None)(samples)
+    batch = PackedCollator([32], rows=1, label_shift="model")(samples)
     alone = _hf_token_losses(model, samples[1]["input_ids"][None], samples[1]["labels"][None])
     with torch.no_grad():
         leaky = _hf_token_losses(

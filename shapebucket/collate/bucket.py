@@ -79,9 +79,11 @@ class BucketCollator:
         row_buckets: for inference: pad a batch's rows to the smallest of these
             sizes that holds its samples (serving systems' capture sizes, such as
             ``[1, 2, 4, 8, 16, 32]``), with the row mask; instead of ``rows``.
-        sample_mask_key: where the row mask goes (default ``"sample_mask"``);
-            ``None`` adds none, for models that reject unknown keys (pad rows
-            still have an all-False mask and labels -100).
+        sample_mask_key: ``None`` (default) or the key of a bool row mask
+            (True on real rows) added to batches that get pad rows. The default
+            adds none, so a batch feeds ``model(**batch)`` of a model that takes
+            only its own inputs: pad rows are harmless without it (their token
+            mask is all False and their ``labels`` are all -100).
         overflow: ``"error"`` or ``"truncate"`` for samples longer than the
             largest bucket.
         seq_dim: the sequence dimension of each sample's value (0 for ``[T, F]``).
@@ -112,7 +114,7 @@ class BucketCollator:
     row_buckets: Sequence[int] | None = None
     overflow: Literal["error", "truncate"] = "error"
     seq_dim: int = 0
-    sample_mask_key: str | None = "sample_mask"
+    sample_mask_key: str | None = None
     index_key: Key | None = None
 
     def __post_init__(self) -> None:
@@ -128,6 +130,11 @@ class BucketCollator:
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
                 raise ShapeBucketError(f"{name} must be a str or None, got {value!r}")
+        if self.mask_key is not None and self.mask_key == self.sample_mask_key:
+            raise ShapeBucketError(
+                f"mask_key and sample_mask_key are both {self.mask_key!r}: the row mask would "
+                "replace the token mask; give them different names (or sample_mask_key=None)"
+            )
         if self.pad_values is not None:
             if not isinstance(self.pad_values, Mapping):
                 raise ShapeBucketError(
@@ -203,7 +210,7 @@ class BucketCollator:
             f"mask_key={self.mask_key!r}",
             f"overflow={self.overflow!r}",
         ]
-        if self.sample_mask_key != "sample_mask":
+        if self.sample_mask_key is not None:
             settings.append(f"sample_mask_key={self.sample_mask_key!r}")
         for name in ("pad_values", "length_key", "sequence_keys", "rows", "row_buckets"):
             value = getattr(self, name)

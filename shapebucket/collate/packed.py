@@ -32,6 +32,9 @@ from .samples import Key
 
 __all__ = ["PackedCollator"]
 
+#: The key Hugging Face models read as a padding mask: never in a packed batch.
+HF_MASK = "attention_mask"
+
 
 @dataclass(repr=False)
 class PackedCollator:
@@ -40,10 +43,15 @@ class PackedCollator:
     Args:
         buckets: the row lengths (as given to :class:`PackedBatchSampler`).
         rows: rows per batch, an int or ``{row length: rows}`` (``sampler.rows``).
-        pad_values, length_key, sequence_keys, mask_key, seq_dim, index_key: as
-            for :class:`BucketCollator`. Every key of the samples must be a
+        pad_values, length_key, sequence_keys, seq_dim, index_key: as for
+            :class:`BucketCollator`. Every key of the samples must be a
             sequence (per-token) key, except ``index_key``, whose values come
             back as a list in packing order.
+        mask_key: ``None`` (default) or the key of a bool mask that is True on
+            real tokens. Never ``"attention_mask"``, and the samples may not
+            carry one: a Hugging Face model reads ``attention_mask`` as a
+            padding mask and lets every token of a row attend to the samples
+            before it (refused with a :class:`ShapeBucketError` naming the fix).
         position_key: where each token's position inside its own sample goes
             (``int64``, restarting at 0 for each sample, 0 on padding); the key
             Hugging Face decoders read to find packed sequences. ``None``: none.
@@ -58,21 +66,27 @@ class PackedCollator:
             ``rows * row_length + 1`` entries by repeating the total, so its
             shape is static too. Use the row length as ``max_seqlen``.
         label_keys: the keys holding labels (default ``("labels",)``).
-        label_shift: ``"model"`` (default: the model shifts labels by one, as
-            Hugging Face causal LMs do, so the first label of every sample is set
-            to its pad value and no token learns to predict the next sample) or
-            ``"none"`` (labels are already aligned with their tokens: kept as
-            they are).
+        label_shift: required when the samples have labels (a key of
+            ``label_keys``, or ``labels``), since no default is right for both
+            conventions: ``"model"`` (the model shifts labels by one, as Hugging
+            Face causal LMs do: the first label of every sample is set to its pad
+            value, so no token learns to predict the next sample) or ``"none"``
+            (labels are already aligned with the next token: kept as they are).
+            With ``"model"`` every key of ``label_keys`` must be in the samples
+            (a typo would leave labels unshifted).
 
     Per-token losses equal those of the samples run one at a time, provided
-    the model masks attention by document (:func:`~shapebucket.document_causal_mask`,
-    or a Hugging Face decoder given ``position_ids`` and no ``attention_mask``)
+    the model masks attention by document (:func:`~shapebucket.document_causal_mask`
+    of ``document_ids``, or a Hugging Face decoder called with ``use_cache=False``:
+    given ``position_ids`` and no ``attention_mask`` it finds the samples by itself)
     and reads positions from ``position_ids``. ``collator.stats`` counts
     batches, samples, real and pad tokens and empty rows, as for
     :class:`BucketCollator`.
 
     >>> collate = PackedCollator([8], rows=2)
     >>> batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}, {"input_ids": [6] * 8}])
+    >>> sorted(batch)
+    ['document_ids', 'input_ids', 'position_ids']
     >>> batch["input_ids"].tolist()
     [[1, 2, 3, 4, 5, 0, 0, 0], [6, 6, 6, 6, 6, 6, 6, 6]]
     >>> batch["position_ids"][0].tolist(), batch["document_ids"][0].tolist()
@@ -85,23 +99,32 @@ class PackedCollator:
     pad_values: Mapping[Any, Any] | None = None
     length_key: Key | None = None
     sequence_keys: Sequence[Key] | None = None
-    mask_key: str | None = "attention_mask"
+    mask_key: str | None = None
     seq_dim: int = 0
     index_key: Key | None = None
     position_key: str | None = "position_ids"
     document_key: str | None = "document_ids"
     cu_seqlens_key: str | None = None
     label_keys: Sequence[Key] = ("labels",)
-    label_shift: Literal["model", "none"] = "model"
+    label_shift: Literal["model", "none"] | None = None
 
     def __post_init__(self) -> None:
         self.buckets = as_buckets(self.buckets)
         if self.rows is None:
             raise ShapeBucketError("PackedCollator needs rows= (an int or {row length: rows})")
         self.rows = cast("int | dict[int, int]", check_batch_sizes(self.rows, self.buckets))
-        if self.label_shift not in ("model", "none"):
+        if self.label_shift not in ("model", "none", None):
             raise ShapeBucketError(
                 f"label_shift must be 'model' or 'none', got {self.label_shift!r}"
+            )
+        if self.mask_key == HF_MASK:
+            raise ShapeBucketError(
+                f"PackedCollator(mask_key={HF_MASK!r}) would make a mask that is True on every "
+                "real token of a row; a Hugging Face model reads that key as a padding mask and "
+                "lets each sample attend to the samples before it in its row. Leave mask_key=None "
+                "(a Hugging Face decoder called with use_cache=False finds the samples from "
+                "position_ids; other models mask with document_causal_mask(batch['document_ids'])), "
+                "or name the real-token mask otherwise (mask_key='token_mask')"
             )
         if isinstance(self.label_keys, (str, bytes)) or not isinstance(self.label_keys, Sequence):
             raise ShapeBucketError(f"label_keys must be a list of keys, got {self.label_keys!r}")
@@ -173,6 +196,15 @@ class PackedCollator:
             raise ShapeBucketError(
                 "PackedCollator needs dict samples (it adds position and document keys), got "
                 f"{type(samples[0]).__name__}; use BucketCollator for tuples and bare sequences"
+            )
+        self._check_labels(keys)
+        if HF_MASK in columns:
+            raise ShapeBucketError(
+                f"the samples have {HF_MASK!r}: packed into a row it is True on every real "
+                "token, and a Hugging Face model reads it as a padding mask and lets each sample "
+                f"attend to the samples before it. Drop {HF_MASK!r} from the samples (for a "
+                f"datasets.Dataset: ds.remove_columns({HF_MASK!r})); the batch's position_ids "
+                "and document_ids say where each sample starts"
             )
         index_key = self.index_key
         if index_key is None:
@@ -251,6 +283,31 @@ class PackedCollator:
             counts = (1, len(lens), real, R * L - real, R - used, 0, 0)
             inner._counters.add(counts, L)
         return out
+
+    def _check_labels(self, keys: list[Key]) -> None:
+        """Refuse labels without a stated convention, and label keys the samples lack."""
+        labels = [k for k in keys if k in self.label_keys or k == "labels"]
+        if self.label_shift is None and labels:
+            raise ShapeBucketError(
+                f"the samples have labels ({labels[0]!r}) but PackedCollator has no label_shift: "
+                "pass label_shift='model' if the model shifts labels itself (Hugging Face causal "
+                "LMs; the first label of each sample becomes -100 so no token predicts the next "
+                "sample), or label_shift='none' if each token's label already is the next token"
+            )
+        if self.label_shift == "model":
+            missing = [k for k in self.label_keys if k not in keys]
+            if missing or (not self.label_keys and labels):
+                raise ShapeBucketError(
+                    f"label_shift='model' shifts label_keys={list(self.label_keys)}, but the "
+                    f"samples have no key {missing[0] if missing else labels[0]!r} (they have "
+                    f"{keys}); name the labels' key in label_keys"
+                )
+            stray = [k for k in labels if k not in self.label_keys]
+            if stray:
+                raise ShapeBucketError(
+                    f"the samples have {stray[0]!r}, which label_keys={list(self.label_keys)} "
+                    "does not name, so it would not be shifted; add it to label_keys"
+                )
 
     def repad(self, batch: Any, bucket: int, rows: int | None = None) -> dict[Key, Any]:
         """A packed batch at row length ``bucket`` with ``rows`` rows (default

@@ -516,7 +516,7 @@ def test_counters_exact_with_workers(context):
     batches = list(loader)
     lens = [2 + i for i in range(24)]
     st_ = collate.stats
-    assert st_.batches == len(batches) == 6 and st_.samples == 24
+    assert st_.batches == len(batches) == 6 and st_.num_samples == 24
     assert st_.truncated_samples == sum(n > 16 for n in lens)
     assert st_.truncated_tokens == sum(max(n - 16, 0) for n in lens)
     assert st_.real_tokens == sum(int(b["attention_mask"].sum()) for b in batches)

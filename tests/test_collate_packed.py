@@ -202,7 +202,7 @@ def test_workers_collate_packed_batches_and_count_them(context):
     )
     batches = list(loader)
     assert len(batches) == len(sampler)
-    assert collate.stats.samples == len(lengths)
+    assert collate.stats.num_samples == len(lengths)
     assert collate.stats.real_tokens == int(lengths.sum())
     assert {tuple(b["input_ids"].shape) for b in batches} <= {(8, 64), (2, 256)}
 

@@ -8,27 +8,27 @@ that holds the batch's longest sample, and the batch is padded with empty rows
 to ``rows[row length]`` rows, so every batch has one of ``len(buckets)``
 shapes.
 
-Reading, checking and padding the values is :class:`~shapebucket.BucketCollator`'s
-work (same dtype rules, N-D values, pad values and errors); this module adds
-the layout and the per-token document keys.
+Reading and checking the samples is the shared :class:`~.base.Collator`'s work
+(the dtype rules, N-D values, pad values and errors of
+:class:`~shapebucket.BucketCollator`); this module describes the packed
+:class:`~.engine.Layout` and the engine pads the values and makes the per-token
+position and document keys from it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import numpy as np
 import torch
 
-from .._validate import check_batch_sizes, check_fits_in_memory, check_int
+from .._validate import check_fits_in_memory, check_int
 from ..errors import ShapeBucketError
-from ..plan.buckets import Buckets, as_buckets
 from ..plan.packing import pack_rows
-from .bucket import BucketCollator
-from .counters import CollateReport
-from .samples import Key
+from .base import Collator, Columns
+from .engine import Key, Layout, assemble, signed_view
 
 __all__ = ["PackedCollator"]
 
@@ -37,7 +37,7 @@ HF_MASK = "attention_mask"
 
 
 @dataclass(repr=False)
-class PackedCollator:
+class PackedCollator(Collator):
     """Collate a packed batch: whole samples laid end to end in ``rows x row_length`` tokens.
 
     Args:
@@ -93,15 +93,8 @@ class PackedCollator:
     ([0, 1, 2, 0, 1, 0, 0, 0], [0, 0, 0, 1, 1, -1, -1, -1])
     """
 
-    buckets: Buckets | Sequence[int]
-    _: KW_ONLY
-    rows: int | Mapping[int, int]
-    pad_values: Mapping[Any, Any] | None = None
-    length_key: Key | None = None
-    sequence_keys: Sequence[Key] | None = None
+    rows: int | Mapping[int, int]  # type: ignore[assignment]
     mask_key: str | None = None
-    seq_dim: int = 0
-    index_key: Key | None = None
     position_key: str | None = "position_ids"
     document_key: str | None = "document_ids"
     cu_seqlens_key: str | None = None
@@ -109,10 +102,9 @@ class PackedCollator:
     label_shift: Literal["model", "none"] | None = None
 
     def __post_init__(self) -> None:
-        self.buckets = as_buckets(self.buckets)
         if self.rows is None:
             raise ShapeBucketError("PackedCollator needs rows= (an int or {row length: rows})")
-        self.rows = cast("int | dict[int, int]", check_batch_sizes(self.rows, self.buckets))
+        super().__post_init__()
         if self.label_shift not in ("model", "none", None):
             raise ShapeBucketError(
                 f"label_shift must be 'model' or 'none', got {self.label_shift!r}"
@@ -138,42 +130,14 @@ class PackedCollator:
         names = [v for v in added if v is not None]
         if len(set(names)) != len(names):
             raise ShapeBucketError(f"the keys the collator adds must differ, got {names}")
-        self._inner = BucketCollator(
-            self.buckets,
-            pad_values=self.pad_values,
-            length_key=self.length_key,
-            sequence_keys=self.sequence_keys,
-            mask_key=self.mask_key,
-            rows=self.rows,
-            seq_dim=self.seq_dim,
-            sample_mask_key=None,
-            index_key=self.index_key,
-        )
 
-    @property
-    def _table(self) -> Buckets:
-        return cast(Buckets, self.buckets)
-
-    @property
-    def stats(self) -> CollateReport:
-        """What this collator (and its DataLoader workers' copies) did so far, as a snapshot."""
-        return self._inner.stats
-
-    def reset_stats(self) -> None:
-        """Set every counter back to zero."""
-        self._inner.reset_stats()
-
-    def rows_for(self, row_length: int) -> int:
-        """The rows of a batch at ``row_length``.
+    def rows_for(self, bucket: int) -> int:
+        """The rows of a batch at row length ``bucket``.
 
         >>> PackedCollator([8, 16], rows={8: 4, 16: 2}).rows_for(16)
         2
         """
-        return self._inner.rows_for(row_length)  # type: ignore[return-value]
-
-    def pad_value(self, key: Key) -> Any:
-        """The pad value used for ``key``."""
-        return self._inner.pad_value(key)
+        return cast(int, super().rows_for(bucket))
 
     def __repr__(self) -> str:
         settings = [f"buckets={self.buckets!r}", f"rows={self.rows!r}"]
@@ -190,46 +154,16 @@ class PackedCollator:
     def _collate(
         self, samples: Sequence[Any], *, count: bool, rows: int | None = None
     ) -> dict[Key, Any]:
-        inner = self._inner
-        kind, keys, seq_keys, columns, lens, length_key, where = inner._read(samples)
-        if kind != "dict":
-            raise ShapeBucketError(
-                "PackedCollator needs dict samples (it adds position and document keys), got "
-                f"{type(samples[0]).__name__}; use BucketCollator for tuples and bare sequences"
-            )
-        self._check_labels(keys)
-        if HF_MASK in columns:
-            raise ShapeBucketError(
-                f"the samples have {HF_MASK!r}: packed into a row it is True on every real "
-                "token, and a Hugging Face model reads it as a padding mask and lets each sample "
-                f"attend to the samples before it. Drop {HF_MASK!r} from the samples (for a "
-                f"datasets.Dataset: ds.remove_columns({HF_MASK!r})); the batch's position_ids "
-                "and document_ids say where each sample starts"
-            )
-        index_key = self.index_key
-        if index_key is None:
-            index_key = next((k for k in ("idx", "index") if k in columns), None)
-        others = [k for k in keys if k not in seq_keys and k != index_key]
-        if others:
-            raise ShapeBucketError(
-                f"sample 0 has per-sample values under {others}: packing puts several samples "
-                "in one row, so only per-token sequences have a place in the batch. Make them "
-                "per-token, drop them in the dataset, name a sample id as index_key, or use "
-                "BucketCollator (one sample per row)"
-            )
-        for name in (self.position_key, self.document_key, self.cu_seqlens_key):
-            if name is not None and name in columns:
-                raise ShapeBucketError(
-                    f"the samples have a key {name!r}, where the collator puts what it adds; "
-                    "rename your key or pass another name for the collator's (or None)"
-                )
+        cols = self._read(samples)
+        index_key = self._check(cols)
+        lens = cols.lengths
         longest = int(lens.max())
         if longest > self._table.max_len:
             i = int(np.argmax(lens > self._table.max_len))
             raise ShapeBucketError(
-                f"{where(i)}: {length_key!r} has length {int(lens[i])} > longest row length "
-                f"{self._table.max_len} of {self._table!r}; packing never cuts a sample: add a "
-                f"row length >= {int(lens[i])}"
+                f"{cols.where(i)}: {cols.length_key!r} has length {int(lens[i])} > longest row "
+                f"length {self._table.max_len} of {self._table!r}; packing never cuts a sample: "
+                f"add a row length >= {int(lens[i])}"
             )
         L = self._table.bucket_for(longest)
         R = self.rows_for(L) if rows is None else rows
@@ -241,48 +175,62 @@ class PackedCollator:
                 f"of {L} when laid in order, more than rows[{L}]={R}: a packed batch comes from "
                 "PackedBatchSampler with the same row lengths and rows (its order is the layout)"
             )
-        check_fits_in_memory(R, L, len(seq_keys) + 3, self._table)
-        total = int(lens.sum())
-        first = np.cumsum(lens) - lens
-        within = np.arange(total, dtype=np.int64) - np.repeat(first, lens)
-        tok_row = torch.from_numpy(np.repeat(row, lens))
-        tok_pos = torch.from_numpy(np.repeat(start, lens) + within)
-        mask = torch.zeros(R, L, dtype=torch.bool)
-        mask[tok_row, tok_pos] = True
-
-        out: dict[Key, Any] = {}
-        for k in keys:
-            if k in seq_keys:
-                out[k] = inner._pad_key(k, columns[k], mask, R, where)
-            else:  # the index key
-                out[k] = list(columns[k])
+        check_fits_in_memory(R, L, len(cols.seq_keys) + 3, self._table)
+        row_t, start_t = torch.from_numpy(row), torch.from_numpy(start)
+        layout = Layout(
+            torch.from_numpy(lens), rows=R, length=L, row=row_t, start=start_t, seq_dim=self.seq_dim
+        )
+        values, pads = self._values(cols)
+        stacked = {k: list(cols.columns[k]) for k in cols.keys if k == index_key}
+        out = assemble(cols.keys, values, pads, stacked, layout, mask_key=self.mask_key)
         if self.label_shift == "model":
-            rows_t, starts_t = torch.from_numpy(row), torch.from_numpy(start)
             for k in self.label_keys:
-                if k in seq_keys:
-                    view = out[k].movedim(self.seq_dim + 1, 1)
-                    view[rows_t, starts_t] = torch.tensor(self.pad_value(k), dtype=view.dtype)
-        if self.mask_key is not None and self.mask_key not in keys:
-            out[self.mask_key] = mask
+                view = signed_view(out[k].movedim(self.seq_dim + 1, 1))
+                view[row_t, start_t] = signed_view(torch.tensor(pads[k], dtype=out[k].dtype))
         if self.position_key is not None:
-            pos = torch.zeros(R, L, dtype=torch.int64)
-            pos[tok_row, tok_pos] = torch.from_numpy(within)
-            out[self.position_key] = pos
+            out[self.position_key] = layout.positions()
         if self.document_key is not None:
-            # a sample's number inside its row: its index minus the index of its row's first
-            row_first = np.searchsorted(row, row)  # row is sorted: first sample of each row
-            doc = torch.full((R, L), -1, dtype=torch.int32)
-            doc[tok_row, tok_pos] = torch.from_numpy(
-                np.repeat(np.arange(len(lens)) - row_first, lens).astype(np.int32)
-            )
-            out[self.document_key] = doc
+            out[self.document_key] = layout.documents()
         if self.cu_seqlens_key is not None:
-            out[self.cu_seqlens_key] = _cu_seqlens(row, start, lens, R, L)
+            out[self.cu_seqlens_key] = layout.cu_seqlens()
         if count:
-            real = total
-            counts = (1, len(lens), real, R * L - real, R - used, 0, 0)
-            inner._counters.add(counts, L)
+            self._count(layout, L)
         return out
+
+    def _check(self, cols: Columns) -> Key | None:
+        """Refuse what has no place in a packed batch; the index key (or None)."""
+        if cols.kind != "dict":
+            raise ShapeBucketError(
+                "PackedCollator needs dict samples (it adds position and document keys), got "
+                f"{cols.kind} samples; use BucketCollator for tuples and bare sequences"
+            )
+        self._check_labels(cols.keys)
+        if HF_MASK in cols.columns:
+            raise ShapeBucketError(
+                f"the samples have {HF_MASK!r}: packed into a row it is True on every real "
+                "token, and a Hugging Face model reads it as a padding mask and lets each sample "
+                f"attend to the samples before it. Drop {HF_MASK!r} from the samples (for a "
+                f"datasets.Dataset: ds.remove_columns({HF_MASK!r})); the batch's position_ids "
+                "and document_ids say where each sample starts"
+            )
+        index_key = self.index_key
+        if index_key is None:
+            index_key = next((k for k in ("idx", "index") if k in cols.columns), None)
+        others = [k for k in cols.keys if k not in cols.seq_keys and k != index_key]
+        if others:
+            raise ShapeBucketError(
+                f"sample 0 has per-sample values under {others}: packing puts several samples "
+                "in one row, so only per-token sequences have a place in the batch. Make them "
+                "per-token, drop them in the dataset, name a sample id as index_key, or use "
+                "BucketCollator (one sample per row)"
+            )
+        for name in (self.position_key, self.document_key, self.cu_seqlens_key):
+            if name is not None and name in cols.columns:
+                raise ShapeBucketError(
+                    f"the samples have a key {name!r}, where the collator puts what it adds; "
+                    "rename your key or pass another name for the collator's (or None)"
+                )
+        return index_key
 
     def _check_labels(self, keys: list[Key]) -> None:
         """Refuse labels without a stated convention, and label keys the samples lack."""
@@ -352,19 +300,3 @@ class PackedCollator:
             first = v.select(0, 0).narrow(self.seq_dim, 0, 1)
             sample[k] = first.repeat_interleave(bucket, dim=self.seq_dim).contiguous()
         return self._collate([dict(sample) for _ in range(rows)], count=False, rows=rows)
-
-
-def _cu_seqlens(
-    row: np.ndarray, start: np.ndarray, lens: np.ndarray, R: int, L: int
-) -> torch.Tensor:
-    """Segment boundaries over the flattened ``R * L`` tokens: each sample, each row's
-    padding tail (when it has one), padded to ``R * L + 1`` entries with the total."""
-    ends = row * L + start + lens  # where each sample ends, flattened
-    row_used = np.zeros(R, dtype=np.int64)
-    np.maximum.at(row_used, row, start + lens)
-    tails = np.arange(R, dtype=np.int64) * L + L  # where each row's padding ends
-    tails = tails[row_used < L]
-    bounds = np.unique(np.concatenate([[0], ends, tails]))
-    out = np.full(R * L + 1, R * L, dtype=np.int32)
-    out[: len(bounds)] = bounds
-    return torch.from_numpy(out)

@@ -59,6 +59,14 @@ def _check_key_list(name: str, value: Any) -> list[Key] | None:
     return list(value)
 
 
+_PY_DTYPES = {bool: torch.bool, int: torch.int64, float: torch.float32}
+
+
+def _untyped(column: list[Any]) -> bool:
+    """Whether a column is Python lists/tuples only (no array or tensor gives a dtype)."""
+    return all(isinstance(v, (list, tuple)) for v in column)
+
+
 @dataclass(repr=False)
 class Collator:
     """The shared settings of the collators (see :class:`~shapebucket.BucketCollator`)."""
@@ -163,7 +171,7 @@ class Collator:
         for k in seq_keys:
             if k != length_key:
                 other = lengths_of(k, columns[k], self.seq_dim, where)
-                if not np.array_equal(other, lens):
+                if other.tobytes() != lens.tobytes():  # both int64 [n]
                     self._disagree(seq_keys, columns, length_key, lens, k, other, where)
         return Columns(kind, keys, seq_keys, columns, lens, length_key, where)
 
@@ -221,6 +229,9 @@ class Collator:
         for k in cols.seq_keys:
             values[k] = concat(k, cols.columns[k], self.seq_dim, cols.where)
             pads[k] = self.pad_value(k)
+            if values[k].numel() == 0 and _untyped(cols.columns[k]):
+                # empty Python lists carry no dtype: the pad value's (int64, float32, bool)
+                values[k] = values[k].to(_PY_DTYPES.get(type(pads[k]), values[k].dtype))
             check_pad_fits(k, pads[k], values[k].dtype)
         return values, pads
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 import torch
 
 from . import kernel
@@ -36,6 +37,13 @@ Key = Hashable
 #: torch has no ``masked_scatter_``/indexing kernels (and no unpickling, in 2.13) for the
 #: wide unsigned types: their bits are moved as the signed type of the same width.
 SIGNED = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
+
+
+#: dtypes whose CPU tensors have a numpy view (the engine scatters 1-D keys through it)
+_NUMPY = {
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+    torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128,
+}  # fmt: skip
 
 
 def signed_view(t: torch.Tensor) -> torch.Tensor:
@@ -77,7 +85,7 @@ class Layout:
 
     @property
     def n(self) -> int:
-        return len(self.lengths)
+        return int(self.lengths.shape[0])
 
     def used_rows(self) -> int:
         """Rows that hold at least one sample (the rest are all padding)."""
@@ -129,6 +137,11 @@ class Layout:
     @cached_property
     def _real(self) -> torch.Tensor:
         """Bool ``[n, length]`` of a one-sample-per-row layout: sample ``i``'s tokens in row ``i``."""
+        if self.lengths.device.type == "cpu":  # numpy: the same compare, less overhead
+            lengths = self.lengths.numpy()[:, None]
+            places = np.arange(self.length)[None, :]
+            real = places >= self.length - lengths if self.left else places < lengths
+            return torch.from_numpy(real)
         positions = torch.arange(self.length, device=self.lengths.device)
         if self.left:
             return positions[None, :] >= (self.length - self.lengths)[:, None]
@@ -190,7 +203,7 @@ def pad(
     if use_triton is None:
         use_triton = kernel.usable(flat)
     out = torch.full((R, L, *trailing), value, dtype=flat.dtype, device=flat.device)
-    if len(flat):
+    if flat.shape[0]:
         target = signed_view(out)
         if use_triton and not layout.packed and not flat.dtype.is_complex:
             kernel.pad_rows(signed_view(flat), target, layout.lengths, left=layout.left)
@@ -199,8 +212,12 @@ def pad(
         else:
             n = layout.n
             view = target[:n] if n != R else target
-            mask = layout._real.view(n, L, *([1] * len(trailing)))
-            view.masked_scatter_(mask, signed_view(flat))
+            source = signed_view(flat)
+            if not trailing and view.device.type == "cpu" and view.dtype in _NUMPY:
+                # numpy's boolean assignment: the same scatter, about 3x faster on CPU
+                view.numpy()[layout._real.numpy()] = source.numpy()
+            else:
+                view.masked_scatter_(layout._real.view(n, L, *([1] * len(trailing))), source)
     if layout.seq_dim:
         out = out.movedim(1, layout.seq_dim + 1).contiguous()
     return out

@@ -52,15 +52,8 @@ def naive_loop(samples: Batch) -> dict[str, torch.Tensor]:
             [F.pad(torch.as_tensor(s[key]), (0, target - len(s[key])), value=pad) for s in samples]
         )
     if "attention_mask" not in out:
-        out["attention_mask"] = torch.stack(
-            [
-                F.pad(
-                    torch.ones(len(s["input_ids"]), dtype=torch.bool),
-                    (0, target - len(s["input_ids"])),
-                )
-                for s in samples
-            ]  # fmt: skip
-        )
+        ones = [torch.ones(len(s["input_ids"]), dtype=torch.bool) for s in samples]
+        out["attention_mask"] = torch.stack([F.pad(m, (0, target - len(m))) for m in ones])
     return out
 
 

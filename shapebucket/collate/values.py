@@ -107,6 +107,16 @@ def same_dtype(key: Key, parts: list[torch.Tensor], where: Where) -> list[torch.
     dtypes = {p.dtype for p in parts}
     if len(dtypes) == 1:
         return parts
+    # an empty value loses nothing in any dtype (and an empty Python list has none of its
+    # own): the others decide
+    filled = {p.dtype for p in parts if p.numel()}
+    if len(filled) <= 1:
+        target = next(iter(filled), parts[0].dtype)
+        return [p.to(target) for p in parts]
+    if len(filled) < len(dtypes):
+        some = next(p.dtype for p in parts if p.numel())
+        parts = [p if p.numel() else p.to(some) for p in parts]
+        dtypes = filled
     first = parts[0].dtype
     try:
         target = functools.reduce(torch.promote_types, dtypes)
@@ -185,14 +195,27 @@ def from_python(key: Key, flat: list[Any], column: list[Any], where: Where) -> t
                 "(the dtype of Python floats) exactly; pass ids and floats under different keys, "
                 "or every value as a float if that is what you mean"
             )
-        return torch.from_numpy(arr.astype(np.float32))
+        with np.errstate(over="ignore"):
+            f32 = arr.astype(np.float32)
+        if not np.isfinite(f32).all():  # checked once per batch; a loss only when some inf
+            lost = np.flatnonzero(np.isinf(f32.ravel()) & np.isfinite(arr.ravel()))
+            if len(lost):
+                bad = float(arr.ravel()[lost[0]])
+                i, v = culprit(lambda x: isinstance(x, float) and x == bad)
+                raise ShapeBucketError(
+                    f"{where(i)}: {key!r} holds {v!r}, beyond float32's largest value "
+                    f"{float(np.finfo(np.float32).max):g} (Python floats become float32), so it "
+                    "would become inf; pass this key as a float64 numpy array or tensor, or "
+                    "check how the value was computed"
+                )
+        return torch.from_numpy(f32)
     if arr.dtype.kind not in "iub":
         i, v = culprit(not_a_number)
         raise ShapeBucketError(
             f"{where(i)}: {key!r} holds {short(v)} ({type(v).__name__}); sequence values must be "
             "ints, floats or bools"
         )
-    return torch.from_numpy(arr.astype(np.int64) if arr.dtype.kind in "iu" else arr)
+    return torch.from_numpy(arr.astype(np.int64, copy=False) if arr.dtype.kind in "iu" else arr)
 
 
 def _to_tensor(key: Key, value: Any, i: int, where: Where) -> torch.Tensor:

@@ -8,8 +8,9 @@ there is no per-sample ``F.pad`` and ``stack``.
 Conventions (all documented in ``docs/collate.md``):
 
 * Samples are dicts (output: dict), tuples/lists of fields (output: tuple), or
-  bare sequences (output: a tuple ``(padded, mask)``, or the padded tensor alone
-  when ``mask_key=None`` and ``rows`` is unset).
+  bare sequences (output: a tuple ``(padded, mask)``, plus the row mask when
+  ``sample_mask_key`` adds one; the padded tensor alone when ``mask_key=None``
+  and no row mask is added).
 * Python ints become int64, Python floats float32, bools bool; numpy arrays and
   tensors keep their dtype.
 * ``overflow="truncate"`` keeps the *first* ``max_len`` tokens with right

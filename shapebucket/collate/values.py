@@ -10,6 +10,7 @@ not at each sample.
 
 from __future__ import annotations
 
+import array
 import functools
 import math
 import numbers
@@ -162,6 +163,14 @@ def from_python(key: Key, flat: list[Any], column: list[Any], where: Where) -> t
     def out_of_int64(v: Any) -> bool:
         return is_int(v) and not _INT64[0] <= int(v) <= _INT64[1]
 
+    if type(flat[0]) is int:
+        # the common case, token ids: array("q") takes ints only (TypeError on a float, a
+        # string, a list; OverflowError beyond int64), about 2x faster than numpy's dtype
+        # discovery; anything else takes the checked path below
+        try:
+            return torch.from_numpy(np.frombuffer(array.array("q", flat), dtype=np.int64))
+        except (TypeError, OverflowError):
+            pass
     try:
         arr = np.asarray(flat)
     except (ValueError, TypeError, OverflowError):

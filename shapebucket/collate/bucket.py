@@ -20,7 +20,7 @@ Conventions (all documented in ``docs/collate.md``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -33,6 +33,7 @@ from .base import Collator, Columns
 from .counters import CollateReport
 from .device import FlatBatch
 from .engine import Key, Layout, assemble
+from .repad import repad_batch
 from .values import stack_column
 
 __all__ = [
@@ -266,88 +267,7 @@ class BucketCollator(Collator):
         >>> big["input_ids"].shape, big["attention_mask"].sum(1).tolist()
         (torch.Size([3, 16]), [3, 5, 0])
         """
-        bucket = check_int("bucket", bucket, minimum=1)
-        masks: set[Key]
-        sample_mask: Key | None
-        if isinstance(batch, Mapping):
-            items = list(batch.items())
-            masks = {self.mask_key}
-            sample_mask = self.sample_mask_key
-        elif isinstance(batch, (tuple, list)):
-            items = list(enumerate(batch))
-            # a tuple batch is the fields, then the token mask, then the row mask (when made)
-            has_rows = self._pads_rows and self.sample_mask_key is not None
-            has_mask = self.mask_key is not None
-            masks = {len(items) - 1 - int(has_rows)} if has_mask else set()
-            sample_mask = len(items) - 1 if has_rows else None
-        elif isinstance(batch, torch.Tensor):
-            items, masks, sample_mask = [(0, batch)], set(), None
-        else:
-            raise ShapeBucketError(
-                f"repad needs a batch this collator made (a dict, a tuple or a tensor), got {type(batch).__name__}"
-            )
-
-        def seq_dim_of(key: Key, value: torch.Tensor) -> int:
-            # the token mask the collator adds is [rows, bucket] whatever seq_dim is
-            return 1 if key in masks and value.ndim == 2 else self.seq_dim + 1
-
-        def is_seq(key: Key, value: Any) -> bool:
-            if not isinstance(value, torch.Tensor) or key == sample_mask:
-                return False
-            if value.ndim <= seq_dim_of(key, value):
-                return False
-            return self.sequence_keys is None or key in self.sequence_keys or key in masks
-
-        seq = [(k, v, seq_dim_of(k, v)) for k, v in items if is_seq(k, v)]
-        if not seq:
-            raise ShapeBucketError(
-                f"repad found no sequence tensor (ndim > {self.seq_dim + 1}) in the batch "
-                f"(keys {[k for k, _ in items]}); pass a batch this collator made"
-            )
-        k0, v0, d0 = seq[0]
-        length, n = v0.shape[d0], v0.shape[0]
-        for k, v, d in seq:
-            if v.shape[d] != length or v.shape[0] != n:
-                raise ShapeBucketError(
-                    f"repad: {k!r} has shape {tuple(v.shape)}, but {k0!r} has {tuple(v0.shape)}: "
-                    f"sequence values must agree in rows and in length (dim {d}); "
-                    "name the keys to pad with sequence_keys"
-                )
-        if rows is None:
-            rows = self.rows_for(bucket) if self.rows is not None else n
-            if self.row_buckets is not None:
-                rows = self._batch_bucket(n)
-        rows = check_int("rows", rows, minimum=1)
-        check_fits_in_memory(rows, bucket, len(seq), self.buckets)
-        keep_rows, keep = min(n, rows), min(length, bucket)
-        src = slice(0, keep) if self.padding_side == "right" else slice(length - keep, length)
-        dst = slice(0, keep) if self.padding_side == "right" else slice(bucket - keep, bucket)
-        seq_dims = {k: d for k, _, d in seq}
-        out: list[tuple[Key, Any]] = []
-        for k, v in items:
-            if k in seq_dims:
-                d = seq_dims[k]
-                pad = 0 if k in masks else self.pad_value(k)
-                shape = (rows, *v.shape[1:d], bucket, *v.shape[d + 1 :])
-                new = torch.full(shape, pad, dtype=v.dtype, device=v.device)
-                lead = (slice(0, keep_rows),) + (slice(None),) * (d - 1)
-                to, frm = (*lead, dst), (*lead, src)
-                new[to] = v[frm]
-                out.append((k, new))
-            elif isinstance(v, torch.Tensor) and v.ndim >= 1 and v.shape[0] == n:
-                pad = False if k == sample_mask else self.pad_value(k)
-                new = torch.full((rows, *v.shape[1:]), pad, dtype=v.dtype, device=v.device)
-                new[:keep_rows] = v[:keep_rows]
-                out.append((k, new))
-            elif isinstance(v, list) and len(v) == n:
-                out.append((k, v[:keep_rows] + [None] * (rows - keep_rows)))
-            else:
-                out.append((k, v))
-        if isinstance(batch, Mapping):
-            return dict(out)
-        if isinstance(batch, torch.Tensor):
-            return out[0][1]
-        return type(batch)(v for _, v in out)
+        return repad_batch(self, batch, bucket, rows)
 
     def _overflow(self, cols: Columns) -> tuple[np.ndarray, tuple[int, int]]:
         """Lengths after truncation (the columns are cut in place), and how many samples

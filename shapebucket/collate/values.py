@@ -148,20 +148,7 @@ def from_python(key: Key, flat: list[Any], column: list[Any], where: Where) -> t
         return torch.empty(0, dtype=torch.int64)
 
     def culprit(test: Callable[[Any], bool]) -> tuple[int, Any]:
-        for i, sample in enumerate(column):
-            for v in sample:
-                if test(v):
-                    return i, v
-        return 0, flat[0]
-
-    def not_a_number(v: Any) -> bool:
-        return not isinstance(v, (int, float, bool, np.integer, np.floating, np.bool_))
-
-    def is_int(v: Any) -> bool:
-        return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
-
-    def out_of_int64(v: Any) -> bool:
-        return is_int(v) and not _INT64[0] <= int(v) <= _INT64[1]
+        return _culprit(column, flat, test)
 
     if type(flat[0]) is int:
         # the common case, token ids: array("q") takes ints only (TypeError on a float, a
@@ -183,48 +170,80 @@ def from_python(key: Key, flat: list[Any], column: list[Any], where: Where) -> t
         x = arr.ravel()
         suspects = [values[i] for i in np.flatnonzero((np.abs(x) > 2**24) & (x == np.floor(x)))]
     # numpy reads ints beyond int64 as uint64, float64 or object, depending on the neighbours
-    if arr.dtype.kind in "uOf" and any(map(out_of_int64, suspects)):
-        i, v = culprit(out_of_int64)
+    if arr.dtype.kind in "uOf" and any(map(_out_of_int64, suspects)):
+        i, v = culprit(_out_of_int64)
         raise ShapeBucketError(
             f"{where(i)}: {key!r} holds {v}, outside int64 [{_INT64[0]}, {_INT64[1]}]; Python "
             "ints become int64, so pass this sample as a numpy array or tensor of the dtype you "
             "mean (np.uint64), or check how the value was computed"
         )
     if arr.dtype == object:
-        i, v = culprit(not_a_number)
+        i, v = culprit(_not_a_number)
         raise ShapeBucketError(
             f"{where(i)}: {key!r} holds {short(v)} ({type(v).__name__}); sequence values must be "
             "ints, floats or bools"
         )
     if arr.dtype.kind == "f":
-        if any(is_int(v) and float(np.float32(v)) != v for v in suspects):
-            i, v = culprit(lambda x: is_int(x) and float(np.float32(x)) != x)
-            raise ShapeBucketError(
-                f"{where(i)}: {key!r} mixes ints and floats, and the int {v} does not fit float32 "
-                "(the dtype of Python floats) exactly; pass ids and floats under different keys, "
-                "or every value as a float if that is what you mean"
-            )
-        with np.errstate(over="ignore"):
-            f32 = arr.astype(np.float32)
-        if not np.isfinite(f32).all():  # checked once per batch; a loss only when some inf
-            lost = np.flatnonzero(np.isinf(f32.ravel()) & np.isfinite(arr.ravel()))
-            if len(lost):
-                bad = float(arr.ravel()[lost[0]])
-                i, v = culprit(lambda x: isinstance(x, float) and x == bad)
-                raise ShapeBucketError(
-                    f"{where(i)}: {key!r} holds {v!r}, beyond float32's largest value "
-                    f"{float(np.finfo(np.float32).max):g} (Python floats become float32), so it "
-                    "would become inf; pass this key as a float64 numpy array or tensor, or "
-                    "check how the value was computed"
-                )
-        return torch.from_numpy(f32)
+        return _to_float32(key, arr, suspects, culprit, where)
     if arr.dtype.kind not in "iub":
-        i, v = culprit(not_a_number)
+        i, v = culprit(_not_a_number)
         raise ShapeBucketError(
             f"{where(i)}: {key!r} holds {short(v)} ({type(v).__name__}); sequence values must be "
             "ints, floats or bools"
         )
     return torch.from_numpy(arr.astype(np.int64, copy=False) if arr.dtype.kind in "iu" else arr)
+
+
+def _culprit(column: list[Any], flat: list[Any], test: Callable[[Any], bool]) -> tuple[int, Any]:
+    """The first sample and value of ``column`` that ``test`` flags (for error messages)."""
+    for i, sample in enumerate(column):
+        for v in sample:
+            if test(v):
+                return i, v
+    return 0, flat[0]
+
+
+def _not_a_number(v: Any) -> bool:
+    return not isinstance(v, (int, float, bool, np.integer, np.floating, np.bool_))
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+
+
+def _out_of_int64(v: Any) -> bool:
+    return _is_int(v) and not _INT64[0] <= int(v) <= _INT64[1]
+
+
+def _to_float32(
+    key: Key,
+    arr: np.ndarray,
+    suspects: list[Any],
+    culprit: Callable[[Callable[[Any], bool]], tuple[int, Any]],
+    where: Where,
+) -> torch.Tensor:
+    """Python floats (maybe mixed with ints) as float32, refusing any value that changes."""
+    if any(_is_int(v) and float(np.float32(v)) != v for v in suspects):
+        i, v = culprit(lambda x: _is_int(x) and float(np.float32(x)) != x)
+        raise ShapeBucketError(
+            f"{where(i)}: {key!r} mixes ints and floats, and the int {v} does not fit float32 "
+            "(the dtype of Python floats) exactly; pass ids and floats under different keys, "
+            "or every value as a float if that is what you mean"
+        )
+    with np.errstate(over="ignore"):
+        f32 = arr.astype(np.float32)
+    if not np.isfinite(f32).all():  # checked once per batch; a loss only when some inf
+        lost = np.flatnonzero(np.isinf(f32.ravel()) & np.isfinite(arr.ravel()))
+        if len(lost):
+            bad = float(arr.ravel()[lost[0]])
+            i, v = culprit(lambda x: isinstance(x, float) and x == bad)
+            raise ShapeBucketError(
+                f"{where(i)}: {key!r} holds {v!r}, beyond float32's largest value "
+                f"{float(np.finfo(np.float32).max):g} (Python floats become float32), so it "
+                "would become inf; pass this key as a float64 numpy array or tensor, or "
+                "check how the value was computed"
+            )
+    return torch.from_numpy(f32)
 
 
 def _to_tensor(key: Key, value: Any, i: int, where: Where) -> torch.Tensor:

@@ -55,7 +55,9 @@ def test_every_real_token_kept_in_place_and_mask_exact(batch, side, pad_rows):
     samples, lens, dtypes, container = batch
     choices = {"int": [7, -3, 1], "float": [7, -3.5, 1e30], "bool": [True, False, True]}
     pads = {f"k{k}": choices[dt][k] for k, dt in enumerate(dtypes)}
-    collate = BucketCollator(BUCKETS, padding_side=side, pad_values=pads, rows=pad_rows)
+    collate = BucketCollator(
+        BUCKETS, padding_side=side, pad_values=pads, rows=pad_rows, sample_mask_key="sample_mask"
+    )
     out = collate(samples)
     bucket = BUCKETS.bucket_for(max(lens))
     rows = pad_rows or len(samples)
@@ -262,6 +264,7 @@ def repad_cases(draw):
         seq_dim=seq_dim,
         pad_values={"ids": 7, 0: 7, 1: -1.5},
         mask_key=draw(st.sampled_from(["attention_mask", None])),
+        sample_mask_key=draw(st.sampled_from(["sample_mask", None])),
     )
     with_rows = draw(st.booleans())
     target = draw(st.integers(2, 40))
@@ -286,7 +289,7 @@ def test_repad_equals_collating_the_samples_at_that_bucket(case):
     kept = samples[: min(rows, n)]
     want = reference(kept)
     got = collate.repad(batch, target, rows)
-    if rows > n and not with_rows:
+    if rows > n and not with_rows and settings["sample_mask_key"] is not None:
         # the reference adds a row mask when it pads rows; repad keeps the batch's keys
         want = _drop_row_mask(want)
     pairs = (
@@ -474,7 +477,7 @@ def test_errors_name_the_dataset_index():
 def test_user_sample_mask_key_is_not_overwritten():
     samples = [{"x": [1, 2], "sample_mask": 1}, {"x": [3], "sample_mask": 0}]
     with pytest.raises(ShapeBucketError, match="have a key 'sample_mask'"):
-        BucketCollator([4], rows=4)(samples)
+        BucketCollator([4], rows=4, sample_mask_key="sample_mask")(samples)
     out = BucketCollator([4], rows=4, sample_mask_key="rows")(samples)
     assert out["sample_mask"].tolist() == [1, 0, 0, 0] and out["rows"].sum() == 2
     # without rows nothing is added, so the key is the user's
@@ -513,7 +516,7 @@ def test_counters_exact_with_workers(context):
     batches = list(loader)
     lens = [2 + i for i in range(24)]
     st_ = collate.stats
-    assert st_.batches == len(batches) == 6 and st_.samples == 24
+    assert st_.batches == len(batches) == 6 and st_.num_samples == 24
     assert st_.truncated_samples == sum(n > 16 for n in lens)
     assert st_.truncated_tokens == sum(max(n - 16, 0) for n in lens)
     assert st_.real_tokens == sum(int(b["attention_mask"].sum()) for b in batches)
@@ -573,7 +576,7 @@ def test_fixed_shape_tensors_next_to_sequences_are_stacked():
 
 
 def test_batch_buckets_pad_rows_to_the_smallest_size_that_holds_the_batch():
-    collate = BucketCollator([8], row_buckets=[4, 1, 2])
+    collate = BucketCollator([8], row_buckets=[4, 1, 2], sample_mask_key="sample_mask")
     assert collate.row_buckets == [1, 2, 4]
     for n, rows in [(1, 1), (2, 2), (3, 4), (4, 4)]:
         batch = collate([{"input_ids": [1, 2]}] * n)

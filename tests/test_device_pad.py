@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shapebucket import BucketCollator, FlatBatch, ShapeBucketError
-from shapebucket.collate.device import triton_available
+from shapebucket.collate.kernel import triton_available
 
 DTYPES = {
     "int64": (torch.int64, -(2**63), 2**63 - 1),
@@ -107,13 +107,15 @@ def test_torch_finish_equals_the_collator(case):
 )
 @given(batches())
 def test_triton_kernel_equals_the_collator_under_the_interpreter(monkeypatch, case):
-    from shapebucket.collate import device as device_pad
+    from shapebucket.collate import kernel
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     collate, samples = case
     want = collate(samples)
-    assert_same(collate.flat(samples).finish(use_triton=True), want)
-    assert device_pad._kernel.cache_info().currsize >= 1  # the kernel ran, interpreted
+    flat = collate.flat(samples)
+    assert_same(flat.finish(use_triton=True), want)
+    if flat.values["x"].numel():  # with no real value there is nothing to move
+        assert kernel._kernels.cache_info().currsize >= 1  # the kernel ran, interpreted
 
 
 def test_flat_counts_the_batch_and_refuses_tuples():

@@ -1,0 +1,21 @@
+"""Collation: padding batches to their bucket (or packing them), on the host or the device.
+
+One engine (:mod:`.engine`) turns flat values plus a layout into padded tensors and
+masks for every path: :class:`BucketCollator`, :class:`PackedCollator` and
+:meth:`FlatBatch.finish`.
+"""
+
+from .attention import document_block_mask, document_causal_mask
+from .bucket import BucketCollator
+from .counters import CollateReport
+from .device import FlatBatch
+from .packed import PackedCollator
+
+__all__ = [
+    "BucketCollator",
+    "CollateReport",
+    "FlatBatch",
+    "PackedCollator",
+    "document_block_mask",
+    "document_causal_mask",
+]

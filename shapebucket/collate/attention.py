@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from ..errors import ShapeBucketError
+
 __all__ = ["document_block_mask", "document_causal_mask"]
 
 
@@ -23,12 +25,7 @@ def document_causal_mask(document_ids: torch.Tensor, *, causal: bool = True) -> 
     >>> document_causal_mask(doc)[0, 0].int().tolist()
     [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
     """
-    if document_ids.ndim != 2:
-        from ..errors import ShapeBucketError
-
-        raise ShapeBucketError(
-            f"document_ids must be [rows, length], got shape {tuple(document_ids.shape)}"
-        )
+    _check_documents(document_ids)
     L = document_ids.shape[1]
     pos = torch.arange(L, device=document_ids.device)
     q, k = document_ids[:, :, None], document_ids[:, None, :]
@@ -54,6 +51,7 @@ def document_block_mask(
     """
     from torch.nn.attention.flex_attention import create_block_mask
 
+    _check_documents(document_ids)
     rows, L = document_ids.shape
 
     def document_mask(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
@@ -72,3 +70,12 @@ def document_block_mask(
         device=str(document_ids.device),
         BLOCK_SIZE=block_size,
     )
+
+
+def _check_documents(document_ids: Any) -> None:
+    if not isinstance(document_ids, torch.Tensor) or document_ids.ndim != 2:
+        shape = tuple(document_ids.shape) if hasattr(document_ids, "shape") else type(document_ids)
+        raise ShapeBucketError(
+            f"document_ids must be a [rows, length] tensor (PackedCollator's document_ids), got "
+            f"{shape}; for one row, pass document_ids[None]"
+        )

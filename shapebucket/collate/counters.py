@@ -6,11 +6,10 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import multiprocessing.context
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CollateReport", "SharedCounters"]
+__all__ = ["CollateReport", "Counts", "SharedCounters"]
 
 
 @dataclass
@@ -31,7 +30,7 @@ class CollateReport:
     """
 
     batches: int = 0
-    samples: int = 0
+    num_samples: int = 0
     real_tokens: int = 0
     padded_tokens: int = 0
     pad_rows: int = 0
@@ -41,9 +40,11 @@ class CollateReport:
 
     @property
     def token_efficiency(self) -> float:
-        """Real tokens / computed tokens (real + padding), 0.0 before any batch."""
+        """Real tokens / computed tokens (real + padding). With no tokens counted (before
+        any batch, or batches of empty samples only) it is 1.0: nothing computed, nothing
+        wasted."""
         total = self.real_tokens + self.padded_tokens
-        return self.real_tokens / total if total else 0.0
+        return self.real_tokens / total if total else 1.0
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -51,15 +52,19 @@ class CollateReport:
         return out
 
 
-_COUNTERS = (
-    "batches",
-    "samples",
-    "real_tokens",
-    "padded_tokens",
-    "pad_rows",
-    "truncated_samples",
-    "truncated_tokens",
-)
+@dataclass(frozen=True)
+class Counts:
+    """What one batch adds to the counters, by name (``batches`` is 1 per batch)."""
+
+    num_samples: int
+    real_tokens: int
+    padded_tokens: int
+    pad_rows: int
+    truncated_samples: int = 0
+    truncated_tokens: int = 0
+
+
+_COUNTERS = ("batches", *(f.name for f in dataclasses.fields(Counts)))
 
 
 class SharedCounters:
@@ -76,7 +81,9 @@ class SharedCounters:
         self.buckets = buckets
         self.array: Any = _new_array(len(_COUNTERS) + len(buckets))
 
-    def add(self, values: Sequence[int], bucket: int) -> None:
+    def add(self, bucket: int, counts: Counts) -> None:
+        """Count one batch at ``bucket``, atomically."""
+        values = [1, *(getattr(counts, name) for name in _COUNTERS[1:])]
         with self.array.get_lock():
             a = self.array.get_obj()
             for i, v in enumerate(values):

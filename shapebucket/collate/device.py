@@ -18,20 +18,15 @@ value and dtype for dtype (``tests/test_device_pad.py``)::
 
 from __future__ import annotations
 
-import functools
-import os
-from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
-from .samples import signed_view
+from .engine import SIGNED, Key, Layout, assemble
+from .kernel import triton_available
 
-__all__ = ["FlatBatch", "pad_flat", "triton_available"]
-
-Key = Hashable
-_UNSIGNED = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
+__all__ = ["FlatBatch", "triton_available"]
 
 
 @dataclass
@@ -68,13 +63,13 @@ class FlatBatch:
         # torch 2.13 cannot unpickle uint16/32/64 tensors: ship their bits as the signed type
         state = dict(self.__dict__)
         state["values"] = {
-            k: (v.view(_UNSIGNED[v.dtype]), str(v.dtype)) if v.dtype in _UNSIGNED else v
+            k: (v.view(SIGNED[v.dtype]), str(v.dtype)) if v.dtype in SIGNED else v
             for k, v in self.values.items()
         }
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        names = {str(u): u for u in _UNSIGNED}
+        names = {str(u): u for u in SIGNED}
         state["values"] = {
             k: v[0].view(names[v[1]]) if isinstance(v, tuple) else v
             for k, v in state["values"].items()
@@ -100,136 +95,28 @@ class FlatBatch:
         """This batch in pinned host memory (what ``DataLoader(pin_memory=True)`` calls)."""
         return self._map(lambda t: t.pin_memory())
 
+    def layout(self) -> Layout:
+        """Where the samples go: the engine's :class:`~.engine.Layout` of this batch."""
+        return Layout(
+            self.lengths,
+            rows=self.rows,
+            length=self.bucket,
+            left=self.padding_side == "left",
+            seq_dim=self.seq_dim,
+        )
+
     def finish(self, *, use_triton: bool | None = None) -> dict[Key, Any]:
         """The padded batch, on the device the values are on; equal to what the collator
-        returns for the same samples. ``use_triton``: default on CUDA tensors when triton
-        is installed, and under ``TRITON_INTERPRET=1``; ``False`` forces torch indexing."""
-        n = len(self.lengths)
-        device = self.lengths.device
-        lengths = self.lengths
-        offsets = torch.cumsum(lengths, 0) - lengths
-        out: dict[Key, Any] = {}
-        for k in self.keys:
-            if k in self.values:
-                v = pad_flat(
-                    self.values[k],
-                    lengths,
-                    offsets,
-                    rows=self.rows,
-                    length=self.bucket,
-                    pad=self.pads[k],
-                    left=self.padding_side == "left",
-                    use_triton=use_triton,
-                )
-                if self.seq_dim:
-                    v = v.movedim(1, self.seq_dim + 1).contiguous()
-                out[k] = v
-            else:
-                out[k] = self.stacked[k]
-        positions = torch.arange(self.bucket, device=device)
-        if self.padding_side == "right":
-            mask = positions[None, :] < lengths[:, None]
-        else:
-            mask = positions[None, :] >= (self.bucket - lengths)[:, None]
-        if self.mask_key is not None and self.mask_key not in self.keys:
-            full = torch.zeros(self.rows, self.bucket, dtype=torch.bool, device=device)
-            full[:n] = mask
-            out[self.mask_key] = full
-        if self.sample_mask_key is not None:
-            rows = torch.zeros(self.rows, dtype=torch.bool, device=device)
-            rows[:n] = True
-            out[self.sample_mask_key] = rows
-        return out
-
-
-def triton_available() -> bool:
-    """Whether triton imports here."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-@functools.lru_cache(maxsize=2)
-def _kernel(interpret: bool) -> Any:
-    """The triton kernel, built on first use (``TRITON_INTERPRET`` is read when a kernel
-    is defined, so one is kept per setting)."""
-    import triton
-    import triton.language as tl
-
-    @triton.jit  # type: ignore[misc]
-    def pad_rows(src, offsets, lengths, pad, out, n, L, F, LEFT: tl.constexpr, BLOCK: tl.constexpr):
-        # program (r, b): row r of the output, elements b * BLOCK ... of its L * F values
-        r = tl.program_id(0)
-        e = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        inside = e < L * F
-        p = e // F  # position in the row
-        f = e % F  # index in the trailing dims
-        has = r < n
-        ln = tl.load(lengths + r, mask=has, other=0)
-        off = tl.load(offsets + r, mask=has, other=0)
-        q = p - (L - ln) * LEFT  # the sample's own position (LEFT: 1 for left padding)
-        real = inside & (q >= 0) & (q < ln)
-        x = tl.load(src + (off + q) * F + f, mask=real, other=0)
-        fill = tl.load(pad)
-        tl.store(out + r * L * F + e, tl.where(real, x, fill), mask=inside)
-
-    return pad_rows
-
-
-def pad_flat(
-    flat: torch.Tensor,
-    lengths: torch.Tensor,
-    offsets: torch.Tensor,
-    *,
-    rows: int,
-    length: int,
-    pad: Any,
-    left: bool = False,
-    use_triton: bool | None = None,
-) -> torch.Tensor:
-    """``[rows, length, *trailing]`` from ``flat = [sum(lengths), *trailing]``: sample ``i``'s
-    values ``flat[offsets[i]:][:lengths[i]]`` in row ``i`` (at the end with ``left``), the
-    rest ``pad``; rows past ``len(lengths)`` are all ``pad``.
-
-    >>> flat = torch.tensor([1, 2, 3, 4])
-    >>> pad_flat(flat, torch.tensor([3, 1]), torch.tensor([0, 3]), rows=3, length=4, pad=-1).tolist()
-    [[1, 2, 3, -1], [4, -1, -1, -1], [-1, -1, -1, -1]]
-    """
-    trailing = tuple(flat.shape[1:])
-    out = torch.full((rows, length, *trailing), pad, dtype=flat.dtype, device=flat.device)
-    if use_triton is None:
-        use_triton = triton_available() and (flat.is_cuda or _interpreting())
-    n = len(lengths)
-    if not use_triton:
-        total = int(lengths.sum())
-        if total:
-            tok_row = torch.repeat_interleave(torch.arange(n, device=flat.device), lengths)
-            within = torch.arange(total, device=flat.device) - torch.repeat_interleave(
-                offsets, lengths
-            )
-            pos = within + (length - lengths)[tok_row] if left else within
-            signed_view(out)[tok_row, pos] = signed_view(flat)
-        return out
-    if out.numel() == 0:
-        return out
-    work, target = flat, out
-    if flat.dtype == torch.bool:  # triton's i1 pointers: move bytes instead
-        work, target = flat.view(torch.uint8), out.view(torch.uint8)
-    elif flat.dtype in _UNSIGNED:  # same bits, signed type
-        work, target = flat.view(_UNSIGNED[flat.dtype]), out.view(_UNSIGNED[flat.dtype])
-    fill = target.reshape(-1)[:1].clone()  # the pad value, exactly, in the stored dtype
-    F = 1
-    for d in trailing:
-        F *= d
-    BLOCK = 1024
-    grid = (rows, -(-(length * F) // BLOCK))
-    _kernel(_interpreting())[grid](
-        work.contiguous(), offsets, lengths, fill, target, n, length, F, LEFT=int(left), BLOCK=BLOCK
-    )
-    return out
+        returns for the same samples (the same engine makes both). ``use_triton``: default
+        on CUDA tensors when triton is installed, and under ``TRITON_INTERPRET=1``;
+        ``False`` forces torch."""
+        return assemble(
+            self.keys,
+            self.values,
+            self.pads,
+            self.stacked,
+            self.layout(),
+            mask_key=self.mask_key,
+            row_mask_key=self.sample_mask_key,
+            use_triton=use_triton,
+        )

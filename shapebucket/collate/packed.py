@@ -8,42 +8,50 @@ that holds the batch's longest sample, and the batch is padded with empty rows
 to ``rows[row length]`` rows, so every batch has one of ``len(buckets)``
 shapes.
 
-Reading, checking and padding the values is :class:`~shapebucket.BucketCollator`'s
-work (same dtype rules, N-D values, pad values and errors); this module adds
-the layout and the per-token document keys.
+Reading and checking the samples is the shared :class:`~.base.Collator`'s work
+(the dtype rules, N-D values, pad values and errors of
+:class:`~shapebucket.BucketCollator`); this module describes the packed
+:class:`~.engine.Layout` and the engine pads the values and makes the per-token
+position and document keys from it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import numpy as np
 import torch
 
-from .._validate import check_batch_sizes, check_fits_in_memory, check_int
+from .._validate import check_fits_in_memory, check_int
 from ..errors import ShapeBucketError
-from ..plan.buckets import Buckets, as_buckets
 from ..plan.packing import pack_rows
-from .bucket import BucketCollator
-from .counters import CollateReport
-from .samples import Key
+from .base import Collator, Columns
+from .engine import Key, Layout, assemble, signed_view
 
 __all__ = ["PackedCollator"]
 
+#: The key Hugging Face models read as a padding mask: never in a packed batch.
+HF_MASK = "attention_mask"
+
 
 @dataclass(repr=False)
-class PackedCollator:
+class PackedCollator(Collator):
     """Collate a packed batch: whole samples laid end to end in ``rows x row_length`` tokens.
 
     Args:
         buckets: the row lengths (as given to :class:`PackedBatchSampler`).
         rows: rows per batch, an int or ``{row length: rows}`` (``sampler.rows``).
-        pad_values, length_key, sequence_keys, mask_key, seq_dim, index_key: as
-            for :class:`BucketCollator`. Every key of the samples must be a
+        pad_values, length_key, sequence_keys, seq_dim, index_key: as for
+            :class:`BucketCollator`. Every key of the samples must be a
             sequence (per-token) key, except ``index_key``, whose values come
             back as a list in packing order.
+        mask_key: ``None`` (default) or the key of a bool mask that is True on
+            real tokens. Never ``"attention_mask"``, and the samples may not
+            carry one: a Hugging Face model reads ``attention_mask`` as a
+            padding mask and lets every token of a row attend to the samples
+            before it (refused with a :class:`ShapeBucketError` naming the fix).
         position_key: where each token's position inside its own sample goes
             (``int64``, restarting at 0 for each sample, 0 on padding); the key
             Hugging Face decoders read to find packed sequences. ``None``: none.
@@ -58,50 +66,57 @@ class PackedCollator:
             ``rows * row_length + 1`` entries by repeating the total, so its
             shape is static too. Use the row length as ``max_seqlen``.
         label_keys: the keys holding labels (default ``("labels",)``).
-        label_shift: ``"model"`` (default: the model shifts labels by one, as
-            Hugging Face causal LMs do, so the first label of every sample is set
-            to its pad value and no token learns to predict the next sample) or
-            ``"none"`` (labels are already aligned with their tokens: kept as
-            they are).
+        label_shift: required when the samples have labels (a key of
+            ``label_keys``, or ``labels``), since no default is right for both
+            conventions: ``"model"`` (the model shifts labels by one, as Hugging
+            Face causal LMs do: the first label of every sample is set to its pad
+            value, so no token learns to predict the next sample) or ``"none"``
+            (labels are already aligned with the next token: kept as they are).
+            With ``"model"`` every key of ``label_keys`` must be in the samples
+            (a typo would leave labels unshifted).
 
     Per-token losses equal those of the samples run one at a time, provided
-    the model masks attention by document (:func:`~shapebucket.document_causal_mask`,
-    or a Hugging Face decoder given ``position_ids`` and no ``attention_mask``)
+    the model masks attention by document (:func:`~shapebucket.document_causal_mask`
+    of ``document_ids``, or a Hugging Face decoder called with ``use_cache=False``:
+    given ``position_ids`` and no ``attention_mask`` it finds the samples by itself)
     and reads positions from ``position_ids``. ``collator.stats`` counts
     batches, samples, real and pad tokens and empty rows, as for
     :class:`BucketCollator`.
 
     >>> collate = PackedCollator([8], rows=2)
     >>> batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}, {"input_ids": [6] * 8}])
+    >>> sorted(batch)
+    ['document_ids', 'input_ids', 'position_ids']
     >>> batch["input_ids"].tolist()
     [[1, 2, 3, 4, 5, 0, 0, 0], [6, 6, 6, 6, 6, 6, 6, 6]]
     >>> batch["position_ids"][0].tolist(), batch["document_ids"][0].tolist()
     ([0, 1, 2, 0, 1, 0, 0, 0], [0, 0, 0, 1, 1, -1, -1, -1])
     """
 
-    buckets: Buckets | Sequence[int]
-    _: KW_ONLY
-    rows: int | Mapping[int, int]
-    pad_values: Mapping[Any, Any] | None = None
-    length_key: Key | None = None
-    sequence_keys: Sequence[Key] | None = None
-    mask_key: str | None = "attention_mask"
-    seq_dim: int = 0
-    index_key: Key | None = None
+    rows: int | Mapping[int, int]  # type: ignore[assignment]
+    mask_key: str | None = None
     position_key: str | None = "position_ids"
     document_key: str | None = "document_ids"
     cu_seqlens_key: str | None = None
     label_keys: Sequence[Key] = ("labels",)
-    label_shift: Literal["model", "none"] = "model"
+    label_shift: Literal["model", "none"] | None = None
 
     def __post_init__(self) -> None:
-        self.buckets = as_buckets(self.buckets)
         if self.rows is None:
             raise ShapeBucketError("PackedCollator needs rows= (an int or {row length: rows})")
-        self.rows = cast("int | dict[int, int]", check_batch_sizes(self.rows, self.buckets))
-        if self.label_shift not in ("model", "none"):
+        super().__post_init__()
+        if self.label_shift not in ("model", "none", None):
             raise ShapeBucketError(
                 f"label_shift must be 'model' or 'none', got {self.label_shift!r}"
+            )
+        if self.mask_key == HF_MASK:
+            raise ShapeBucketError(
+                f"PackedCollator(mask_key={HF_MASK!r}) would make a mask that is True on every "
+                "real token of a row; a Hugging Face model reads that key as a padding mask and "
+                "lets each sample attend to the samples before it in its row. Leave mask_key=None "
+                "(a Hugging Face decoder called with use_cache=False finds the samples from "
+                "position_ids; other models mask with document_causal_mask(batch['document_ids'])), "
+                "or name the real-token mask otherwise (mask_key='token_mask')"
             )
         if isinstance(self.label_keys, (str, bytes)) or not isinstance(self.label_keys, Sequence):
             raise ShapeBucketError(f"label_keys must be a list of keys, got {self.label_keys!r}")
@@ -115,42 +130,14 @@ class PackedCollator:
         names = [v for v in added if v is not None]
         if len(set(names)) != len(names):
             raise ShapeBucketError(f"the keys the collator adds must differ, got {names}")
-        self._inner = BucketCollator(
-            self.buckets,
-            pad_values=self.pad_values,
-            length_key=self.length_key,
-            sequence_keys=self.sequence_keys,
-            mask_key=self.mask_key,
-            rows=self.rows,
-            seq_dim=self.seq_dim,
-            sample_mask_key=None,
-            index_key=self.index_key,
-        )
 
-    @property
-    def _table(self) -> Buckets:
-        return cast(Buckets, self.buckets)
-
-    @property
-    def stats(self) -> CollateReport:
-        """What this collator (and its DataLoader workers' copies) did so far, as a snapshot."""
-        return self._inner.stats
-
-    def reset_stats(self) -> None:
-        """Set every counter back to zero."""
-        self._inner.reset_stats()
-
-    def rows_for(self, row_length: int) -> int:
-        """The rows of a batch at ``row_length``.
+    def rows_for(self, bucket: int) -> int:
+        """The rows of a batch at row length ``bucket``.
 
         >>> PackedCollator([8, 16], rows={8: 4, 16: 2}).rows_for(16)
         2
         """
-        return self._inner.rows_for(row_length)  # type: ignore[return-value]
-
-    def pad_value(self, key: Key) -> Any:
-        """The pad value used for ``key``."""
-        return self._inner.pad_value(key)
+        return cast(int, super().rows_for(bucket))
 
     def __repr__(self) -> str:
         settings = [f"buckets={self.buckets!r}", f"rows={self.rows!r}"]
@@ -167,37 +154,16 @@ class PackedCollator:
     def _collate(
         self, samples: Sequence[Any], *, count: bool, rows: int | None = None
     ) -> dict[Key, Any]:
-        inner = self._inner
-        kind, keys, seq_keys, columns, lens, length_key, where = inner._read(samples)
-        if kind != "dict":
-            raise ShapeBucketError(
-                "PackedCollator needs dict samples (it adds position and document keys), got "
-                f"{type(samples[0]).__name__}; use BucketCollator for tuples and bare sequences"
-            )
-        index_key = self.index_key
-        if index_key is None:
-            index_key = next((k for k in ("idx", "index") if k in columns), None)
-        others = [k for k in keys if k not in seq_keys and k != index_key]
-        if others:
-            raise ShapeBucketError(
-                f"sample 0 has per-sample values under {others}: packing puts several samples "
-                "in one row, so only per-token sequences have a place in the batch. Make them "
-                "per-token, drop them in the dataset, name a sample id as index_key, or use "
-                "BucketCollator (one sample per row)"
-            )
-        for name in (self.position_key, self.document_key, self.cu_seqlens_key):
-            if name is not None and name in columns:
-                raise ShapeBucketError(
-                    f"the samples have a key {name!r}, where the collator puts what it adds; "
-                    "rename your key or pass another name for the collator's (or None)"
-                )
+        cols = self._read(samples)
+        index_key = self._check(cols)
+        lens = cols.lengths
         longest = int(lens.max())
         if longest > self._table.max_len:
             i = int(np.argmax(lens > self._table.max_len))
             raise ShapeBucketError(
-                f"{where(i)}: {length_key!r} has length {int(lens[i])} > longest row length "
-                f"{self._table.max_len} of {self._table!r}; packing never cuts a sample: add a "
-                f"row length >= {int(lens[i])}"
+                f"{cols.where(i)}: {cols.length_key!r} has length {int(lens[i])} > longest row "
+                f"length {self._table.max_len} of {self._table!r}; packing never cuts a sample: "
+                f"add a row length >= {int(lens[i])}"
             )
         L = self._table.bucket_for(longest)
         R = self.rows_for(L) if rows is None else rows
@@ -209,48 +175,87 @@ class PackedCollator:
                 f"of {L} when laid in order, more than rows[{L}]={R}: a packed batch comes from "
                 "PackedBatchSampler with the same row lengths and rows (its order is the layout)"
             )
-        check_fits_in_memory(R, L, len(seq_keys) + 3, self._table)
-        total = int(lens.sum())
-        first = np.cumsum(lens) - lens
-        within = np.arange(total, dtype=np.int64) - np.repeat(first, lens)
-        tok_row = torch.from_numpy(np.repeat(row, lens))
-        tok_pos = torch.from_numpy(np.repeat(start, lens) + within)
-        mask = torch.zeros(R, L, dtype=torch.bool)
-        mask[tok_row, tok_pos] = True
-
-        out: dict[Key, Any] = {}
-        for k in keys:
-            if k in seq_keys:
-                out[k] = inner._pad_key(k, columns[k], mask, R, where)
-            else:  # the index key
-                out[k] = list(columns[k])
+        check_fits_in_memory(R, L, len(cols.seq_keys) + 3, self._table)
+        row_t, start_t = torch.from_numpy(row), torch.from_numpy(start)
+        layout = Layout(
+            torch.from_numpy(lens), rows=R, length=L, row=row_t, start=start_t, seq_dim=self.seq_dim
+        )
+        values, pads = self._values(cols)
+        stacked = {k: list(cols.columns[k]) for k in cols.keys if k == index_key}
+        out = assemble(cols.keys, values, pads, stacked, layout, mask_key=self.mask_key)
         if self.label_shift == "model":
-            rows_t, starts_t = torch.from_numpy(row), torch.from_numpy(start)
             for k in self.label_keys:
-                if k in seq_keys:
-                    view = out[k].movedim(self.seq_dim + 1, 1)
-                    view[rows_t, starts_t] = torch.tensor(self.pad_value(k), dtype=view.dtype)
-        if self.mask_key is not None and self.mask_key not in keys:
-            out[self.mask_key] = mask
+                view = signed_view(out[k].movedim(self.seq_dim + 1, 1))
+                view[row_t, start_t] = signed_view(torch.tensor(pads[k], dtype=out[k].dtype))
         if self.position_key is not None:
-            pos = torch.zeros(R, L, dtype=torch.int64)
-            pos[tok_row, tok_pos] = torch.from_numpy(within)
-            out[self.position_key] = pos
+            out[self.position_key] = layout.positions()
         if self.document_key is not None:
-            # a sample's number inside its row: its index minus the index of its row's first
-            row_first = np.searchsorted(row, row)  # row is sorted: first sample of each row
-            doc = torch.full((R, L), -1, dtype=torch.int32)
-            doc[tok_row, tok_pos] = torch.from_numpy(
-                np.repeat(np.arange(len(lens)) - row_first, lens).astype(np.int32)
-            )
-            out[self.document_key] = doc
+            out[self.document_key] = layout.documents()
         if self.cu_seqlens_key is not None:
-            out[self.cu_seqlens_key] = _cu_seqlens(row, start, lens, R, L)
+            out[self.cu_seqlens_key] = layout.cu_seqlens()
         if count:
-            real = total
-            counts = (1, len(lens), real, R * L - real, R - used, 0, 0)
-            inner._counters.add(counts, L)
+            self._count(layout, L)
         return out
+
+    def _check(self, cols: Columns) -> Key | None:
+        """Refuse what has no place in a packed batch; the index key (or None)."""
+        if cols.kind != "dict":
+            raise ShapeBucketError(
+                "PackedCollator needs dict samples (it adds position and document keys), got "
+                f"{cols.kind} samples; use BucketCollator for tuples and bare sequences"
+            )
+        self._check_labels(cols.keys)
+        if HF_MASK in cols.columns:
+            raise ShapeBucketError(
+                f"the samples have {HF_MASK!r}: packed into a row it is True on every real "
+                "token, and a Hugging Face model reads it as a padding mask and lets each sample "
+                f"attend to the samples before it. Drop {HF_MASK!r} from the samples (for a "
+                f"datasets.Dataset: ds.remove_columns({HF_MASK!r})); the batch's position_ids "
+                "and document_ids say where each sample starts"
+            )
+        index_key = self.index_key
+        if index_key is None:
+            index_key = next((k for k in ("idx", "index") if k in cols.columns), None)
+        others = [k for k in cols.keys if k not in cols.seq_keys and k != index_key]
+        if others:
+            raise ShapeBucketError(
+                f"sample 0 has per-sample values under {others}: packing puts several samples "
+                "in one row, so only per-token sequences have a place in the batch. Make them "
+                "per-token, drop them in the dataset, name a sample id as index_key, or use "
+                "BucketCollator (one sample per row)"
+            )
+        for name in (self.position_key, self.document_key, self.cu_seqlens_key):
+            if name is not None and name in cols.columns:
+                raise ShapeBucketError(
+                    f"the samples have a key {name!r}, where the collator puts what it adds; "
+                    "rename your key or pass another name for the collator's (or None)"
+                )
+        return index_key
+
+    def _check_labels(self, keys: list[Key]) -> None:
+        """Refuse labels without a stated convention, and label keys the samples lack."""
+        labels = [k for k in keys if k in self.label_keys or k == "labels"]
+        if self.label_shift is None and labels:
+            raise ShapeBucketError(
+                f"the samples have labels ({labels[0]!r}) but PackedCollator has no label_shift: "
+                "pass label_shift='model' if the model shifts labels itself (Hugging Face causal "
+                "LMs; the first label of each sample becomes -100 so no token predicts the next "
+                "sample), or label_shift='none' if each token's label already is the next token"
+            )
+        if self.label_shift == "model":
+            missing = [k for k in self.label_keys if k not in keys]
+            if missing or (not self.label_keys and labels):
+                raise ShapeBucketError(
+                    f"label_shift='model' shifts label_keys={list(self.label_keys)}, but the "
+                    f"samples have no key {missing[0] if missing else labels[0]!r} (they have "
+                    f"{keys}); name the labels' key in label_keys"
+                )
+            stray = [k for k in labels if k not in self.label_keys]
+            if stray:
+                raise ShapeBucketError(
+                    f"the samples have {stray[0]!r}, which label_keys={list(self.label_keys)} "
+                    "does not name, so it would not be shifted; add it to label_keys"
+                )
 
     def repad(self, batch: Any, bucket: int, rows: int | None = None) -> dict[Key, Any]:
         """A packed batch at row length ``bucket`` with ``rows`` rows (default
@@ -295,19 +300,3 @@ class PackedCollator:
             first = v.select(0, 0).narrow(self.seq_dim, 0, 1)
             sample[k] = first.repeat_interleave(bucket, dim=self.seq_dim).contiguous()
         return self._collate([dict(sample) for _ in range(rows)], count=False, rows=rows)
-
-
-def _cu_seqlens(
-    row: np.ndarray, start: np.ndarray, lens: np.ndarray, R: int, L: int
-) -> torch.Tensor:
-    """Segment boundaries over the flattened ``R * L`` tokens: each sample, each row's
-    padding tail (when it has one), padded to ``R * L + 1`` entries with the total."""
-    ends = row * L + start + lens  # where each sample ends, flattened
-    row_used = np.zeros(R, dtype=np.int64)
-    np.maximum.at(row_used, row, start + lens)
-    tails = np.arange(R, dtype=np.int64) * L + L  # where each row's padding ends
-    tails = tails[row_used < L]
-    bounds = np.unique(np.concatenate([[0], ends, tails]))
-    out = np.full(R * L + 1, R * L, dtype=np.int32)
-    out[: len(bounds)] = bounds
-    return torch.from_numpy(out)

@@ -1,44 +1,36 @@
-"""Reading a list of samples into columns and tensors, for the collators.
+"""Reading a list of samples into columns, for the collators.
 
 Samples are dicts (one column per key), tuples or lists of fields (one column
-per position), or bare sequences (one column). Python ints become int64,
-Python floats float32, bools bool; numpy arrays and tensors keep their dtype.
-Nothing is converted with loss: values that do not fit the batch's dtype, and
-pad values that do not fit a key's dtype, raise a ShapeBucketError.
+per position), or bare sequences (one column). This module checks their
+structure (same keys, sequence values, lengths along ``seq_dim``) and says how
+errors name a sample; :mod:`.values` turns the columns into tensors.
 """
 
 from __future__ import annotations
 
-import functools
-import math
 import numbers
-from collections.abc import Callable, Hashable, Mapping, Sequence
-from itertools import chain
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..errors import ShapeBucketError
+from .engine import Key
 
 __all__ = [
     "SCALARS",
-    "Key",
     "Where",
     "at",
     "check_collisions",
-    "check_pad_fits",
-    "concat",
     "is_scalar",
     "is_sequence",
+    "lengths_of",
     "namer",
     "short",
-    "signed_view",
-    "stack_column",
     "to_columns",
 ]
 
-Key = Hashable
 SCALARS = (numbers.Number, np.generic)
 
 
@@ -171,221 +163,57 @@ def at(i: int) -> str:
     return f"sample {i}"
 
 
-_INT64 = (-(2**63), 2**63 - 1)
-# masked_scatter_ has no kernels for these; they are scattered through a same-width signed view
-_SIGNED_VIEW = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
-
-
-def signed_view(t: torch.Tensor) -> torch.Tensor:
-    """``t`` reinterpreted bit for bit as a signed type when torch lacks kernels for its unsigned one."""
-    return t.view(_SIGNED_VIEW[t.dtype]) if t.dtype in _SIGNED_VIEW else t
-
-
-def check_pad_fits(key: Key, pad: Any, dtype: torch.dtype) -> None:
-    """Refuse a pad value the key's dtype cannot hold exactly (-100 in uint8, 0.5 in int64,
-    5 in bool, 1e5 in float16), naming the key, the dtype, the value, the limit and the fix."""
-    if isinstance(pad, torch.Tensor):
-        pad = pad.item()
-    value = pad.item() if isinstance(pad, np.generic) else pad
-    if dtype == torch.bool:
-        ok = value in (0, 1) and not (isinstance(value, float) and not float(value).is_integer())
-        limit = "False/True (0 or 1)"
-    elif dtype.is_floating_point or dtype.is_complex:
-        finfo = torch.finfo(dtype) if dtype.is_floating_point else None
-        ok = not (
-            finfo is not None
-            and isinstance(value, numbers.Real)
-            and math.isfinite(value)
-            and abs(float(value)) > finfo.max
-        )
-        limit = f"|value| <= {finfo.max:g}" if finfo is not None else "any number"
-    else:
-        info = torch.iinfo(dtype)
-        integral = isinstance(value, numbers.Integral) or (
-            isinstance(value, float) and value.is_integer()
-        )
-        ok = integral and info.min <= int(value) <= info.max
-        limit = f"an integer in [{info.min}, {info.max}]"
-    if not ok:
-        fix = (
-            f"pass pad_values={{{key!r}: ...}} with a value in that range, or store {key!r} "
-            "in a wider dtype (torch.int64)"
-        )
-        if key == "labels" and not dtype.is_floating_point:
-            fix += "; labels pad to -100 by default, which needs a signed dtype"
-        raise ShapeBucketError(
-            f"pad value {pad!r} for {key!r} does not fit its dtype {str(dtype).replace('torch.', '')} "
-            f"(needs {limit}); {fix}"
-        )
-
-
-def concat(key: Key, column: list[Any], seq_dim: int, where: Where = at) -> torch.Tensor:
-    """All samples' values of one key, concatenated along the sequence dim (moved to 0).
-
-    Dtypes: Python ints -> int64 (refusing values outside int64), Python floats
-    -> float32, bools -> bool; arrays and tensors keep theirs. Samples of
-    different dtypes are promoted only when no value changes (ids above 2**24
-    do not fit float32): otherwise a :class:`ShapeBucketError` names the sample.
-    """
-    kinds = {type(v) for v in column}
-    if kinds <= {list, tuple} and seq_dim == 0:
-        return _from_python(key, list(chain.from_iterable(column)), column, where)
-    try:
-        if kinds == {np.ndarray} and len({v.dtype for v in column}) == 1:
-            arr = np.concatenate(
-                [np.moveaxis(v, seq_dim, 0) for v in column] if seq_dim else column
-            )
-            return torch.from_numpy(arr)
-        if kinds == {torch.Tensor}:
-            parts = column
-        else:
-            parts = [_to_tensor(key, v, i, where) for i, v in enumerate(column)]
-        if seq_dim:
-            parts = [p.movedim(seq_dim, 0) for p in parts]
-        return torch.cat(_same_dtype(key, parts, where))
-    except (ValueError, RuntimeError, TypeError) as e:
-        shapes = [
-            tuple(np.shape(v)) if not isinstance(v, (list, tuple)) else (len(v),) for v in column
-        ]
-        raise ShapeBucketError(
-            f"cannot batch {key!r}: the values' non-sequence dims disagree (shapes {shapes[:8]}"
-            f"{'...' if len(shapes) > 8 else ''}): {e}"
-        ) from None
-
-
-def _same_dtype(key: Key, parts: list[torch.Tensor], where: Where) -> list[torch.Tensor]:
-    """``parts`` in one dtype: their promotion when it changes no value, else an error."""
-    dtypes = {p.dtype for p in parts}
-    if len(dtypes) == 1:
-        return parts
-    first = parts[0].dtype
-    try:
-        target = functools.reduce(torch.promote_types, dtypes)
-    except RuntimeError:  # torch does not promote uint16/32/64 with other types
-        i = next(i for i, p in enumerate(parts) if p.dtype != first)
-        raise ShapeBucketError(
-            f"{where(i)}: {key!r} has dtype {parts[i].dtype} but {where(0)} has {first}, and torch "
-            f"does not promote {sorted(map(str, dtypes))} together; give every sample of {key!r} "
-            "one dtype"
-        ) from None
-    out = []
-    for i, p in enumerate(parts):
-        q = p.to(target)
-        if not p.dtype.is_floating_point and not torch.equal(q.to(p.dtype), p):
-            bad = (q.to(p.dtype) != p).flatten()
-            v = p.flatten()[int(bad.nonzero()[0])].item()
+def lengths_of(key: Key, column: list[Any], seq_dim: int, where: Where = at) -> np.ndarray:
+    """Each sample's length along ``seq_dim`` (int64), checked in one pass over the column:
+    the set of types and of ``ndim`` first, a per-sample look only to name a bad sample."""
+    n = len(column)
+    types = set(map(type, column))
+    if types == {list} and seq_dim == 0:
+        return np.fromiter(map(len, column), dtype=np.int64, count=n)
+    if (
+        len(types) == 1
+        and types <= {torch.Tensor, np.ndarray}
+        and min(v.ndim for v in column) > seq_dim
+    ):
+        return np.fromiter((v.shape[seq_dim] for v in column), dtype=np.int64, count=n)
+    out = np.empty(n, dtype=np.int64)
+    for i, v in enumerate(column):
+        if not is_sequence(v):
             raise ShapeBucketError(
-                f"{where(i)}: {key!r} holds {v} as {p.dtype}, which {target} (the common dtype of "
-                f"{sorted(map(str, dtypes))}) cannot hold exactly; give every sample of {key!r} one "
-                "dtype, for example ids as int64"
+                f"{where(i)}: {key!r} is a sequence key but holds {type(v).__name__} {short(v)}; "
+                "pass sequence_keys=[...] to name the keys to pad"
             )
-        out.append(q)
+        out[i] = _length(key, v, seq_dim, where, i)
     return out
 
 
-def _from_python(key: Key, flat: list[Any], column: list[Any], where: Where) -> torch.Tensor:
-    if not flat:
-        return torch.empty(0, dtype=torch.int64)
-
-    def culprit(test: Callable[[Any], bool]) -> tuple[int, Any]:
-        for i, sample in enumerate(column):
-            for v in sample:
-                if test(v):
-                    return i, v
-        return 0, flat[0]
-
-    def not_a_number(v: Any) -> bool:
-        return not isinstance(v, (int, float, bool, np.integer, np.floating, np.bool_))
-
-    def is_int(v: Any) -> bool:
-        return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
-
-    def out_of_int64(v: Any) -> bool:
-        return is_int(v) and not _INT64[0] <= int(v) <= _INT64[1]
-
-    try:
-        arr = np.asarray(flat)
-    except (ValueError, TypeError, OverflowError):
-        arr = np.asarray(flat, dtype=object)
-    values = flat if arr.ndim <= 1 else np.asarray(flat, dtype=object).ravel().tolist()
-    suspects: Any = values
-    if arr.dtype.kind == "f":
-        # An int that float32 cannot hold exactly, or that int64 cannot hold, is above 2**24
-        # in magnitude and integral: look only at those entries (vectorised), not at all.
-        x = arr.ravel()
-        suspects = [values[i] for i in np.flatnonzero((np.abs(x) > 2**24) & (x == np.floor(x)))]
-    # numpy reads ints beyond int64 as uint64, float64 or object, depending on the neighbours
-    if arr.dtype.kind in "uOf" and any(map(out_of_int64, suspects)):
-        i, v = culprit(out_of_int64)
-        raise ShapeBucketError(
-            f"{where(i)}: {key!r} holds {v}, outside int64 [{_INT64[0]}, {_INT64[1]}]; Python "
-            "ints become int64, so pass this sample as a numpy array or tensor of the dtype you "
-            "mean (np.uint64), or check how the value was computed"
-        )
-    if arr.dtype == object:
-        i, v = culprit(not_a_number)
-        raise ShapeBucketError(
-            f"{where(i)}: {key!r} holds {short(v)} ({type(v).__name__}); sequence values must be "
-            "ints, floats or bools"
-        )
-    if arr.dtype.kind == "f":
-        if any(is_int(v) and float(np.float32(v)) != v for v in suspects):
-            i, v = culprit(lambda x: is_int(x) and float(np.float32(x)) != x)
-            raise ShapeBucketError(
-                f"{where(i)}: {key!r} mixes ints and floats, and the int {v} does not fit float32 "
-                "(the dtype of Python floats) exactly; pass ids and floats under different keys, "
-                "or every value as a float if that is what you mean"
-            )
-        return torch.from_numpy(arr.astype(np.float32))
-    if arr.dtype.kind not in "iub":
-        i, v = culprit(not_a_number)
-        raise ShapeBucketError(
-            f"{where(i)}: {key!r} holds {short(v)} ({type(v).__name__}); sequence values must be "
-            "ints, floats or bools"
-        )
-    return torch.from_numpy(arr.astype(np.int64) if arr.dtype.kind in "iu" else arr)
-
-
-def _to_tensor(key: Key, value: Any, i: int, where: Where) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return value
-    if isinstance(value, np.ndarray):
-        return torch.from_numpy(value)
-    if isinstance(value, (list, tuple)):
-        return _from_python(key, list(value), [value], lambda _: where(i))
-    raise ShapeBucketError(f"{where(i)}: {key!r} holds {short(value)}, not a sequence")
-
-
-def stack_column(key: Key, column: list[Any], rows: int, pad: Any, where: Where = at) -> Any:
-    """The values of a key that is not padded, as one batch value of ``rows`` rows: numbers
-    into a ``[rows]`` tensor, tensors and arrays of one shape into ``[rows, *shape]``
-    (extra rows hold ``pad``), anything else a list (extra rows ``None``).
-
-    Dtypes follow :func:`concat`: numbers of mixed types are promoted only when no
-    value changes."""
-    extra = rows - len(column)
-    values: torch.Tensor
-    if all(is_scalar(v) for v in column):
-        if all(type(v) in (int, float, bool) for v in column):
-            values = _from_python(key, column, [[v] for v in column], where)
-        else:
-            parts = [torch.as_tensor(v).reshape(1) for v in column]
-            values = torch.cat(_same_dtype(key, parts, where))
-    elif all(isinstance(v, (torch.Tensor, np.ndarray)) for v in column):
-        tensors = [torch.as_tensor(v) for v in column]
-        shapes = {tuple(t.shape) for t in tensors}
-        if len(shapes) > 1:
-            i = next(i for i, t in enumerate(tensors) if tuple(t.shape) != tuple(tensors[0].shape))
-            raise ShapeBucketError(
-                f"{where(i)}: {key!r} is not a sequence key, so it is stacked, but it has shape "
-                f"{tuple(tensors[i].shape)} where {where(0)} has {tuple(tensors[0].shape)}; add "
-                f"{key!r} to sequence_keys to pad it, or give every sample the same shape"
-            )
-        values = torch.stack(_same_dtype(key, tensors, where))
+def _length(key: Key, value: Any, seq_dim: int, where: Where, i: int) -> int:
+    """One sample's length along ``seq_dim``; nested lists must be rectangular."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        shape = tuple(value.shape)
     else:
-        return list(column) + [None] * extra
-    if extra:
-        check_pad_fits(key, pad, values.dtype)
-        filler = torch.full((extra, *values.shape[1:]), pad, dtype=values.dtype)
-        values = torch.cat([values, filler])
-    return values
+        shape = _nested_shape(key, value, where, i)
+    if len(shape) <= seq_dim:
+        raise ShapeBucketError(
+            f"{where(i)}: {key!r} has shape {shape} with no seq_dim={seq_dim}; pass the seq_dim "
+            "the values have (0 for [T], [T, F])"
+        )
+    return shape[seq_dim]
+
+
+def _nested_shape(key: Key, value: Any, where: Where, i: int) -> tuple[int, ...]:
+    """The shape of nested lists/tuples (and arrays or tensors inside them), or a
+    ShapeBucketError when they are ragged."""
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        return tuple(value.shape)
+    if not isinstance(value, (list, tuple)):
+        return ()
+    if not value:
+        return (0,)
+    inner = {_nested_shape(key, v, where, i) for v in value}
+    if len(inner) > 1:
+        raise ShapeBucketError(
+            f"{where(i)}: {key!r} is a ragged nested list (its items have shapes "
+            f"{sorted(inner)[:4]}); every item along a dim must have the same length"
+        )
+    return (len(value), *inner.pop())

@@ -1,0 +1,106 @@
+"""The engine's triton kernel: one-sample-per-row padding on the device.
+
+One program per row and block of 1,024 values writes ``[rows, length, *trailing]``
+in one pass (real values gathered from the flat tensor, the rest the pad value).
+Every offset is computed in int64: one key of one batch can hold more than
+2**31 elements (64 rows x 8,192 tokens x 4,096 features), and int32 offsets would
+write out of bounds. :func:`offsets` runs the kernel's own offset arithmetic
+(``_place``) for a few chosen elements, so a test can check it at any size
+without allocating the batch.
+
+Run on CUDA tensors, or anywhere under ``TRITON_INTERPRET=1`` (triton's
+interpreter, which the tests use on CPU).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import ShapeBucketError
+
+__all__ = ["interpreting", "offsets", "pad_rows", "triton_available", "usable"]
+
+
+def triton_available() -> bool:
+    """Whether triton imports here."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def interpreting() -> bool:
+    """Whether ``TRITON_INTERPRET`` asks for triton's CPU interpreter."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def usable(t: torch.Tensor) -> bool:
+    """Whether the kernel runs for ``t`` by default: on CUDA, or interpreted."""
+    return (t.is_cuda or interpreting()) and triton_available()
+
+
+@functools.lru_cache(maxsize=2)
+def _kernels(interpret: bool) -> tuple[Any, Any]:
+    """The padding kernel and the offset probe (``_triton_kernels.py``), loaded on first use.
+    ``TRITON_INTERPRET`` is read when a kernel is defined, so the module is loaded once per
+    setting, under its own name."""
+    path = Path(__file__).with_name("_triton_kernels.py")
+    spec = importlib.util.spec_from_file_location(f"{__package__}._triton_{int(interpret)}", path)
+    assert spec is not None and spec.loader is not None  # the file ships with the package
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.pad_kernel, module.probe
+
+
+BLOCK = 1024
+
+
+def pad_rows(flat: torch.Tensor, out: torch.Tensor, lengths: torch.Tensor, *, left: bool) -> None:
+    """Write ``out`` (``[rows, length, *trailing]``, already full of the pad value): sample
+    ``i`` of ``flat`` in row ``i`` (at its end with ``left``), the pad elsewhere. Integer,
+    float and bool dtypes (the engine passes wide unsigned ones as their signed view, and
+    pads complex ones with torch: triton has no such types)."""
+    if not triton_available():
+        raise ShapeBucketError("use_triton=True needs triton (pip install 'shapebucket[gpu]')")
+    if out.numel() == 0:
+        return
+    work, target = flat, out
+    if flat.dtype == torch.bool:  # triton's i1 pointers: move bytes instead
+        work, target = flat.view(torch.uint8), out.view(torch.uint8)
+    rows, length = out.shape[:2]
+    F = 1
+    for d in out.shape[2:]:
+        F *= d
+    fill = target.reshape(-1)[:1].clone()  # the pad value, exactly, in the stored dtype
+    starts = torch.cumsum(lengths, 0) - lengths
+    grid = (rows, -(-(length * F) // BLOCK))
+    pad_kernel, _ = _kernels(interpreting())
+    pad_kernel[grid](
+        work.contiguous(), starts, lengths, fill, target, len(lengths), length, F,
+        LEFT=int(left), BLOCK=BLOCK,
+    )  # fmt: skip
+
+
+def offsets(
+    lengths: torch.Tensor, *, row: int, block: int, length: int, features: int, left: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's offsets for the ``BLOCK`` elements of block ``block`` of row ``row``
+    (int64): where each is written in the output, and where it is read in the flat values
+    (-1: a pad). Computed by the kernel's own code, for any batch size, allocating
+    nothing but ``lengths`` (needs triton; on CPU, ``TRITON_INTERPRET=1``)."""
+    _, probe = _kernels(interpreting())
+    dst = torch.empty(BLOCK, dtype=torch.int64, device=lengths.device)
+    src = torch.empty(BLOCK, dtype=torch.int64, device=lengths.device)
+    starts = torch.cumsum(lengths, 0) - lengths
+    probe[(1,)](
+        dst, src, row, block, starts, lengths, len(lengths), length, features,
+        LEFT=int(left), BLOCK=BLOCK,
+    )  # fmt: skip
+    return dst, src

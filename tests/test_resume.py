@@ -161,13 +161,23 @@ def test_plain_loader_state_without_consumed_runs_ahead():
 
 
 def test_end_of_epoch_state_resumes_with_the_next_epoch():
+    """Once the loop over an epoch is over, the state is the next epoch's start: a resume
+    begins with that epoch, not with an empty pass that leaves the loop one epoch behind.
+    A state saved inside the loop after its last batch (consumed == len) still resumes
+    with the empty rest of the epoch."""
     sampler, loader = make("plain", 2, 1, 0)
     epoch0 = list(loader)  # the workers ran the sampler to its end long before this
     state = sampler.state_dict()
-    assert (state["epoch"], state["position"]) == (0, len(sampler))
+    assert (state["epoch"], state["position"]) == (1, 0)
     fresh, fresh_loader = make("plain", 0, 1, 0)
     fresh.load_state_dict(roundtrip(state))
-    assert list(fresh_loader) == []  # the rest of epoch 0: nothing
     ref, ref_loader = make("plain", 0, 1, 0)
     ref.set_epoch(1)
     assert list(fresh_loader) == list(ref_loader) != epoch0
+    inside = sampler.state_dict(consumed=len(sampler))
+    assert (inside["epoch"], inside["position"]) == (0, len(sampler))
+    fresh, fresh_loader = make("plain", 0, 1, 0)
+    fresh.load_state_dict(roundtrip(inside))
+    assert list(fresh_loader) == []  # the rest of epoch 0: nothing
+    ref.set_epoch(1)
+    assert list(fresh_loader) == list(ref_loader)

@@ -170,3 +170,17 @@ def test_packed_shapes_cover_every_epoch_and_equal_them_with_one_window(cfg, rep
             assert shapes == seen
         else:  # every row length some sample needs as its smallest fit
             assert {L for _, L in shapes} == set(table.bucket_for_many(lengths).tolist())
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda lengths: BucketBatchSampler(lengths, BUCKETS, batch_size=2),
+        lambda lengths: PackedBatchSampler(lengths, [16, 32], rows=2),
+    ],
+)
+def test_a_bool_among_the_lengths_is_refused_naming_it(make):
+    """Issue 22: ``True`` in a list of lengths was read as a length of 1."""
+    for lengths, i, value in [([3, True, 4], 1, "True"), ((3, 4, np.False_), 2, "np.False_")]:
+        with pytest.raises(ShapeBucketError, match=f"sample {i} has length {value}, a bool"):
+            make(lengths)

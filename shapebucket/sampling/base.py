@@ -12,12 +12,20 @@ points (the start of the current epoch, or a loaded resume point) and yields
 the rest of that epoch. A pass that runs to its end completes the epoch: the
 next pass starts the epoch after it (``set_epoch`` chooses one instead). A pass
 abandoned before its end completes nothing: the next pass starts where it
-started. The sampler sees only what is *fetched*, not what a training loop
-uses: a ``DataLoader`` with workers fetches ``prefetch_factor x num_workers``
-batches ahead, so an iterator dropped after ``next(iter(loader))`` has
-completed an epoch short enough to be fetched whole. Call ``set_epoch(epoch)``
-at the start of every epoch (as with ``DistributedSampler``) and what was
-fetched before never matters.
+started, so an example batch taken with ``next(iter(loader))`` skips nothing.
+
+Two limits follow from what a sampler can see:
+
+- it sees what is *fetched*, not what a training loop uses. A ``DataLoader``
+  with workers fetches ``prefetch_factor x num_workers`` batches ahead, so an
+  iterator dropped after ``next(iter(loader))`` has completed an epoch short
+  enough to be fetched whole, and the next pass is the epoch after it. Call
+  ``set_epoch(epoch)`` at the start of every epoch (as with
+  ``DistributedSampler``) and what was fetched before never matters;
+- until the next pass begins, ``state_dict()`` counts the batches of the last
+  pass, abandoned or not (after ``break``, that is what the loop consumed). A
+  state saved right after taking an example batch counts it: pass
+  ``consumed=0`` (or save once the next epoch's pass has begun).
 """
 
 from __future__ import annotations

@@ -184,3 +184,33 @@ def test_a_bool_among_the_lengths_is_refused_naming_it(make):
     for lengths, i, value in [([3, True, 4], 1, "True"), ((3, 4, np.False_), 2, "np.False_")]:
         with pytest.raises(ShapeBucketError, match=f"sample {i} has length {value}, a bool"):
             make(lengths)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: BucketBatchSampler(np.arange(1, 21), BUCKETS, batch_size=2, seed=1),
+        lambda: PackedBatchSampler(np.arange(1, 21), [16, 32], rows=2, seed=1),
+    ],
+)
+def test_passes_and_epochs(make):
+    s = make()
+    with pytest.raises(ShapeBucketError, match="epoch must be >= 0, got -1"):
+        s.batch_buckets(-1)  # issue 22: a raw error before
+    epochs = []
+    for epoch in range(3):
+        ref = make()
+        ref.set_epoch(epoch)
+        epochs.append(list(ref))
+    # iter() begins a pass: the state describes it before its first batch
+    assert list(s) == epochs[0]
+    it = iter(s)
+    assert (s.state_dict()["epoch"], s.state_dict()["position"]) == (1, 0)
+    # a newer pass owns the state: the superseded one still yields, but moves nothing
+    first = next(it)
+    newer = iter(s)
+    assert next(newer) == first == epochs[1][0]
+    rest_of_old = list(it)
+    assert s.state_dict()["position"] == 1 and rest_of_old == epochs[1][1:]
+    assert list(newer) == epochs[1][1:]
+    assert list(s) == epochs[2]

@@ -243,6 +243,13 @@ class ResumableBatchSampler(Sampler[list[int]]):
         return dict(self._rows)
 
     def _fingerprint(self) -> str:
+        # the settings never change, and StatefulDataLoader asks for the state at every batch
+        cached: str | None = self.__dict__.get("_fingerprint_value")
+        if cached is None:
+            cached = self._fingerprint_value = self._compute_fingerprint()
+        return cached
+
+    def _compute_fingerprint(self) -> str:
         h = hashlib.sha1(self._lengths.tobytes())
         extra = tuple(getattr(self, name) for name in self._FINGERPRINT)
         settings = (

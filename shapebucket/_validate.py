@@ -85,7 +85,8 @@ def check_lengths(
     (no length, no order), 0-D and N-D arrays (``fit_buckets`` used to flatten
     2-D input silently), floats (also integral ones), bools, object arrays
     (mixed types, or ints too large for int64), values below ``minimum`` and
-    values that do not fit in int64.
+    values that do not fit in int64. A bool among the ints of a list (numpy would
+    read ``True`` as 1) is refused naming its sample index.
 
     >>> check_lengths([3, 5, 9])
     array([3, 5, 9])
@@ -103,6 +104,13 @@ def check_lengths(
         )
     if isinstance(lengths, (str, bytes)):
         raise ShapeBucketError(f"{name} must be a list or array of ints, got a string")
+    # numpy would read True as 1 among ints
+    if isinstance(lengths, (list, tuple)) and {bool, np.bool_} & set(map(type, lengths)):
+        i = next(i for i, v in enumerate(lengths) if isinstance(v, (bool, np.bool_)))
+        raise ShapeBucketError(
+            f"sample {i} has length {lengths[i]!r}, a bool; {name} must be ints (a bool "
+            "is not a length: check how they were computed)"
+        )
     try:
         arr = np.asarray(lengths)
     except (ValueError, TypeError) as e:

@@ -161,13 +161,97 @@ def test_plain_loader_state_without_consumed_runs_ahead():
 
 
 def test_end_of_epoch_state_resumes_with_the_next_epoch():
+    """Once the loop over an epoch is over, the state is the next epoch's start: a resume
+    begins with that epoch, not with an empty pass that leaves the loop one epoch behind.
+    A state saved inside the loop after its last batch (consumed == len) still resumes
+    with the empty rest of the epoch."""
     sampler, loader = make("plain", 2, 1, 0)
     epoch0 = list(loader)  # the workers ran the sampler to its end long before this
     state = sampler.state_dict()
-    assert (state["epoch"], state["position"]) == (0, len(sampler))
+    assert (state["epoch"], state["position"]) == (1, 0)
     fresh, fresh_loader = make("plain", 0, 1, 0)
     fresh.load_state_dict(roundtrip(state))
-    assert list(fresh_loader) == []  # the rest of epoch 0: nothing
     ref, ref_loader = make("plain", 0, 1, 0)
     ref.set_epoch(1)
     assert list(fresh_loader) == list(ref_loader) != epoch0
+    inside = sampler.state_dict(consumed=len(sampler))
+    assert (inside["epoch"], inside["position"]) == (0, len(sampler))
+    fresh, fresh_loader = make("plain", 0, 1, 0)
+    fresh.load_state_dict(roundtrip(inside))
+    assert list(fresh_loader) == []  # the rest of epoch 0: nothing
+    ref.set_epoch(1)
+    assert list(fresh_loader) == list(ref_loader)
+
+
+def between_epochs(kind: str, workers: int, which: str, when: str) -> None:
+    """Issue 22 item 2: epochs advance by themselves (no set_epoch); the state is saved
+    after epoch 0's loop, either before ``iter(loader)`` for epoch 1 or after it, before
+    its first batch. Resumed into fresh objects, the loop goes on with epochs 1 and 2."""
+    sampler, loader = make(kind, workers, 1, 0, which)
+    reference = [list(loader) for _ in range(3)]
+    sampler, loader = make(kind, workers, 1, 0, which)
+    assert list(loader) == reference[0]
+    it = iter(loader) if when == "after_iter" else None
+    if kind == "plain":
+        state = sampler.state_dict(consumed=0) if it is not None else sampler.state_dict()
+    else:
+        state = loader.state_dict()
+    del it, loader
+    sampler, loader = make(kind, workers, 1, 0, which)
+    (sampler if kind == "plain" else loader).load_state_dict(roundtrip(state))
+    got = [list(loader) for _ in range(2)]
+    assert got == reference[1:], f"{which}, {kind}, {workers} workers, saved {when}"
+
+
+@pytest.mark.parametrize("when", ["after_loop", "after_iter"])
+@pytest.mark.parametrize("which", ["bucket", "packed"])
+@pytest.mark.parametrize("kind", ["plain", "stateful"])
+def test_state_between_epochs_resumes_the_next_epoch(kind, which, when):
+    between_epochs(kind, 0, which, when)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["after_loop", "after_iter"])
+@pytest.mark.parametrize("which", ["bucket", "packed"])
+@pytest.mark.parametrize("kind", ["plain", "stateful"])
+def test_state_between_epochs_resumes_the_next_epoch_with_workers(kind, which, when):
+    between_epochs(kind, 2, which, when)
+
+
+def test_an_example_batch_taken_without_workers_skips_nothing():
+    """Issue 22 item 10, the loader that fetches nothing ahead: ``next(iter(loader))``
+    for an example batch abandons a pass; the next pass starts where it started."""
+    _sampler, loader = make("plain", 0, 1, 0)
+    ref, ref_loader = make("plain", 0, 1, 0)
+    example = next(iter(loader))
+    epoch0 = list(loader)
+    assert epoch0[0] == example and epoch0 == list(ref_loader)
+    # the same after a resume: an abandoned pass keeps the loaded resume point
+    state = ref.state_dict(consumed=3)
+    fresh, fresh_loader = make("plain", 0, 1, 0)
+    fresh.load_state_dict(roundtrip(state))
+    next(iter(fresh_loader))
+    fresh.set_epoch(0)  # the loaded epoch: keeps the resume point
+    assert list(fresh_loader) == epoch0[3:]
+
+
+@pytest.mark.slow
+def test_an_example_batch_taken_with_workers_follows_the_documented_rule():
+    """Issue 22 item 10, with workers: prefetch runs a short epoch's pass to its end, so
+    (as the docstring of shapebucket.sampling.base says) that epoch is complete and the
+    next pass is epoch 1; set_epoch(0) at the start of the epoch gives epoch 0 back."""
+    short = Indices()
+    sampler = BucketBatchSampler(LENGTHS[:7], BUCKETS, batch_size=4, seed=5)
+    assert len(sampler) <= 4  # prefetch_factor 2 x 2 workers fetches all of it
+    loader = DataLoader(
+        short, batch_sampler=sampler, collate_fn=as_list, num_workers=2, prefetch_factor=2
+    )
+    ref = BucketBatchSampler(LENGTHS[:7], BUCKETS, batch_size=4, seed=5)
+    epochs = [list(ref), list(ref)]
+    example = next(iter(loader))
+    assert example == epochs[0][0]
+    assert list(loader) == epochs[1]  # the documented consequence of prefetch
+    sampler.set_epoch(0)
+    next(iter(loader))
+    sampler.set_epoch(0)
+    assert list(loader) == epochs[0]

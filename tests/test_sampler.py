@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
 from shapebucket import BucketBatchSampler, BucketCollator, Buckets, ShapeBucketError
-from shapebucket.sampling.bucket import plan_epoch, plan_steps
+from shapebucket.plan.batches import plan_epoch, plan_steps
 
 BUCKETS = Buckets([4, 8, 16, 32])
 
@@ -97,7 +97,7 @@ def test_batches_fit_smallest_bucket_and_budget(cfg):
     # paired with rows=sampler.rows, there is one shape per bucket at most
     assert collated <= {(n, b) for b, n in s.rows.items()}
     if kwargs["leftovers"] == "keep":
-        assert len(shapes) == s.stats.shapes
+        assert len(shapes) == s.stats.num_shapes
         used = len(set(BUCKETS.bucket_for_many(lengths).tolist()))
         assert len(shapes) <= (used if kwargs["drop_last"] else 2 * used)
 
@@ -119,10 +119,13 @@ def test_epochs_differ_and_repeat():
     s.set_epoch(2)
     b = list(s)
     assert a != b and sorted(map(sorted, a)) != sorted(map(sorted, b))
-    # a full pass moves to the next epoch by itself, when the next pass starts
+    # a full pass moves to the next epoch by itself: its state is the next epoch's start
+    # (the loop over epoch 1 is over), and the next pass yields epoch 2
     s.set_epoch(1)
     list(s)
-    assert s.epoch == 1 and s.state_dict()["position"] == len(s)
+    state = s.state_dict()
+    assert s.epoch == 1 and (state["epoch"], state["position"]) == (2, 0)
+    assert s.state_dict(consumed=len(s))["position"] == len(s)
     assert list(s) == b and s.epoch == 2
     # no global RNG: numpy's global state is untouched and irrelevant
     np.random.seed(0)
@@ -151,7 +154,7 @@ def test_unshuffled_is_sorted_and_deterministic():
 def test_promote_and_drop_counts():
     lengths = np.array([3] * 5 + [7] * 3 + [20] * 2)
     keep = BucketBatchSampler(lengths, BUCKETS, batch_size=4, shuffle=False)
-    assert keep.stats.short_batches == 3 and keep.stats.shapes == 4
+    assert keep.stats.short_batches == 3 and keep.stats.num_shapes == 4
     promote = BucketBatchSampler(lengths, BUCKETS, batch_size=4, shuffle=False, leftovers="promote")
     assert [len(b) for b in promote] == [4, 4, 2] and promote.stats.promotions == 1
     drop = BucketBatchSampler(lengths, BUCKETS, batch_size=4, shuffle=False, drop_last=True)

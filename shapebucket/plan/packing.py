@@ -37,22 +37,37 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import check_int, check_lengths
+from .._validate import check_batch_sizes, check_int, check_lengths
 from ..errors import ShapeBucketError
+from ._packer import _Packer
+from .batches import check_longest
 from .buckets import Buckets, as_buckets
+
+__all__ = [
+    "PackedEpoch",
+    "PackingReport",
+    "pack_rows",
+    "plan_packing",
+    "rows_by_length",
+    "rows_for_tokens",
+]
+
+_TOO_LONG = "packing never cuts a sample: add a row length >= {length}"
 
 
 @dataclass(frozen=True)
 class PackingReport:
     """What one epoch of packing computes.
 
-    ``token_efficiency`` is real tokens over computed tokens (rows x row length
-    of every batch, empty pad rows included); ``attention_efficiency`` is the
-    sum of each sample's ``length**2`` over the sum of each row's
+    ``real_tokens`` counts each sample once; ``token_efficiency`` is real tokens
+    over computed tokens (rows x row length of every batch, empty pad rows and
+    the copies that even out a short step included); ``attention_efficiency`` is
+    the sum of each sample's ``length**2`` over the sum of each row's
     ``row_length**2``: the share of a dense (masked) attention's work that is
-    real. ``shapes`` counts the distinct ``(rows, row_length)`` of the epoch.
-    ``duplicated`` counts samples repeated so every rank gets a batch in a
-    short step.
+    real. With nothing computed, both are 1.0 (nothing computed, nothing
+    wasted). ``num_shapes`` counts the distinct ``(rows, row_length)`` of the
+    epoch. ``duplicated`` counts samples repeated so every rank gets a batch in
+    a short step.
 
     >>> plan_packing([5, 3, 8, 2, 6], [8], {8: 2}).report.token_efficiency
     0.75
@@ -67,14 +82,14 @@ class PackingReport:
     token_efficiency: float
     attention_efficiency: float
     duplicated: int
-    shapes: int
+    num_shapes: int
     batches_per_bucket: dict[int, int]
 
     def __str__(self) -> str:
         per = ", ".join(f"{L}: {n}" for L, n in self.batches_per_bucket.items())
         return (
             f"{self.num_samples:,} samples in {self.rows:,} rows, {self.batches:,} batches "
-            f"({self.shapes} shapes; batches per row length {{{per}}}): "
+            f"({self.num_shapes} shapes; batches per row length {{{per}}}): "
             f"{self.token_efficiency:.1%} real tokens, {self.attention_efficiency:.1%} of "
             f"dense attention real, {self.duplicated} duplicated"
         )
@@ -117,74 +132,22 @@ def rows_for_tokens(buckets: Buckets | Sequence[int], tokens: int) -> dict[int, 
     return {L: tokens // L for L in table}
 
 
-def _check_rows(table: Buckets, rows: int | Mapping[int, int]) -> dict[int, int]:
-    if isinstance(rows, Mapping):
-        missing = [L for L in table if L not in rows]
-        if missing:
-            raise ShapeBucketError(
-                f"rows has no entry for row length(s) {missing}; it has {sorted(rows)}; "
-                "pass one per row length (rows_for_tokens(buckets, tokens) makes them)"
-            )
-        return {L: check_int(f"rows[{L}]", rows[L], minimum=1) for L in table}
-    n = check_int("rows", rows, minimum=1)
-    return {L: n for L in table}
+def rows_by_length(
+    buckets: Buckets | Sequence[int], rows: int | Mapping[int, int]
+) -> dict[int, int]:
+    """``rows`` (an int, or a mapping with an entry for every row length; checked by
+    :func:`~shapebucket._validate.check_batch_sizes`) as ``{row length: rows}``.
 
-
-def _check_sample_lengths(arr: np.ndarray, table: Buckets) -> None:
-    if int(arr.max()) > table.max_len:
-        i = int(np.argmax(arr > table.max_len))
-        raise ShapeBucketError(
-            f"sample {i} has length {int(arr[i])} > longest row length {table.max_len} of "
-            f"{table!r}; packing never cuts a sample: add a row length >= {int(arr[i])}"
-        )
-
-
-class _Rows:
-    """The rows of one epoch while they are being filled (all numpy, grown as needed)."""
-
-    def __init__(self, capacity: int, max_len: int) -> None:
-        self.n = 0
-        self.rem = np.zeros(capacity, dtype=np.int64)
-        self.cls = np.zeros(capacity, dtype=np.int64)
-        self.closed = np.zeros(capacity, dtype=bool)
-        self.step = np.full(capacity, -1, dtype=np.int64)
-        self.rank = np.zeros(capacity, dtype=np.int64)
-        self.slot = np.zeros(capacity, dtype=np.int64)
-        self.count = np.zeros(max_len + 1, dtype=np.int64)  # open rows per remaining room
-        self.by_room: dict[int, list[np.ndarray]] = {}  # room -> row ids (closed ones skipped)
-
-    def grow(self, extra: int) -> None:
-        if self.n + extra <= len(self.rem):
-            return
-        size = max(2 * len(self.rem), self.n + extra)
-        fills = {"rem": 0, "cls": 0, "closed": False, "step": -1, "rank": 0, "slot": 0}
-        for name, fill in fills.items():
-            old = getattr(self, name)
-            new = np.full(size, fill, dtype=old.dtype)
-            new[: len(old)] = old
-            setattr(self, name, new)
-
-    def add(self, room: int, ids: np.ndarray) -> None:
-        if len(ids):
-            self.by_room.setdefault(room, []).append(ids)
-            self.count[room] += len(ids)
-
-    def take(self, room: int, k: int) -> np.ndarray:
-        """``k`` open rows with ``room`` left (any of them fits equally well; the most
-        recently added come first)."""
-        got: list[np.ndarray] = []
-        need = k
-        stack = self.by_room[room]
-        while need:
-            ids = stack.pop()
-            ids = ids[~self.closed[ids]]
-            if len(ids) > need:
-                stack.append(ids[need:])
-                ids = ids[:need]
-            got.append(ids)
-            need -= len(ids)
-        self.count[room] -= k
-        return np.concatenate(got) if len(got) > 1 else got[0]
+    >>> rows_by_length([8, 16], 2), rows_by_length([8], {8: 3, 32: 1})
+    ({8: 2, 16: 2}, {8: 3})
+    """
+    table = as_buckets(buckets)
+    checked = check_batch_sizes(rows, table.lengths)
+    if checked is None:
+        raise ShapeBucketError("rows must be an int >= 1 or a mapping row length -> rows, got None")
+    if isinstance(checked, int):
+        return {L: checked for L in table}
+    return {L: checked[L] for L in table}
 
 
 def plan_packing(
@@ -206,8 +169,8 @@ def plan_packing(
     """
     table = as_buckets(buckets)
     arr = check_lengths(lengths)
-    _check_sample_lengths(arr, table)
-    per = _check_rows(table, rows)
+    check_longest(arr, table, limit="longest row length", fix=_TOO_LONG)
+    per = rows_by_length(table, rows)
     W = check_int("num_replicas", num_replicas, minimum=1)
     window = check_int("window", window, minimum=1)
     n = len(arr)
@@ -216,129 +179,51 @@ def plan_packing(
     ).astype(np.int64)
     Ls = np.asarray(table.lengths, dtype=np.int64)
     R = np.asarray([per[L] for L in table.lengths], dtype=np.int64)
-    rows_ = _Rows(max(16, n // 2), table.max_len)
-    pending: list[list[np.ndarray]] = [[] for _ in Ls]  # open rows per class, oldest first
-    n_pending = np.zeros(len(Ls), dtype=np.int64)
-    placed_sample: list[np.ndarray] = []
-    placed_row: list[np.ndarray] = []
-    step_cls: list[int] = []
-
-    def emit(c: int, k: int, last: bool) -> None:
-        """Close the ``k`` oldest open rows of class ``c`` into steps."""
-        ids = np.concatenate(pending[c]) if pending[c] else np.zeros(0, dtype=np.int64)
-        ids, rest = ids[:k], ids[k:]
-        pending[c] = [rest] if len(rest) else []
-        n_pending[c] -= k
-        rows_.closed[ids] = True
-        np.subtract.at(rows_.count, rows_.rem[ids], 1)
-        g = W * int(R[c])
-        first = len(step_cls)
-        if not last:
-            j = np.arange(k)
-            rows_.step[ids] = first + j // g
-            rows_.rank[ids] = (j % g) // R[c]
-            rows_.slot[ids] = j % R[c]
-            step_cls.extend([c] * (k // g))
-            return
-        j = np.arange(k)  # one short step, rows dealt round-robin to the ranks
-        rows_.step[ids] = first
-        rows_.rank[ids] = j % W
-        rows_.slot[ids] = j // W
-        step_cls.append(c)
-        if k >= W:
-            return
-        all_rows, all_samples = np.concatenate(placed_row), np.concatenate(placed_sample)
-        for r in range(k, W):  # ranks without a row get a copy of one
-            rows_.grow(1)
-            new = rows_.n
-            rows_.n += 1
-            rows_.cls[new], rows_.closed[new] = c, True
-            rows_.step[new], rows_.rank[new], rows_.slot[new] = first, r, 0
-            dup = all_samples[all_rows == ids[r % k]]
-            placed_sample.append(dup)
-            placed_row.append(np.full(len(dup), new, dtype=np.int64))
-
+    packer = _Packer(arr, Ls, R, W)
     for lo in range(0, n, window):
-        idx = order[lo : lo + window]
-        ln = arr[idx]
-        srt = np.argsort(-ln, kind="stable")
-        idx, ln = idx[srt], ln[srt]
-        cuts = np.flatnonzero(np.diff(ln)) + 1
-        for part, part_len in zip(
-            np.split(idx, cuts), ln[np.concatenate([[0], cuts])].tolist(), strict=True
-        ):
-            L = int(part_len)
-            pos = 0
-            while pos < len(part):  # best fit: the open rows with the least room that fits
-                room = np.flatnonzero(rows_.count[L:])
-                if not len(room):
-                    break
-                r = L + int(room[0])
-                k = min(len(part) - pos, int(rows_.count[r]))
-                ids = rows_.take(r, k)
-                placed_sample.append(part[pos : pos + k])
-                placed_row.append(ids)
-                rows_.rem[ids] = r - L
-                rows_.add(r - L, ids)
-                pos += k
-            rest = part[pos:]
-            if not len(rest):
-                continue
-            c = int(np.searchsorted(Ls, L))  # the smallest row length that holds it
-            q = int(Ls[c]) // L  # samples of this length per new row
-            m = -(-len(rest) // q)
-            rows_.grow(m)
-            new = np.arange(rows_.n, rows_.n + m, dtype=np.int64)
-            rows_.n += m
-            rows_.cls[new] = c
-            member = new[np.arange(len(rest)) // q]
-            placed_sample.append(rest)
-            placed_row.append(member)
-            fill = np.bincount(np.arange(len(rest)) // q, minlength=m) * L
-            rows_.rem[new] = Ls[c] - fill
-            for room_left in np.unique(rows_.rem[new]).tolist():
-                rows_.add(room_left, new[rows_.rem[new] == room_left])
-            pending[c].append(new)
-            n_pending[c] += m
-        for c in range(len(Ls)):
-            g = W * int(R[c])
-            full = int(n_pending[c]) // g * g
-            if full:
-                emit(c, full, last=False)
-    for c in range(len(Ls)):
-        if n_pending[c]:
-            emit(c, int(n_pending[c]), last=True)
-
-    samples = np.concatenate(placed_sample) if placed_sample else np.zeros(0, np.int64)
-    row_of = np.concatenate(placed_row) if placed_row else np.zeros(0, np.int64)
-    steps = len(step_cls)
-    cls_of_step = np.asarray(step_cls, dtype=np.int64)
+        packer.window(order[lo : lo + window])
+    packer.finish()
+    steps = len(packer.step_cls)
     step_pos = (
         np.random.default_rng([seed, epoch, 1]).permutation(steps) if shuffle else np.arange(steps)
     )
-    # step s runs at position step_pos[s]; order every placement by (position, rank, slot)
-    rmax = int(R.max())
-    batch_of = step_pos[rows_.step[row_of]] * W + rows_.rank[row_of]
-    key = batch_of * rmax + rows_.slot[row_of]
+    flat, offsets, row_length = _layout(packer, step_pos)
+    return PackedEpoch(flat, offsets, row_length, W, _report(packer, row_length))
+
+
+def _layout(packer: _Packer, step_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(flat, offsets, row_length)`` of :class:`PackedEpoch` when step ``s`` runs at
+    position ``step_pos[s]``: every placement ordered by (position, rank, slot)."""
+    rows, W = packer.rows, packer.W
+    samples, row_of = packer.placements()
+    steps = len(step_pos)
+    batch_of = step_pos[rows.step[row_of]] * W + rows.rank[row_of]
+    key = batch_of * int(packer.R.max()) + rows.slot[row_of]
     o = np.argsort(key, kind="stable")  # stable: each row keeps its placement order
-    flat = samples[o]
     counts = np.bincount(batch_of, minlength=steps * W)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     row_length = np.empty(steps, dtype=np.int64)
-    row_length[step_pos] = Ls[cls_of_step]
+    row_length[step_pos] = packer.Ls[np.asarray(packer.step_cls, dtype=np.int64)]
+    return samples[o], offsets, row_length
 
-    used = rows_.n
-    real = int(arr[samples].sum())
+
+def _report(packer: _Packer, row_length: np.ndarray) -> PackingReport:
+    """The accounting of a packed epoch; real tokens count each sample once."""
+    rows, W, Ls, R, arr = packer.rows, packer.W, packer.Ls, packer.R, packer.lengths
+    samples, _ = packer.placements()
+    cls_of_step = np.asarray(packer.step_cls, dtype=np.int64)
+    steps, used = len(cls_of_step), rows.n
+    real = int(arr.sum())
     computed = int((row_length * R[np.searchsorted(Ls, row_length)]).sum()) * W
-    attn_real = float((arr[samples].astype(np.float64) ** 2).sum())
-    attn_all = float((Ls[rows_.cls[:used]].astype(np.float64) ** 2).sum())
+    attn_real = float((arr.astype(np.float64) ** 2).sum())
+    attn_all = float((Ls[rows.cls[:used]].astype(np.float64) ** 2).sum())
     # pad rows (empty rows of short batches) compute L**2 too
-    rows_per_step = R[cls_of_step] * W
-    filled = np.bincount(rows_.step[:used], minlength=steps)
-    attn_all += float(((rows_per_step - filled) * Ls[cls_of_step].astype(np.float64) ** 2).sum())
+    filled = np.bincount(rows.step[:used], minlength=steps)
+    pad_rows = R[cls_of_step] * W - filled
+    attn_all += float((pad_rows * Ls[cls_of_step].astype(np.float64) ** 2).sum())
     per_len = np.bincount(cls_of_step, minlength=len(Ls)) * W
-    report = PackingReport(
-        num_samples=n,
+    return PackingReport(
+        num_samples=len(arr),
         steps=steps,
         batches=steps * W,
         rows=used,
@@ -346,11 +231,10 @@ def plan_packing(
         computed_tokens=computed,
         token_efficiency=real / computed if computed else 1.0,
         attention_efficiency=attn_real / attn_all if attn_all else 1.0,
-        duplicated=len(samples) - n,
-        shapes=int((per_len > 0).sum()),
+        duplicated=len(samples) - len(arr),
+        num_shapes=int((per_len > 0).sum()),
         batches_per_bucket={int(L): int(b) for L, b in zip(Ls, per_len, strict=True) if b},
     )
-    return PackedEpoch(flat, offsets, row_length, W, report)
 
 
 def pack_rows(
@@ -360,14 +244,24 @@ def pack_rows(
     (a sample that does not fit the current row starts the next one): how
     :class:`~shapebucket.PackedCollator` lays out a batch.
 
+    An empty sample takes no room: it stays in the current row at start 0, so every
+    ``start`` is an index inside a row (``start < row_length``), also right after a
+    full row, and the first token of that row (a sample's first, or padding) is the
+    only one it can be said to touch.
+
     >>> pack_rows([3, 4, 2, 5], 8)
     (array([0, 0, 1, 1]), array([0, 3, 0, 2]))
+    >>> pack_rows([8, 0, 3], 8)
+    (array([0, 0, 1]), array([0, 0, 0]))
     """
     ln = np.asarray(lengths, dtype=np.int64)
     row = np.zeros(len(ln), dtype=np.int64)
     start = np.zeros(len(ln), dtype=np.int64)
     r = used = 0
     for i, x in enumerate(ln.tolist()):
+        if x == 0:
+            row[i] = r
+            continue
         if used + x > row_length:
             r, used = r + 1, 0
         row[i], start[i] = r, used

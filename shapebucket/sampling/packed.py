@@ -1,37 +1,20 @@
-"""PackedBatchSampler: batches of whole samples packed into rows (see :mod:`shapebucket.plan.packing`)."""
+"""``PackedBatchSampler``: batches of whole samples packed into rows (the plan is
+:func:`~shapebucket.plan.packing.plan_packing`; the state is
+:class:`~shapebucket.sampling.base.ResumableBatchSampler`'s)."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .._validate import check_int, check_lengths
-from ..errors import ShapeBucketError
-from ..plan.buckets import Buckets, as_buckets
-from ..plan.packing import (
-    PackedEpoch,
-    PackingReport,
-    _check_rows,
-    _check_sample_lengths,
-    plan_packing,
-    rows_for_tokens,
-)
-from .bucket import RankBatches, ResumableBatchSampler, resolve_world
+from .._validate import check_int
+from ..plan.buckets import Buckets
+from ..plan.packing import PackedEpoch, PackingReport, plan_packing, rows_by_length, rows_for_tokens
+from .base import RankBatches, ResumableBatchSampler, Setting, check_one_of
 
-
-@dataclass(frozen=True)
-class _Settings:
-    buckets: Buckets
-    lengths: np.ndarray
-    rows: dict[int, int]
-    shuffle: bool
-    window: int
-    num_replicas: int
-    rank: int
+__all__ = ["PackedBatchSampler"]
 
 
 class PackedBatchSampler(ResumableBatchSampler):
@@ -44,7 +27,7 @@ class PackedBatchSampler(ResumableBatchSampler):
 
     Args:
         lengths: one length per dataset index (ints >= 1, <= the longest row length).
-        buckets: the row lengths (:func:`fit_packing` chooses them).
+        buckets: the row lengths (:func:`~shapebucket.fit_packing` chooses them).
         rows: rows per batch, an int or ``{row length: rows}``. Or:
         tokens_per_batch: a token budget: ``tokens_per_batch // L`` rows at length ``L``.
             Exactly one of the two.
@@ -58,16 +41,20 @@ class PackedBatchSampler(ResumableBatchSampler):
 
     The number of batches varies a little from epoch to epoch (it depends on how
     the shuffled samples pack); ``len(sampler)`` is the current epoch's, and
-    ``sampler.stats`` its :class:`PackingReport`. State, resume and ``set_epoch``
-    work as for :class:`~shapebucket.BucketBatchSampler`.
+    ``sampler.stats`` its :class:`~shapebucket.plan.packing.PackingReport`. State,
+    resume and ``set_epoch``: see :mod:`shapebucket.sampling.base`.
 
     >>> s = PackedBatchSampler([5, 3, 8, 2, 6], [8], rows=2, shuffle=False)
     >>> list(s), s.stats.token_efficiency
     ([[2, 4, 3], [0, 1]], 0.75)
     """
 
-    _SETTINGS = frozenset(_Settings.__dataclass_fields__) | {"seed", "epoch"}
-    _cfg: _Settings
+    _LIMIT = "longest row length"
+    _TOO_LONG = "packing never cuts a sample: add a row length >= {length}"
+    _FINGERPRINT = ("window",)
+
+    window = Setting[int]("Samples packed together.")
+
     _cache: tuple[int, int, PackedEpoch] | None
 
     def __init__(
@@ -83,46 +70,17 @@ class PackedBatchSampler(ResumableBatchSampler):
         num_replicas: int | None = None,
         rank: int | None = None,
     ) -> None:
-        table = as_buckets(buckets)
-        arr = check_lengths(lengths)
-        _check_sample_lengths(arr, table)
-        arr = arr.copy()
-        arr.flags.writeable = False
-        if (rows is None) == (tokens_per_batch is None):
-            raise ShapeBucketError(
-                f"pass exactly one of rows and tokens_per_batch, got rows={rows!r}, "
-                f"tokens_per_batch={tokens_per_batch!r}"
-            )
-        per = (
-            _check_rows(table, rows)
+        super().__init__(
+            lengths, buckets, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank
+        )
+        check_one_of(rows=rows, tokens_per_batch=tokens_per_batch)
+        self._rows = (
+            rows_by_length(self._buckets, rows)
             if rows is not None
-            else rows_for_tokens(table, tokens_per_batch)  # type: ignore[arg-type]
+            else rows_for_tokens(self._buckets, tokens_per_batch)  # type: ignore[arg-type]
         )
-        num_replicas, rank = resolve_world(num_replicas, rank)
-        cfg = _Settings(
-            buckets=table,
-            lengths=arr,
-            rows=per,
-            shuffle=bool(shuffle),
-            window=check_int("window", window, minimum=1),
-            num_replicas=num_replicas,
-            rank=rank,
-        )
-        object.__setattr__(self, "_cfg", cfg)
-        object.__setattr__(self, "_cache", None)
-        self._init_state(seed)
-
-    buckets = property(lambda self: self._cfg.buckets, doc="The row lengths.")
-    lengths = property(lambda self: self._cfg.lengths, doc="The lengths (a read-only array).")
-    shuffle = property(lambda self: self._cfg.shuffle, doc="Whether the order is shuffled.")
-    window = property(lambda self: self._cfg.window, doc="Samples packed together.")
-    num_replicas = property(lambda self: self._cfg.num_replicas, doc="The world size.")
-    rank = property(lambda self: self._cfg.rank, doc="This process's rank.")
-
-    @property
-    def rows(self) -> dict[int, int]:
-        """Rows per batch: ``{row length: rows}`` (a copy); pass it to the collator and prewarm."""
-        return dict(self._cfg.rows)
+        self._window = check_int("window", window, minimum=1)
+        self._cache = None
 
     def plan(self, epoch: int | None = None) -> PackedEpoch:
         """The packed plan of ``epoch`` (default: the current one), all ranks."""
@@ -133,22 +91,24 @@ class PackedBatchSampler(ResumableBatchSampler):
         cached = self._cache
         if cached is not None and cached[:2] == (seed, epoch):
             return cached[2]
-        cfg = self._cfg
-        plan = plan_packing(
-            cfg.lengths,
-            cfg.buckets,
-            cfg.rows,
-            seed=seed,
-            epoch=epoch,
-            shuffle=cfg.shuffle,
-            num_replicas=cfg.num_replicas,
-            window=cfg.window,
-        )
-        object.__setattr__(self, "_cache", (seed, epoch, plan))
+        plan = self._pack(seed, epoch)
+        self._cache = (seed, epoch, plan)
         return plan
 
+    def _pack(self, seed: int, epoch: int) -> PackedEpoch:
+        return plan_packing(
+            self._lengths,
+            self._buckets,
+            self._rows,
+            seed=seed,
+            epoch=epoch,
+            shuffle=self._shuffle,
+            num_replicas=self._num_replicas,
+            window=self._window,
+        )
+
     def _rank_batches(self, epoch: int) -> Sequence[list[int]]:
-        return RankBatches(self._plan_for(self._seed, epoch), self._cfg.rank)
+        return RankBatches(self._plan_for(self._seed, epoch), self._rank)
 
     def _count_for(self, seed: int, epoch: int) -> int:
         return len(self._plan_for(seed, epoch))
@@ -162,22 +122,28 @@ class PackedBatchSampler(ResumableBatchSampler):
         """The row length of every batch of ``epoch`` (default: the current one), in order."""
         return self.plan(epoch).row_length.copy()
 
-    def _fingerprint(self) -> str:
-        cfg = self._cfg
-        h = hashlib.sha1(cfg.lengths.tobytes())
-        h.update(
-            repr(
-                (
-                    "packed",
-                    cfg.buckets.lengths,
-                    sorted(cfg.rows.items()),
-                    cfg.shuffle,
-                    cfg.window,
-                    cfg.num_replicas,
-                )
-            ).encode()
-        )
-        return h.hexdigest()
+    def shapes(self) -> frozenset[tuple[int, int]]:
+        """Every ``(rows, row length)`` a batch of this rank can have, in any epoch: ``rows``
+        is ``self.rows[L]``, the rows of a packed batch once the collator has padded it.
+
+        Every rank has a batch at every step, so the set is the same on every rank.
+        When one window holds the whole dataset, packing depends only on the lengths,
+        so every epoch uses the same row lengths and the set is exactly theirs. With
+        several windows, which row lengths an epoch opens rows of can change with the
+        shuffle: the set is then every row length some sample needs as its smallest
+        fit (a superset of any one epoch's, never missing one).
+
+        >>> s = PackedBatchSampler([3, 8], [4, 8], rows={4: 4, 8: 2})
+        >>> sorted(s.shapes())
+        [(2, 8), (4, 4)]
+        """
+        if self._window >= len(self._lengths):
+            used = np.unique(self._pack(0, 0).row_length)
+        else:
+            used = np.asarray(self._buckets.lengths)[
+                np.unique(self._buckets.index_for_many(self._lengths))
+            ]
+        return frozenset((self._rows[int(L)], int(L)) for L in used.tolist())
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -185,9 +151,8 @@ class PackedBatchSampler(ResumableBatchSampler):
         return state
 
     def __repr__(self) -> str:
-        cfg = self._cfg
         return (
-            f"PackedBatchSampler({len(cfg.lengths):,} samples, row lengths {list(cfg.buckets)}, "
-            f"rows={cfg.rows}, shuffle={cfg.shuffle}, window={cfg.window}, "
-            f"rank {cfg.rank}/{cfg.num_replicas})"
+            f"PackedBatchSampler({len(self._lengths):,} samples, row lengths "
+            f"{list(self._buckets)}, rows={self._rows}, shuffle={self._shuffle}, "
+            f"window={self._window}, rank {self._rank}/{self._num_replicas})"
         )

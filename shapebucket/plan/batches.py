@@ -1,0 +1,229 @@
+"""Bucket batch planning: pure functions that cut each bucket's samples into batches.
+
+An epoch's plan is built with numpy from ``(seed, epoch)`` alone:
+
+1. indices are shuffled (``shuffle=True``) and stably grouped by bucket, so each
+   bucket's indices are contiguous and shuffled inside it (or sorted, unshuffled);
+2. each bucket is cut into *global steps* of ``num_replicas * rows(bucket)``
+   indices; rank ``r`` takes the ``r``-th slice of every step, so all ranks are
+   in the same bucket at the same step and get disjoint samples;
+3. what is left of a bucket is a *leftover*: dropped (``drop_last=True``),
+   promoted into the next larger bucket (``leftovers="promote"``; the largest
+   bucket's remainder stays), or kept as one short step. A short step is split
+   evenly across ranks; when it does not divide, the first few of its indices
+   are repeated so every rank gets the same count (counted in the report);
+4. steps are shuffled across buckets (``shuffle=True``) with the same generator.
+
+Steps 2-3 are :func:`plan_steps` (the same every epoch) and steps 1 and 4 are
+:func:`plan_epoch`; :class:`~shapebucket.sampling.BucketBatchSampler` is these
+two functions plus resumable state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from ..errors import ShapeBucketError
+from .buckets import Buckets
+
+__all__ = [
+    "EpochPlan",
+    "Leftovers",
+    "SamplerReport",
+    "StepPlan",
+    "check_longest",
+    "plan_epoch",
+    "plan_steps",
+]
+
+Leftovers = Literal["keep", "promote"]
+
+
+@dataclass(frozen=True)
+class SamplerReport:
+    """What one epoch of a bucket batch plan does with the samples (identical every epoch).
+
+    ``dropped`` samples are in no batch (``drop_last=True``); ``duplicated``
+    counts index repeats added so every rank gets equally many samples in a
+    short step; ``promotions`` counts leftover moves to the next bucket (a
+    sample moved up two buckets counts twice). ``num_shapes`` is the number of
+    distinct planned ``(rows, bucket)`` pairs, before the collator pads rows
+    (with ``leftovers="promote"`` a batch made only of promoted samples is
+    collated at their smaller bucket: ``sampler.shapes()`` lists those).
+
+    >>> from shapebucket.sampling import BucketBatchSampler
+    >>> s = BucketBatchSampler([3, 5, 9, 12, 4], [8, 16], batch_size=2, drop_last=True)
+    >>> s.stats.batches, s.stats.dropped, s.stats.num_shapes
+    (2, 1, 2)
+    """
+
+    num_samples: int
+    batches: int
+    full_batches: int
+    short_batches: int
+    dropped: int
+    duplicated: int
+    promotions: int
+    num_shapes: int
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The epoch-independent part of a plan: which bucket each global step is in, and its size.
+
+    Built by :func:`plan_steps`; the samples of each step are chosen per epoch
+    by :func:`plan_epoch`.
+    """
+
+    step_bucket: np.ndarray  # bucket index of each global step, in construction order
+    step_size: np.ndarray  # per-rank rows of each step
+    seg_start: np.ndarray  # per bucket: first position of its segment in the grouped order
+    seg_full: np.ndarray  # per bucket: indices covered by full steps
+    seg_left: np.ndarray  # per bucket: leftover indices kept as a short step (0 if none)
+    stats: SamplerReport
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """One epoch's order: global step ``t`` is ``flat[offsets[t]:][: num_replicas * sizes[t]]``,
+    rank ``r`` taking the ``r``-th slice of ``sizes[t]`` indices; ``buckets[t]`` is its bucket index."""
+
+    flat: np.ndarray
+    offsets: np.ndarray
+    sizes: np.ndarray
+    buckets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def batch(self, step: int, rank: int = 0) -> list[int]:
+        """Rank ``rank``'s indices of global step ``step``."""
+        s = int(self.sizes[step])
+        lo = int(self.offsets[step]) + rank * s
+        return self.flat[lo : lo + s].tolist()
+
+
+def check_longest(lengths: np.ndarray, table: Buckets, *, limit: str, fix: str) -> None:
+    """Refuse a sample longer than ``table.max_len``, naming it: ``limit`` is what the message
+    calls the longest bucket, ``fix`` how to repair it (``{length}`` is filled in).
+
+    >>> check_longest(np.array([3, 40]), Buckets([8, 32]), limit="largest bucket", fix="add a bucket >= {length}")
+    Traceback (most recent call last):
+    ...
+    shapebucket.errors.ShapeBucketError: sample 1 has length 40 > largest bucket 32 of Buckets([8, 32]); add a bucket >= 40
+    """
+    if int(lengths.max()) > table.max_len:
+        i = int(np.argmax(lengths > table.max_len))
+        n = int(lengths[i])
+        raise ShapeBucketError(
+            f"sample {i} has length {n} > {limit} {table.max_len} of {table!r}; "
+            + fix.format(length=n)
+        )
+
+
+def plan_steps(
+    bucket_counts: Sequence[int] | np.ndarray,
+    rows: Sequence[int],
+    *,
+    num_replicas: int = 1,
+    drop_last: bool = False,
+    leftovers: Leftovers = "keep",
+) -> StepPlan:
+    """Cut each bucket's samples into global steps (steps 2-3 of the module docstring).
+
+    ``bucket_counts[j]`` samples fall in bucket ``j``, whose per-rank batch has
+    ``rows[j]`` rows.
+
+    >>> plan = plan_steps([5, 2], [2, 2])
+    >>> plan.step_bucket.tolist(), plan.step_size.tolist(), plan.stats.short_batches
+    ([0, 0, 0, 1], [2, 2, 1, 2], 1)
+    """
+    counts = np.asarray(bucket_counts, dtype=np.int64)
+    R = num_replicas
+    step_bucket: list[np.ndarray] = []
+    step_size: list[np.ndarray] = []
+    seg_start = np.zeros(len(counts), dtype=np.int64)
+    seg_full = np.zeros(len(counts), dtype=np.int64)
+    seg_left = np.zeros(len(counts), dtype=np.int64)
+    dropped = duplicated = promotions = short = 0
+    pos, carry = 0, 0
+    last = len(counts) - 1
+    for j, (n, bs) in enumerate(zip(counts.tolist(), rows, strict=True)):
+        seg_start[j] = pos - carry
+        total = n + carry
+        g = R * bs
+        full, rest = divmod(total, g)
+        seg_full[j] = full * g
+        step_bucket.append(np.full(full, j))
+        step_size.append(np.full(full, bs))
+        carry = 0
+        if rest:
+            if leftovers == "promote" and j < last:
+                carry = rest
+                promotions += rest
+            elif drop_last:
+                dropped += rest
+            else:
+                per_rank = -(-rest // R)
+                duplicated += per_rank * R - rest
+                seg_left[j] = rest
+                step_bucket.append(np.array([j]))
+                step_size.append(np.array([per_rank]))
+                short += 1
+        pos += n
+    sb = np.concatenate(step_bucket).astype(np.int64)
+    ss = np.concatenate(step_size).astype(np.int64)
+    shapes = len({(int(a), int(b)) for a, b in zip(sb.tolist(), ss.tolist(), strict=True)})
+    stats = SamplerReport(
+        num_samples=int(counts.sum()),
+        batches=len(sb),
+        full_batches=len(sb) - short,
+        short_batches=short,
+        dropped=dropped,
+        duplicated=duplicated,
+        promotions=promotions,
+        num_shapes=shapes,
+    )
+    return StepPlan(sb, ss, seg_start, seg_full, seg_left, stats)
+
+
+def plan_epoch(
+    plan: StepPlan,
+    bucket_index: np.ndarray,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool = True,
+    num_replicas: int = 1,
+) -> EpochPlan:
+    """The order of one epoch (steps 1 and 4 of the module docstring), from ``(seed, epoch)`` alone.
+
+    >>> plan = plan_steps([3, 1], [2, 2])
+    >>> plan_epoch(plan, np.array([0, 1, 0, 0]), seed=0, epoch=0, shuffle=False).flat.tolist()
+    [0, 2, 3, 1]
+    """
+    R = num_replicas
+    if shuffle:
+        rng = np.random.default_rng([seed, epoch])
+        perm = rng.permutation(len(bucket_index))
+        grouped = perm[np.argsort(bucket_index[perm], kind="stable")]
+    else:
+        rng = None
+        grouped = np.argsort(bucket_index, kind="stable")
+    pieces = []
+    for j in range(len(plan.seg_start)):
+        start, full, rest = int(plan.seg_start[j]), int(plan.seg_full[j]), int(plan.seg_left[j])
+        pieces.append(grouped[start : start + full])
+        if rest:
+            left = grouped[start + full : start + full + rest]
+            per_rank = -(-rest // R)
+            pieces.append(np.resize(left, per_rank * R))  # repeats the first indices when short
+    flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+    widths = plan.step_size * R
+    offsets = np.cumsum(widths) - widths
+    order = rng.permutation(len(widths)) if rng is not None else np.arange(len(widths))
+    return EpochPlan(flat, offsets[order], plan.step_size[order], plan.step_bucket[order])

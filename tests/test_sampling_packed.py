@@ -1,0 +1,200 @@
+"""PackedBatchSampler and its planner (plan_packing, pack_rows): the plan is a function of
+(seed, epoch), resumes at every position, checks its settings, and accounts honestly.
+(Moved from test_packing.py, whose collator and mask tests stay there.)"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import pickle
+
+import numpy as np
+import pytest
+from _helpers import check_resume_at_every_position
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shapebucket import PackedBatchSampler, PackedCollator, ShapeBucketError, fit_packing
+from shapebucket.data import mixture_lengths
+from shapebucket.plan.buckets import Buckets
+from shapebucket.plan.packing import pack_rows, plan_packing, rows_by_length
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(1, 30), min_size=1, max_size=80),
+    st.sampled_from([[32], [16, 32], [8, 16, 32]]),
+    st.integers(1, 4),
+)
+def test_the_collator_rebuilds_the_planned_rows(lengths, buckets, rows):
+    """The sampler's order is the layout: filling rows in order never needs more rows
+    than the plan has, and the row length is the plan's."""
+    plan = plan_packing(lengths, buckets, rows, seed=1, window=17)
+    for t in range(len(plan)):
+        idx = plan.batch(t)
+        L = int(plan.row_length[t])
+        row, _ = pack_rows([lengths[i] for i in idx], L)
+        assert row[-1] + 1 <= rows
+        assert Buckets(buckets).bucket_for(max(lengths[i] for i in idx)) == L
+    r = plan.report
+    assert r.real_tokens == sum(lengths)
+    assert r.computed_tokens == sum(int(L) * rows for L in plan.row_length)
+
+
+def test_plan_is_a_function_of_seed_and_epoch():
+    lengths = mixture_lengths(3000, seed=1)
+    a = PackedBatchSampler(lengths, [64, 128, 256], tokens_per_batch=1024, seed=3)
+    b = PackedBatchSampler(lengths, [64, 128, 256], tokens_per_batch=1024, seed=3)
+    first = list(a)
+    assert first == list(b)
+    a.set_epoch(1)
+    assert list(a) != first
+    c = PackedBatchSampler(lengths, [64, 128, 256], tokens_per_batch=1024, seed=4)
+    assert list(c) != first
+    unshuffled = [
+        list(
+            PackedBatchSampler(
+                lengths, [64, 128, 256], tokens_per_batch=1024, shuffle=False, seed=s
+            )
+        )
+        for s in (3, 4)
+    ]
+    assert unshuffled[0] == unshuffled[1] != first  # without shuffling the seed changes nothing
+
+
+def test_mixture_packs_above_97_percent_in_at_most_8_shapes():
+    lengths = mixture_lengths(200_000)
+    fit = fit_packing(lengths, 8, tokens_per_batch=1536, model_dim=128)
+    sampler = PackedBatchSampler(lengths, fit.buckets, rows=fit.rows)
+    assert sampler.stats.token_efficiency >= 0.97
+    assert sampler.stats.num_shapes <= 8
+    shapes = {(fit.rows[L], L) for L in sampler.batch_buckets().tolist()}
+    assert len(shapes) == sampler.stats.num_shapes
+
+
+def test_resume_at_every_position():
+    lengths = mixture_lengths(400, seed=2)
+    check_resume_at_every_position(
+        lambda: PackedBatchSampler(lengths, [32, 64, 256], tokens_per_batch=512, window=100),
+        epoch=1,
+    )
+
+
+def test_state_of_another_configuration_is_refused():
+    lengths = mixture_lengths(100)
+    s = PackedBatchSampler(lengths, [64, 256], tokens_per_batch=512)
+    other = PackedBatchSampler(lengths, [64, 256], tokens_per_batch=1024)
+    with pytest.raises(ShapeBucketError, match="other lengths"):
+        other.load_state_dict(s.state_dict())
+
+
+def test_sampler_pickles_without_its_plan():
+    s = PackedBatchSampler(mixture_lengths(500), [64, 256], tokens_per_batch=512)
+    first = list(s)
+    s.set_epoch(0)
+    clone = pickle.loads(pickle.dumps(s))
+    assert clone._cache is None and list(clone) == first
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"rows": 2, "tokens_per_batch": 64}, "exactly one of rows and tokens_per_batch"),
+        ({}, "exactly one of rows and tokens_per_batch"),
+        ({"tokens_per_batch": 16}, "tokens_per_batch=16 is less than the longest row length 32"),
+        ({"rows": {16: 2}}, r"rows has no batch size for buckets \[32\]"),
+        ({"rows": 0}, "rows"),
+        ({"rows": 2, "rank": 2, "num_replicas": 2}, "rank 2 is not < num_replicas 2"),
+    ],
+)
+def test_sampler_rejects_bad_settings(kwargs, match):
+    with pytest.raises(ShapeBucketError, match=match):
+        PackedBatchSampler([3, 5, 9], [16, 32], **kwargs)
+
+
+def test_a_sample_longer_than_every_row_is_an_error_naming_it():
+    with pytest.raises(ShapeBucketError, match="sample 1 has length 40 > longest row length 32"):
+        PackedBatchSampler([3, 40, 9], [16, 32], rows=2)
+
+
+def test_rows_are_checked_once_by_check_batch_sizes():
+    assert rows_by_length([8, 16], 3) == {8: 3, 16: 3}
+    assert rows_by_length([8], {8: 2, 99: 1}) == {8: 2}  # extra entries are ignored
+    for bad, match in [(True, "rows must be an int"), ({8: 0}, r"rows\[8\] must be >= 1")]:
+        with pytest.raises(ShapeBucketError, match=match):
+            plan_packing([3], [8], bad)  # type: ignore[arg-type]
+
+
+def test_real_tokens_count_each_sample_once_when_ranks_get_copies():
+    """Issue 22: a rank left without a row in a short step gets a copy; the copy is
+    computed, not real."""
+    lengths = [5, 3]
+    plan = plan_packing(lengths, [8], rows=1, num_replicas=3, shuffle=False)
+    r = plan.report
+    assert r.duplicated > 0
+    assert r.real_tokens == sum(lengths) == 8
+    assert r.computed_tokens == 3 * 8
+    assert r.token_efficiency == pytest.approx(8 / 24)
+    assert r.attention_efficiency == pytest.approx((25 + 9) / (3 * 64))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 9), min_size=1, max_size=30), st.integers(1, 9))
+def test_pack_rows_starts_are_indices_inside_their_row(lengths, row_length):
+    lengths = [min(n, row_length) for n in lengths]
+    row, start = pack_rows(lengths, row_length)
+    assert (np.diff(row) >= 0).all()
+    assert ((start >= 0) & (start < row_length)).all()
+    ends = start + np.asarray(lengths)
+    assert (ends <= row_length).all()
+    for r in set(row.tolist()):  # the non-empty samples of a row do not overlap
+        mine = [
+            (s, e) for s, e, n, rr in zip(start, ends, lengths, row, strict=True) if rr == r and n
+        ]
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(mine))
+
+
+def test_an_empty_sample_right_after_a_full_row_collates():
+    """Issue 22: it raised IndexError (its start was the row length)."""
+    batch = PackedCollator([8], rows=2)(
+        [{"input_ids": [1] * 8, "labels": [1] * 8}, {"input_ids": [], "labels": []}]
+    )
+    assert batch["input_ids"].shape == (2, 8)
+    assert batch["labels"][0].tolist() == [-100] + [1] * 7
+
+
+def test_shapes_are_exact_with_one_window_and_a_superset_with_several():
+    # [10, 3, 3] into [4, 16]: the 3s always fill the 10's row, so rows of 4 are never opened
+    one = PackedBatchSampler([10, 3, 3], [4, 16], rows={4: 3, 16: 1})
+    assert one.shapes() == {(1, 16)}
+    several = PackedBatchSampler([10, 3, 3], [4, 16], rows={4: 3, 16: 1}, window=1)
+    seen = set()
+    for epoch in range(20):
+        several.set_epoch(epoch)
+        seen |= {(several.rows[int(L)], int(L)) for L in several.batch_buckets()}
+    assert seen == several.shapes() == {(1, 16), (3, 4)}  # some epochs open a row of 4
+
+
+def test_settings_read_as_attributes_and_cannot_be_assigned():
+    s = PackedBatchSampler([3, 5, 9], [16, 32], rows=2, window=7)
+    assert (s.window, s.shuffle, s.num_replicas, s.rank, s.rows) == (7, True, 1, 0, {16: 2, 32: 2})
+    for name in ("window", "buckets", "lengths", "shuffle", "rank"):
+        with pytest.raises(AttributeError, match=f"PackedBatchSampler.{name} is fixed"):
+            setattr(s, name, None)
+
+
+def test_each_index_once_per_epoch_on_every_rank_together():
+    lengths = mixture_lengths(300, seed=5)
+    per_rank = [
+        PackedBatchSampler(
+            lengths, [64, 256], tokens_per_batch=512, window=50, num_replicas=3, rank=r
+        )
+        for r in range(3)
+    ]
+    for epoch in range(2):
+        seen: collections.Counter[int] = collections.Counter()
+        for s in per_rank:
+            s.set_epoch(epoch)
+            seen.update(i for b in s for i in b)
+        assert set(seen) == set(range(len(lengths)))
+        assert sum(seen.values()) - len(lengths) == per_rank[0].stats.duplicated

@@ -1,61 +1,41 @@
-"""shapebucket: pad variable-length batches to a few bucket lengths for torch.compile.
+"""shapebucket: make ``torch.compile`` fast on variable-length data.
+
+Pad each batch to one of a few bucket lengths (or pack whole samples into rows of a
+few lengths), compile every shape before training, and prove nothing recompiles
+after. The top level holds the pipeline of the README; the rest lives by concern in
+:mod:`shapebucket.plan` (buckets, fits, reports, the shape plan),
+:mod:`shapebucket.sampling`, :mod:`shapebucket.collate` and :mod:`shapebucket.compile`.
 
 >>> import shapebucket
->>> shapebucket.Buckets.powers_of_two(100).bucket_for(70)
-128
+>>> shapebucket.fit_buckets([5, 9, 12, 30, 31], k=2, align=8)
+Buckets([16, 32])
 """
 
 from .collate.attention import document_block_mask, document_causal_mask
-from .collate.bucket import BucketCollator, CollateReport
-from .collate.device import FlatBatch
+from .collate.bucket import BucketCollator
 from .collate.packed import PackedCollator
-from .compile.cache import load_compile_cache, save_compile_cache
-from .compile.prewarm import PrewarmReport, prewarm
-from .compile.recompiles import CompileCounter, mark_dynamic, no_recompiles
-from .compile.regions import compile_regions
+from .compile.prewarm import prewarm
+from .compile.recompiles import no_recompiles
 from .errors import ShapeBucketError
-from .plan.buckets import Buckets
 from .plan.fit import fit_buckets
-from .plan.kchoice import KChoiceReport, choose_k
-from .plan.packing import PackingReport, rows_for_tokens
-from .plan.packing_fit import PackingFitReport, fit_packing, packing_report
-from .plan.padding import PaddingReport, padding_report
-from .plan.policies import PolicyReport, compare_policies
-from .sampling.bucket import BucketBatchSampler, SamplerReport
+from .plan.packing_fit import fit_packing
+from .plan.shapes import ShapePlan
+from .sampling.bucket import BucketBatchSampler
 from .sampling.packed import PackedBatchSampler
 
 __all__ = [
     "BucketBatchSampler",
     "BucketCollator",
-    "Buckets",
-    "CollateReport",
-    "CompileCounter",
-    "FlatBatch",
-    "KChoiceReport",
     "PackedBatchSampler",
     "PackedCollator",
-    "PackingFitReport",
-    "PackingReport",
-    "PaddingReport",
-    "PolicyReport",
-    "PrewarmReport",
-    "SamplerReport",
     "ShapeBucketError",
-    "choose_k",
-    "compare_policies",
-    "compile_regions",
+    "ShapePlan",
     "document_block_mask",
     "document_causal_mask",
     "fit_buckets",
     "fit_packing",
-    "load_compile_cache",
-    "mark_dynamic",
     "no_recompiles",
-    "packing_report",
-    "padding_report",
     "prewarm",
-    "rows_for_tokens",
-    "save_compile_cache",
 ]
 
 __version__ = "0.1.0"

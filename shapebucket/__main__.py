@@ -160,7 +160,7 @@ def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int
     print(table)
     print()
     print("Suggested (paste into your code):")
-    print(f"    buckets = shapebucket.{table.fitted!r}")
+    print(f"    buckets = shapebucket.plan.{table.fitted!r}")
     if plot is not None:
         title = f"fitted buckets (k={k}, align={args.align})"
         plot_lengths(lengths, list(table.fitted), plot, title)

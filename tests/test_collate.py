@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
-from shapebucket import BucketCollator, Buckets, ShapeBucketError
+from shapebucket import BucketCollator, ShapeBucketError
+from shapebucket.plan import Buckets
 
 BUCKETS = Buckets([4, 8, 16, 32])
 

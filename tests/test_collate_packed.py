@@ -13,8 +13,6 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from shapebucket import (
-    Buckets,
-    CompileCounter,
     PackedBatchSampler,
     PackedCollator,
     ShapeBucketError,
@@ -25,7 +23,9 @@ from shapebucket import (
     prewarm,
 )
 from shapebucket.bench.model import GPT, GPTConfig
+from shapebucket.compile import CompileCounter
 from shapebucket.data import mixture_lengths
+from shapebucket.plan import Buckets
 from shapebucket.plan.packing import pack_rows, plan_packing
 
 

@@ -15,12 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
-from shapebucket import (
-    BucketBatchSampler,
-    BucketCollator,
-    PackedCollator,
-    ShapeBucketError,
-)
+from shapebucket import BucketBatchSampler, BucketCollator, PackedCollator, ShapeBucketError
 from shapebucket import _torch_compat as compat
 from shapebucket.compile import CompileCounter, no_recompiles, prewarm
 from shapebucket.plan.buckets import Buckets

@@ -12,7 +12,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shapebucket import BucketCollator, FlatBatch, ShapeBucketError
+from shapebucket import BucketCollator, ShapeBucketError
+from shapebucket.collate import FlatBatch
 from shapebucket.collate.kernel import triton_available
 
 DTYPES = {

@@ -101,7 +101,9 @@ def test_no_module_or_function_too_long():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = _code_lines(node)
                 if n > MAX_FUNCTION_LINES:
-                    too_long.append(f"{path.relative_to(PKG.parent)}:{node.lineno} {node.name}: {n}")
+                    too_long.append(
+                        f"{path.relative_to(PKG.parent)}:{node.lineno} {node.name}: {n}"
+                    )
     assert too_long == []
 
 
@@ -109,7 +111,7 @@ def test_no_module_or_function_too_long():
 
 _PROBE = """
 import json, logging, sys
-import numpy, torch, torch._dynamo
+import numpy, torch, torch._dynamo, torch.optim.optimizer
 def handlers():
     return {
         name: [type(h).__name__ for h in logging.getLogger(name).handlers]
@@ -117,14 +119,34 @@ def handlers():
         if name.startswith("torch")
     }
 before_mods, before_handlers = set(sys.modules), handlers()
-hooks_before = dict(torch.optim.optimizer._global_optimizer_pre_hooks)
+hooks_before = dict(sys.modules["torch.optim.optimizer"]._global_optimizer_pre_hooks)
 import %s
 print(json.dumps({
     "modules": sorted(m for m in set(sys.modules) - before_mods if m.startswith("shapebucket")),
     "handlers_changed": handlers() != before_handlers,
-    "optimizer_hooks_changed": dict(torch.optim.optimizer._global_optimizer_pre_hooks) != hooks_before,
+    "optimizer_hooks_changed": dict(sys.modules["torch.optim.optimizer"]._global_optimizer_pre_hooks) != hooks_before,
+    "heavy": sorted(
+        m for m in ("triton", "transformers", "matplotlib", "tqdm")
+        if m in sys.modules and m not in before_mods
+    ),
 }))
 """
+
+
+#: ``import shapebucket`` loads the four concerns and the private core, nothing else:
+#: not the benchmark, the CLI, the lengths helpers or the Hugging Face integration
+CONCERNS = ("plan", "sampling", "collate", "compile")
+CORE = ["shapebucket", "shapebucket._progress", "shapebucket._torch_compat"]
+CORE += ["shapebucket._validate", "shapebucket.errors"]
+#: loaded when first used: the triton kernels (the ``gpu`` extra)
+LAZY = {"shapebucket.collate._triton_kernels"}
+EXPECTED_MODULES = sorted(
+    {*CORE, *(module_name(p) for c in CONCERNS for p in (PKG / c).glob("*.py"))} - LAZY
+)
+#: the examples' GPT needs the document mask, which loads the package (not the harness)
+EXPECTED_BENCH_MODEL_MODULES = sorted(
+    [*EXPECTED_MODULES, "shapebucket.bench", "shapebucket.bench.model"]
+)
 
 
 def _import_probe(module: str) -> dict:
@@ -142,6 +164,7 @@ def test_import_shapebucket_loads_exactly_the_core_and_installs_nothing():
     assert not any(m.startswith("shapebucket.bench") for m in probe["modules"])
     assert probe["handlers_changed"] is False
     assert probe["optimizer_hooks_changed"] is False
+    assert probe["heavy"] == []  # optional dependencies load when used
 
 
 def test_the_bench_model_loads_only_what_it_uses():

@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from shapebucket import (
-    ShapeBucketError,
-    fit_packing,
-    packing_report,
-    rows_for_tokens,
-)
+from shapebucket import ShapeBucketError, fit_packing
 from shapebucket.data import mixture_lengths
+from shapebucket.plan import packing_report, rows_for_tokens
 
 # -- the plan ----------------------------------------------------------------------------------
 

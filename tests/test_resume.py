@@ -18,7 +18,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from shapebucket import BucketBatchSampler, Buckets, PackedBatchSampler
+from shapebucket import BucketBatchSampler, PackedBatchSampler
+from shapebucket.plan import Buckets
 
 torchdata = pytest.importorskip("torchdata.stateful_dataloader")
 

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
-from shapebucket import BucketBatchSampler, BucketCollator, Buckets, ShapeBucketError
+from shapebucket import BucketBatchSampler, BucketCollator, ShapeBucketError
+from shapebucket.plan import Buckets
 from shapebucket.plan.batches import plan_epoch, plan_steps
 
 BUCKETS = Buckets([4, 8, 16, 32])
@@ -247,7 +248,8 @@ DIST_SCRIPT = textwrap.dedent(
     import json, os, sys
     import numpy as np
     import torch.distributed as dist
-    from shapebucket import BucketBatchSampler, Buckets
+    from shapebucket import BucketBatchSampler
+    from shapebucket.plan import Buckets
 
     dist.init_process_group("gloo")
     lengths = np.random.default_rng(0).integers(1, 33, 203)

@@ -129,7 +129,7 @@ def mark_dynamic(
         if not strict and path not in _warned_keys:
             _warned_keys.add(path)
             warnings.warn(
-                f"shapebucket.mark_dynamic: {path!r} dim {dim} is marked with maybe_mark_dynamic (strict=False). "
+                f"shapebucket.compile.mark_dynamic: {path!r} dim {dim} is marked with maybe_mark_dynamic (strict=False). "
                 "If the model specialises this dim, torch.compile quietly builds one static graph per length "
                 "and falls back to eager after the recompile limit; pass strict=True to get an error instead.",
                 stacklevel=2,

@@ -8,13 +8,15 @@ buckets from the job (:func:`choose_k`), fixed policies side by side
 (:class:`ShapePlan`).
 """
 
+from .batches import plan_epoch, plan_steps
 from .buckets import Buckets
 from .fit import fit_buckets
 from .kchoice import KChoiceReport, KEstimate, choose_k
-from .packing import PackingReport, plan_packing
+from .packing import PackingReport, pack_rows, plan_packing, rows_for_tokens
 from .packing_fit import PackingFitReport, fit_packing, packing_report
 from .padding import PaddingReport, padding_report
 from .policies import PolicyReport, compare_policies
+from .shapes import Shape, ShapePlan
 
 __all__ = [
     "Buckets",
@@ -24,11 +26,17 @@ __all__ = [
     "PackingReport",
     "PaddingReport",
     "PolicyReport",
+    "Shape",
+    "ShapePlan",
     "choose_k",
     "compare_policies",
     "fit_buckets",
     "fit_packing",
+    "pack_rows",
     "packing_report",
     "padding_report",
+    "plan_epoch",
     "plan_packing",
+    "plan_steps",
+    "rows_for_tokens",
 ]

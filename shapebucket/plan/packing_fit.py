@@ -74,7 +74,7 @@ class PackingFitReport:
     @property
     def num_shapes(self) -> int:
         """Distinct ``(rows, bucket)`` batch shapes of the chosen set's epoch."""
-        return self.report.shapes
+        return self.report.num_shapes
 
     @property
     def token_efficiency(self) -> float:
@@ -103,7 +103,7 @@ class PackingFitReport:
             )
             lines.append(
                 f"  {list(buckets)!s:<40s} {rep.token_efficiency:>7.1%} "
-                f"{rep.attention_efficiency:>9.1%} {rep.shapes:>6d}{extra}{mark}"
+                f"{rep.attention_efficiency:>9.1%} {rep.num_shapes:>6d}{extra}{mark}"
             )
         return "\n".join(lines)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _collate_models import tiny_llama
 from torch import nn
 
 from shapebucket import BucketBatchSampler, BucketCollator, PackedCollator, ShapeBucketError
@@ -34,24 +35,6 @@ def _samples(lengths, seed=0):
     return out
 
 
-def _llama():
-    pytest.importorskip("transformers")
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(
-        vocab_size=50,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        attn_implementation="sdpa",
-    )
-    torch.manual_seed(0)
-    return LlamaForCausalLM(cfg).float()
-
-
 def _quick_start_batch():
     lengths = [3, 5, 9, 12, 4, 7, 15]
     sampler = BucketBatchSampler(lengths, [8, 16], batch_size=3, shuffle=False)
@@ -74,7 +57,7 @@ def test_quick_start_batch_feeds_a_plain_module():
 
 
 def test_quick_start_batch_feeds_a_hugging_face_model():
-    model = _llama()
+    model = tiny_llama()
     batch, samples = _quick_start_batch()
     with torch.no_grad():
         loss = model(**batch).loss
@@ -109,7 +92,7 @@ def test_packed_defaults_carry_no_attention_mask():
 def test_packed_default_batch_into_a_hugging_face_decoder_equals_one_by_one():
     """model(**batch, use_cache=False) with the default keys (document_ids included):
     the packed losses equal each sample's alone within 1e-5."""
-    model = _llama()
+    model = tiny_llama()
     lengths = [5, 17, 3, 9]
     samples = _samples(lengths)
     batch = PackedCollator([32], rows=2, label_shift="model")(samples)

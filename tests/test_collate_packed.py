@@ -8,6 +8,7 @@ import collections
 import numpy as np
 import pytest
 import torch
+from _collate_models import tiny_llama
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
@@ -281,26 +282,6 @@ def test_prewarm_covers_every_packed_shape_and_training_never_recompiles():
     assert cc.graphs == 0
 
 
-def _llama():
-    """A tiny Llama; skips the calling test when transformers is not installed (the other
-    tests of this file need no extra)."""
-    pytest.importorskip("transformers")
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(
-        vocab_size=50,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        attn_implementation="sdpa",
-    )
-    torch.manual_seed(0)
-    return LlamaForCausalLM(cfg).float()
-
-
 def _hf_token_losses(model, input_ids, labels, **inputs):
     """Per-token losses with the Hugging Face shift: logits[t] predicts labels[t + 1]."""
     logits = model(input_ids=input_ids, **inputs).logits[:, :-1].float()
@@ -314,7 +295,7 @@ def test_hf_decoder_packed_under_static_compile_equals_one_by_one():
     cache): the per-token losses and gradients of a packed batch under
     torch.compile(dynamic=False) equal those of each sample alone, and a second layout
     of the same shape reuses the graph."""
-    model = _llama()
+    model = tiny_llama()
     collate = PackedCollator([32], rows=2, label_shift="model")
     compiled = torch.compile(model, dynamic=False, fullgraph=True, backend="aot_eager")
     for lengths in ([5, 17, 3, 9, 20, 1], [30, 2, 12, 14]):
@@ -354,7 +335,7 @@ def test_hf_decoder_with_its_default_cache_attends_across_samples():
     """The pitfall docs/packing.md warns about: with use_cache left at its default (True)
     transformers makes a cache, skips its packed-sequence detection, and the second
     sample of a row attends to the first."""
-    model = _llama()
+    model = tiny_llama()
     lengths = [5, 17]
     samples = [
         {"input_ids": s["input_ids"], "labels": s["input_ids"].clone()}

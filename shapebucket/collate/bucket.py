@@ -1,9 +1,11 @@
 """``BucketCollator``: pad each batch's sequence dimension to its bucket length.
 
 The collator is a picklable dataclass meant for ``DataLoader(collate_fn=...)``.
-Each key is filled in one pre-allocated tensor: the real tokens of all samples
-are concatenated once and scattered through a mask built from the lengths, so
-there is no per-sample ``F.pad`` and ``stack``.
+It reads and checks the samples (the shared :class:`~.base.Collator`), chooses
+the bucket and the rows, and describes a one-sample-per-row
+:class:`~.engine.Layout`; the engine fills each key in one pre-allocated tensor
+(the real tokens of all samples concatenated once and scattered through the
+mask), so there is no per-sample ``F.pad`` and ``stack``.
 
 Conventions (all documented in ``docs/collate.md``):
 

@@ -141,7 +141,15 @@ class PackedCollator(Collator):
 
     def __repr__(self) -> str:
         settings = [f"buckets={self.buckets!r}", f"rows={self.rows!r}"]
-        for name in ("pad_values", "length_key", "sequence_keys", "index_key", "cu_seqlens_key"):
+        names = (
+            "pad_values",
+            "length_key",
+            "sequence_keys",
+            "index_key",
+            "mask_key",
+            "cu_seqlens_key",
+        )
+        for name in names:
             value = getattr(self, name)
             if value is not None:
                 settings.append(f"{name}={value!r}")
@@ -244,11 +252,11 @@ class PackedCollator(Collator):
             )
         if self.label_shift == "model":
             missing = [k for k in self.label_keys if k not in keys]
-            if missing or (not self.label_keys and labels):
+            if missing:
                 raise ShapeBucketError(
                     f"label_shift='model' shifts label_keys={list(self.label_keys)}, but the "
-                    f"samples have no key {missing[0] if missing else labels[0]!r} (they have "
-                    f"{keys}); name the labels' key in label_keys"
+                    f"samples have no key {missing[0]!r} (they have {keys}); name the labels' "
+                    "key in label_keys"
                 )
             stray = [k for k in labels if k not in self.label_keys]
             if stray:

@@ -17,6 +17,7 @@ from shapebucket import (
     PackedBatchSampler,
     PackedCollator,
     ShapeBucketError,
+    ShapePlan,
     document_block_mask,
     document_causal_mask,
     fit_packing,
@@ -274,9 +275,11 @@ def test_prewarm_covers_every_packed_shape_and_training_never_recompiles():
     model = GPT(GPTConfig(vocab=50, dim=16, layers=1, heads=2, max_len=256))
     compiled = torch.compile(model, dynamic=False, backend="eager", fullgraph=True)
     batches = [collate([samples[i] for i in b]) for b in sampler]
-    report = prewarm(compiled, fit.buckets, example=batches[0], collator=collate, progress=False)
-    assert report.total_graphs == len(fit.buckets)
-    with CompileCounter() as cc, no_recompiles(fit.buckets):
+    plan = ShapePlan.of(collate, sampler)
+    assert {(s.rows, s.length) for s in plan.shapes} == sampler.shapes()
+    report = prewarm(compiled, plan, example=batches[0], progress=False)
+    assert report.total_graphs == len(plan) == len({tuple(b["input_ids"].shape) for b in batches})
+    with CompileCounter() as cc, no_recompiles(plan):
         for b in batches:
             compiled(**b).backward()
     assert cc.graphs == 0

@@ -152,8 +152,8 @@ def test_prewarm_refuses_a_packed_plan_for_a_decoder_that_keeps_a_cache(monkeypa
 
     model = tiny_llama()
     model.config.use_cache = True  # Llama's default
-    lengths, ds = dataset(16)
-    collate = shapebucket.PackedCollator([64], rows=2, label_shift="model")
+    _, ds = dataset(16)
+    collate = shapebucket.PackedCollator([64], rows=4, label_shift="model")
     plan = shapebucket.ShapePlan.of(collate)
     with pytest.raises(shapebucket.ShapeBucketError, match="use_cache = False"):
         shapebucket.prewarm(model, plan, example=collate(ds[:3]), progress=False)

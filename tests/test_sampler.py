@@ -94,7 +94,7 @@ def test_batches_fit_smallest_bucket_and_budget(cfg):
         if "tokens_per_batch" in kwargs:
             assert len(batch) * plan <= kwargs["tokens_per_batch"]
         shapes.add((len(batch), bucket))
-        collated.add(tuple(collate([[1] * int(lengths[i]) for i in batch])[0].shape))
+        collated.add(tuple(collate([[1] * int(lengths[i]) for i in batch]).shape))
     # paired with rows=sampler.rows, there is one shape per bucket at most
     assert collated <= {(n, b) for b, n in s.rows.items()}
     if kwargs["leftovers"] == "keep":

@@ -156,7 +156,7 @@ def test_pack_rows_starts_are_indices_inside_their_row(lengths, row_length):
 
 def test_an_empty_sample_right_after_a_full_row_collates():
     """Issue 22: it raised IndexError (its start was the row length)."""
-    batch = PackedCollator([8], rows=2)(
+    batch = PackedCollator([8], rows=2, label_shift="model")(
         [{"input_ids": [1] * 8, "labels": [1] * 8}, {"input_ids": [], "labels": []}]
     )
     assert batch["input_ids"].shape == (2, 8)

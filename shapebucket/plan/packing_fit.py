@@ -35,7 +35,7 @@ def packing_report(
     """Token and attention efficiency of packing ``lengths`` into ``buckets`` (the row
     lengths) with ``rows`` rows per batch (epoch 0 of the plan).
 
-    >>> packing_report([5, 3, 8, 2, 6], [8], rows=2, seed=0).shapes
+    >>> packing_report([5, 3, 8, 2, 6], [8], rows=2, seed=0).num_shapes
     1
     """
     seed = check_int("seed", seed, minimum=0)

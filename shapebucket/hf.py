@@ -105,7 +105,6 @@ class BucketTrainer(Trainer):
             self.buckets,
             pad_values=pad_values,
             rows=self.bucket_sampler.rows,
-            sample_mask_key=None,
         )
 
     def get_train_dataloader(self) -> DataLoader:

@@ -171,3 +171,69 @@ def test_the_bench_model_loads_only_what_it_uses():
     probe = _import_probe("shapebucket.bench.model")
     assert probe["modules"] == EXPECTED_BENCH_MODEL_MODULES
     assert probe["handlers_changed"] is False
+
+
+# -- what docs/architecture.md states ----------------------------------------------------
+
+CORE_MODULES = {
+    "shapebucket.errors",
+    "shapebucket._validate",
+    "shapebucket._torch_compat",
+    "shapebucket._progress",
+}
+ALLOWED = {  # concern -> what it may import besides itself and the core
+    "plan": set(),
+    "sampling": {"plan"},
+    "collate": {"plan"},
+    "compile": {"plan", "collate"},
+}
+
+
+def test_architecture_page_lists_every_module():
+    page = (PKG.parent / "docs" / "architecture.md").read_text()
+    missing = [
+        str(p.relative_to(PKG))
+        for p in PKG.rglob("*.py")
+        if p.name != "__init__.py"
+        and p.parent.name != "bench"
+        and f"`{p.relative_to(PKG).as_posix()}`" not in page
+    ]
+    missing += [
+        p.name
+        for p in (PKG / "bench").glob("*.py")
+        if p.name != "__init__.py" and p.stem not in page
+    ]
+    assert missing == []
+
+
+def test_imports_run_one_way():
+    wrong = []
+    for concern, allowed in ALLOWED.items():
+        for path in (PKG / concern).rglob("*.py"):
+            for target in imports_of(path):
+                parts = target.split(".")
+                if target not in CORE_MODULES and parts[1:2] not in (
+                    [concern],
+                    *[[a] for a in allowed],
+                ):
+                    wrong.append(f"{module_name(path)} imports {target}")
+    assert wrong == []
+
+
+def test_private_torch_apis_live_in_one_module():
+    """``torch._anything`` (attribute or import) only in ``_torch_compat.py``."""
+    found = []
+    for path in PKG.rglob("*.py"):
+        if path.name == "_torch_compat.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.Attribute):
+                names = [ast.unparse(node)]
+            if any(n.startswith("torch.") and "._" in n and "__" not in n for n in names):
+                found.append(f"{path.relative_to(PKG.parent)}:{node.lineno}")
+    assert found == []

@@ -87,9 +87,7 @@ def test_no_recompile_after_prewarm_and_state_restored_bitwise(mode):
         collate = PackedCollator(BUCKETS, rows=2, label_shift="none", mask_key=None)
         lengths_per_batch = [[3, 5, 7], [9, 2, 4], [30, 1], [16, 8, 8]]
     else:
-        collate = BucketCollator(
-            BUCKETS, sequence_keys=["input_ids", "labels"], rows=2, sample_mask_key=None
-        )
+        collate = BucketCollator(BUCKETS, sequence_keys=["input_ids", "labels"], rows=2)
         lengths_per_batch = [[3, 5], [9, 2], [30, 1], [16, 8]]
     if mode == "regional":
         compile_regions(model, dynamic=False, backend="eager", fullgraph=True)
@@ -141,9 +139,7 @@ def test_inference_prewarm_covers_every_length_and_batch_bucket():
         return model.logits(input_ids, attention_mask=attention_mask).sum(-1)
 
     compiled = torch.compile(serve, dynamic=False, backend="eager", fullgraph=True)
-    collate = BucketCollator(
-        BUCKETS, sequence_keys=["input_ids"], row_buckets=[1, 4], sample_mask_key=None
-    )
+    collate = BucketCollator(BUCKETS, sequence_keys=["input_ids"], row_buckets=[1, 4])
     example = collate([{"input_ids": [1, 2, 3]}])
     plan = ShapePlan.of(collate)  # every length at every row bucket
     assert len(plan) == len(BUCKETS) * 2
@@ -178,9 +174,7 @@ def test_reduce_overhead_prewarm_records_every_bucket_and_training_never_recompi
     model = tiny_gpt().cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     fwd = torch.compile(model, mode="reduce-overhead", dynamic=False)
-    collate = BucketCollator(
-        BUCKETS, sequence_keys=["input_ids", "labels"], rows=2, sample_mask_key=None
-    )
+    collate = BucketCollator(BUCKETS, sequence_keys=["input_ids", "labels"], rows=2)
 
     def on_gpu(batch):
         return {k: v.cuda() for k, v in batch.items()}

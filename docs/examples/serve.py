@@ -37,9 +37,7 @@ def main() -> None:
     args = p.parse_args()
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab=100, dim=32, layers=2, heads=4, max_len=64)).eval()
-    collate = shapebucket.BucketCollator(
-        LENGTHS, sequence_keys=["input_ids"], row_buckets=BATCHES, sample_mask_key=None
-    )
+    collate = shapebucket.BucketCollator(LENGTHS, sequence_keys=["input_ids"], row_buckets=BATCHES)
 
     def serve(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         # the next token after each prompt's last real token (pad rows: an answer nobody reads)

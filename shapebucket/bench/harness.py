@@ -5,7 +5,8 @@ How the figures are made to hold on a shared, noisy machine:
 * **Own code object per strategy.** Dynamo caches graphs per code object, and two
   compiled instances of one model class share it (and its recompile limit). Each
   strategy compiles its own copy of a two-line forward function
-  (:func:`fresh_forward`), so no strategy is ever served another's graphs.
+  (:func:`~shapebucket.bench.runner.fresh_forward`), so no strategy is ever served
+  another's graphs.
 * **Own cold compile.** With ``--cache fresh`` (default) each strategy compiles
   into its own empty inductor cache, so its warm-up is its own cold cost.
 * **Interleaved rounds.** Every strategy is warmed up first; then the timed

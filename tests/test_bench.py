@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from shapebucket import BucketCollator
 from shapebucket import _torch_compat as compat
 from shapebucket.bench import cli, harness, plans
-from shapebucket.bench.harness import PEERS, STRATEGIES, StrategyResult, fresh_forward
 from shapebucket.bench.peers import grouped_indices_reference, length_grouped_indices
 from shapebucket.bench.report import check_losses, format_table, headline
+from shapebucket.bench.runner import fresh_forward
+from shapebucket.bench.strategies import PEERS, STRATEGIES, StrategyResult
 from shapebucket.bench.workloads import caption_lengths, load_workload, stdlib_docstring_lengths
 from shapebucket.compile import CompileCounter
 

@@ -15,9 +15,10 @@ import torch
 from .._argparse import Parser
 from .._validate import check_int
 from ..errors import ShapeBucketError
-from .harness import PEERS, STRATEGIES, StrategyResult, run
+from .harness import run
 from .peers import source as grouped_source
 from .report import check_losses, format_table, headline, plot
+from .strategies import PEERS, STRATEGIES, StrategyResult
 from .workloads import WORKLOADS
 
 __all__ = ["main"]

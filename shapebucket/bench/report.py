@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .harness import StrategyResult
+from .strategies import StrategyResult
 
 __all__ = ["Headline", "check_losses", "format_table", "headline", "plot"]
 

@@ -1,0 +1,237 @@
+"""One strategy's run: its model and compiled step, its warm-up, its timed rounds and
+the summary of its record.
+
+The harness (:mod:`shapebucket.bench.harness`) calls :func:`prepare` for every
+strategy first, then :func:`time_round` for each in interleaved rounds, then
+:func:`finish`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import types
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from .. import _torch_compat as compat
+from ..compile.modes import CudaGraphs
+from ..compile.prewarm import prewarm
+from ..compile.recompiles import CompileCounter, mark_dynamic, no_recompiles
+from ..plan.buckets import Buckets
+from ..plan.shapes import ShapePlan
+from .plans import SEQUENCE_KEYS, Family, Setup
+from .strategies import PEERS, STRATEGIES, Strategy, StrategyResult
+
+__all__ = ["Runner", "finish", "fresh_forward", "prepare", "time_round"]
+
+
+def fresh_forward(tag: str) -> Callable[[Any, dict[str, Any]], Any]:
+    """``forward(model, batch) = model(**batch)`` with a code object of its own.
+
+    Dynamo keys its graph cache and its recompile limit on the code object, so
+    compiling this function once per strategy keeps each strategy's graphs (and
+    its recompile count) to itself, with no compiler reset between them.
+
+    >>> a, b = fresh_forward("a"), fresh_forward("b")
+    >>> a.__code__ is b.__code__, a(lambda x: x + 1, {"x": 1})
+    (False, 2)
+    """
+
+    def forward(model: Any, batch: dict[str, Any]) -> Any:
+        return model(**batch)
+
+    name = "forward_" + "".join(c if c.isalnum() else "_" for c in tag)
+    code = forward.__code__.replace(co_name=name)  # a new code object, its own cache
+    return types.FunctionType(code, forward.__globals__, name)
+
+
+# -- memory ---------------------------------------------------------------------------
+
+
+def _reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # Linux: reset the peak resident set size (VmHWM) of this process
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# -- one strategy ---------------------------------------------------------------------------
+
+
+@dataclass
+class Runner:
+    """One strategy from its warm-up to its summary: its own copies of its family's
+    batches, its compiled step, the guard of its timed rounds, its record and its losses."""
+
+    name: str
+    family: Family
+    step: Callable[[dict[str, Any]], torch.Tensor]
+    guard: Callable[[], Any]
+    result: StrategyResult
+    losses: list[torch.Tensor] = field(default_factory=list)
+
+
+def _marker(strategy: Strategy, buckets: Buckets | None) -> Callable[[dict[str, Any]], None] | None:
+    if strategy.mark == "maybe":
+
+        def maybe(batch: dict[str, Any]) -> None:
+            # strict=False: with strict=True this model raises ConstraintViolationError on CPU
+            # (inductor's kernels guard on 65 <= length), see docs/guide.md
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                mark_dynamic(batch, dim=1, sequence_keys=[*SEQUENCE_KEYS, "attention_mask"])
+
+        return maybe
+    if strategy.mark == "specialize":
+        sizes = list(buckets or [])
+
+        def specialize(batch: dict[str, Any]) -> None:
+            # specialize_on on one tensor (torch builds no cross product of specialisations);
+            # the others share its length symbol through plain mark_dynamic
+            compat.mark_dynamic_specialized(batch["input_ids"], 1, sizes)
+            for key in ("labels", "attention_mask"):
+                compat.mark_dynamic_dim(batch[key], 1, strict=True, min=None, max=None)
+
+        return specialize
+    return None
+
+
+def prepare(name: str, s: Setup, fam: Family) -> Runner:
+    """Build the model, compile, warm up (prewarm and/or the first steps); time it."""
+    strategy = STRATEGIES[name]
+    a = s.args
+    result = StrategyResult(name=name, family=strategy.family, peer=name in PEERS)
+    result.buckets = list(fam.buckets) if fam.buckets is not None else None
+    result.epoch_steps = len(fam.epoch)
+    result.token_efficiency = float(s.lengths.sum()) / float(sum(fam.padded))
+    result.shapes = len(set(fam.shapes))
+    torch.manual_seed(a.seed)
+    model = s.make_model().to(s.device)
+    model.load_state_dict(s.init_state)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    fwd: Any = fresh_forward(name)
+    if strategy.compile is not None:
+        fwd = torch.compile(fwd, fullgraph=True, mode=a.mode, **strategy.compile)
+    mark = _marker(strategy, fam.buckets)
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if s.device.type == "cuda"
+        else contextlib.nullcontext()
+    )
+
+    def step(batch: dict[str, Any]) -> torch.Tensor:
+        if mark is not None:
+            mark(batch)
+        with autocast:
+            loss = fwd(model, batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    guard = (lambda: no_recompiles(fam.buckets)) if strategy.prewarm else contextlib.nullcontext
+    # its own copies of the family's batches: marks (mark_dynamic) live on tensor objects,
+    # and one strategy's marks must not change how another strategy's compiler sees them
+    fam = replace(fam, warmup=[_copy(b) for b in fam.warmup], timed=[_copy(b) for b in fam.timed])
+    runner = Runner(name, fam, step, guard, result)
+    _reset_peak_memory(s.device)
+    with CompileCounter() as total:
+        t0 = time.perf_counter()
+        if strategy.prewarm and fam.buckets is not None:
+            prewarm(
+                fwd,
+                ShapePlan.of(fam.collate),  # the bench's collators pad rows: one shape per bucket
+                fam.warmup[0],
+                step=step,
+                restore=[opt],
+                # CUDA graphs are recorded after warm-up runs: record each shape's in prewarm
+                modes=[CudaGraphs()] if a.mode == "reduce-overhead" else [],
+                progress=False,
+            )
+        runner.losses.extend(step(b) for b in fam.warmup)
+        _sync(s.device)
+        result.warmup_s = time.perf_counter() - t0
+    result.graphs = total.graphs
+    result.recompile_limit_hit = bool(total.limit_hits)
+    result.warmup_peak_mem_mb = _peak_memory_mb(s.device)
+    return runner
+
+
+def _copy(batch: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_round(r: Runner, device: torch.device) -> None:
+    """One timed pass over the strategy's timed batches, each step timed on its own.
+
+    A step that compiled a graph is kept out of the round's tokens/sec (the steady
+    state) and counted in ``timed_compile_s`` instead, which the whole-job time
+    includes: a compile is paid once per run, not once per round."""
+    fam, res = r.family, r.result
+    compile_s = steady_s = 0.0
+    steady_tokens = 0
+    with CompileCounter() as cc, r.guard():
+        for batch, real in zip(fam.timed, fam.timed_real, strict=True):
+            graphs = compat.unique_graphs()
+            t0 = time.perf_counter()
+            r.losses.append(r.step(batch))
+            _sync(device)
+            dt = time.perf_counter() - t0
+            if compat.unique_graphs() != graphs:
+                compile_s += dt
+                res.compiled_steps.append(len(res.step_times))
+            else:
+                steady_s += dt
+                steady_tokens += real
+            res.step_times.append(dt)
+    res.timed_recompiles += cc.graphs
+    res.timed_compile_s += compile_s
+    res.recompile_limit_hit |= bool(cc.limit_hits)
+    if steady_s > 0:
+        res.round_tokens_per_sec.append(steady_tokens / steady_s)
+
+
+def finish(r: Runner) -> None:
+    """Fill the record's summary from its rounds: the median and min-max tokens/sec, the
+    steady steps/sec, the whole job's seconds and the per-step losses."""
+    res = r.result
+    rounds = np.asarray(res.round_tokens_per_sec)
+    res.useful_tokens_per_sec = float(np.median(rounds))
+    res.tokens_per_sec_min, res.tokens_per_sec_max = float(rounds.min()), float(rounds.max())
+    steps = len(r.family.timed)
+    times = np.asarray(res.step_times).reshape(-1, steps)
+    flags = np.zeros(times.size, dtype=bool)
+    flags[res.compiled_steps] = True
+    compiled = flags.reshape(times.shape)
+    # steady state: the seconds per step of each round without its compiling steps
+    per_step = [float(t[~c].mean()) for t, c in zip(times, compiled, strict=True) if (~c).any()]
+    median_step = float(np.median(per_step))
+    res.steps_per_sec = 1.0 / median_step
+    # a step that compiled counts its compile in the job, not in the steady state
+    res.job_s = res.warmup_s + res.timed_compile_s + res.epoch_steps * median_step
+    res.losses = [float(x) for x in torch.stack(r.losses).float().cpu()]
+    res.final_loss = res.losses[-1]

@@ -1,0 +1,109 @@
+"""The benchmark's strategies and the record each one produces.
+
+A strategy names how it forms its batches (its family), how it compiles them
+and whether it prewarms; :data:`PEERS` are the strategies that do what users
+would do instead of shapebucket. :class:`StrategyResult` is one strategy's
+line in the table and its entry in the JSON output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["PEERS", "STRATEGIES", "Strategy", "StrategyResult"]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """How one strategy forms, pads and compiles its batches.
+
+    ``family`` names the batch plan: strategies of one family see the same
+    batches in the same order, so their per-step losses must agree.
+    """
+
+    family: str  # "grouped", "buckets", "tokens" or "packed"
+    compile: dict[str, Any] | None  # torch.compile kwargs; None runs eagerly
+    mark: str | None = None  # "maybe" (maybe_mark_dynamic) or "specialize" (specialize_on)
+    prewarm: bool = False
+    about: str = ""
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "grouped-eager": Strategy(
+        "grouped", None, about="length-grouped batches, pad to longest x8, eager"
+    ),
+    "grouped-compile": Strategy(
+        "grouped", {"dynamic": None}, about="same batches, torch.compile default (dynamic=None)"
+    ),
+    "grouped-mark-dynamic": Strategy(
+        "grouped",
+        {"dynamic": False},
+        mark="maybe",
+        about="same batches, dynamic=False + maybe_mark_dynamic on the length",
+    ),
+    "grouped-dynamic": Strategy("grouped", {"dynamic": True}, about="same batches, dynamic=True"),
+    "shapebucket": Strategy(
+        "buckets",
+        {"dynamic": False},
+        prewarm=True,
+        about="fitted buckets, BucketBatchSampler, rows rows, prewarmed, dynamic=False",
+    ),
+    "shapebucket-specialized": Strategy(
+        "buckets",
+        {"dynamic": False},
+        mark="specialize",
+        prewarm=True,
+        about="same batches, mark_dynamic(specialize_on=one predicate per bucket)",
+    ),
+    "shapebucket-tokens": Strategy(
+        "tokens",
+        {"dynamic": False},
+        prewarm=True,
+        about="fitted buckets, BucketBatchSampler(tokens_per_batch=...), prewarmed",
+    ),
+    "shapebucket-packed-eager": Strategy(
+        "packed",
+        None,
+        about="same packed batches, eager (nothing to compile)",
+    ),
+    "shapebucket-packed": Strategy(
+        "packed",
+        {"dynamic": False},
+        prewarm=True,
+        about="fit_packing row lengths, PackedBatchSampler(tokens_per_batch=...), "
+        "PackedCollator, document mask, prewarmed",
+    ),
+}
+PEERS = tuple(n for n in STRATEGIES if not n.startswith("shapebucket"))
+
+
+@dataclass
+class StrategyResult:
+    """One strategy's line in the table and its entry in the JSON output (its fields are
+    the JSON keys); ``error`` is set, and the figures left at zero, when it failed."""
+
+    name: str
+    family: str = ""
+    peer: bool = False
+    warmup_s: float = 0.0
+    graphs: int = 0
+    timed_recompiles: int = 0
+    timed_compile_s: float = 0.0
+    recompile_limit_hit: bool = False
+    round_tokens_per_sec: list[float] = field(default_factory=list)
+    useful_tokens_per_sec: float = 0.0  # median round
+    tokens_per_sec_min: float = 0.0
+    tokens_per_sec_max: float = 0.0
+    steps_per_sec: float = 0.0  # median round
+    token_efficiency: float = 0.0  # over the whole epoch's plan
+    epoch_steps: int = 0
+    job_s: float = 0.0  # one epoch, warm-up included
+    warmup_peak_mem_mb: float = 0.0
+    final_loss: float = float("nan")
+    buckets: list[int] | None = None
+    shapes: int = 0  # distinct batch shapes in the epoch
+    step_times: list[float] = field(default_factory=list)
+    compiled_steps: list[int] = field(default_factory=list)  # indices into step_times
+    losses: list[float] = field(default_factory=list)
+    error: str | None = None

@@ -111,7 +111,8 @@ def run_page(page: str, kind: str, monkeypatch, only: int | None = None) -> dict
 
 
 @pytest.mark.parametrize(
-    "kind", ["plain", pytest.param("hf", marks=pytest.mark.slow)]  # dynamo traces a Llama slowly
+    "kind",
+    ["plain", pytest.param("hf", marks=pytest.mark.slow)],  # dynamo traces a Llama slowly
 )
 @pytest.mark.parametrize("page", PAGES)
 def test_every_block_runs_as_pasted(page, kind, monkeypatch):

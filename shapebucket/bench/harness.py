@@ -72,7 +72,6 @@ def check_padding_invariance(
 
     def loss_of(fam: Family, samples: list[dict[str, torch.Tensor]]) -> float:
         b: dict[str, Any] = dict(fam.collate(samples))  # type: ignore[arg-type]
-        
         if "attention_mask" not in b and "document_ids" not in b:
             b["attention_mask"] = torch.ones_like(b["input_ids"], dtype=torch.bool)
         return float(model(**{k: v.to(s.device) for k, v in b.items()}))

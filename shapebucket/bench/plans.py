@@ -156,7 +156,6 @@ def build_family(family: str, s: Setup) -> Family:
 
     def collated(idx: np.ndarray) -> dict[str, Any]:
         b: dict[str, Any] = dict(fam.collate(s.get_samples(idx.tolist())))  # type: ignore[arg-type]
-        
         return {
             k: v.to(to, non_blocking=True) if isinstance(v, torch.Tensor) else v
             for k, v in b.items()

@@ -17,6 +17,7 @@ prefetch).
 
 from __future__ import annotations
 
+import gc
 import io
 
 import numpy as np
@@ -166,11 +167,23 @@ def loop_machine(workers_choices: tuple[int, ...]) -> type[RuleBasedStateMachine
             state = roundtrip(state)
             self.it = None  # the old process is gone
             self.sampler, self.loader = self.fresh()
+            self.collect()
             (self.sampler if kind == "plain" else self.loader).load_state_dict(state)
             if in_epoch:  # the loop resumes inside the epoch it was in
                 if self.uses_set_epoch:
                     self.sampler.set_epoch(self.epoch)
                 self.it = iter(self.loader)
+
+        def collect(self):
+            """Finalise dropped loaders now: a worker forked later would otherwise inherit
+            them and run their shutdown in the child (harmless, but noisy)."""
+            if self.cfg[2]:
+                gc.collect()
+
+        def teardown(self):
+            if hasattr(self, "cfg"):
+                self.it = self.loader = self.sampler = None
+                self.collect()
 
         @invariant()
         def consumed_batches_are_a_prefix_of_the_epoch(self):

@@ -79,7 +79,7 @@ def main() -> None:
         print(f"  {'BucketBatchSampler, 8 buckets':<34s} {b_eff:>11.1%} {'':>9s} {b_shapes:>6d}")
         label = f"packed {list(fit.buckets)}"
         print(
-            f"  {label:<34s} {r.token_efficiency:>11.1%} {r.attention_efficiency:>9.1%} {r.shapes:>6d}"
+            f"  {label:<34s} {r.token_efficiency:>11.1%} {r.attention_efficiency:>9.1%} {r.num_shapes:>6d}"
         )
         print(fit.table())
     if not args.plan_n:

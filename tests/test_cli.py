@@ -97,6 +97,7 @@ def test_k_auto_above_the_recompile_limit_says_what_it_means(tmp_path, capsys):
     assert "over recompile limit: more than 8 buckets, one compile each" in out
 
 
+@pytest.mark.slow  # choose_k up to max_k=400 on 20,000 lengths
 def test_k_auto_stopped_by_max_k_says_so(tmp_path, capsys):
     lengths = mixture_lengths(20_000)
     path = tmp_path / "lengths.npy"

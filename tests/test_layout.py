@@ -119,12 +119,14 @@ def handlers():
         if name.startswith("torch")
     }
 before_mods, before_handlers = set(sys.modules), handlers()
+limit_before = torch._dynamo.config.recompile_limit
 hooks_before = dict(sys.modules["torch.optim.optimizer"]._global_optimizer_pre_hooks)
 import %s
 print(json.dumps({
     "modules": sorted(m for m in set(sys.modules) - before_mods if m.startswith("shapebucket")),
     "handlers_changed": handlers() != before_handlers,
     "optimizer_hooks_changed": dict(sys.modules["torch.optim.optimizer"]._global_optimizer_pre_hooks) != hooks_before,
+    "limit_changed": torch._dynamo.config.recompile_limit != limit_before,
     "heavy": sorted(
         m for m in ("triton", "transformers", "matplotlib", "tqdm")
         if m in sys.modules and m not in before_mods
@@ -164,6 +166,7 @@ def test_import_shapebucket_loads_exactly_the_core_and_installs_nothing():
     assert not any(m.startswith("shapebucket.bench") for m in probe["modules"])
     assert probe["handlers_changed"] is False
     assert probe["optimizer_hooks_changed"] is False
+    assert probe["limit_changed"] is False
     assert probe["heavy"] == []  # optional dependencies load when used
 
 

@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             default=DEFAULT_ALIGN,
             help=f"buckets are multiples of this (default {DEFAULT_ALIGN})",
         )
-        p.add_argument("--batch-size", type=int, default=64)
+        p.add_argument("--batch-size", type=int, default=64, help="samples per batch (default 64)")
         p.add_argument(
             "--batching",
             choices=["bucketed", "random"],

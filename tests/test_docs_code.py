@@ -169,3 +169,22 @@ def test_prewarm_refuses_a_packed_plan_for_a_decoder_that_keeps_a_cache(monkeypa
     plan = shapebucket.ShapePlan.of(collate)
     with pytest.raises(shapebucket.ShapeBucketError, match="use_cache = False"):
         shapebucket.prewarm(model, plan, example=collate(ds[:3]), progress=False)
+
+
+def test_a_model_that_does_not_take_a_packed_key_gets_the_fix_not_a_type_error():
+    import shapebucket
+
+    class Plain(nn.Module):  # the README's plain module, not packing-aware
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = nn.Embedding(VOCAB, 8)
+
+        def forward(self, input_ids, attention_mask=None, labels=None):
+            return self.emb(input_ids).sum()
+
+    _, ds = dataset(8)
+    collate = shapebucket.PackedCollator([64], rows=4, label_shift="model")
+    plan = shapebucket.ShapePlan.of(collate)
+    model = torch.compile(Plain(), backend="eager")
+    with pytest.raises(shapebucket.ShapeBucketError, match=r"position_ids.*step="):
+        shapebucket.prewarm(model, plan, example=collate(ds[:3]), progress=False)

@@ -48,7 +48,7 @@ def run_batch(model: Any, step: Callable[[Any], Any] | None, batch: Any) -> None
     if model is None:
         raise ShapeBucketError("prewarm needs a model or a step function")
     if isinstance(batch, Mapping):
-        out = model(**batch)
+        out = _call_with_keys(model, batch)
     elif isinstance(batch, (list, tuple)):
         out = model(*batch)
     else:
@@ -60,6 +60,23 @@ def run_batch(model: Any, step: Callable[[Any], Any] | None, batch: Any) -> None
         loss = out.loss
     if isinstance(loss, torch.Tensor) and loss.ndim == 0 and loss.requires_grad:
         loss.backward()
+
+
+def _call_with_keys(model: Any, batch: Mapping[str, Any]) -> Any:
+    """``model(**batch)``, or a :class:`ShapeBucketError` naming the key it does not take."""
+    try:
+        return model(**batch)
+    except TypeError as error:
+        if "unexpected keyword argument" not in str(error):
+            raise
+        raise ShapeBucketError(
+            f"prewarm called model(**batch) with the batch's keys {sorted(batch)} and the model "
+            f"refused one: {error}. Let forward take it (a packed batch's position_ids and "
+            "document_ids say where each sample starts: a model that ignores them attends across "
+            "samples), have the collator leave it out (PackedCollator(position_key=None) / "
+            "document_key=None, BucketCollator(mask_key=None)), or pass step= to call the model "
+            "your own way"
+        ) from error
 
 
 def _refuse_cached_decoder(model: Any, plan: ShapePlan) -> None:

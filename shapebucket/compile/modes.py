@@ -17,6 +17,7 @@ the mode decides it.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -296,7 +297,30 @@ class Cache(Mode):
         described = {f"{s.rows}x{s.length}": describe_batch(job.batch(s)) for s in job.plan}
         return job_key(job.model, job.step, described, self.extra + "".join(others), described=True)
 
+    def _check_dir(self) -> None:
+        """The cache directory must be one prewarm can write, checked before compiling
+        anything (a save after every shape compiled would fail at the end)."""
+        where = Path(self.dir)
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ShapeBucketError(
+                f"Cache(dir={str(self.dir)!r}): {where} is not a directory (a file is in the "
+                "way); pass the path of a directory, or remove that file"
+            ) from None
+        except OSError as e:
+            raise ShapeBucketError(
+                f"Cache(dir={str(self.dir)!r}): cannot create the cache directory ({e}); pass a "
+                "directory this process can write"
+            ) from None
+        if not os.access(where, os.W_OK | os.X_OK):
+            raise ShapeBucketError(
+                f"Cache(dir={str(self.dir)!r}): {where} is not writable, so the compiled code "
+                "could not be saved; pass a directory this process can write"
+            )
+
     def setup(self, job: Job) -> None:
+        self._check_dir()
         path = Path(self.dir) / self.key(job)
         job.memo["cache_path"] = path
         job.memo["cache_misses"] = compat.inductor_cache_counts()[1]

@@ -278,3 +278,13 @@ def test_cache_refuses_a_file_where_its_directory_goes(tmp_path):
         prewarm(model, plan, progress=False, modes=[Cache(tmp_path / "cache")])
     with pytest.raises(ShapeBucketError, match="is not a directory"):
         Cache(tmp_path / "cache" / "sub")._check_dir()
+
+
+def test_prewarm_flags_must_be_bools():
+    """Probe: verify="yes", progress=5 and RecompileLimit("no") were taken as truthy."""
+    plan = ShapePlan.from_function([(2, 4)], torch.ones)
+    for kwargs in ({"verify": "yes"}, {"progress": 5}, {"verify": None}):
+        with pytest.raises(ShapeBucketError, match="must be True or False"):
+            prewarm(None, plan, step=lambda b: None, **kwargs)
+    with pytest.raises(ShapeBucketError, match=r"RecompileLimit\(raise_limit\) must be True or"):
+        RecompileLimit("no")  # type: ignore[arg-type]

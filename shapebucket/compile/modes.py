@@ -106,6 +106,12 @@ class RecompileLimit(Mode):
 
     raise_limit: bool = True
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.raise_limit, bool):
+            raise ShapeBucketError(
+                f"RecompileLimit(raise_limit) must be True or False, got {self.raise_limit!r}"
+            )
+
     def setup(self, job: Job) -> None:
         n = len(job.plan)
         limit = compat.get_recompile_limit()

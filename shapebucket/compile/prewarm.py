@@ -284,6 +284,9 @@ def prewarm(
             "this plan re-pads an example to each shape: pass example=next(iter(loader))"
         )
     _check_callables(model, step)
+    for name, flag in (("verify", verify), ("progress", progress)):
+        if not isinstance(flag, bool):
+            raise ShapeBucketError(f"{name} must be True or False, got {flag!r}")
     _refuse_cached_decoder(model, plan)
     if isinstance(restore, (str, bytes, torch.Tensor, torch.optim.Optimizer, torch.nn.Module)):
         restore = [restore]

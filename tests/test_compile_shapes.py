@@ -213,3 +213,13 @@ def test_of_refuses_a_bucket_sampler_with_a_packed_collator_and_back():
     with pytest.raises(ShapeBucketError, match="BucketBatchSampler and a PackedCollator do not"):
         ShapePlan.of(PackedCollator([16], rows=2), bucket)
     assert ShapePlan.of(PackedCollator([16], rows=2), packed).shapes == (Shape(2, 16),)
+
+
+def test_of_refuses_sampler_batches_larger_than_every_row_bucket():
+    """Probe: row_buckets=[1, 2] with a batch_size=4 sampler planned (1|2, bucket) shapes;
+    every batch of the loader then fails to collate."""
+    lengths = [3, 5, 7, 9, 12, 15, 4, 6] * 4
+    sampler = BucketBatchSampler(lengths, [8, 16], batch_size=4)
+    with pytest.raises(ShapeBucketError, match=r"batches of 4 rows .* largest row bucket 2"):
+        ShapePlan.of(BucketCollator([8, 16], row_buckets=[1, 2]), sampler)
+    assert len(ShapePlan.of(BucketCollator([8, 16], row_buckets=[2, 4]), sampler)) == 4

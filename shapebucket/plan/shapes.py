@@ -218,6 +218,14 @@ class ShapePlan:
         row_buckets = getattr(collator, "row_buckets", None)
         lengths = list(collator.buckets) if used is None else sorted({b for _, b in used})
         if row_buckets is not None:
+            too_many = sorted({(r, b) for r, b in used or () if r > max(row_buckets)})
+            if too_many:
+                raise ShapeBucketError(
+                    f"the sampler makes batches of {too_many[0][0]} rows (at bucket "
+                    f"{too_many[0][1]}), more than the collator's largest row bucket "
+                    f"{max(row_buckets)} (row_buckets={list(row_buckets)}); every such batch "
+                    "would fail to collate: add a larger row bucket or make the batches smaller"
+                )
             return cls([(r, b) for b in lengths for r in row_buckets], collator)
         if getattr(collator, "rows", None) is not None:
             shapes = [(int(collator.rows_for(b)), b) for b in lengths]

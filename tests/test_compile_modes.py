@@ -278,6 +278,8 @@ def test_cache_refuses_a_file_where_its_directory_goes(tmp_path):
         prewarm(model, plan, progress=False, modes=[Cache(tmp_path / "cache")])
     with pytest.raises(ShapeBucketError, match="is not a directory"):
         Cache(tmp_path / "cache" / "sub")._check_dir()
+    with pytest.raises(ShapeBucketError, match="working directory"):
+        Cache("")  # probe: Path("") is ".", the cache went into the working directory
 
 
 def test_prewarm_flags_must_be_bools():

@@ -294,6 +294,11 @@ class Cache(Mode):
     def __post_init__(self) -> None:
         if not isinstance(self.dir, (str, Path)):
             raise ShapeBucketError(f"Cache(dir) must be a path, got {self.dir!r}")
+        if str(self.dir).strip() == "":
+            raise ShapeBucketError(
+                "Cache(dir='') would write the cache into the working directory; name a "
+                "directory for it, e.g. Cache('compile-cache')"
+            )
         if not isinstance(self.extra, str):
             raise ShapeBucketError(f"Cache(extra) must be a str, got {self.extra!r}")
 

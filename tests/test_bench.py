@@ -235,6 +235,9 @@ def test_bad_bench_arguments_give_one_error_line(capsys):
         (["--rounds", "0"], "--rounds must be >= 1"),
         (["--mode", "reduce-overhead"], "needs --device cuda"),
         (["--dim", "30"], "multiple of --heads"),
+        # probe: these two printed a traceback (exit 1), the second after building the workload
+        (["--device", "banana"], "--device 'banana' is not a torch device"),
+        (["--lengths", "/nonexistent/lengths.txt"], "does not exist"),
     ]:
         assert cli.main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -89,7 +89,8 @@ def test_specialize_with_seq_dim_1_compiles_once_and_never_recompiles():
 
 def test_specialize_refuses_batches_without_the_length():
     plan = ShapePlan.from_function([(2, 8), (2, 16)], lambda s: {"x": torch.ones(2, 3)})
-    with pytest.raises(ShapeBucketError, match="no tensor of the plan's batches changes"):
+    # the plan refuses such a make_batch itself now (ShapePlan.batch checks each batch's shape)
+    with pytest.raises(ShapeBucketError, match=r"make_batch\(\(2, 8\)\) returned .* \[\(2, 3\)\]"):
         Specialize().setup(job_of(plan))
 
 
@@ -220,3 +221,53 @@ def test_restore_refuses_what_it_cannot_snapshot():
     plan = ShapePlan.from_function([(2, 4)], torch.ones)
     with pytest.raises(ShapeBucketError, match="cannot snapshot a dict"):
         prewarm(None, plan, step=print, restore=[{"steps": 0}])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"restore": 5}, "restore must be a list of objects to snapshot"),
+        ({"restore": None}, "restore must be a list of objects to snapshot"),
+        ({"modes": Specialize}, "instances, not classes"),
+        ({"modes": None}, "modes must be a list"),
+        ({"modes": 3}, "modes must be a list"),
+        ({"modes": "Inference"}, "modes must be a list"),
+        ({"step": 5}, "step must be a function"),
+    ],
+)
+def test_prewarm_refuses_arguments_of_the_wrong_kind_before_compiling(kwargs, needle):
+    """Probe: these raised a raw TypeError ('int' object is not iterable / callable)."""
+    plan = ShapePlan.from_function([(2, 4)], torch.ones)
+    model = torch.compile(nn.Linear(4, 2), **EAGER)
+    with CompileCounter() as cc, pytest.raises(ShapeBucketError, match=needle):
+        prewarm(model, plan, progress=False, **kwargs)
+    assert cc.graphs == 0
+
+
+def test_prewarm_refuses_a_model_it_cannot_call():
+    plan = ShapePlan.from_function([(2, 4)], torch.ones)
+    with pytest.raises(ShapeBucketError, match="model is a str .* cannot be called"):
+        prewarm("model.pt", plan, progress=False)
+
+
+def test_cache_refuses_a_file_where_its_directory_goes(tmp_path):
+    """Probe: Cache(dir) with a file there raised a raw FileExistsError."""
+    (tmp_path / "cache").write_text("not a directory")
+    plan = ShapePlan.from_function([(2, 4)], torch.ones)
+    model = torch.compile(nn.Linear(4, 2), **EAGER)
+    with pytest.raises(ShapeBucketError, match="is not a directory"):
+        prewarm(model, plan, progress=False, modes=[Cache(tmp_path / "cache")])
+    with pytest.raises(ShapeBucketError, match="is not a directory"):
+        Cache(tmp_path / "cache" / "sub")._check_dir()
+    with pytest.raises(ShapeBucketError, match="working directory"):
+        Cache("")  # probe: Path("") is ".", the cache went into the working directory
+
+
+def test_prewarm_flags_must_be_bools():
+    """Probe: verify="yes", progress=5 and RecompileLimit("no") were taken as truthy."""
+    plan = ShapePlan.from_function([(2, 4)], torch.ones)
+    for kwargs in ({"verify": "yes"}, {"progress": 5}, {"verify": None}):
+        with pytest.raises(ShapeBucketError, match="must be True or False"):
+            prewarm(None, plan, step=lambda b: None, **kwargs)
+    with pytest.raises(ShapeBucketError, match=r"RecompileLimit\(raise_limit\) must be True or"):
+        RecompileLimit("no")  # type: ignore[arg-type]

@@ -172,3 +172,54 @@ def test_every_planned_batch_has_its_shape(buckets, rows, lengths):
     for shape in plan:
         batch = plan.batch(example, shape)
         assert batch["input_ids"].shape == shape == batch["attention_mask"].shape
+
+
+def test_plan_batch_refuses_shapes_outside_the_plan_and_wrong_batches():
+    """Probe: plan.batch(example, (4, 9)) padded to a length no bucket has, (4, 8, 1) raised a
+    raw TypeError, and a make_batch ignoring its shape was prewarmed as if it were right."""
+    collate = BucketCollator([8, 16], rows=4)
+    plan = ShapePlan.of(collate)
+    example = collate([{"input_ids": [1, 2]}])
+    with pytest.raises(ShapeBucketError, match=r"shape \(4, 9\) is not in the plan"):
+        plan.batch(example, (4, 9))
+    with pytest.raises(ShapeBucketError, match=r"shape \(4, 8, 1\) is not in the plan"):
+        plan.batch(example, (4, 8, 1))
+    with pytest.raises(ShapeBucketError, match="must be a .rows, length. pair, got 8"):
+        plan.batch(example, 8)
+    wrong = ShapePlan.from_function([(2, 8), (2, 16)], lambda s: {"x": torch.ones(3, 5)})
+    with pytest.raises(ShapeBucketError, match=r"make_batch\(\(2, 8\)\) returned .*\(3, 5\)"):
+        prewarm(None, wrong, step=lambda b: None, progress=False)
+    untyped = ShapePlan.from_function([(2, 8)], lambda s: {"shape": s})  # no tensors: the step's
+    assert untyped.batch(None, (2, 8)) == {"shape": Shape(2, 8)}
+
+
+def test_plan_shapes_refuse_unordered_pairs():
+    """Probe: a {rows: length} dict pair was read as (rows, next key), a set in hash order."""
+    for pair in ({2: 8}, {1: 2, 3: 4}, {2, 8}):
+        with pytest.raises(ShapeBucketError, match=r"shapes\[0\] must be a \(rows, length\) pair"):
+            ShapePlan.from_function([pair], torch.ones)
+
+
+def test_of_refuses_a_bucket_sampler_with_a_packed_collator_and_back():
+    """Probe: ShapePlan.of(BucketCollator, PackedBatchSampler) gave the packed sampler's
+    rows as the plan, though a BucketCollator makes one row per sample of such a batch."""
+    from shapebucket import PackedBatchSampler
+
+    lengths = [3, 5, 7, 9, 12, 15, 4, 6] * 4
+    packed = PackedBatchSampler(lengths, [16], rows=2)
+    bucket = BucketBatchSampler(lengths, [16], batch_size=4)
+    with pytest.raises(ShapeBucketError, match="PackedBatchSampler and a BucketCollator do not"):
+        ShapePlan.of(BucketCollator([16]), packed)
+    with pytest.raises(ShapeBucketError, match="BucketBatchSampler and a PackedCollator do not"):
+        ShapePlan.of(PackedCollator([16], rows=2), bucket)
+    assert ShapePlan.of(PackedCollator([16], rows=2), packed).shapes == (Shape(2, 16),)
+
+
+def test_of_refuses_sampler_batches_larger_than_every_row_bucket():
+    """Probe: row_buckets=[1, 2] with a batch_size=4 sampler planned (1|2, bucket) shapes;
+    every batch of the loader then fails to collate."""
+    lengths = [3, 5, 7, 9, 12, 15, 4, 6] * 4
+    sampler = BucketBatchSampler(lengths, [8, 16], batch_size=4)
+    with pytest.raises(ShapeBucketError, match=r"batches of 4 rows .* largest row bucket 2"):
+        ShapePlan.of(BucketCollator([8, 16], row_buckets=[1, 2]), sampler)
+    assert len(ShapePlan.of(BucketCollator([8, 16], row_buckets=[2, 4]), sampler)) == 4

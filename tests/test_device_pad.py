@@ -140,3 +140,16 @@ def test_cuda_finish_with_triton_equals_the_collator():
     want = collate(samples)
     got = collate.flat(samples).pin_memory().to("cuda", non_blocking=True).finish()
     assert_same({k: v.cpu() for k, v in got.items()}, want)
+
+
+def test_finish_refuses_triton_on_cpu_and_a_bad_use_triton(monkeypatch):
+    """Probe: finish(use_triton=True) on CPU values (and use_triton='x') raised triton's raw
+    RuntimeError '0 active drivers'."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    flat = BucketCollator([8, 16]).flat([{"input_ids": [1, 2]}])
+    with pytest.raises(ShapeBucketError, match="use_triton must be True, False or None, got 'x'"):
+        flat.finish(use_triton="x")  # type: ignore[arg-type]
+    if triton_available():
+        with pytest.raises(ShapeBucketError, match="needs the values on a CUDA device"):
+            flat.finish(use_triton=True)
+    assert flat.finish(use_triton=False)["input_ids"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0]]

@@ -14,6 +14,7 @@ import torch
 
 from .._argparse import Parser
 from .._validate import check_int
+from ..data import read_lengths
 from ..errors import ShapeBucketError
 from .harness import run
 from .peers import source as grouped_source
@@ -199,6 +200,14 @@ def _resolve(args: argparse.Namespace) -> None:
     unknown = [n for n in args.strategies if n not in STRATEGIES]
     if unknown:
         raise ShapeBucketError(f"unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}")
+    try:
+        torch.device(args.device)
+    except (RuntimeError, TypeError):
+        raise ShapeBucketError(
+            f"--device {args.device!r} is not a torch device; pass cpu or cuda (cuda:0)"
+        ) from None
+    if args.lengths is not None:
+        read_lengths(args.lengths)  # refused here, before any strategy runs
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ShapeBucketError("--device cuda but torch.cuda.is_available() is False")
     if args.mode == "reduce-overhead" and not args.device.startswith("cuda"):

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ..errors import ShapeBucketError
 from .engine import SIGNED, Key, Layout, assemble
 from .kernel import triton_available
 
@@ -110,6 +111,8 @@ class FlatBatch:
         returns for the same samples (the same engine makes both). ``use_triton``: default
         on CUDA tensors when triton is installed, and under ``TRITON_INTERPRET=1``;
         ``False`` forces torch."""
+        if use_triton not in (None, True, False):
+            raise ShapeBucketError(f"use_triton must be True, False or None, got {use_triton!r}")
         return assemble(
             self.keys,
             self.values,

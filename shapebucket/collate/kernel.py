@@ -69,6 +69,12 @@ def pad_rows(flat: torch.Tensor, out: torch.Tensor, lengths: torch.Tensor, *, le
     pads complex ones with torch: triton has no such types)."""
     if not triton_available():
         raise ShapeBucketError("use_triton=True needs triton (pip install 'shapebucket[gpu]')")
+    if not (out.is_cuda or interpreting()):
+        raise ShapeBucketError(
+            f"use_triton=True needs the values on a CUDA device (they are on {out.device}), or "
+            "TRITON_INTERPRET=1 for triton's CPU interpreter; move the batch with "
+            "flat.to('cuda') first, or pass use_triton=None (torch pads on the CPU)"
+        )
     if out.numel() == 0:
         return
     work, target = flat, out

@@ -17,6 +17,7 @@ the mode decides it.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,12 @@ class RecompileLimit(Mode):
     """
 
     raise_limit: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.raise_limit, bool):
+            raise ShapeBucketError(
+                f"RecompileLimit(raise_limit) must be True or False, got {self.raise_limit!r}"
+            )
 
     def setup(self, job: Job) -> None:
         n = len(job.plan)
@@ -287,6 +294,11 @@ class Cache(Mode):
     def __post_init__(self) -> None:
         if not isinstance(self.dir, (str, Path)):
             raise ShapeBucketError(f"Cache(dir) must be a path, got {self.dir!r}")
+        if str(self.dir).strip() == "":
+            raise ShapeBucketError(
+                "Cache(dir='') would write the cache into the working directory; name a "
+                "directory for it, e.g. Cache('compile-cache')"
+            )
         if not isinstance(self.extra, str):
             raise ShapeBucketError(f"Cache(extra) must be a str, got {self.extra!r}")
 
@@ -296,7 +308,30 @@ class Cache(Mode):
         described = {f"{s.rows}x{s.length}": describe_batch(job.batch(s)) for s in job.plan}
         return job_key(job.model, job.step, described, self.extra + "".join(others), described=True)
 
+    def _check_dir(self) -> None:
+        """The cache directory must be one prewarm can write, checked before compiling
+        anything (a save after every shape compiled would fail at the end)."""
+        where = Path(self.dir)
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ShapeBucketError(
+                f"Cache(dir={str(self.dir)!r}): {where} is not a directory (a file is in the "
+                "way); pass the path of a directory, or remove that file"
+            ) from None
+        except OSError as e:
+            raise ShapeBucketError(
+                f"Cache(dir={str(self.dir)!r}): cannot create the cache directory ({e}); pass a "
+                "directory this process can write"
+            ) from None
+        if not os.access(where, os.W_OK | os.X_OK):
+            raise ShapeBucketError(
+                f"Cache(dir={str(self.dir)!r}): {where} is not writable, so the compiled code "
+                "could not be saved; pass a directory this process can write"
+            )
+
     def setup(self, job: Job) -> None:
+        self._check_dir()
         path = Path(self.dir) / self.key(job)
         job.memo["cache_path"] = path
         job.memo["cache_misses"] = compat.inductor_cache_counts()[1]

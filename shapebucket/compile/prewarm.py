@@ -99,16 +99,37 @@ def _refuse_cached_decoder(model: Any, plan: ShapePlan) -> None:
         )
 
 
+_MODES = "Specialize(), Cache(dir), Inference(), CudaGraphs(), Repeat(n), RecompileLimit()"
+
+
+def _check_callables(model: Any, step: Any) -> None:
+    """A step that is not a function, or (without a step) a model that cannot be called,
+    is refused before anything is snapshotted or compiled."""
+    if step is not None and not callable(step):
+        raise ShapeBucketError(
+            f"step must be a function batch -> None (a whole training step), got {step!r}; "
+            "pass step=None to run model(**batch) and backward()"
+        )
+    if step is None and model is not None and not callable(model):
+        raise ShapeBucketError(
+            f"prewarm runs model(**batch) without a step, but model is a "
+            f"{type(model).__name__} ({model!r:.60}), which cannot be called; pass the "
+            "torch.compile'd module, or step=a function that runs one batch"
+        )
+
+
 def _check_modes(modes: Iterable[Mode]) -> tuple[Mode, ...]:
     if isinstance(modes, Mode):
         modes = (modes,)
+    if isinstance(modes, (str, bytes, type)) or not isinstance(modes, Iterable):
+        raise ShapeBucketError(
+            f"modes must be a list of shapebucket.compile modes ({_MODES}), got {modes!r}; "
+            "pass () for none and instances, not classes: modes=[Specialize()]"
+        )
     checked = tuple(modes)
     for m in checked:
         if not isinstance(m, Mode):
-            raise ShapeBucketError(
-                f"modes must be shapebucket.compile modes (Specialize(), Cache(dir), Inference(), "
-                f"CudaGraphs(), Repeat(n), RecompileLimit()), got {m!r}"
-            )
+            raise ShapeBucketError(f"modes must be shapebucket.compile modes ({_MODES}), got {m!r}")
     kinds = [type(m).__name__ for m in checked]
     repeats = [k for k in kinds if k in ("Repeat", "CudaGraphs")]
     if len(set(kinds)) != len(kinds) or len(repeats) > 1:
@@ -279,9 +300,18 @@ def prewarm(
         raise ShapeBucketError(
             "this plan re-pads an example to each shape: pass example=next(iter(loader))"
         )
+    _check_callables(model, step)
+    for name, flag in (("verify", verify), ("progress", progress)):
+        if not isinstance(flag, bool):
+            raise ShapeBucketError(f"{name} must be True or False, got {flag!r}")
     _refuse_cached_decoder(model, plan)
     if isinstance(restore, (str, bytes, torch.Tensor, torch.optim.Optimizer, torch.nn.Module)):
         restore = [restore]
+    if not isinstance(restore, Iterable):
+        raise ShapeBucketError(
+            f"restore must be a list of objects to snapshot (optimizers, a GradScaler, an EMA "
+            f"model, tensors), got {restore!r}; pass () for none"
+        )
     job = Job(model, step, plan, example, PrewarmReport(plan.shapes), _check_modes(modes))
     _prewarm_job(job, list(restore), verify, progress)
     if job.report.total_graphs == 0:

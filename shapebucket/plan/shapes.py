@@ -20,8 +20,10 @@ bucket no sample falls into is not compiled).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from typing import Any, NamedTuple
+
+import torch
 
 from .._validate import check_int
 from ..errors import ShapeBucketError
@@ -49,7 +51,11 @@ def _check_shapes(shapes: Iterable[Any]) -> tuple[Shape, ...]:
         )
     out = set()
     for i, pair in enumerate(shapes):
-        if isinstance(pair, (str, bytes)) or not isinstance(pair, Iterable) or len(pair) != 2:  # type: ignore[arg-type]
+        if (
+            isinstance(pair, (str, bytes, Mapping, Set))
+            or not isinstance(pair, Iterable)
+            or len(pair) != 2  # type: ignore[arg-type]
+        ):
             raise ShapeBucketError(
                 f"shapes[{i}] must be a (rows, length) pair, got {pair!r}; write (4, 128) for "
                 "4 rows of 128 tokens"
@@ -61,6 +67,38 @@ def _check_shapes(shapes: Iterable[Any]) -> tuple[Shape, ...]:
     if not out:
         raise ShapeBucketError("a ShapePlan needs at least one (rows, length) shape, got none")
     return tuple(sorted(out, key=lambda s: (s.length, s.rows)))
+
+
+def _tensor_shapes(batch: Any) -> list[tuple[int, ...]]:
+    if isinstance(batch, torch.Tensor):
+        return [tuple(batch.shape)]
+    if isinstance(batch, Mapping):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        return [s for v in batch for s in _tensor_shapes(v)]
+    return []
+
+
+def _checked(batch: Any, shape: Shape) -> Any:
+    """``make_batch(shape)``'s batch, refused unless a tensor has ``rows`` at dim 0 and
+    ``length`` at a later dim (else prewarm compiles shapes the loader never makes). A
+    batch without tensors is the step's business and passes."""
+    found = _tensor_shapes(batch)
+    if found and not any(
+        len(t) >= 2 and t[0] == shape.rows and shape.length in t[1:] for t in found
+    ):
+        raise ShapeBucketError(
+            f"make_batch({tuple(shape)}) returned a batch with tensor shapes {found} "
+            f"({type(batch).__name__}); none has {shape.rows} rows at dim 0 and length "
+            f"{shape.length} after it, so prewarm would compile a shape the loader never makes: "
+            "build each batch from shape.rows and shape.length"
+        )
+    return batch
+
+
+def _packs(obj: Any) -> bool:
+    """Whether ``obj`` is a packed sampler or collator (by class: plan imports neither)."""
+    return any(c.__name__ in ("PackedBatchSampler", "PackedCollator") for c in type(obj).__mro__)
 
 
 class ShapePlan:
@@ -170,10 +208,24 @@ class ShapePlan:
                     f"sampler must be a BucketBatchSampler or PackedBatchSampler (it lists its "
                     f"shapes()), got {type(sampler).__name__}"
                 )
+            if _packs(sampler) != _packs(collator):
+                raise ShapeBucketError(
+                    f"a {type(sampler).__name__} and a {type(collator).__name__} do not make one "
+                    "loader: pair BucketBatchSampler with BucketCollator and PackedBatchSampler "
+                    "with PackedCollator (same buckets and rows)"
+                )
             used = cls._sampler_shapes(sampler, collator)
         row_buckets = getattr(collator, "row_buckets", None)
         lengths = list(collator.buckets) if used is None else sorted({b for _, b in used})
         if row_buckets is not None:
+            too_many = sorted({(r, b) for r, b in used or () if r > max(row_buckets)})
+            if too_many:
+                raise ShapeBucketError(
+                    f"the sampler makes batches of {too_many[0][0]} rows (at bucket "
+                    f"{too_many[0][1]}), more than the collator's largest row bucket "
+                    f"{max(row_buckets)} (row_buckets={list(row_buckets)}); every such batch "
+                    "would fail to collate: add a larger row bucket or make the batches smaller"
+                )
             return cls([(r, b) for b in lengths for r in row_buckets], collator)
         if getattr(collator, "rows", None) is not None:
             shapes = [(int(collator.rows_for(b)), b) for b in lengths]
@@ -240,10 +292,19 @@ class ShapePlan:
         return int(getattr(self._collator, "seq_dim", 0))
 
     def batch(self, example: Any, shape: tuple[int, int]) -> Any:
-        """A batch of ``shape``: ``collator.repad(example, length, rows)``, or ``make_batch(shape)``."""
-        shape = Shape(*shape)
+        """A batch of ``shape`` (one of the plan's): ``collator.repad(example, length, rows)``,
+        or ``make_batch(shape)``, which must return tensors of ``shape``."""
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
+            raise ShapeBucketError(f"shape must be a (rows, length) pair, got {shape!r}")
+        pair = tuple(shape)
+        if pair not in self._shapes:
+            raise ShapeBucketError(
+                f"shape {pair!r} is not in the plan {[tuple(s) for s in self._shapes]}; a "
+                "batch of it would compile a graph no loader batch uses: pass one of plan.shapes"
+            )
+        shape = Shape(*pair)
         if self._make_batch is not None:
-            return self._make_batch(shape)
+            return _checked(self._make_batch(shape), shape)
         if example is None:
             raise ShapeBucketError(
                 "this plan re-pads an example batch to each shape: pass example=next(iter(loader))"

@@ -12,7 +12,8 @@ import inspect
 import sys
 from pathlib import Path
 
-import shapebucket
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package
+import shapebucket  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 

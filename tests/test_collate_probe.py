@@ -114,3 +114,11 @@ def test_the_default_batch_has_no_key_a_model_does_not_take():
         return input_ids
 
     assert forward(**batch).shape == (4, 8)
+
+
+def test_a_bool_pad_value_for_a_number_key_is_refused():
+    """Probe: pad_values={"input_ids": True} padded ids with 1 without a word."""
+    from shapebucket import BucketCollator, ShapeBucketError
+
+    with pytest.raises(ShapeBucketError, match=r"pad value True for 'input_ids' is a bool"):
+        BucketCollator([8], pad_values={"input_ids": True})([{"input_ids": [1, 2]}])

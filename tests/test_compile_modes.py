@@ -271,3 +271,14 @@ def test_prewarm_flags_must_be_bools():
             prewarm(None, plan, step=lambda b: None, **kwargs)
     with pytest.raises(ShapeBucketError, match=r"RecompileLimit\(raise_limit\) must be True or"):
         RecompileLimit("no")  # type: ignore[arg-type]
+
+
+def test_specialize_refuses_a_plan_of_one_length():
+    """Probe: a one-length plan whose length equals a feature dim crashed inside dynamo."""
+    from shapebucket import ShapeBucketError, ShapePlan, prewarm
+    from shapebucket.compile import Specialize
+
+    model = torch.compile(torch.nn.Linear(8, 2), backend="eager")
+    plan = ShapePlan.from_function([(2, 8)], lambda s: torch.ones(s.rows, s.length))
+    with pytest.raises(ShapeBucketError, match="one length"):
+        prewarm(model, plan, modes=[Specialize()], progress=False)

@@ -37,6 +37,12 @@ def check_pad_fits(key: Key, pad: Any, dtype: torch.dtype) -> None:
     if isinstance(pad, torch.Tensor):
         pad = pad.item()
     value = pad.item() if isinstance(pad, np.generic) else pad
+    if isinstance(value, bool) and dtype != torch.bool:
+        raise ShapeBucketError(
+            f"pad value {value!r} for {key!r} is a bool but {key!r} holds "
+            f"{str(dtype).replace('torch.', '')}: it would pad with {int(value)}; pass the "
+            f"number you mean (pad_values={{{key!r}: {int(value)}}})"
+        )
     if dtype == torch.bool:
         ok = value in (0, 1) and not (isinstance(value, float) and not float(value).is_integer())
         limit = "False/True (0 or 1)"

@@ -238,6 +238,12 @@ class Specialize(Mode):
     how: ClassVar[str | None] = "specialised"
 
     def setup(self, job: Job) -> None:
+        if len(job.plan.lengths) < 2:
+            raise ShapeBucketError(
+                f"Specialize: the plan has one length ({list(job.plan.lengths)}), so there is "
+                "nothing to share one dynamic trace between (and no second length to find the "
+                "length dim by); prewarm it without Specialize()"
+            )
         job.memo["length_dims"] = length_dims(job.plan, job.batch)
         if not job.memo["length_dims"]:
             raise ShapeBucketError(

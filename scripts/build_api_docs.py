@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package
-import shapebucket  # noqa: E402
+import shapebucket
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 

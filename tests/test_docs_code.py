@@ -70,7 +70,7 @@ def tiny_llama() -> nn.Module:
 
 def dataset(n: int = 96) -> tuple[list[int], list[dict[str, list[int]]]]:
     g = torch.Generator().manual_seed(0)
-    lengths = torch.randint(3, 60, (n,), generator=g).tolist()
+    lengths = torch.randint(3, 25, (n,), generator=g).tolist()  # 3 buckets: few graphs to trace
     ds = []
     for length in lengths:
         ids = torch.randint(1, VOCAB, (length,), generator=g).tolist()
@@ -153,7 +153,7 @@ def test_readme_packing_with_a_hugging_face_decoder_equals_one_by_one(monkeypatc
     batch = next(iter(namespace["loader"]))
     with torch.no_grad():
         pairs = _packed_and_alone(model, batch, namespace["ds"])
-    assert len(pairs) > batch["input_ids"].shape[0]  # rows hold several samples
+    assert int(batch["document_ids"].max()) >= 1  # some row holds several samples
     assert max((a - b).abs().max().item() for a, b, _, _ in pairs) < 1e-5
     assert max((a - b).abs().max().item() for _, _, a, b in pairs) < 1e-5
 

@@ -5,7 +5,7 @@ of an uninterrupted run: none lost, none repeated, in the same order.
 
 What varies (hypothesis draws it): the sampler (bucket or packed), the loader (plain
 ``DataLoader`` with ``state_dict(consumed=...)``, or torchdata's ``StatefulDataLoader``
-with its own ``state_dict``), 0 or 2 workers (slow variants only: 400 examples in process, 15 with 2
+with its own ``state_dict``), 0 or 2 workers (slow variants only: 400 examples in process, 8 with 2
 workers), the world size
 and rank, ``set_epoch`` every epoch or epochs advancing by themselves, and the order of
 the steps: begin an epoch (``iter``), take batches, finish the epoch, save and resume
@@ -215,7 +215,7 @@ TestTrainingLoopResumesSlow = pytest.mark.slow(_Slow.TestCase)
 # every iter(loader) with workers starts processes (about 5 s an example): fewer examples
 _Workers = loop_machine((2,))
 _Workers.TestCase.settings = settings(
-    max_examples=15,
+    max_examples=8,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

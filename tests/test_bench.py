@@ -244,6 +244,7 @@ def test_bad_bench_arguments_give_one_error_line(capsys):
         assert len(err) == 1 and err[0].startswith("error:") and needle in err[0]
 
 
+@pytest.mark.slow  # reads every workload: 7 s
 def test_workloads():
     text = stdlib_docstring_lengths()
     assert len(text) > 1000 and text.min() >= 2

@@ -293,6 +293,7 @@ def _hf_token_losses(model, input_ids, labels, **inputs):
     ).view(labels.shape[0], -1)
 
 
+@pytest.mark.slow  # traces a Llama: 4 s
 def test_hf_decoder_packed_under_static_compile_equals_one_by_one():
     """transformers finds the packed samples from position_ids (no attention_mask, no
     cache): the per-token losses and gradients of a packed batch under

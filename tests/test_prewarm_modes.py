@@ -132,6 +132,7 @@ def test_specialised_prewarm_runs_an_unprewarmed_length_without_recompiling():
     assert cc.graphs == 0
 
 
+@pytest.mark.slow  # prewarms 9 shapes: 3 s
 def test_inference_prewarm_covers_every_length_and_batch_bucket():
     model = tiny_gpt().eval()
 

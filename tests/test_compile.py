@@ -60,15 +60,7 @@ def batch_of(lengths, seed=0, collate=COLLATE):
     )
 
 
-@pytest.fixture(autouse=True)
-def fresh_compiler():
-    """Every test starts with no compiled graphs and the default recompile limit: compiled
-    instances of one class share a code object, so they would count against one limit."""
-    old = compat.get_recompile_limit()
-    compat.reset_compiler()  # also forgets earlier recompile-limit hits
-    yield
-    compat.set_recompile_limit(old)
-    compat.reset_compiler()
+pytestmark = pytest.mark.usefixtures("fresh_compiler")
 
 
 def rows_of(collate, buckets=BUCKETS, rows=3):

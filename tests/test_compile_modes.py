@@ -27,13 +27,7 @@ from shapebucket.plan.shapes import Shape, ShapePlan
 EAGER = {"backend": "eager", "dynamic": False}
 
 
-@pytest.fixture(autouse=True)
-def fresh_compiler():
-    old = compat.get_recompile_limit()
-    compat.reset_compiler()
-    yield
-    compat.set_recompile_limit(old)
-    compat.reset_compiler()
+pytestmark = pytest.mark.usefixtures("fresh_compiler")
 
 
 def job_of(plan, example=None, model=None, step=None, modes=()):

@@ -12,20 +12,13 @@ import torch
 from torch import nn
 
 from shapebucket import ShapeBucketError
-from shapebucket import _torch_compat as compat
 from shapebucket.compile import CompileCounter, compile_regions, no_recompiles, prewarm
 from shapebucket.plan.shapes import ShapePlan
 
 EAGER = {"backend": "eager", "dynamic": False}
 
 
-@pytest.fixture(autouse=True)
-def fresh_compiler():
-    old = compat.get_recompile_limit()
-    compat.reset_compiler()
-    yield
-    compat.set_recompile_limit(old)
-    compat.reset_compiler()
+pytestmark = pytest.mark.usefixtures("fresh_compiler")
 
 
 class Stack(nn.Module):

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from shapebucket import BucketBatchSampler, BucketCollator, PackedCollator, ShapeBucketError
-from shapebucket import _torch_compat as compat
 from shapebucket.compile import CompileCounter, no_recompiles, prewarm
 from shapebucket.plan.buckets import Buckets
 from shapebucket.plan.shapes import Shape, ShapePlan
@@ -57,13 +56,7 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": torch.arange(int(LENGTHS[i])) % 7 + 1}
 
 
-@pytest.fixture(autouse=True)
-def fresh_compiler():
-    old = compat.get_recompile_limit()
-    compat.reset_compiler()
-    yield
-    compat.set_recompile_limit(old)
-    compat.reset_compiler()
+pytestmark = pytest.mark.usefixtures("fresh_compiler")
 
 
 def test_a_collator_with_rows_gives_one_shape_per_bucket():

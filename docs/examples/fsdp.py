@@ -18,10 +18,13 @@ divides its token-loss sum by the global token count (an all-reduce) and FSDP
 sums the gradients (``set_gradient_divide_factor(1.0)``), so the sharded
 gradient is the single-process one, summed in another order.
 
-Each mode prints one JSON line (the losses per step, the shapes, graphs compiled
-while training) and writes it to DIR/fsdp_rank<N>.json or DIR/single.json.
-``--backend`` is the torch.compile backend (default ``eager``: dynamo traces and
+Each mode prints one JSON line (the loss and the gradient norm at every step,
+the shapes, the graphs compiled while training, whether prewarm gave the weights
+and the optimizer back) and writes it to DIR/fsdp_rank<N>.json or DIR/single.json.
+``--backend``: the torch.compile backend (default ``eager``: dynamo traces and
 guards every shape, and no C++ compiler runs; ``inductor`` works too).
+``--compile``: ``blocks`` (default) or ``model`` (see ``compile_model``).
+docs/sharded.md has what is checked and what was measured.
 """
 
 import argparse
@@ -33,6 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
 from torch.utils.data import DataLoader
 
 import shapebucket
@@ -100,7 +104,19 @@ def compile_model(model, args):
     return model
 
 
-def train_step_fn(compiled, opt, sharded):
+def grad_norm(model, sharded):
+    """The global gradient norm (a sharded gradient's squares summed over the ranks)."""
+    local = [p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+             for p in model.parameters()]  # fmt: skip
+    squares = torch.stack([g.pow(2).sum() for g in local]).sum()
+    if sharded:
+        dist.all_reduce(squares)
+    return squares.sqrt()
+
+
+def train_step_fn(model, compiled, opt, sharded):
+    """A step on the global mean token loss; returns that loss and the gradient norm."""
+
     def train_step(batch):
         total = compiled(*(batch[k] for k in KEYS))
         tokens = (batch["labels"] != -100).sum().to(torch.float32)
@@ -108,19 +124,37 @@ def train_step_fn(compiled, opt, sharded):
             dist.all_reduce(tokens)  # the global batch's real tokens
         loss = total / tokens
         loss.backward()
+        norm = grad_norm(model, sharded)
         opt.step()
         opt.zero_grad(set_to_none=True)
         loss = loss.detach()
         if sharded:
             dist.all_reduce(loss)  # the global mean token loss
-        return loss
+        return loss, norm
 
     return train_step
 
 
+def weights(model):
+    """Every parameter, whole (a sharded one is all-gathered)."""
+    return [p.full_tensor() if isinstance(p, DTensor) else p.detach().clone()
+            for p in model.parameters()]  # fmt: skip
+
+
+def prewarm(model, compiled, opt, plan, example, train_step):
+    """Prewarm every shape; also report whether the weights and the optimizer came back."""
+    before = weights(model)
+    report = shapebucket.prewarm(
+        compiled, plan, example, step=train_step, restore=[opt], progress=False
+    )
+    same = all(torch.equal(a, b) for a, b in zip(before, weights(model), strict=True))
+    return {"prewarm_graphs": report.total_graphs, "restored": same and not opt.state,
+            "plan": [list(s) for s in plan.shapes]}  # fmt: skip
+
+
 def train(compiled, opt, plan, batches, train_step, steps, world):
     """Train ``steps`` steps; the losses, the shapes, and what compiled meanwhile."""
-    losses, shapes = [], []
+    losses, norms, shapes = [], [], []
     with CompileCounter() as cc, shapebucket.no_recompiles(plan):
         for batch in batches:
             shape = list(batch["input_ids"].shape)
@@ -130,10 +164,12 @@ def train(compiled, opt, plan, batches, train_step, steps, world):
                 if any(s != shape for s in seen):
                     raise RuntimeError(f"step {len(losses)}: ranks have shapes {seen}")
             shapes.append(shape)
-            losses.append(train_step(batch).item())
+            loss, norm = train_step(batch)
+            losses.append(loss.item())
+            norms.append(norm.item())
             if len(losses) == steps:
                 break
-    return {"losses": losses, "shapes": shapes, "train_graphs": cc.graphs,
+    return {"losses": losses, "grad_norms": norms, "shapes": shapes, "train_graphs": cc.graphs,
             "recompiles": len(cc.recompiles)}  # fmt: skip
 
 
@@ -155,15 +191,12 @@ def run_sharded(args):
             m.set_gradient_divide_factor(1.0)
             m.set_force_sum_reduction_for_comms(True)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    train_step = train_step_fn(compiled, opt, sharded=True)
+    train_step = train_step_fn(model, compiled, opt, sharded=True)
 
     plan = shapebucket.ShapePlan.of(collate, sampler)  # the same shapes on every rank
-    report = shapebucket.prewarm(
-        compiled, plan, next(iter(loader)), step=train_step, restore=[opt], progress=False
-    )
+    warm = prewarm(model, compiled, opt, plan, next(iter(loader)), train_step)
     result = train(compiled, opt, plan, loader, train_step, args.steps, world)
-    result.update(mode="fsdp", rank=rank, world=world, prewarm_graphs=report.total_graphs,
-                  plan=[list(s) for s in plan.shapes])  # fmt: skip
+    result.update(mode="fsdp", rank=rank, world=world, **warm)
     finish(result, args.out and Path(args.out, f"fsdp_rank{rank}.json"))
     dist.destroy_process_group()
 
@@ -184,7 +217,7 @@ def run_single(args):
     model = make_model()
     compiled = compile_model(model, args)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    train_step = train_step_fn(compiled, opt, sharded=False)
+    train_step = train_step_fn(model, compiled, opt, sharded=False)
 
     sampler = make_sampler(lengths, world, 0)
     collate = shapebucket.PackedCollator(BUCKETS, rows=sampler.rows, label_shift="none")
@@ -199,10 +232,9 @@ def run_single(args):
     plan = shapebucket.ShapePlan.from_function(
         [(s.rows * world, s.length) for s in rank_plan.shapes], make_batch
     )
-    report = shapebucket.prewarm(compiled, plan, step=train_step, restore=[opt], progress=False)
+    warm = prewarm(model, compiled, opt, plan, None, train_step)
     result = train(compiled, opt, plan, global_batches(lengths, world), train_step, args.steps, 1)
-    result.update(mode="single", world=world, prewarm_graphs=report.total_graphs,
-                  plan=[list(s) for s in plan.shapes])  # fmt: skip
+    result.update(mode="single", world=world, **warm)
     finish(result, args.out and Path(args.out, "single.json"))
 
 

@@ -37,7 +37,10 @@ class RandomTokens(torch.utils.data.Dataset):
         ids = torch.randint(
             0, 256, (int(self.lengths[i]),), generator=torch.Generator().manual_seed(i)
         )
-        return {"input_ids": ids, "labels": ids.roll(-1)}
+        # pre-shifted next-token labels; the last token has none (-100), so no
+        # label wraps around to the sample's first token
+        labels = torch.cat([ids[1:], torch.tensor([-100])])
+        return {"input_ids": ids, "labels": labels}
 
 
 def main():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import pickle
 from collections import Counter
 
 import numpy as np
@@ -177,6 +178,25 @@ def test_target_mask_and_custom_target_keys():
     batch = collate([{"src": [1, 2], "tgt": [3]}])
     assert batch["src"].shape == (1, 4) and batch["tgt"].tolist() == [[3, 0, 0, 0]]
     assert batch["tgt_mask"].tolist() == [[True, False, False, False]]
+
+
+def test_audio_features_pad_along_seq_dim_and_the_collator_pickles():
+    collate = CellCollator([(16, 8), (32, 4)], rows=2, seq_dim=1)
+    collate = pickle.loads(pickle.dumps(collate))  # DataLoader workers get a copy
+    sample = {
+        "input_features": np.ones((4, 10), np.float32),
+        "labels": [1, 2, 3],
+        "lang": 2,
+    }
+    batch = collate([sample])
+    assert batch["input_features"].shape == (2, 4, 16) and batch["labels"].shape == (2, 8)
+    assert batch["attention_mask"].sum().item() == 10 and batch["lang"].tolist() == [2, 0]
+    assert collate.repad(batch, (32, 4))["input_features"].shape == (2, 4, 32)
+    fixed = CellCollator([(16, 8)], sequence_keys=["input_features"])
+    assert fixed([{"input_features": [1, 2], "labels": [3], "pos": np.zeros(3)}])["pos"].shape == (
+        1,
+        3,
+    )
 
 
 def test_collator_errors_name_key_sample_value_limit_and_fix():

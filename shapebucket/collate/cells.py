@@ -49,6 +49,10 @@ class CellCollator:
             causal, so right padding never reaches a real token, and ``labels`` pad
             with -100).
         index_key: a key holding each sample's dataset index, for error messages.
+        sequence_keys: the source keys to pad (default: every source value with a
+            length); other source values are stacked, as in ``BucketCollator``.
+        seq_dim: the sequence dim of each source value (1 for audio features
+            ``[n_mels, frames]``); target values are ``[T]``.
 
     The batch's cell is the cell of its longest source and longest target (the
     edge rule of :class:`~shapebucket.plan.cells.Cells`; batches of a
@@ -67,6 +71,8 @@ class CellCollator:
     mask_key: str | None = "attention_mask"
     target_mask_key: str | None = None
     index_key: Key | None = None
+    sequence_keys: Sequence[Key] | None = None
+    seq_dim: int = 0
     _source: BucketCollator = field(init=False, repr=False)
     _target: BucketCollator = field(init=False, repr=False)
 
@@ -82,7 +88,10 @@ class CellCollator:
             mask_key=self.mask_key,
             pad_values=pads,
             index_key=index,
+            sequence_keys=self.sequence_keys,
+            seq_dim=self.seq_dim,
         )
+        self.seq_dim = self._source.seq_dim  # checked
         self._target = BucketCollator(
             sorted({t for _, t in self.cells}),
             mask_key=self.target_mask_key,
@@ -115,11 +124,6 @@ class CellCollator:
     def _table(self) -> Cells:
         return self.cells  # type: ignore[return-value]
 
-    @property
-    def seq_dim(self) -> int:
-        """The sequence dim of every sample's values (0: ``[T]`` or ``[T, F]``)."""
-        return 0
-
     def rows_for(self, cell: Cell) -> int | None:
         """The rows a batch in ``cell`` is padded to (``None``: as many as it has samples)."""
         if self.rows is None or isinstance(self.rows, int):
@@ -131,7 +135,8 @@ class CellCollator:
     def __repr__(self) -> str:
         return (
             f"CellCollator({self.cells!r}, rows={self.rows!r}, target_keys={list(self.target_keys)}, "
-            f"mask_key={self.mask_key!r}, target_mask_key={self.target_mask_key!r})"
+            f"mask_key={self.mask_key!r}, target_mask_key={self.target_mask_key!r}"
+            + (f", seq_dim={self.seq_dim})" if self.seq_dim else ")")
         )
 
     # -- collation ---------------------------------------------------------------------------
@@ -200,9 +205,8 @@ class CellCollator:
     def _side(
         collator: BucketCollator, cols: Columns, rows: int, length: int, mask_key: str | None
     ) -> dict[Key, Any]:
-        layout = Layout(
-            torch.from_numpy(np.ascontiguousarray(cols.lengths)), rows=rows, length=length
-        )
+        lengths = torch.from_numpy(np.ascontiguousarray(cols.lengths))
+        layout = Layout(lengths, rows=rows, length=length, seq_dim=collator.seq_dim)
         values, pads = collator._values(cols)
         stacked = collator._stacked(cols, rows)
         return assemble(cols.keys, values, pads, stacked, layout, mask_key=mask_key)

@@ -25,7 +25,11 @@ Methods, every length aligned to 8:
 * ``fit_cells``: :func:`shapebucket.plan.cells.fit_cells` (hierarchical, exact on its grid);
 * ``bound``: no table of K cells can beat it (:func:`cells_lower_bound`).
 
-``source`` and ``target`` are each side's own real-token share.
+``source`` and ``target`` are each side's own real-token share. A third run
+weighs a target token as 8 source frames (an encoder that subsamples frames 8x,
+as FastConformer does, against a decoder token): the share is then
+``(s + 8 t) / (S + 8 T)``, every table is scored with that edge rule, and
+``fit_cells`` and the bound use ``weights=(1, 8)``.
 
 Every table is scored with the same edge rule (each sample in its cheapest cell).
 
@@ -99,23 +103,31 @@ def nemo_2d(src: np.ndarray, tgt: np.ndarray, a: int, b: int) -> Cells:
 Row = tuple[str, float, float, float, int]
 
 
-def share(cells: Cells, src: np.ndarray, tgt: np.ndarray) -> tuple[float, float, float, int]:
-    r = cells_report(cells, src, tgt)
-    return r.token_efficiency, r.source_efficiency, r.target_efficiency, r.num_shapes
+def share(
+    cells: Cells, src: np.ndarray, tgt: np.ndarray, w: tuple[int, int] = (1, 1)
+) -> tuple[float, float, float, int]:
+    """(share, source share, target share, cells used), each sample in its cheapest cell
+    under the weights ``w``; the share is weighted by ``w`` too."""
+    r = cells_report(Cells(cells, weights=w), src, tgt)
+    real = w[0] * src.sum() + w[1] * tgt.sum()
+    padded = w[0] * src.sum() / r.source_efficiency + w[1] * tgt.sum() / r.target_efficiency
+    return float(real / padded), r.source_efficiency, r.target_efficiency, r.num_shapes
 
 
-def rows_for(src: np.ndarray, tgt: np.ndarray, k: int) -> list[Row]:
+def rows_for(src: np.ndarray, tgt: np.ndarray, k: int, w: tuple[int, int] = (1, 1)) -> list[Row]:
     out = []
     for label, swap in (("1-D source", False), ("1-D target", True)):
         first, second = (tgt, src) if swap else (src, tgt)
-        out.append((label, *share(one_length(first, second, k, swap), src, tgt)))
+        out.append((label, *share(one_length(first, second, k, swap), src, tgt, w)))
     best = max(
-        ((a, k // a, *share(nemo_2d(src, tgt, a, k // a), src, tgt)) for a in range(1, k + 1)),
+        ((a, k // a, *share(nemo_2d(src, tgt, a, k // a), src, tgt, w)) for a in range(1, k + 1)),
         key=lambda r: r[2] if r[5] <= k else -1,
     )
     out.append((f"NeMo 2-D {best[0]} x {best[1]}", *best[2:]))
-    out.append(("fit_cells", *share(fit_cells(src, tgt, k, align=ALIGN), src, tgt)))
-    bound = (src.sum() + tgt.sum()) / cells_lower_bound(src, tgt, k, align=ALIGN)
+    fitted = fit_cells(src, tgt, k, align=ALIGN, weights=w)
+    out.append(("fit_cells", *share(fitted, src, tgt, w)))
+    real = w[0] * src.sum() + w[1] * tgt.sum()
+    bound = real / cells_lower_bound(src, tgt, k, align=ALIGN, weights=w)
     out.append(("bound (no K cells beat it)", float(bound), float("nan"), float("nan"), k))
     return out
 
@@ -126,9 +138,14 @@ def main() -> None:
     parser.add_argument("--k", type=int, nargs="+", default=[4, 8, 16])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    for name, make in (("translation-like", translation), ("speech-like", speech)):
+    runs = [
+        ("translation-like", translation, (1, 1)),
+        ("speech-like", speech, (1, 1)),
+        ("speech-like, a target token weighs 8 frames", speech, (1, 8)),
+    ]
+    for name, make, w in runs:
         src, tgt = make(args.n)
-        print(f"\n### {name}: {args.n:,} samples")
+        print(f"\n### {name}: {args.n:,} samples, weights {w}")
         print(
             f"source median {int(np.median(src))} (max {src.max()}), "
             f"target median {int(np.median(tgt))} (max {tgt.max()})\n"
@@ -136,13 +153,13 @@ def main() -> None:
         print("| K | method | real-token share | source | target | shapes used |")
         print("|---|---|---|---|---|---|")
         for k in args.k:
-            for label, eff, s_eff, t_eff, used in rows_for(src, tgt, k):
+            for label, eff, s_eff, t_eff, used in rows_for(src, tgt, k, w):
                 print(f"| {k} | {label} | {eff:.3f} | {s_eff:.3f} | {t_eff:.3f} | {used} |")
         for k in args.k:
             times = []
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
-                fit_cells(src, tgt, k, align=ALIGN)
+                fit_cells(src, tgt, k, align=ALIGN, weights=w)
                 times.append(time.perf_counter() - t0)
             print(
                 f"\nfit_cells k={k}: median {np.median(times):.2f} s "

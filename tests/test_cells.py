@@ -17,18 +17,18 @@ from shapebucket.plan.cells import Cells, cells_lower_bound, fit_cells
 FAST = settings(max_examples=40, deadline=None, print_blob=True)
 
 
-def true_cost(cells, s, t):
+def true_cost(cells, s, t, w=(1, 1)):
     """Padded tokens with each sample in its cheapest containing cell (None: one fits none)."""
     total = 0
     for a, b in zip(s, t, strict=True):
-        fits = [S + T for S, T in cells if a <= S and b <= T]
+        fits = [w[0] * S + w[1] * T for S, T in cells if a <= S and b <= T]
         if not fits:
             return None
         total += min(fits)
     return total
 
 
-def hierarchical_cost(cells, s, t):
+def hierarchical_cost(cells, s, t, w=(1, 1)):
     """Padded tokens with each sample in its own source strip (None: it fits none there)."""
     sources = sorted({S for S, _ in cells})
     total = 0
@@ -37,17 +37,17 @@ def hierarchical_cost(cells, s, t):
         targets = [T for SS, T in cells if SS == S and b <= T]
         if S is None or not targets:
             return None
-        total += S + min(targets)
+        total += w[0] * S + w[1] * min(targets)
     return total
 
 
-def brute_force(s, t, k):
+def brute_force(s, t, k, w=(1, 1)):
     """(best any-table cost, best hierarchical-table cost) over every <= k cells of the grid."""
     grid = list(itertools.product(sorted(set(np.maximum(s, 2))), sorted(set(np.maximum(t, 2)))))
     best_any = best_hier = None
     for r in range(1, k + 1):
         for cells in itertools.combinations(grid, r):
-            c, h = true_cost(cells, s, t), hierarchical_cost(cells, s, t)
+            c, h = true_cost(cells, s, t, w), hierarchical_cost(cells, s, t, w)
             if c is not None and (best_any is None or c < best_any):
                 best_any = c
             if h is not None and (best_hier is None or h < best_hier):
@@ -59,15 +59,15 @@ lengths = st.lists(st.tuples(st.integers(1, 4), st.integers(1, 4)), min_size=1, 
 
 
 @FAST
-@given(pairs=lengths, k=st.integers(1, 3))
-def test_fit_is_the_best_hierarchical_table_and_within_the_bounds(pairs, k):
+@given(pairs=lengths, k=st.integers(1, 3), w=st.sampled_from([(1, 1), (1, 3), (2, 1)]))
+def test_fit_is_the_best_hierarchical_table_and_within_the_bounds(pairs, k, w):
     s = np.array([a * 3 for a, _ in pairs])
     t = np.array([b * 2 for _, b in pairs])
-    cells = fit_cells(s, t, k, align=1)
-    best_any, best_hier = brute_force(s, t, k)
-    cost = true_cost(cells.cells, s, t)
-    assert len(cells) <= k
-    assert cells_lower_bound(s, t, k, align=1) <= best_any <= cost <= best_hier
+    cells = fit_cells(s, t, k, align=1, weights=w)
+    best_any, best_hier = brute_force(s, t, k, w)
+    cost = true_cost(cells.cells, s, t, w)
+    assert len(cells) <= k and cells.weights == w
+    assert cells_lower_bound(s, t, k, align=1, weights=w) <= best_any <= cost <= best_hier
 
 
 @FAST
@@ -126,6 +126,10 @@ def test_cells_value_semantics():
     assert (8, 16) in a and len(a) == 2 and a.max_source == 16 and a.max_target == 16
     with pytest.raises(AttributeError):
         a.foo = 1  # type: ignore[attr-defined]
+    heavy = Cells(a, weights=(1, 4))
+    assert heavy != a and heavy.weights == (1, 4) and Cells(heavy).weights == (1, 4)
+    assert pickle.loads(pickle.dumps(heavy)) == heavy and "weights=(1, 4)" in repr(heavy)
+    assert a.cell_for(4, 4) == (8, 16) and heavy.cell_for(4, 4) == (16, 8)
 
 
 @pytest.mark.parametrize(
@@ -141,6 +145,8 @@ def test_cells_value_semantics():
 def test_bad_cells_are_refused(bad, match):
     with pytest.raises(ShapeBucketError, match=match):
         Cells(bad)
+    with pytest.raises(ShapeBucketError, match="target weight"):
+        Cells([(8, 8)], weights=(1, 0))
 
 
 def test_a_sample_that_fits_no_cell_is_named_with_the_limit_and_the_fix():

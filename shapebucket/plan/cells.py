@@ -6,7 +6,8 @@ padded to; each cell is one compiled shape (times the row counts).
 
 Edge rule: a sample ``(s, t)`` lands in the cheapest cell that holds it: of the
 cells with ``source >= s`` and ``target >= t``, the one with the smallest
-``source + target`` (the padded tokens of one row), ties to the smaller source.
+``source + target`` (the padded tokens of one row; ``ws * source + wt * target``
+with ``weights=(ws, wt)``), ties to the smaller source.
 The rule is a total order, so a batch whose samples all land in cell ``c`` has
 its componentwise longest ``(max s, max t)`` in ``c`` as well: the sampler's
 cell and the collator's cell of a batch always agree.
@@ -40,6 +41,22 @@ __all__ = ["Cells", "cells_lower_bound", "fit_cells"]
 _CHUNK = 1 << 16  # samples per vectorised containment test (x cells bools)
 
 
+def _check_weights(weights: Any) -> tuple[int, int]:
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Iterable):
+        raise ShapeBucketError(
+            f"weights must be a (source, target) pair of ints >= 1, got {weights!r}"
+        )
+    pair = tuple(weights)
+    if len(pair) != 2:
+        raise ShapeBucketError(
+            f"weights must be a (source, target) pair of ints >= 1, got {weights!r}"
+        )
+    return (
+        check_int("source weight", pair[0], minimum=1),
+        check_int("target weight", pair[1], minimum=1),
+    )
+
+
 def _pair(i: int, cell: Any) -> tuple[int, int]:
     if isinstance(cell, (str, bytes)) or not isinstance(cell, Iterable):
         raise ShapeBucketError(f"cell {i} must be a (source, target) pair of ints, got {cell!r}")
@@ -57,18 +74,29 @@ class Cells:
     Hashable, comparable by value, iterable, picklable. Lengths are ints >= 2
     (as :class:`~shapebucket.Buckets`: the compiler specialises sizes 0 and 1).
 
+    ``weights=(ws, wt)`` (positive ints, default ``(1, 1)``) prices a row of a cell
+    at ``ws * source + wt * target`` in the edge rule (and in :func:`fit_cells`):
+    ``(1, 4)`` when a decoder token costs four encoder positions.
+
     >>> cells = Cells([(16, 8), (32, 8), (32, 24)])
     >>> cells.cell_for(10, 5), cells.cell_for(20, 20), len(cells)
     ((16, 8), (32, 24), 3)
+    >>> Cells([(64, 8), (16, 32)]).cell_for(8, 8), Cells([(64, 8), (16, 32)], weights=(1, 4)).cell_for(8, 8)
+    ((16, 32), (64, 8))
     """
 
-    __slots__ = ("_cells", "_order", "_src", "_tgt")
+    __slots__ = ("_cells", "_order", "_src", "_tgt", "_weights")
     _cells: tuple[tuple[int, int], ...]
     _src: np.ndarray
     _tgt: np.ndarray
     _order: np.ndarray
+    _weights: tuple[int, int]
 
-    def __init__(self, cells: Iterable[Any]) -> None:
+    def __init__(self, cells: Iterable[Any], weights: tuple[int, int] | None = None) -> None:
+        if weights is None:
+            weights = cells.weights if isinstance(cells, Cells) else (1, 1)
+        ws, wt = _check_weights(weights)
+        object.__setattr__(self, "_weights", (ws, wt))
         if isinstance(cells, Cells):
             pairs = list(cells.cells)
         else:
@@ -87,12 +115,17 @@ class Cells:
         src = np.array([s for s, _ in ordered], dtype=np.int64)
         tgt = np.array([t for _, t in ordered], dtype=np.int64)
         # the edge rule's order: cheapest first, ties to the smaller source
-        order = np.lexsort((tgt, src, src + tgt))
+        order = np.lexsort((tgt, src, ws * src + wt * tgt))
         for a in (src, tgt, order):
             a.flags.writeable = False
         object.__setattr__(self, "_src", src)
         object.__setattr__(self, "_tgt", tgt)
         object.__setattr__(self, "_order", order)
+
+    @property
+    def weights(self) -> tuple[int, int]:
+        """``(ws, wt)``: a row of cell ``(S, T)`` costs ``ws * S + wt * T``."""
+        return self._weights
 
     @property
     def cells(self) -> tuple[tuple[int, int], ...]:
@@ -170,19 +203,20 @@ class Cells:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Cells):
             return NotImplemented
-        return self._cells == other._cells
+        return (self._cells, self._weights) == (other._cells, other._weights)
 
     def __hash__(self) -> int:
-        return hash(("Cells", self._cells))
+        return hash(("Cells", self._cells, self._weights))
 
     def __repr__(self) -> str:
-        return f"Cells({list(self._cells)})"
+        weights = "" if self._weights == (1, 1) else f", weights={self._weights}"
+        return f"Cells({list(self._cells)}{weights})"
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Cells is immutable")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Cells, (self._cells,))
+        return (Cells, (self._cells, self._weights))
 
 
 # -- fitting the cells ------------------------------------------------------------
@@ -273,6 +307,7 @@ def fit_cells(
     *,
     align: int | tuple[int, int] = DEFAULT_ALIGN,
     grid: int = 64,
+    weights: tuple[int, int] = (1, 1),
 ) -> Cells:
     """At most ``k`` aligned ``(source, target)`` cells with the fewest padded tokens.
 
@@ -281,6 +316,8 @@ def fit_cells(
         k: the most cells (each is one compiled shape, times its row counts).
         align: every cell length is a multiple of this (an int, or one per side).
         grid: the most candidate boundaries per axis (quantiles past it).
+        weights: ``(ws, wt)``: minimise ``ws * padded source + wt * padded target``
+            (the cells returned carry them, for the edge rule).
 
     Exact over hierarchical tables on the candidate grid (module docstring);
     every cell returned receives samples.
@@ -290,6 +327,7 @@ def fit_cells(
     """
     k = check_int("k", k, minimum=1)
     grid = check_int("grid", grid, minimum=2)
+    ws, wt = _check_weights(weights)
     sa, ta, _, _ = _aligned(sources, targets, align)
     cs, ct = _grid(sa, grid), _grid(ta, grid)
     si = np.searchsorted(cs, sa, side="left")
@@ -299,17 +337,17 @@ def fit_cells(
     C = np.concatenate([np.zeros((1, nt)), np.cumsum(hist, axis=0)])
     A, B = np.triu_indices(ns + 1, k=1)  # every strip (a, b] of source candidates
     strip_hist = C[B] - C[A]
-    f = _target_costs(strip_hist, ct, k)
-    src_cost = cs[B - 1] * strip_hist.sum(axis=1)
+    f = wt * _target_costs(strip_hist, ct, k)
+    src_cost = ws * cs[B - 1] * strip_hist.sum(axis=1)
     out = []
     for a, b, j in _split_sources(src_cost, f, A, B, ns, k):
         h = strip_hist[(a == A) & (b == B)][0]
         top = int(np.flatnonzero(h)[-1]) + 1
         for T in _optimal_boundaries(ct[:top], h[:top], ct[:top].astype(np.float64), j):
             out.append((int(cs[b - 1]), T))
-    table = Cells(out)
+    table = Cells(out, weights=(ws, wt))
     used = np.unique(table.index_for_many(sa, ta))
-    return Cells([table.cells[i] for i in used.tolist()])
+    return Cells([table.cells[i] for i in used.tolist()], weights=(ws, wt))
 
 
 def cells_lower_bound(
@@ -318,11 +356,12 @@ def cells_lower_bound(
     k: int = 8,
     *,
     align: int | tuple[int, int] = DEFAULT_ALIGN,
+    weights: tuple[int, int] = (1, 1),
 ) -> int:
     """Padded tokens that no table of at most ``k`` aligned cells can go below: the exact
     1-D optimum of the sources with ``k`` buckets plus that of the targets (any ``k``
     cells have at most ``k`` distinct sources and ``k`` distinct targets, so each side
-    is a ``k``-bucket table).
+    is a ``k``-bucket table); with ``weights``, ``ws`` and ``wt`` times each.
 
     >>> cells_lower_bound([10, 12, 100, 90], [90, 80, 5, 6], k=2)
     448
@@ -330,7 +369,7 @@ def cells_lower_bound(
     k = check_int("k", k, minimum=1)
     sa, ta, a_s, a_t = _aligned(sources, targets, align)
     total = 0
-    for lens, a in ((sa, a_s), (ta, a_t)):
+    for lens, a, w in zip((sa, ta), (a_s, a_t), _check_weights(weights), strict=True):
         table = optimal_buckets(lens, k, align=a)
-        total += int(table.bucket_for_many(lens).sum())
+        total += w * int(table.bucket_for_many(lens).sum())
     return total

@@ -129,8 +129,9 @@ class ShapePlan:
     Build it with :meth:`of` (from the collator, and the sampler when the
     collator does not pad rows), with :meth:`from_function` (a
     ``make_batch(shape)`` of your own), or directly as
-    ``ShapePlan([(rows, length), ...], collator)``. ``plan.shapes`` is sorted by
-    length, then rows; ``len(plan)`` counts them. A plan pickles when its
+    ``ShapePlan([(rows, length), ...], collator)``; a two-length plan (a
+    :class:`~shapebucket.collate.CellCollator`) holds :class:`CellShape` triples
+    ``(rows, source, target)`` instead. ``plan.shapes`` is sorted by length, then rows; ``len(plan)`` counts them. A plan pickles when its
     collator (or ``make_batch``) does.
 
     >>> from shapebucket.collate.bucket import BucketCollator

@@ -282,7 +282,7 @@ def test_prewarm_compiles_one_graph_per_cell_and_training_compiles_none(fresh_co
             compiled(**batch).backward()
     assert cc.graphs == 0 and cc.recompiles == []
     with (
-        pytest.raises(ShapeBucketError, match=r"the plan's shapes \(rows, length\)"),
+        pytest.raises(ShapeBucketError, match="the plan's shapes"),
         no_recompiles(plan),
     ):
         compiled(**collate.repad(batch, CELLS.cells[0], rows=3))

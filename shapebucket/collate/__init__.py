@@ -7,12 +7,14 @@ masks for every path: :class:`BucketCollator`, :class:`PackedCollator` and
 
 from .attention import document_block_mask, document_causal_mask
 from .bucket import BucketCollator
+from .cells import CellCollator
 from .counters import CollateReport
 from .device import FlatBatch
 from .packed import PackedCollator
 
 __all__ = [
     "BucketCollator",
+    "CellCollator",
     "CollateReport",
     "FlatBatch",
     "PackedCollator",

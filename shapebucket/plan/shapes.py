@@ -28,8 +28,9 @@ import torch
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from .buckets import Buckets
+from .cell_shapes import cell_shapes, check_cell_shapes, two_length
 
-__all__ = ["Shape", "ShapePlan"]
+__all__ = ["CellShape", "Shape", "ShapePlan"]
 
 
 class Shape(NamedTuple):
@@ -43,30 +44,51 @@ class Shape(NamedTuple):
     length: int
 
 
+class CellShape(NamedTuple):
+    """One two-length batch shape (:class:`~shapebucket.collate.CellCollator`): ``rows``
+    samples, source keys padded to ``length``, target keys to ``target``.
+
+    >>> CellShape(4, 128, 32)
+    CellShape(rows=4, length=128, target=32)
+    """
+
+    rows: int
+    length: int
+    target: int
+
+
 def _check_shapes(shapes: Iterable[Any]) -> tuple[Shape, ...]:
     if isinstance(shapes, (str, bytes)) or not isinstance(shapes, Iterable):
         raise ShapeBucketError(
             f"shapes must be a list of (rows, length) pairs, got {shapes!r}; "
             "for one shape write [(rows, length)]"
         )
-    out = set()
+    out: set[Any] = set()  # Shape, or CellShape for two-length plans
     for i, pair in enumerate(shapes):
         if (
             isinstance(pair, (str, bytes, Mapping, Set))
             or not isinstance(pair, Iterable)
-            or len(pair) != 2  # type: ignore[arg-type]
+            or len(pair) not in (2, 3)  # type: ignore[arg-type]
         ):
             raise ShapeBucketError(
                 f"shapes[{i}] must be a (rows, length) pair, got {pair!r}; write (4, 128) for "
-                "4 rows of 128 tokens"
+                "4 rows of 128 tokens (or (rows, source, target) for two-length cells)"
             )
-        rows, length = pair
+        rows, length, *target = pair
         rows = check_int(f"shapes[{i}] rows", rows, minimum=1)
         length = check_int(f"shapes[{i}] length", length, minimum=2)
-        out.add(Shape(rows, length))
+        if target:
+            out.add(CellShape(rows, length, check_int(f"shapes[{i}] target", target[0], minimum=2)))
+        else:
+            out.add(Shape(rows, length))
     if not out:
         raise ShapeBucketError("a ShapePlan needs at least one (rows, length) shape, got none")
-    return tuple(sorted(out, key=lambda s: (s.length, s.rows)))
+    if len({len(s) for s in out}) > 1:
+        raise ShapeBucketError(
+            "shapes mix (rows, length) pairs and (rows, source, target) triples; a plan is "
+            "one-length or two-length"
+        )
+    return tuple(sorted(out, key=lambda s: (s.length, *s[2:], s.rows)))
 
 
 def _tensor_shapes(batch: Any) -> list[tuple[int, ...]]:
@@ -107,8 +129,9 @@ class ShapePlan:
     Build it with :meth:`of` (from the collator, and the sampler when the
     collator does not pad rows), with :meth:`from_function` (a
     ``make_batch(shape)`` of your own), or directly as
-    ``ShapePlan([(rows, length), ...], collator)``. ``plan.shapes`` is sorted by
-    length, then rows; ``len(plan)`` counts them. A plan pickles when its
+    ``ShapePlan([(rows, length), ...], collator)``; a two-length plan (a
+    :class:`~shapebucket.collate.CellCollator`) holds :class:`CellShape` triples
+    ``(rows, source, target)`` instead. ``plan.shapes`` is sorted by length, then rows; ``len(plan)`` counts them. A plan pickles when its
     collator (or ``make_batch``) does.
 
     >>> from shapebucket.collate.bucket import BucketCollator
@@ -125,7 +148,7 @@ class ShapePlan:
 
     def __init__(
         self,
-        shapes: Iterable[tuple[int, int]],
+        shapes: Iterable[tuple[int, int]] | Iterable[tuple[int, int, int]],
         collator: Any = None,
         *,
         make_batch: Callable[[Shape], Any] | None = None,
@@ -154,6 +177,9 @@ class ShapePlan:
     def _check_collator(self, collator: Any) -> None:
         """Every shape must be one the collator can make, and with ``row_buckets`` every
         row bucket should be there (a request batch of any size lands in one)."""
+        if two_length(collator):
+            check_cell_shapes(self._shapes, collator)
+            return
         known = sorted(collator.buckets)
         unknown = sorted({s.length for s in self._shapes} - set(known))
         if unknown:
@@ -196,6 +222,8 @@ class ShapePlan:
         >>> ShapePlan.of(BucketCollator([8, 16], row_buckets=[1, 4])).shapes
         (Shape(rows=1, length=8), Shape(rows=4, length=8), Shape(rows=1, length=16), Shape(rows=4, length=16))
         """
+        if two_length(collator) or two_length(sampler):
+            return cls(cell_shapes(collator, sampler), collator)
         if not callable(getattr(collator, "repad", None)) or not hasattr(collator, "buckets"):
             raise ShapeBucketError(
                 f"ShapePlan.of needs the BucketCollator or PackedCollator of the loader, got "
@@ -302,13 +330,15 @@ class ShapePlan:
                 f"shape {pair!r} is not in the plan {[tuple(s) for s in self._shapes]}; a "
                 "batch of it would compile a graph no loader batch uses: pass one of plan.shapes"
             )
-        shape = Shape(*pair)
+        shape = Shape(*pair) if len(pair) == 2 else CellShape(*pair)
         if self._make_batch is not None:
             return _checked(self._make_batch(shape), shape)
         if example is None:
             raise ShapeBucketError(
                 "this plan re-pads an example batch to each shape: pass example=next(iter(loader))"
             )
+        if isinstance(shape, CellShape):
+            return self._collator.repad(example, (shape.length, shape.target), shape.rows)
         return self._collator.repad(example, shape.length, shape.rows)
 
     def __len__(self) -> int:

@@ -8,10 +8,12 @@ frozenset({(1, 16), (2, 8)})
 from ..plan.batches import SamplerReport
 from .base import ResumableBatchSampler
 from .bucket import BucketBatchSampler
+from .cells import CellBatchSampler
 from .packed import PackedBatchSampler
 
 __all__ = [
     "BucketBatchSampler",
+    "CellBatchSampler",
     "PackedBatchSampler",
     "ResumableBatchSampler",
     "SamplerReport",

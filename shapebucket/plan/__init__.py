@@ -4,8 +4,8 @@ Pure functions and records, no torch state: bucket boundaries (:func:`fit_bucket
 :class:`Buckets`), the padding they cost (:func:`padding_report`), the number of
 buckets from the job (:func:`choose_k`), fixed policies side by side
 (:func:`compare_policies`), packing row lengths (:func:`fit_packing`,
-:func:`packing_report`) and the set of batch shapes a loader makes
-(:class:`ShapePlan`).
+:func:`packing_report`), the set of batch shapes a loader makes
+(:class:`ShapePlan`) and the strategy from the job (:func:`choose_strategy`).
 """
 
 from .batches import plan_epoch, plan_steps
@@ -17,6 +17,8 @@ from .packing_fit import PackingFitReport, fit_packing, packing_report
 from .padding import PaddingReport, padding_report
 from .policies import PolicyReport, compare_policies
 from .shapes import Shape, ShapePlan
+from .strategy import StrategyEstimate, StrategyReport, choose_strategy
+from .timing import StepTiming, time_steps
 
 __all__ = [
     "Buckets",
@@ -28,7 +30,11 @@ __all__ = [
     "PolicyReport",
     "Shape",
     "ShapePlan",
+    "StepTiming",
+    "StrategyEstimate",
+    "StrategyReport",
     "choose_k",
+    "choose_strategy",
     "compare_policies",
     "fit_buckets",
     "fit_packing",
@@ -39,4 +45,5 @@ __all__ = [
     "plan_packing",
     "plan_steps",
     "rows_for_tokens",
+    "time_steps",
 ]

@@ -147,6 +147,8 @@ _STRATEGY_FLAGS = {
     "step_shape": "--step-shape",
     "tokens_per_batch": "--tokens-per-batch",
     "contention": "--contention",
+    "background_compile_seconds": "--background-compile-seconds",
+    "load_seconds": "--load-seconds",
 }
 _STRATEGY_NEEDS = ["--job-samples", "--compile-seconds", *list(_STRATEGY_FLAGS.values())[:3]]
 
@@ -211,6 +213,8 @@ def _strategy(args: argparse.Namespace, lengths: np.ndarray) -> list[int]:
         k=args.k,
         align=args.align,
         contention=1.0 if args.contention is None else args.contention,
+        background_compile_seconds=args.background_compile_seconds,
+        load_seconds=0.0 if args.load_seconds is None else args.load_seconds,
     )
     print(report)
     print()
@@ -327,6 +331,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             "--contention",
             type=float,
             help="--width: training slowdown while a background compile runs (default 1)",
+        )
+        p.add_argument(
+            "--background-compile-seconds",
+            type=float,
+            help="--width: one shape's compile in the background (default --compile-seconds)",
+        )
+        p.add_argument(
+            "--load-seconds",
+            type=float,
+            help="--width: pause to switch a shape to its compiled graph (default 0)",
         )
         p.add_argument(
             "--plot",

@@ -50,7 +50,10 @@ def compile_first(loads: list[ShapeLoad], compile_seconds: float) -> tuple[float
 
 
 def compile_while_training(
-    loads: list[ShapeLoad], compile_seconds: float, contention: float = 1.0
+    loads: list[ShapeLoad],
+    compile_seconds: float,
+    contention: float = 1.0,
+    load_seconds: float = 0.0,
 ) -> tuple[float, float]:
     """``(time until every shape is compiled, job seconds)`` when training starts at once.
 
@@ -60,20 +63,21 @@ def compile_while_training(
     through the job, so while a set of shapes is ready the job progresses at one whole
     job per ``sum(compiled of ready) + sum(eager of the rest)`` seconds, times
     ``contention`` while the background compile runs (1.0: it has a core of its own).
+    Switching a shape to its compiled graph pauses training ``load_seconds``.
 
     >>> loads = [ShapeLoad(1, 8, 10, 100.0, 50.0)]
     >>> compile_while_training(loads, 10.0)  # 10 s eager (1/10 of the job), then 45 s compiled
     (10.0, 55.0)
     """
     order = sorted(loads, key=lambda s: -s.batches)
-    duration = sum(s.eager_seconds for s in order)  # one whole job at the current speeds
+    duration = eager(loads)[1]  # one whole job at the current speeds
     t = progress = 0.0
     for j, shape in enumerate(order):
         ready = (j + 1) * compile_seconds
-        rate = 1.0 / (duration * contention) if duration else float("inf")
-        if progress + (ready - t) * rate >= 1.0:
-            return len(order) * compile_seconds, t + (1.0 - progress) / rate
-        progress += (ready - t) * rate
-        t = ready
+        remaining = (1.0 - progress) * duration * contention  # to the end at this speed
+        if t + remaining <= ready:
+            return len(order) * compile_seconds, t + remaining
+        progress += (ready - t) / (duration * contention)
+        t = ready + load_seconds
         duration += shape.compiled_seconds - shape.eager_seconds
-    return t, t + (1.0 - progress) * duration
+    return len(order) * compile_seconds, t + (1.0 - progress) * duration

@@ -163,9 +163,10 @@ def _estimates(
     efficiency: float,
     loads: list[ShapeLoad],
     timing: StepTiming,
-    contention: float,
+    background: tuple[float, float, float],
 ) -> list[StrategyEstimate]:
-    """The three modes of one shape set."""
+    """The three modes of one shape set (``background``: compile seconds, contention and
+    load seconds of compile-while-training)."""
     out = []
     for mode in MODES:
         if mode == "eager":
@@ -175,7 +176,7 @@ def _estimates(
             warm, train = compile_first(loads, timing.compile_seconds)
             job = warm + train
         else:
-            warm, job = compile_while_training(loads, timing.compile_seconds, contention)
+            warm, job = compile_while_training(loads, *background)
             train = job
         out.append(
             StrategyEstimate(layout, mode, buckets, rows, len(loads), efficiency, warm, train, job)
@@ -265,17 +266,22 @@ def _reason(chosen: StrategyEstimate, best: dict[tuple[str, str], StrategyEstima
     return f"{head}; {why}"
 
 
-def _notes(timing: StepTiming, width: int, contention: float) -> list[str]:
+def _non_negative(name: str, value: Any) -> float:
+    return 0.0 if value == 0 and not isinstance(value, bool) else positive(name, value)
+
+
+def _notes(timing: StepTiming, width: int, background: tuple[float, float, float]) -> list[str]:
+    compile_s, contention, load_s = background
     return [
         "every time is estimated, not measured: a batch of rows x L tokens costs "
         f"rows*L*(1 + L/(6*{width})) units, scaled from the one timed {timing.rows}x"
         f"{timing.length} step; per-step overheads and kernels that do not scale that way are "
         "not modelled",
         f"every shape is taken to compile in {timing.compile_seconds:g} s, the timed one",
-        "compile-while-training: one background worker compiles the shapes one after another, "
-        "loading a compiled shape costs nothing, each shape's batches are spread evenly through "
-        f"the job, and training steps run {contention:g}x slower while it compiles "
-        "(--contention; 1 means it has a core of its own)",
+        "compile-while-training: one background worker compiles the shapes one after another "
+        f"({compile_s:g} s each), switching a shape to compiled pauses training {load_s:g} s, "
+        "each shape's batches are spread evenly through the job, and training steps run "
+        f"{contention:g}x slower while it compiles (contention; 1: it has a core of its own)",
         "one epoch's plan (padding, packing, short batches) is scaled to the job's samples",
     ]
 
@@ -291,6 +297,8 @@ def choose_strategy(
     k: int = 8,
     align: int = DEFAULT_ALIGN,
     contention: float = 1.0,
+    background_compile_seconds: float | None = None,
+    load_seconds: float = 0.0,
 ) -> StrategyReport:
     """Buckets or packing, eager, compile-first or compile-while-training, and the shapes:
     the option with the shortest estimated whole job (module docstring).
@@ -308,20 +316,31 @@ def choose_strategy(
         align: every bucket and row length is a multiple of this.
         contention: how many times slower a training step runs while a background
             compile runs (1.0: the compile has a core of its own).
+        background_compile_seconds: one shape's compile in the background process
+            (default ``timing.compile_seconds``; more when it shares cores with training).
+        load_seconds: the pause when training switches a shape to its compiled graph
+            (loading the cache artifacts; default 0).
 
     (Examples: :class:`StrategyReport`.)
     """
     arr = check_lengths(lengths)
-    width = check_int("width", width, minimum=1)
-    job_samples = check_int("job_samples", job_samples, minimum=1)
-    batch_size = check_int("batch_size", batch_size, minimum=1)
-    k = check_int("k", k, minimum=1)
-    contention = positive("contention", contention)
     if not isinstance(timing, StepTiming):
         raise ShapeBucketError(
             f"timing must be a StepTiming (compile_seconds, eager_seconds, compiled_seconds, "
             f"rows, length), got {type(timing).__name__}; time_steps(...) measures one"
         )
+    width = check_int("width", width, minimum=1)
+    job_samples = check_int("job_samples", job_samples, minimum=1)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    k = check_int("k", k, minimum=1)
+    contention = positive("contention", contention)
+    background = (
+        timing.compile_seconds
+        if background_compile_seconds is None
+        else positive("background_compile_seconds", background_compile_seconds),
+        contention,
+        _non_negative("load_seconds", load_seconds),
+    )
     if contention < 1:
         raise ShapeBucketError(
             f"contention must be >= 1 (a background compile never speeds training up), got {contention}"
@@ -339,12 +358,13 @@ def choose_strategy(
     estimates = [
         e
         for layout, (buckets, rows, eff, loads) in sets
-        for e in _estimates(layout, buckets, rows, eff, loads, timing, contention)
+        for e in _estimates(layout, buckets, rows, eff, loads, timing, background)
     ]
     rank = {mode: i for i, mode in enumerate(MODES)}
 
     def key(e: StrategyEstimate) -> tuple[float, int, int]:
-        return (e.job_seconds, rank[e.mode], e.num_shapes)
+        # equal to 9 digits is a tie (sums in another order differ in the last bit)
+        return (float(f"{e.job_seconds:.9g}"), rank[e.mode], e.num_shapes)
 
     best: dict[tuple[str, str], StrategyEstimate] = {}
     for e in sorted(estimates, key=key):
@@ -355,7 +375,7 @@ def choose_strategy(
         chosen=chosen,
         options=options,
         reason=_reason(chosen, best),
-        notes=_notes(timing, width, contention),
+        notes=_notes(timing, width, background),
         num_samples=len(arr),
         job_samples=job_samples,
         width=width,

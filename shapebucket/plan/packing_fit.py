@@ -59,7 +59,7 @@ class PackingFitReport:
 
     >>> fit = fit_packing([5, 9, 12, 30] * 20, k=2, tokens_per_batch=64)
     >>> [list(b) for b, _ in fit.candidates], fit.rows
-    ([[32], [16, 32]], {32: 2})
+    ([[32], [24, 32]], {24: 2, 32: 2})
     """
 
     buckets: Buckets
@@ -154,11 +154,16 @@ def fit_packing(
 ) -> PackingFitReport:
     """Choose the buckets (row lengths, at most ``k``) and rows per batch for packing ``lengths``.
 
-    The candidates halve from the longest row (``max_len``, default the longest
-    sample rounded up to ``align``): ``[M]``, ``[M/2, M]``, ``[M/4, M/2, M]``, ...
-    up to ``k`` buckets, each rounded up to ``align`` and at least ``2 * align``.
-    Each is planned for real (epoch 0, at most ``max_samples`` lengths drawn with
-    ``seed``). Shorter rows cost less dense attention but pack less tightly. With
+    The space searched: every set of at most ``k`` row lengths, multiples of ``align``,
+    whose largest is ``max_len`` (default the longest sample rounded up to ``align``).
+    :mod:`.packing_search` searches it on at most 8,192 of the lengths: every set when
+    the space is small (exact), otherwise alternating exact refits of the set to the
+    packed rows' contents with re-packing, from several seeds (the sets halving from
+    the longest row, ``[M]``, ``[M/2, M]``, ...; the exact bucket sets of the lengths),
+    then a short hill climb. The single row length ``[M]`` (the reference) and the
+    search's best sets (the best of each size within 2% of the best) are then planned
+    for real (epoch 0, at most ``max_samples`` lengths drawn with ``seed``): those are
+    ``candidates``. Shorter rows cost less dense attention but pack less tightly. With
     ``model_dim`` (the model's width) the choice is the set with the least
     estimated compute per real token: a token of a row of length ``L`` costs
     ``1 + L / (6 * model_dim)`` (a transformer block's linear layers do about
@@ -170,7 +175,7 @@ def fit_packing(
 
     >>> fit = fit_packing([5, 9, 12, 30, 7, 3] * 50, k=3, tokens_per_batch=64)
     >>> list(fit.buckets), fit.rows, f"{fit.report.token_efficiency:.1%}"
-    ([32], {32: 2}, '95.5%')
+    ([24, 32], {24: 2, 32: 2}, '95.0%')
     """
     arr = check_lengths(lengths)
     k = check_int("k", k, minimum=1)

@@ -116,7 +116,7 @@ class StrategyReport:
             shown = list(e.buckets) if len(e.buckets) <= 8 else [*list(e.buckets)[:6], "..."]
             lines.append(
                 f"  {e.layout:<8s} {e.mode:<23s} {e.num_shapes:>6d} {e.token_efficiency:>7.1%} "
-                f"{e.warmup_seconds:>10.0f} {e.train_seconds:>10.0f} {e.job_seconds:>10.0f}  "
+                f"{_s(e.warmup_seconds):>10s} {_s(e.train_seconds):>10s} {_s(e.job_seconds):>10s}  "
                 f"{shown}{mark}"
             )
         lines.append(f"recommended: {self.chosen.describe()}: {self.reason}")
@@ -223,6 +223,11 @@ def _packing_options(
     return out
 
 
+def _s(seconds: float) -> str:
+    """Seconds for a reader: whole seconds from 100 up, three digits below."""
+    return f"{seconds:,.0f}" if seconds >= 100 else f"{seconds:.3g}"
+
+
 def _shapes(n: int) -> str:
     return f"{n} shape" if n == 1 else f"{n} shapes"
 
@@ -232,35 +237,41 @@ def _reason(chosen: StrategyEstimate, best: dict[tuple[str, str], StrategyEstima
     others = [e for e in best.values() if e is not chosen]
     runner = min(others, key=lambda e: e.job_seconds)
     margin = 1 - chosen.job_seconds / runner.job_seconds if runner.job_seconds else 0.0
-    head = (
-        f"estimated {chosen.job_seconds:,.0f} s, {margin:.1%} less than the next best "
-        f"({runner.layout} {runner.mode}, {runner.job_seconds:,.0f} s)"
-    )
+    if margin < 5e-4:
+        head = (
+            f"estimated {_s(chosen.job_seconds)} s, the same as {runner.layout} {runner.mode} "
+            "(a tie goes to the simpler mode)"
+        )
+    else:
+        head = (
+            f"estimated {_s(chosen.job_seconds)} s, {margin:.1%} less than the next best "
+            f"({runner.layout} {runner.mode}, {_s(runner.job_seconds)} s)"
+        )
     same = best[(chosen.layout, "eager")]
     first = best[(chosen.layout, "compile-first")]
     if chosen.mode == "eager":
         saved = same.train_seconds - first.train_seconds
         why = (
-            f"compiling would save {saved:,.0f} s of steps but its warm-up costs more "
-            f"({first.warmup_seconds:,.0f} s for {_shapes(first.num_shapes)})"
+            f"compiling would save {_s(saved)} s of steps but its warm-up costs more "
+            f"({_s(first.warmup_seconds)} s for {_shapes(first.num_shapes)})"
             if saved > 0
             else "the compiled step is not faster than the eager one"
         )
     elif chosen.mode == "compile-first":
         why = (
-            f"the {chosen.warmup_seconds:,.0f} s warm-up is won back: compiled steps save "
-            f"{same.train_seconds - chosen.train_seconds:,.0f} s, and compiling in the "
+            f"the {_s(chosen.warmup_seconds)} s warm-up is won back: compiled steps save "
+            f"{_s(same.train_seconds - chosen.train_seconds)} s, and compiling in the "
             "background would slow training more than it gains"
         )
     elif chosen.warmup_seconds <= chosen.job_seconds:
         why = (
             f"training starts at once and every shape runs compiled after "
-            f"{chosen.warmup_seconds:,.0f} s of background compiles, most frequent first"
+            f"{_s(chosen.warmup_seconds)} s of background compiles, most frequent first"
         )
     else:
         why = (
             "training starts at once; the most frequent shapes are compiled in the background "
-            f"while it runs (all {chosen.num_shapes} would take {chosen.warmup_seconds:,.0f} s, "
+            f"while it runs (all {chosen.num_shapes} would take {_s(chosen.warmup_seconds)} s, "
             "longer than the job)"
         )
     return f"{head}; {why}"

@@ -16,7 +16,8 @@ actually makes, pad rows of short batches included.
   or ``L * (1 + L / (6 * model_dim))``): :func:`~shapebucket.plan.optimal.optimal_buckets`
   finds it. Then the lengths are re-packed with that set, which gives new rows, until
   the set repeats. Last, a hill climb moves, adds or drops one row length at a time
-  while a budget of packings lasts. Each candidate is packed on a probe of at most
+  while a budget of packings lasts, and from the best set the cheapest row length
+  to drop is dropped, three times (so each smaller size has a good set). Each candidate is packed on a probe of at most
   ``PROBE`` lengths; on a probe smaller than the data the pad rows of the probe's
   short batches are left out (the full data has proportionally fewer of them).
 
@@ -46,6 +47,8 @@ EXHAUSTIVE_WORK = 300_000
 PROBE = 8192
 #: packings the hill climb may spend (after the seeds and their alternations)
 CLIMB_BUDGET = 24
+#: row lengths dropped one by one from the best set, for the sets of fewer shapes
+PRUNE_LEVELS = 3
 _ROUNDS = 6  # alternations per seed, at most
 
 
@@ -198,6 +201,17 @@ def _climb(ev: _Evaluator, universe: list[int], top: int, k: int, budget: int) -
                 break
 
 
+def _prune(ev: _Evaluator, top: int, levels: int) -> None:
+    """From the best set, drop the row length that costs least, ``levels`` times: each
+    smaller size gets a good candidate (fewer shapes are fewer compiles)."""
+    cur = min(ev.result.scores, key=lambda s: (ev.result.scores[s], len(s)))
+    for _ in range(levels):
+        smaller = [tuple(x for x in cur if x != b) for b in cur if b != top]
+        if not smaller:
+            return
+        cur = min(smaller, key=lambda s: (ev.score(s), s))
+
+
 def search_row_lengths(
     lengths: np.ndarray,
     *,
@@ -227,4 +241,5 @@ def search_row_lengths(
     for s in seeds:
         _alternate(ev, s, k, align, top)
     _climb(ev, universe, top, k, CLIMB_BUDGET)
+    _prune(ev, top, PRUNE_LEVELS)
     return ev.result

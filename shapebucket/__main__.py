@@ -281,6 +281,32 @@ def _bench(argv: list[str]) -> int:
     return int(bench_main(argv))
 
 
+def _strategy_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of ``--width`` (the strategy from the job)."""
+    p.add_argument("--width", type=int, help="the model's width: recommend the whole strategy")
+    p.add_argument("--step-seconds", type=float, help="--width: one eager training step, s")
+    p.add_argument("--compiled-step-seconds", type=float, help="--width: the same step compiled, s")
+    p.add_argument("--step-shape", type=_step_shape, help="--width: ROWSxLENGTH of the timed step")
+    p.add_argument(
+        "--tokens-per-batch", type=int, help="--width: a packed batch's tokens (default: auto)"
+    )
+    p.add_argument(
+        "--contention",
+        type=float,
+        help="--width: training slowdown while a background compile runs (default 1)",
+    )
+    p.add_argument(
+        "--background-compile-seconds",
+        type=float,
+        help="--width: one shape's compile in the background (default --compile-seconds)",
+    )
+    p.add_argument(
+        "--load-seconds",
+        type=float,
+        help="--width: pause to switch a shape to its compiled graph (default 0)",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = Parser(
         prog="python -m shapebucket",
@@ -316,32 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             default="bucketed",
             help="how batches are formed: inside buckets (BucketBatchSampler) or at random",
         )
-        p.add_argument("--width", type=int, help="the model's width: recommend the whole strategy")
-        p.add_argument("--step-seconds", type=float, help="--width: one eager training step, s")
-        p.add_argument(
-            "--compiled-step-seconds", type=float, help="--width: the same step compiled, s"
-        )
-        p.add_argument(
-            "--step-shape", type=_step_shape, help="--width: ROWSxLENGTH of the timed step"
-        )
-        p.add_argument(
-            "--tokens-per-batch", type=int, help="--width: a packed batch's tokens (default: auto)"
-        )
-        p.add_argument(
-            "--contention",
-            type=float,
-            help="--width: training slowdown while a background compile runs (default 1)",
-        )
-        p.add_argument(
-            "--background-compile-seconds",
-            type=float,
-            help="--width: one shape's compile in the background (default --compile-seconds)",
-        )
-        p.add_argument(
-            "--load-seconds",
-            type=float,
-            help="--width: pause to switch a shape to its compiled graph (default 0)",
-        )
+        _strategy_flags(p)
         p.add_argument(
             "--plot",
             metavar="FILE",

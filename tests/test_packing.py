@@ -29,6 +29,8 @@ def test_fit_packing_reports_every_candidate():
     assert fit.rows == rows_for_tokens(fit.buckets, 1024)
     with pytest.raises(ShapeBucketError, match="max_len=100 is shorter than the longest sample"):
         fit_packing(lengths, 4, tokens_per_batch=1024, max_len=100)
+    # samples of one token still get a row of two (the shortest bucket there is)
+    assert list(fit_packing([1] * 5, 2, tokens_per_batch=4, align=1).buckets) == [2]
 
 
 def test_packing_report_counts_attention():

@@ -190,7 +190,7 @@ def fit_packing(
     seed = check_int("seed", seed, minimum=0)
     longest = int(arr.max())
     top = (
-        round_up(longest, align)
+        round_up(max(longest, 2), align)  # a row holds at least 2 tokens (Buckets)
         if max_len is None
         else check_int("max_len", max_len, minimum=2, maximum=MAX_BUCKET)
     )

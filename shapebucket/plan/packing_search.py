@@ -88,16 +88,22 @@ class SearchResult:
         self.packings = 0
 
     def best(self, n: int, within: float = 0.02) -> list[Buckets]:
-        """At most ``n`` sets, best first: for each number of row lengths its best set,
-        kept when its score is within ``within`` (relative) of the best score, so a set
-        with fewer row lengths (compiles) that nearly matches stays in the running."""
+        """At most ``n`` sets: the best one, then for each smaller number of row lengths
+        its best set, fewest first, kept when its score is within ``within`` (relative)
+        of the best score: a set with fewer row lengths (compiles) that nearly matches
+        stays in the running."""
+        ranked = sorted(self.scores, key=lambda s: (self.scores[s], len(s)))
         per_size: dict[int, tuple[int, ...]] = {}
-        for s in sorted(self.scores, key=lambda s: (self.scores[s], len(s))):
+        for s in ranked:
             per_size.setdefault(len(s), s)
-        top = min(self.scores.values())
-        ranked = sorted(per_size.values(), key=lambda s: (self.scores[s], len(s)))
-        kept = [s for s in ranked if self.scores[s] <= top * (1 + within)]
-        return [Buckets(list(s)) for s in kept[:n]]
+        first = ranked[0]
+        limit = self.scores[first] * (1 + within)
+        smaller = [
+            per_size[m]
+            for m in sorted(per_size)
+            if m < len(first) and self.scores[per_size[m]] <= limit
+        ]
+        return [Buckets(list(s)) for s in [first, *smaller][:n]]
 
 
 class _Evaluator:

@@ -1,7 +1,8 @@
 """Command line: ``python -m shapebucket {suggest,bench,demo}``.
 
 * ``suggest LENGTHS_FILE``: compare bucket policies on your lengths and print the
-  ``Buckets(...)`` line to paste.
+  ``Buckets(...)`` line to paste; with ``--width`` and a timed step, recommend the
+  whole strategy (buckets or packing; eager, compile-first or compile-while-training).
 * ``bench``: the steps/sec benchmark (``benchmarks/steps_per_sec.py``).
 * ``demo``: ``suggest`` on the built-in length mixture.
 """
@@ -23,6 +24,8 @@ from .errors import ShapeBucketError
 from .plan.kchoice import choose_k
 from .plan.optimal import DEFAULT_ALIGN
 from .plan.policies import compare_policies
+from .plan.strategy import choose_strategy
+from .plan.timing import StepTiming
 
 __all__ = ["main", "plot_lengths", "plot_path", "read_lengths"]
 
@@ -138,7 +141,100 @@ def _choose_k(args: argparse.Namespace, lengths: np.ndarray) -> int:
     return choice.chosen.k
 
 
+_STRATEGY_FLAGS = {
+    "step_seconds": "--step-seconds",
+    "compiled_step_seconds": "--compiled-step-seconds",
+    "step_shape": "--step-shape",
+    "tokens_per_batch": "--tokens-per-batch",
+    "contention": "--contention",
+    "background_compile_seconds": "--background-compile-seconds",
+    "load_seconds": "--load-seconds",
+}
+_STRATEGY_NEEDS = ["--job-samples", "--compile-seconds", *list(_STRATEGY_FLAGS.values())[:3]]
+
+
+def _step_shape(text: str) -> tuple[int, int]:
+    rows, sep, length = text.lower().partition("x")
+    if not sep or not rows.strip().isdigit() or not length.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not ROWSxLENGTH (e.g. 48x32)")
+    return int(rows), int(length)
+
+
+_step_shape.__name__ = "ROWSxLENGTH"
+
+
+def _check_strategy_flags(args: argparse.Namespace) -> None:
+    """``--width`` asks for the strategy; refuse what it would ignore or lacks."""
+    strategy = [flag for key, flag in _STRATEGY_FLAGS.items() if getattr(args, key) is not None]
+    if args.width is None:
+        if strategy:
+            raise ShapeBucketError(
+                f"{', '.join(strategy)} describe the timed step for the strategy; pass --width "
+                "(the model's width) with them, or leave them out"
+            )
+        return
+    if args.k == "auto" or args.tokens_per_second is not None or args.max_k is not None:
+        raise ShapeBucketError(
+            "--width chooses the shapes from the job (--k is the most shapes tried, an int): "
+            "--k auto, --tokens-per-second and --max-k belong to the K table without --width; "
+            "leave them out"
+        )
+    values = {
+        **{f: getattr(args, k) for k, f in _STRATEGY_FLAGS.items()},
+        **{"--job-samples": args.job_samples, "--compile-seconds": args.compile_seconds},
+    }
+    missing = [f for f in _STRATEGY_NEEDS if values[f] is None]
+    if missing:
+        raise ShapeBucketError(
+            "--width needs the job and one timed step: --job-samples (samples to train on), "
+            "--compile-seconds (one shape's compile), --step-seconds and --compiled-step-seconds "
+            f"(one step eager and compiled) and --step-shape (its ROWSxLENGTH); missing: "
+            f"{', '.join(missing)}"
+        )
+
+
+def _strategy(args: argparse.Namespace, lengths: np.ndarray) -> list[int]:
+    """``--width``: print the strategy report and the lines to paste; return the buckets."""
+    rows, length = args.step_shape
+    timing = StepTiming(
+        compile_seconds=args.compile_seconds,
+        eager_seconds=args.step_seconds,
+        compiled_seconds=args.compiled_step_seconds,
+        rows=rows,
+        length=length,
+    )
+    report = choose_strategy(
+        lengths,
+        timing,
+        width=args.width,
+        job_samples=args.job_samples,
+        batch_size=args.batch_size,
+        tokens_per_batch=args.tokens_per_batch,
+        k=args.k,
+        align=args.align,
+        contention=1.0 if args.contention is None else args.contention,
+        background_compile_seconds=args.background_compile_seconds,
+        load_seconds=0.0 if args.load_seconds is None else args.load_seconds,
+    )
+    print(report)
+    print()
+    print("Suggested (paste into your code):")
+    print(f"    buckets = shapebucket.plan.{report.chosen.buckets!r}")
+    if report.chosen.layout == "packing":
+        print(f"    rows = {report.chosen.rows}  # PackedBatchSampler / PackedCollator(rows=rows)")
+    return list(report.chosen.buckets)
+
+
 def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int:
+    _check_strategy_flags(args)
+    if args.width is not None:
+        plot = plot_path(args.plot) if args.plot else None
+        lengths = read_lengths(args.lengths_file) if lengths is None else lengths
+        chosen = _strategy(args, lengths)
+        if plot is not None:
+            plot_lengths(lengths, chosen, plot, "the recommended buckets (row lengths)")
+            print(f"wrote {plot}")
+        return 0
     given = [flag for key, flag in _JOB_FLAGS.items() if getattr(args, key) is not None]
     if args.k != "auto" and given:
         verb, pronoun = ("describes", "it") if len(given) == 1 else ("describe", "they")
@@ -185,6 +281,32 @@ def _bench(argv: list[str]) -> int:
     return int(bench_main(argv))
 
 
+def _strategy_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of ``--width`` (the strategy from the job)."""
+    p.add_argument("--width", type=int, help="the model's width: recommend the whole strategy")
+    p.add_argument("--step-seconds", type=float, help="--width: one eager training step, s")
+    p.add_argument("--compiled-step-seconds", type=float, help="--width: the same step compiled, s")
+    p.add_argument("--step-shape", type=_step_shape, help="--width: ROWSxLENGTH of the timed step")
+    p.add_argument(
+        "--tokens-per-batch", type=int, help="--width: a packed batch's tokens (default: auto)"
+    )
+    p.add_argument(
+        "--contention",
+        type=float,
+        help="--width: training slowdown while a background compile runs (default 1)",
+    )
+    p.add_argument(
+        "--background-compile-seconds",
+        type=float,
+        help="--width: one shape's compile in the background (default --compile-seconds)",
+    )
+    p.add_argument(
+        "--load-seconds",
+        type=float,
+        help="--width: pause to switch a shape to its compiled graph (default 0)",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = Parser(
         prog="python -m shapebucket",
@@ -220,6 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             default="bucketed",
             help="how batches are formed: inside buckets (BucketBatchSampler) or at random",
         )
+        _strategy_flags(p)
         p.add_argument(
             "--plot",
             metavar="FILE",

@@ -15,12 +15,15 @@ from .._validate import MAX_BUCKET, check_int, check_lengths, round_up
 from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .packing import PackingReport, plan_packing, rows_for_tokens
+from .packing_search import halving_sets, search_row_lengths
 
 __all__ = ["MAX_TOKENS_PER_BATCH", "PackingFitReport", "fit_packing", "packing_report"]
 
 #: The largest token budget :func:`fit_packing` plans for: 2**40 tokens, far beyond
 #: any batch that fits in memory (a larger one is a unit or overflow mistake).
 MAX_TOKENS_PER_BATCH = 2**40
+#: how many of the search's best sets are planned on all the lengths, next to the halving sets
+FINALISTS = 3
 
 
 def packing_report(
@@ -56,7 +59,7 @@ class PackingFitReport:
 
     >>> fit = fit_packing([5, 9, 12, 30] * 20, k=2, tokens_per_batch=64)
     >>> [list(b) for b, _ in fit.candidates], fit.rows
-    ([[32], [16, 32]], {32: 2})
+    ([[32]], {32: 2})
     """
 
     buckets: Buckets
@@ -120,19 +123,6 @@ def _check_tolerance(tolerance: Any) -> float:
     return value
 
 
-def _candidate_sets(top: int, k: int, align: int) -> list[Buckets]:
-    """``[M]``, ``[M/2, M]``, ``[M/4, M/2, M]``, ... (at most ``k`` buckets, each rounded
-    up to ``align`` and at least ``2 * align``), stopping when a set repeats."""
-    floor = max(2, 2 * align)
-    out: list[Buckets] = []
-    for m in range(1, k + 1):
-        values = sorted({max(floor, round_up(-(-top // 2**i), align)) for i in range(m)} | {top})
-        if out and list(out[-1]) == values:
-            break
-        out.append(Buckets(values))
-    return out
-
-
 def _choose(
     candidates: list[tuple[Buckets, PackingReport]],
     tokens_per_batch: int,
@@ -164,11 +154,17 @@ def fit_packing(
 ) -> PackingFitReport:
     """Choose the buckets (row lengths, at most ``k``) and rows per batch for packing ``lengths``.
 
-    The candidates halve from the longest row (``max_len``, default the longest
-    sample rounded up to ``align``): ``[M]``, ``[M/2, M]``, ``[M/4, M/2, M]``, ...
-    up to ``k`` buckets, each rounded up to ``align`` and at least ``2 * align``.
-    Each is planned for real (epoch 0, at most ``max_samples`` lengths drawn with
-    ``seed``). Shorter rows cost less dense attention but pack less tightly. With
+    The space searched: every set of at most ``k`` row lengths, multiples of ``align``,
+    whose largest is ``max_len`` (default the longest sample rounded up to ``align``).
+    :mod:`.packing_search` searches it on at most 8,192 of the lengths: every set when
+    the space is small (exact), otherwise alternating exact refits of the set to the
+    packed rows' contents with re-packing, from several seeds (the sets halving from
+    the longest row, ``[M]``, ``[M/2, M]``, ...; the exact bucket sets of the lengths),
+    then a short hill climb. The single row length ``[M]`` (the reference) and the
+    search's best sets (the best, then the best of each smaller size within 2% of
+    it, fewest row lengths first; three in all) are then planned
+    for real (epoch 0, at most ``max_samples`` lengths drawn with ``seed``): those are
+    ``candidates``. Shorter rows cost less dense attention but pack less tightly. With
     ``model_dim`` (the model's width) the choice is the set with the least
     estimated compute per real token: a token of a row of length ``L`` costs
     ``1 + L / (6 * model_dim)`` (a transformer block's linear layers do about
@@ -195,7 +191,7 @@ def fit_packing(
     seed = check_int("seed", seed, minimum=0)
     longest = int(arr.max())
     top = (
-        round_up(longest, align)
+        round_up(max(longest, 2), align)  # a row holds at least 2 tokens (Buckets)
         if max_len is None
         else check_int("max_len", max_len, minimum=2, maximum=MAX_BUCKET)
     )
@@ -214,11 +210,40 @@ def fit_packing(
                 sub, b, rows=rows_for_tokens(b, tokens_per_batch), seed=seed, window=window
             ),
         )
-        for b in _candidate_sets(top, k, align)
+        for b in _finalists(sub, k, top, align, tokens_per_batch, model_dim, seed, window)
     ]
     chosen, report = _choose(candidates, tokens_per_batch, model_dim, tolerance)
     rows = rows_for_tokens(chosen, tokens_per_batch)
     return PackingFitReport(chosen, rows, report, candidates, tokens_per_batch, model_dim)
+
+
+def _finalists(
+    sub: np.ndarray,
+    k: int,
+    top: int,
+    align: int,
+    tokens_per_batch: int,
+    model_dim: int | None,
+    seed: int,
+    window: int,
+) -> list[Buckets]:
+    """The sets planned on all of ``sub``: one row length of ``top`` (the reference), then
+    the search's best (:mod:`.packing_search`), in that order."""
+    if tokens_per_batch < top:
+        rows_for_tokens([top], tokens_per_batch)  # raises, naming the fix
+    found = search_row_lengths(
+        sub,
+        k=k,
+        top=top,
+        align=align,
+        tokens_per_batch=tokens_per_batch,
+        model_dim=model_dim,
+        seed=seed,
+        window=window,
+    )
+    out = halving_sets(top, k, align)[:1]  # one row length: the reference
+    out += [b for b in found.best(FINALISTS) if b not in out]
+    return out
 
 
 def _relative_cost(buckets: Buckets, rep: PackingReport, tokens: int, model_dim: int) -> float:

@@ -1,0 +1,251 @@
+"""The search behind :func:`~shapebucket.plan.packing_fit.fit_packing`: which row-length
+sets to plan for real.
+
+The space: every set of at most ``k`` row lengths, each a multiple of ``align`` (and at
+least ``round_up(2, align)``), whose largest is ``top`` (the longest sample rounded up,
+or ``max_len``). The objective is the one :func:`fit_packing` chooses by: computed
+tokens (or, with ``model_dim``, estimated compute) per real token of the plan the packer
+actually makes, pad rows of short batches included.
+
+* When the space is small (``sets x samples <= EXHAUSTIVE_WORK``) every set is packed:
+  the result is exact.
+* Otherwise the search alternates two exact steps from several seeds (the sets halving
+  from ``top``, and the exact bucket sets of the lengths). Given a plan's rows, the
+  best set for *those rows* is the exact 1-D bucket solution over the rows' contents
+  (each row needs a length at least its real tokens; a row of length ``L`` costs ``L``,
+  or ``L * (1 + L / (6 * model_dim))``): :func:`~shapebucket.plan.optimal.optimal_buckets`
+  finds it. Then the lengths are re-packed with that set, which gives new rows, until
+  the set repeats. Last, a hill climb moves, adds or drops one row length at a time
+  while a budget of packings lasts, and from the best set the cheapest row length
+  to drop is dropped, three times (so each smaller size has a good set). Each candidate is packed on a probe of at most
+  ``PROBE`` lengths; on a probe smaller than the data the pad rows of the probe's
+  short batches are left out (the full data has proportionally fewer of them).
+
+It is a search, not a proof: its result is never worse than the best seed, and on small
+cases (``tests/test_packing.py``) it is within 0.5 points of the exhaustive optimum.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from itertools import combinations
+
+import numpy as np
+
+from .._validate import round_up
+from ._packer import _Packer
+from .buckets import Buckets
+from .optimal import Cost, optimal_buckets
+from .packing import rows_for_tokens
+
+__all__ = ["EXHAUSTIVE_WORK", "PROBE", "SearchResult", "halving_sets", "search_row_lengths"]
+
+#: sets x samples up to which every set of the space is packed (exact search)
+EXHAUSTIVE_WORK = 300_000
+#: the most lengths each candidate is packed on during the search
+PROBE = 8192
+#: packings the hill climb may spend (after the seeds and their alternations)
+CLIMB_BUDGET = 24
+#: row lengths dropped one by one from the best set, for the sets of fewer shapes
+PRUNE_LEVELS = 3
+_ROUNDS = 6  # alternations per seed, at most
+
+
+def halving_sets(top: int, k: int, align: int) -> list[Buckets]:
+    """``[M]``, ``[M/2, M]``, ``[M/4, M/2, M]``, ... (at most ``k`` row lengths, each rounded
+    up to ``align``, at least ``2 * align`` and at most ``M``), stopping when a set repeats.
+
+    >>> [list(b) for b in halving_sets(256, 3, 8)]
+    [[256], [128, 256], [64, 128, 256]]
+    """
+    floor = min(top, max(2, 2 * align))
+    out: list[Buckets] = []
+    for m in range(1, k + 1):
+        values = sorted({max(floor, round_up(-(-top // 2**i), align)) for i in range(m)} | {top})
+        if out and list(out[-1]) == values:
+            break
+        out.append(Buckets(values))
+    return out
+
+
+def row_cost(model_dim: int | None) -> Callable[[int], float]:
+    """The estimated cost of one row of length ``L`` (in token units): ``L``, or with a
+    model width ``L * (1 + L / (6 * model_dim))`` (linear layers ``24 d^2`` per token,
+    dense attention ``4 L d``)."""
+    if model_dim is None:
+        return float
+    return lambda L: L * (1 + L / (6 * model_dim))
+
+
+class SearchResult:
+    """Every set the search packed (``scores``: set -> objective, lower is better, in the
+    order tried), whether the search was ``exhaustive``, and how many packings it made."""
+
+    def __init__(self) -> None:
+        self.scores: dict[tuple[int, ...], float] = {}
+        self.exhaustive = False
+        self.packings = 0
+
+    def best(self, n: int, within: float = 0.02) -> list[Buckets]:
+        """At most ``n`` sets: the best one, then for each smaller number of row lengths
+        its best set, fewest first, kept when its score is within ``within`` (relative)
+        of the best score: a set with fewer row lengths (compiles) that nearly matches
+        stays in the running."""
+        ranked = sorted(self.scores, key=lambda s: (self.scores[s], len(s)))
+        per_size: dict[int, tuple[int, ...]] = {}
+        for s in ranked:
+            per_size.setdefault(len(s), s)
+        first = ranked[0]
+        limit = self.scores[first] * (1 + within)
+        smaller = [
+            per_size[m]
+            for m in sorted(per_size)
+            if m < len(first) and self.scores[per_size[m]] <= limit
+        ]
+        return [Buckets(list(s)) for s in [first, *smaller][:n]]
+
+
+class _Evaluator:
+    """Packs ``probe`` with a set and scores it; remembers every score."""
+
+    def __init__(
+        self,
+        probe: np.ndarray,
+        tokens: int,
+        model_dim: int | None,
+        pad_rows: bool,
+        seed: int,
+        window: int,
+    ) -> None:
+        self.probe, self.tokens, self.pad_rows = probe, tokens, pad_rows
+        self.cost = row_cost(model_dim)
+        self.dp_cost: Cost = "tokens" if model_dim is None else self.cost
+        self.order = np.random.default_rng([seed, 0]).permutation(len(probe)).astype(np.int64)
+        self.window = window
+        self.result = SearchResult()
+        self.real = float(probe.sum())
+
+    def __call__(self, values: tuple[int, ...]) -> tuple[float, np.ndarray]:
+        """``(score, contents)``: the set's objective and the real tokens of each row."""
+        per = rows_for_tokens(list(values), self.tokens)
+        Ls = np.asarray(values, dtype=np.int64)
+        R = np.asarray([per[L] for L in values], dtype=np.int64)
+        packer = _Packer(self.probe, Ls, R, 1)
+        for lo in range(0, len(self.probe), self.window):
+            packer.window(self.order[lo : lo + self.window])
+        packer.finish()
+        rows = packer.rows
+        cls = rows.cls[: rows.n]
+        row_len = Ls[cls]
+        costs = np.asarray([self.cost(int(L)) for L in values])
+        work = float(costs[cls].sum())
+        if self.pad_rows:  # empty rows that keep a short batch's shape
+            steps = np.asarray(packer.step_cls, dtype=np.int64)
+            filled = np.bincount(rows.step[: rows.n], minlength=len(steps))
+            work += float(((R[steps] - filled) * costs[steps]).sum())
+        score = work / self.real if self.real else 1.0
+        self.result.scores.setdefault(values, score)
+        self.result.packings += 1
+        return score, row_len - rows.rem[: rows.n]
+
+    def score(self, values: tuple[int, ...]) -> float:
+        known = self.result.scores.get(values)
+        return known if known is not None else self(values)[0]
+
+
+def _space_size(u: int, k: int) -> int:
+    return sum(math.comb(u, m) for m in range(min(k - 1, u) + 1))
+
+
+def _neighbours(
+    cur: tuple[int, ...], universe: list[int], top: int, k: int
+) -> Iterator[tuple[int, ...]]:
+    """Sets one step from ``cur``: a row length dropped, added, or moved (``top`` stays)."""
+    inner = [b for b in cur if b != top]
+    for b in inner:
+        yield tuple(x for x in cur if x != b)
+    free = [u for u in universe if u not in cur]
+    if len(cur) < k:
+        for u in free:
+            yield tuple(sorted((*cur, u)))
+    for b in inner:
+        for u in free:
+            yield tuple(sorted([x for x in cur if x != b] + [u]))
+
+
+def _alternate(ev: _Evaluator, seed_set: tuple[int, ...], k: int, align: int, top: int) -> None:
+    """Pack, refit the set exactly to the rows' contents, re-pack, until the set repeats."""
+    values = seed_set
+    for _ in range(_ROUNDS):
+        if values in ev.result.scores:
+            return
+        _, contents = ev(values)
+        contents = contents[contents > 0]
+        if not len(contents):
+            return
+        fitted = optimal_buckets(contents, k, align=align, max_len=top, cost=ev.dp_cost)
+        values = tuple(int(b) for b in fitted)
+
+
+def _climb(ev: _Evaluator, universe: list[int], top: int, k: int, budget: int) -> None:
+    """First-improvement hill climb from the best set so far, ``budget`` new packings."""
+    cur = min(ev.result.scores, key=lambda s: (ev.result.scores[s], len(s)))
+    best = ev.result.scores[cur]
+    spent = 0
+    improved = True
+    while improved and spent < budget:
+        improved = False
+        for nxt in _neighbours(cur, universe, top, k):
+            if spent >= budget:
+                break
+            if nxt not in ev.result.scores:
+                spent += 1
+            score = ev.score(nxt)
+            if score < best - 1e-12:
+                cur, best, improved = nxt, score, True
+                break
+
+
+def _prune(ev: _Evaluator, top: int, levels: int) -> None:
+    """From the best set, drop the row length that costs least, ``levels`` times: each
+    smaller size gets a good candidate (fewer shapes are fewer compiles)."""
+    cur = min(ev.result.scores, key=lambda s: (ev.result.scores[s], len(s)))
+    for _ in range(levels):
+        smaller = [tuple(x for x in cur if x != b) for b in cur if b != top]
+        if not smaller:
+            return
+        cur = min(smaller, key=lambda s: (ev.score(s), s))
+
+
+def search_row_lengths(
+    lengths: np.ndarray,
+    *,
+    k: int,
+    top: int,
+    align: int,
+    tokens_per_batch: int,
+    model_dim: int | None,
+    seed: int,
+    window: int,
+) -> SearchResult:
+    """Search the row-length sets (module docstring); ``lengths`` are checked ints <= ``top``."""
+    probe = lengths
+    if len(lengths) > PROBE:
+        probe = np.random.default_rng([seed, 2]).choice(lengths, size=PROBE, replace=False)
+    ev = _Evaluator(probe, tokens_per_batch, model_dim, len(probe) == len(lengths), seed, window)
+    low = min(top, round_up(2, align))
+    universe = list(range(low, top, align))
+    if _space_size(len(universe), k) * len(probe) <= EXHAUSTIVE_WORK:
+        for m in range(min(k - 1, len(universe)) + 1):
+            for inner in combinations(universe, m):
+                ev((*inner, top))
+        ev.result.exhaustive = True
+        return ev.result
+    seeds = [tuple(b) for b in halving_sets(top, k, align)]
+    seeds.append(tuple(optimal_buckets(lengths, k, align=align, max_len=top, cost=ev.dp_cost)))
+    for s in seeds:
+        _alternate(ev, s, k, align, top)
+    _climb(ev, universe, top, k, CLIMB_BUDGET)
+    _prune(ev, top, PRUNE_LEVELS)
+    return ev.result

@@ -1,0 +1,398 @@
+"""The strategy chosen from the job: :func:`choose_strategy`, :class:`StrategyReport`,
+fed by a timed step (:class:`~.timing.StepTiming`, :func:`~.timing.time_steps`).
+
+For each layout (bucketed batches of ``batch_size`` rows, or packed rows) and each
+shape set tried (``K = 1..k`` fitted buckets; the row-length sets :func:`fit_packing`
+weighs), the whole job is estimated three ways (:mod:`._jobtime`): eagerly,
+compiled first (every shape before the first step), and compiled while training
+(eager at once, each shape compiled in the background, most frequent first, and
+switched to compiled when ready). The option with the shortest estimated job wins.
+
+Every time is an *estimate*: a batch of ``rows x L`` tokens costs
+``rows * L * (1 + L / (6 * width))`` units (:func:`._jobtime.unit_cost`), the
+seconds of a unit come from one timed step (:class:`StepTiming`), every shape
+compiles in the timed ``compile_seconds``, and the batches of one epoch's plan are
+scaled to ``job_samples``. :attr:`StrategyReport.notes` says so under the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._validate import check_int, check_lengths, round_up
+from ..errors import ShapeBucketError
+from ._jobtime import MODES, ShapeLoad, compile_first, compile_while_training, eager, unit_cost
+from .buckets import Buckets
+from .kchoice import positive
+from .optimal import DEFAULT_ALIGN, optimal_buckets
+from .packing_fit import fit_packing
+from .padding import padding_report
+from .timing import StepTiming
+
+__all__ = ["StrategyEstimate", "StrategyReport", "choose_strategy"]
+
+
+@dataclass(frozen=True)
+class StrategyEstimate:
+    """One option's estimated job: its ``layout`` (``"buckets"`` or ``"packing"``),
+    ``mode`` (``"eager"``, ``"compile-first"`` or ``"compile-while-training"``),
+    ``buckets`` (bucket boundaries, or packed row lengths) and ``rows`` per batch,
+    ``num_shapes`` and ``token_efficiency`` of one epoch's plan, and seconds:
+    ``warmup_seconds`` (compile-first: before the first step; compile-while-training:
+    until every shape is compiled, in the background), ``train_seconds`` (the
+    steps) and ``job_seconds`` (first step to last, warm-up included)."""
+
+    layout: str
+    mode: str
+    buckets: Buckets
+    rows: dict[int, int]
+    num_shapes: int
+    token_efficiency: float
+    warmup_seconds: float
+    train_seconds: float
+    job_seconds: float
+
+    def describe(self) -> str:
+        """``packing [32, 64] (2 shapes), compile-first``."""
+        what = "buckets" if self.layout == "buckets" else "packed rows"
+        return f"{what} {list(self.buckets)} ({self.num_shapes} shapes), {self.mode}"
+
+
+@dataclass(frozen=True)
+class StrategyReport:
+    """The option with the shortest estimated job (``chosen``), the best option of
+    every layout and mode (``options``, the table), ``reason`` (one sentence) and
+    ``notes`` (what is estimated, and how). ``num_samples`` counts the lengths,
+    ``job_samples`` the samples the job trains on; ``num_shapes`` and
+    ``token_efficiency`` are the chosen option's.
+
+    >>> timing = StepTiming(compile_seconds=20, eager_seconds=0.05, compiled_seconds=0.03, rows=48, length=32)
+    >>> lengths = [5, 9, 12, 30, 7, 3] * 50
+    >>> choose_strategy(lengths, timing, width=128, job_samples=1_000).chosen.mode
+    'eager'
+    >>> choose_strategy(lengths, timing, width=128, job_samples=10**8).chosen.mode
+    'compile-while-training'
+    """
+
+    chosen: StrategyEstimate
+    options: list[StrategyEstimate]
+    reason: str
+    notes: list[str]
+    num_samples: int
+    job_samples: int
+    width: int
+    timing: StepTiming
+    contention: float = 1.0
+    tokens_per_batch: int = 0
+    batch_size: int = 64
+    estimates: list[StrategyEstimate] = field(default_factory=list, repr=False)
+
+    @property
+    def num_shapes(self) -> int:
+        """The chosen option's shapes."""
+        return self.chosen.num_shapes
+
+    @property
+    def token_efficiency(self) -> float:
+        """The chosen option's real over computed tokens."""
+        return self.chosen.token_efficiency
+
+    def __str__(self) -> str:
+        t = self.timing
+        lines = [
+            f"strategy from the job: {self.job_samples:,} samples to train on ({self.num_samples:,} "
+            f"lengths), width {self.width}; timed step {t.rows}x{t.length}: eager "
+            f"{t.eager_seconds:.4g} s, compiled {t.compiled_seconds:.4g} s; "
+            f"{t.compile_seconds:.4g} s to compile a shape",
+            f"  {'layout':<8s} {'mode':<23s} {'shapes':>6s} {'tokens':>7s} {'warm-up s':>10s} "
+            f"{'train s':>10s} {'job s':>10s}  buckets",
+        ]
+        for e in self.options:
+            mark = "  <- chosen" if e is self.chosen else ""
+            shown = list(e.buckets) if len(e.buckets) <= 8 else [*list(e.buckets)[:6], "..."]
+            lines.append(
+                f"  {e.layout:<8s} {e.mode:<23s} {e.num_shapes:>6d} {e.token_efficiency:>7.1%} "
+                f"{_s(e.warmup_seconds):>10s} {_s(e.train_seconds):>10s} {_s(e.job_seconds):>10s}  "
+                f"{shown}{mark}"
+            )
+        lines.append(f"recommended: {self.chosen.describe()}: {self.reason}")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        def one(e: StrategyEstimate) -> dict[str, Any]:
+            return {**asdict(e), "buckets": list(e.buckets)}
+
+        return {
+            "chosen": one(self.chosen),
+            "options": [one(e) for e in self.options],
+            "reason": self.reason,
+            "notes": list(self.notes),
+            "num_samples": self.num_samples,
+            "job_samples": self.job_samples,
+            "width": self.width,
+            "timing": asdict(self.timing),
+            "contention": self.contention,
+            "tokens_per_batch": self.tokens_per_batch,
+            "batch_size": self.batch_size,
+        }
+
+
+class _Rates:
+    """Seconds per cost unit, eagerly and compiled, from the timed step."""
+
+    def __init__(self, timing: StepTiming, width: int) -> None:
+        units = unit_cost(timing.rows, timing.length, width)
+        self.eager = timing.eager_seconds / units
+        self.compiled = timing.compiled_seconds / units
+        self.width = width
+
+    def load(self, rows: int, length: int, batches: float) -> ShapeLoad:
+        units = batches * unit_cost(rows, length, self.width)
+        return ShapeLoad(rows, length, batches, units * self.eager, units * self.compiled)
+
+
+def _estimates(
+    layout: str,
+    buckets: Buckets,
+    rows: dict[int, int],
+    efficiency: float,
+    loads: list[ShapeLoad],
+    timing: StepTiming,
+    background: tuple[float, float, float],
+) -> list[StrategyEstimate]:
+    """The three modes of one shape set (``background``: compile seconds, contention and
+    load seconds of compile-while-training)."""
+    out = []
+    for mode in MODES:
+        if mode == "eager":
+            warm, train = eager(loads)
+            job = train
+        elif mode == "compile-first":
+            warm, train = compile_first(loads, timing.compile_seconds)
+            job = warm + train
+        else:
+            warm, job = compile_while_training(loads, *background)
+            train = job
+        out.append(
+            StrategyEstimate(layout, mode, buckets, rows, len(loads), efficiency, warm, train, job)
+        )
+    return out
+
+
+def _bucket_options(
+    arr: np.ndarray, k: int, align: int, batch_size: int, scale: float, rates: _Rates
+) -> list[tuple[Buckets, dict[int, int], float, list[ShapeLoad]]]:
+    """Bucketed batches of ``batch_size`` rows for the exact fitted buckets, K = 1..k."""
+    out: list[tuple[Buckets, dict[int, int], float, list[ShapeLoad]]] = []
+    cost = lambda b: unit_cost(1, b, rates.width)  # noqa: E731 - one row of length b
+    for K in range(1, k + 1):
+        buckets = optimal_buckets(arr, K, align=align, cost=cost)
+        if out and buckets == out[-1][0]:
+            break  # every distinct aligned length has its bucket
+        report = padding_report(arr, buckets)
+        counts = np.bincount(
+            np.searchsorted(np.asarray(list(buckets)), arr), minlength=len(buckets)
+        )
+        loads = [
+            rates.load(batch_size, int(b), scale * int(n) / batch_size)
+            for b, n in zip(buckets, counts, strict=True)
+            if n
+        ]
+        out.append((buckets, {int(b): batch_size for b in buckets}, report.token_efficiency, loads))
+    return out
+
+
+def _packing_options(
+    arr: np.ndarray, k: int, align: int, tokens: int, job_samples: int, rates: _Rates
+) -> list[tuple[Buckets, dict[int, int], float, list[ShapeLoad]]]:
+    """Packed rows for every row-length set :func:`fit_packing` planned for real."""
+    fit = fit_packing(arr, k, tokens_per_batch=tokens, align=align, model_dim=rates.width)
+    out: list[tuple[Buckets, dict[int, int], float, list[ShapeLoad]]] = []
+    for buckets, report in fit.candidates:
+        rows = {int(L): tokens // int(L) for L in buckets}
+        scale = job_samples / report.num_samples
+        loads = [
+            rates.load(rows[L], L, scale * n) for L, n in report.batches_per_bucket.items() if n
+        ]
+        out.append((buckets, rows, report.token_efficiency, loads))
+    return out
+
+
+def _s(seconds: float) -> str:
+    """Seconds for a reader: whole seconds from 100 up, three digits below."""
+    return f"{seconds:,.0f}" if seconds >= 100 else f"{seconds:.3g}"
+
+
+def _shapes(n: int) -> str:
+    return f"{n} shape" if n == 1 else f"{n} shapes"
+
+
+def _reason(chosen: StrategyEstimate, best: dict[tuple[str, str], StrategyEstimate]) -> str:
+    """One sentence: the margin over the runner-up, and why this mode."""
+    others = [e for e in best.values() if e is not chosen]
+    runner = min(others, key=lambda e: e.job_seconds)
+    margin = 1 - chosen.job_seconds / runner.job_seconds if runner.job_seconds else 0.0
+    if margin < 5e-4:
+        head = (
+            f"estimated {_s(chosen.job_seconds)} s, the same as {runner.layout} {runner.mode} "
+            "(a tie goes to the simpler mode)"
+        )
+    else:
+        head = (
+            f"estimated {_s(chosen.job_seconds)} s, {margin:.1%} less than the next best "
+            f"({runner.layout} {runner.mode}, {_s(runner.job_seconds)} s)"
+        )
+    same = best[(chosen.layout, "eager")]
+    first = best[(chosen.layout, "compile-first")]
+    if chosen.mode == "eager":
+        saved = same.train_seconds - first.train_seconds
+        why = (
+            f"compiling would save {_s(saved)} s of steps but its warm-up costs more "
+            f"({_s(first.warmup_seconds)} s for {_shapes(first.num_shapes)})"
+            if saved > 0
+            else "the compiled step is not faster than the eager one"
+        )
+    elif chosen.mode == "compile-first":
+        why = (
+            f"the {_s(chosen.warmup_seconds)} s warm-up is won back: compiled steps save "
+            f"{_s(same.train_seconds - chosen.train_seconds)} s, and compiling in the "
+            "background would slow training more than it gains"
+        )
+    elif chosen.warmup_seconds <= chosen.job_seconds:
+        why = (
+            f"training starts at once and every shape runs compiled after "
+            f"{_s(chosen.warmup_seconds)} s of background compiles, most frequent first"
+        )
+    else:
+        why = (
+            "training starts at once; the most frequent shapes are compiled in the background "
+            f"while it runs (all {chosen.num_shapes} would take {_s(chosen.warmup_seconds)} s, "
+            "longer than the job)"
+        )
+    return f"{head}; {why}"
+
+
+def _non_negative(name: str, value: Any) -> float:
+    return 0.0 if value == 0 and not isinstance(value, bool) else positive(name, value)
+
+
+def _notes(timing: StepTiming, width: int, background: tuple[float, float, float]) -> list[str]:
+    compile_s, contention, load_s = background
+    return [
+        "every time is estimated, not measured: a batch of rows x L tokens costs "
+        f"rows*L*(1 + L/(6*{width})) units, scaled from the one timed {timing.rows}x"
+        f"{timing.length} step; per-step overheads and kernels that do not scale that way are "
+        "not modelled",
+        f"every shape is taken to compile in {timing.compile_seconds:g} s, the timed one",
+        "compile-while-training: one background worker compiles the shapes one after another "
+        f"({compile_s:g} s each), switching a shape to compiled pauses training {load_s:g} s, "
+        "each shape's batches are spread evenly through the job, and training steps run "
+        f"{contention:g}x slower while it compiles (contention; 1: it has a core of its own)",
+        "one epoch's plan (padding, packing, short batches) is scaled to the job's samples",
+    ]
+
+
+def choose_strategy(
+    lengths: Sequence[int] | np.ndarray,
+    timing: StepTiming,
+    *,
+    width: int,
+    job_samples: int,
+    batch_size: int = 64,
+    tokens_per_batch: int | None = None,
+    k: int = 8,
+    align: int = DEFAULT_ALIGN,
+    contention: float = 1.0,
+    background_compile_seconds: float | None = None,
+    load_seconds: float = 0.0,
+) -> StrategyReport:
+    """Buckets or packing, eager, compile-first or compile-while-training, and the shapes:
+    the option with the shortest estimated whole job (module docstring).
+
+    Args:
+        lengths: the dataset's sample lengths (one epoch).
+        timing: the timed step (:class:`StepTiming`, or :func:`time_steps` on your model).
+        width: the model's width (its hidden size): the attention share of a token in a
+            row of ``L`` is about ``L / (6 * width)``.
+        job_samples: samples the job trains on (epochs x dataset size).
+        batch_size: rows of a bucketed batch.
+        tokens_per_batch: a packed batch's tokens; default ``batch_size`` mean-length
+            samples, rounded up to whole rows of the longest row length.
+        k: the most shapes tried (bucket counts ``1..k``; :func:`fit_packing` ``k``).
+        align: every bucket and row length is a multiple of this.
+        contention: how many times slower a training step runs while a background
+            compile runs (1.0: the compile has a core of its own).
+        background_compile_seconds: one shape's compile in the background process
+            (default ``timing.compile_seconds``; more when it shares cores with training).
+        load_seconds: the pause when training switches a shape to its compiled graph
+            (loading the cache artifacts; default 0).
+
+    (Examples: :class:`StrategyReport`.)
+    """
+    arr = check_lengths(lengths)
+    if not isinstance(timing, StepTiming):
+        raise ShapeBucketError(
+            f"timing must be a StepTiming (compile_seconds, eager_seconds, compiled_seconds, "
+            f"rows, length), got {type(timing).__name__}; time_steps(...) measures one"
+        )
+    width = check_int("width", width, minimum=1)
+    job_samples = check_int("job_samples", job_samples, minimum=1)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    k = check_int("k", k, minimum=1)
+    contention = positive("contention", contention)
+    background = (
+        timing.compile_seconds
+        if background_compile_seconds is None
+        else positive("background_compile_seconds", background_compile_seconds),
+        contention,
+        _non_negative("load_seconds", load_seconds),
+    )
+    if contention < 1:
+        raise ShapeBucketError(
+            f"contention must be >= 1 (a background compile never speeds training up), got {contention}"
+        )
+    top = round_up(int(arr.max()), align)
+    if tokens_per_batch is None:
+        tokens_per_batch = max(top, round_up(int(np.ceil(batch_size * float(arr.mean()))), top))
+    tokens = check_int("tokens_per_batch", tokens_per_batch, minimum=1)
+    rates = _Rates(timing, width)
+    sets = [
+        ("buckets", o)
+        for o in _bucket_options(arr, k, align, batch_size, job_samples / len(arr), rates)
+    ]
+    sets += [("packing", o) for o in _packing_options(arr, k, align, tokens, job_samples, rates)]
+    estimates = [
+        e
+        for layout, (buckets, rows, eff, loads) in sets
+        for e in _estimates(layout, buckets, rows, eff, loads, timing, background)
+    ]
+    rank = {mode: i for i, mode in enumerate(MODES)}
+
+    def key(e: StrategyEstimate) -> tuple[float, int, int]:
+        # equal to 9 digits is a tie (sums in another order differ in the last bit)
+        return (float(f"{e.job_seconds:.9g}"), rank[e.mode], e.num_shapes)
+
+    best: dict[tuple[str, str], StrategyEstimate] = {}
+    for e in sorted(estimates, key=key):
+        best.setdefault((e.layout, e.mode), e)
+    chosen = min(best.values(), key=key)
+    options = sorted(best.values(), key=lambda e: (e.layout, rank[e.mode]))
+    return StrategyReport(
+        chosen=chosen,
+        options=options,
+        reason=_reason(chosen, best),
+        notes=_notes(timing, width, background),
+        num_samples=len(arr),
+        job_samples=job_samples,
+        width=width,
+        timing=timing,
+        contention=contention,
+        tokens_per_batch=tokens,
+        batch_size=batch_size,
+        estimates=estimates,
+    )

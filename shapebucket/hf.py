@@ -29,7 +29,7 @@ from .collate.packed import PackedCollator
 from .errors import ShapeBucketError
 from .hf_prewarm import PrewarmCallback, check_compile_cache
 from .plan.buckets import Buckets, as_buckets
-from .plan.packing_fit import PackingFitReport
+from .plan.packing_fit import PackingFitReport, fit_packing
 from .sampling.base import ResumableBatchSampler
 from .sampling.bucket import BucketBatchSampler
 from .sampling.packed import PackedBatchSampler
@@ -243,6 +243,7 @@ class BucketTrainer(_ShapeTrainer):
 
 
 def _packing_args(
+    lengths: np.ndarray,
     fit: PackingFitReport | None,
     buckets: Buckets | Sequence[int] | None,
     rows: int | Mapping[int, int] | None,
@@ -260,10 +261,14 @@ def _packing_args(
                 "the fit holds the buckets and rows"
             )
         return fit.buckets, fit.rows, None
+    if buckets is None and tokens_per_batch is not None and rows is None:
+        chosen = fit_packing(lengths, tokens_per_batch=tokens_per_batch)
+        return chosen.buckets, chosen.rows, None
     if buckets is None:
         raise ShapeBucketError(
-            "PackedTrainer needs fit=fit_packing(lengths, tokens_per_batch=...) or buckets= "
-            "(the row lengths) with rows= or tokens_per_batch="
+            "PackedTrainer needs fit=fit_packing(lengths, tokens_per_batch=...), buckets= "
+            "(the row lengths) with rows= or tokens_per_batch=, or tokens_per_batch= alone "
+            "(the row lengths are then fitted to the lengths)"
         )
     return as_buckets(buckets), rows, tokens_per_batch
 
@@ -272,8 +277,9 @@ class PackedTrainer(_ShapeTrainer):
     """A ``Trainer`` whose training batches are packed: :class:`PackedBatchSampler` and
     :class:`PackedCollator`, at most ``len(buckets)`` shapes.
 
-    Give it ``fit=fit_packing(lengths, tokens_per_batch=...)``, or ``buckets`` (the
-    row lengths) with ``rows`` or ``tokens_per_batch``; ``lengths=None`` reads
+    Give it ``fit=fit_packing(lengths, tokens_per_batch=...)``, ``buckets`` (the
+    row lengths) with ``rows`` or ``tokens_per_batch``, or ``tokens_per_batch``
+    alone (then ``fit_packing`` chooses the row lengths); ``lengths=None`` reads
     ``len(sample["input_ids"])`` from the training set. ``per_device_train_batch_size``
     is not used: a batch is ``rows[L]`` rows of ``L`` tokens. The defaults are the
     safe ones for a Hugging Face causal LM:
@@ -313,7 +319,9 @@ class PackedTrainer(_ShapeTrainer):
     ) -> None:
         super().__init__(*args, **kwargs)
         arr = self._setup_shapes(lengths, prewarm, compile_cache)
-        self.buckets, rows, tokens_per_batch = _packing_args(fit, buckets, rows, tokens_per_batch)
+        self.buckets, rows, tokens_per_batch = _packing_args(
+            arr, fit, buckets, rows, tokens_per_batch
+        )
         self.sampler = PackedBatchSampler(
             arr,
             self.buckets,

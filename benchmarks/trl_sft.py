@@ -9,7 +9,8 @@ For each setup, STEPS training steps with the same token budget per batch:
 * ``shapebucket``: ``PackedSFTTrainer(tokens_per_batch=...)`` (rows of a few
   fitted row lengths, every shape prewarmed before the first step when compiled).
 
-Measured: graphs compiled and recompiles during the steps, the prewarm's
+Every run starts with ``torch.compiler.reset()``. Measured: graphs compiled and
+recompiles during the steps (after the prewarm), the prewarm's
 seconds, the steps' seconds, and useful (non-pad) tokens per second over all
 steps (compiles included) and over the second half of the steps (steady state).
 
@@ -83,6 +84,7 @@ def timed(trainer, log):
 
 
 def run(setup, backend, steps, out):
+    torch.compiler.reset()  # every run compiles from nothing (graphs of earlier runs are dropped)
     texts = [t for t in stdlib_docstring_paragraphs() if len(t.encode()) >= 2]
     ds = Dataset.from_dict({"text": texts})
     common = {
@@ -123,7 +125,7 @@ def run(setup, backend, steps, out):
     def begin(*a, **k):  # the steps start after the prewarm (which runs in on_train_begin)
         out = orig(*a, **k)
         log["on"] = True
-        log["graphs0"] = cc.graphs
+        log["graphs0"], log["recompiles0"] = cc.graphs, len(cc.recompiles)
         return out
 
     trainer.callback_handler.on_train_begin = begin
@@ -138,7 +140,7 @@ def run(setup, backend, steps, out):
         "compile": backend,
         "steps": len(log["seconds"]),
         "graphs_in_steps": cc.graphs - log["graphs0"],
-        "recompiles": len(cc.recompiles),
+        "recompiles": len(cc.recompiles) - log["recompiles0"],
         "prewarm_s": round(prewarm, 2),
         "steps_s": round(sum(log["seconds"]), 2),
         "wall_s": round(wall, 2),

@@ -2,12 +2,16 @@
 
 ``Trainer`` builds its own sampler and collator; the supported way to change the
 training batches is to override ``get_train_dataloader``, which
-:class:`BucketTrainer` does. Import it from ``shapebucket.hf`` (the top-level
-package never imports transformers).
+:class:`BucketTrainer` (one sample per row, padded to a bucket) and
+:class:`PackedTrainer` (whole samples packed into rows of a few row lengths) do.
+Both share checkpoints, exact resume and, with ``torch_compile=True``, a prewarm of
+every shape before the first step (:mod:`shapebucket.hf_prewarm`). Import them
+from ``shapebucket.hf`` (the top-level package never imports transformers).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -21,11 +25,16 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoin
 
 from . import _torch_compat as compat
 from .collate.bucket import BucketCollator
+from .collate.packed import PackedCollator
 from .errors import ShapeBucketError
+from .hf_prewarm import PrewarmCallback, check_compile_cache
 from .plan.buckets import Buckets, as_buckets
+from .plan.packing_fit import PackingFitReport, fit_packing
+from .sampling.base import ResumableBatchSampler
 from .sampling.bucket import BucketBatchSampler
+from .sampling.packed import PackedBatchSampler
 
-__all__ = ["BucketTrainer"]
+__all__ = ["BucketTrainer", "PackedTrainer"]
 
 #: The file, in each Trainer checkpoint, that holds the sampler's state (one per rank).
 STATE_FILE = "shapebucket_sampler_rank{rank}.json"
@@ -33,85 +42,61 @@ STATE_FILE = "shapebucket_sampler_rank{rank}.json"
 
 class _EpochDataLoader(DataLoader):
     """A ``DataLoader`` with ``set_epoch``, which the Trainer calls at every epoch and
-    forwards here to the bucket sampler (a plain DataLoader has none, so the sampler
+    forwards here to the batch sampler (a plain DataLoader has none, so the sampler
     would never hear of the epoch)."""
 
     def set_epoch(self, epoch: int) -> None:
         self.batch_sampler.set_epoch(epoch)  # type: ignore[union-attr]
 
 
-class BucketTrainer(Trainer):
-    """A ``Trainer`` whose training batches come from :class:`BucketBatchSampler`
-    and :class:`BucketCollator`.
+def _dataset_lengths(dataset: Any, key: str = "input_ids") -> np.ndarray:
+    """One length per sample of ``dataset``: ``len(sample[key])`` (a column read for a
+    ``datasets.Dataset``)."""
+    if dataset is None:
+        raise ShapeBucketError("lengths=None reads them from train_dataset, but there is none")
+    try:
+        column = dataset[key] if hasattr(dataset, "column_names") else None
+        if column is None:
+            column = [dataset[i][key] for i in range(len(dataset))]
+        return np.asarray([len(x) for x in column], dtype=np.int64)
+    except (KeyError, TypeError, IndexError) as e:
+        raise ShapeBucketError(
+            f"lengths=None reads len(sample[{key!r}]) from train_dataset, which failed ({e}); "
+            "pass lengths= (one int per training sample)"
+        ) from None
 
-    * The sampler uses ``per_device_train_batch_size``, ``seed``, and the
-      world size and rank of the Trainer's arguments; it shards by itself, so
-      the DataLoader is not re-sharded by ``accelerate``.
-    * Short batches are padded to the full batch size (``rows``)
-      without a ``sample_mask`` key, which models would reject: pad rows have
-      an all-False attention mask and labels -100, so the loss ignores them.
-    * Epochs: the Trainer's ``set_epoch`` reaches the sampler, so every epoch has
-      its own order (from ``seed`` and the epoch). The DataLoader gets the
-      Trainer's options (workers, ``pin_memory``, ``persistent_workers``,
-      ``prefetch_factor``, ``multiprocessing_context``, ``in_order``, its
-      ``worker_init_fn``) and the Trainer's removal of columns the model does
-      not take.
-    * Checkpoints: each holds the sampler's state (``shapebucket_sampler_rank{r}.json``:
-      epoch, batches done, seed, configuration fingerprint). On
-      ``train(resume_from_checkpoint=...)`` it is checked against this trainer's
-      sampler (same lengths, buckets, batch size, world size and seed, else a
-      :class:`ShapeBucketError`); the Trainer then skips the batches already
-      trained, which is exact because an epoch's order depends on
-      ``(seed, epoch)`` alone.
-    * With ``torch_compile=True`` the Trainer compiles with ``dynamic=None``;
-      ``BucketTrainer.train`` switches dynamo's automatic dynamic shapes off for
-      its duration, so every bucket gets its own static graph (at most
-      ``len(buckets)``) instead of one dynamic graph after the second shape.
 
-    Example (see ``docs/examples/hf_trainer.py`` for a full run)::
+class _ShapeTrainer(Trainer):
+    """What both trainers share: the DataLoader, checkpoints, resume, static shapes and
+    the prewarm (a subclass sets ``self.sampler`` and ``self.collator``)."""
 
-        trainer = BucketTrainer(model=model, args=TrainingArguments(..., torch_compile=True),
-                                train_dataset=ds, lengths=lengths, buckets=buckets)
-        trainer.train()
-    """
+    sampler: ResumableBatchSampler
+    collator: BucketCollator | PackedCollator
 
-    def __init__(
-        self,
-        *args: Any,
-        lengths: Sequence[int] | np.ndarray,
-        buckets: Buckets | Sequence[int],
-        pad_values: Mapping[str, Any] | None = None,
-        leftovers: str = "keep",
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self.buckets = as_buckets(buckets)
-        if self.train_dataset is not None and len(lengths) != len(self.train_dataset):  # type: ignore[arg-type]
+    def _setup_shapes(self, lengths: Any, prewarm: bool, compile_cache: str | bool) -> np.ndarray:
+        """Check the lengths against the dataset; register the prewarm (it runs when
+        training starts, on the model the Trainer compiled)."""
+        arr = _dataset_lengths(self.train_dataset) if lengths is None else np.asarray(lengths)
+        if self.train_dataset is not None and len(arr) != len(self.train_dataset):  # type: ignore[arg-type]
             raise ShapeBucketError(
-                f"lengths has {len(lengths)} entries but train_dataset has {len(self.train_dataset)}; "  # type: ignore[arg-type]
+                f"lengths has {len(arr)} entries but train_dataset has {len(self.train_dataset)}; "  # type: ignore[arg-type]
                 "pass one length per training sample"
             )
-        self.bucket_sampler = BucketBatchSampler(
-            lengths,
-            self.buckets,
-            batch_size=self.args.per_device_train_batch_size,
-            seed=self.args.seed,
-            drop_last=self.args.dataloader_drop_last,
-            leftovers=leftovers,  # type: ignore[arg-type]
-            num_replicas=self.args.world_size,
-            rank=self.args.process_index,
-        )
-        self.bucket_collator = BucketCollator(
-            self.buckets,
-            pad_values=pad_values,
-            rows=self.bucket_sampler.rows,
-        )
+        if not isinstance(prewarm, bool):
+            raise ShapeBucketError(f"prewarm must be True or False, got {prewarm!r}")
+        self.compile_cache = check_compile_cache(compile_cache, self.args.output_dir)
+        self.prewarm_report = None
+        if prewarm:
+            self.add_callback(PrewarmCallback(self))
+        return arr
 
-    def get_train_dataloader(self) -> DataLoader:
+    def _train_source(self) -> tuple[Any, Any]:
+        """The dataset and collate function of the training DataLoader (with the
+        Trainer's removal of the columns the model does not take)."""
         if self.train_dataset is None:
-            raise ShapeBucketError("BucketTrainer: training requires a train_dataset")
+            raise ShapeBucketError(f"{type(self).__name__}: training requires a train_dataset")
         dataset: Any = self.train_dataset
-        collate: Any = self.bucket_collator
+        collate: Any = self.collator
         try:
             import datasets
 
@@ -122,6 +107,10 @@ class BucketTrainer(Trainer):
             dataset = self._remove_unused_columns(dataset, description="Training")
         else:
             collate = self._get_collator_with_removed_columns(collate, description="Training")
+        return dataset, collate
+
+    def get_train_dataloader(self) -> DataLoader:
+        dataset, collate = self._train_source()
         args = self.args
         workers = args.dataloader_num_workers
         options: dict[str, Any] = {
@@ -135,17 +124,15 @@ class BucketTrainer(Trainer):
             options["multiprocessing_context"] = args.dataloader_multiprocessing_context
         if getattr(args, "dataloader_in_order", None) is not None:
             options["in_order"] = args.dataloader_in_order
-        return _EpochDataLoader(
-            dataset, batch_sampler=self.bucket_sampler, collate_fn=collate, **options
-        )
+        return _EpochDataLoader(dataset, batch_sampler=self.sampler, collate_fn=collate, **options)
 
     def _sampler_state_at(self, global_step: int) -> dict[str, Any]:
         """The sampler's state after ``global_step`` optimizer steps, computed the way the
         Trainer computes where to resume (its prefetching workers run ahead of it)."""
         accumulate = self.args.gradient_accumulation_steps
-        per_epoch = max(-(-len(self.bucket_sampler) // accumulate), 1)
-        position = min((global_step % per_epoch) * accumulate, len(self.bucket_sampler))
-        state = self.bucket_sampler.state_dict()
+        per_epoch = max(-(-len(self.sampler) // accumulate), 1)
+        position = min((global_step % per_epoch) * accumulate, len(self.sampler))
+        state = self.sampler.state_dict()
         state.update(epoch=global_step // per_epoch, position=position)
         return state
 
@@ -158,6 +145,11 @@ class BucketTrainer(Trainer):
         with open(path, "w") as f:
             json.dump(self._sampler_state_at(self.state.global_step), f)
 
+    def _training(self) -> contextlib.AbstractContextManager[Any]:
+        """The block ``train()`` runs in: dynamo's automatic dynamic shapes off, so each
+        shape gets its own static graph (the Trainer compiles with ``dynamic=None``)."""
+        return compat.automatic_dynamic(not self.args.torch_compile)
+
     def train(
         self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any
     ) -> Any:
@@ -169,7 +161,7 @@ class BucketTrainer(Trainer):
             )
             if folder:
                 self._check_checkpoint(str(folder))
-        with compat.automatic_dynamic(not self.args.torch_compile):
+        with self._training():
             return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def _check_checkpoint(self, folder: str) -> None:
@@ -177,15 +169,185 @@ class BucketTrainer(Trainer):
         if not os.path.isfile(path):
             raise ShapeBucketError(
                 f"checkpoint {folder!r} has no {os.path.basename(path)}: it was not saved by a "
-                "BucketTrainer with this world size, so its batch order cannot be checked; resume "
-                "from a BucketTrainer checkpoint, or start training afresh"
+                f"{type(self).__name__} with this world size, so its batch order cannot be "
+                "checked; resume from such a checkpoint, or start training afresh"
             )
         with open(path) as f:
             state = json.load(f)
-        seed, _, _ = self.bucket_sampler._check_state(state)
-        if seed != self.bucket_sampler.seed:
+        seed, _, _ = self.sampler._check_state(state)
+        if seed != self.sampler.seed:
             raise ShapeBucketError(
                 f"checkpoint {folder!r} was trained with seed {seed}, this trainer has seed "
-                f"{self.bucket_sampler.seed}: the resumed epoch would have another order and "
+                f"{self.sampler.seed}: the resumed epoch would have another order and "
                 f"repeat or skip samples; pass TrainingArguments(seed={seed})"
             )
+
+
+class BucketTrainer(_ShapeTrainer):
+    """A ``Trainer`` whose training batches come from :class:`BucketBatchSampler`
+    and :class:`BucketCollator` (``trainer.sampler``, ``trainer.collator``).
+
+    * The sampler uses ``per_device_train_batch_size``, ``seed``, and the
+      world size and rank of the Trainer's arguments; it shards by itself, so
+      the DataLoader is not re-sharded by ``accelerate``.
+    * Short batches are padded to the full batch size (``rows``)
+      without a ``sample_mask`` key, which models would reject: pad rows have
+      an all-False attention mask and labels -100, so the loss ignores them.
+    * Epochs: the Trainer's ``set_epoch`` reaches the sampler, so every epoch has
+      its own order (from ``seed`` and the epoch). The DataLoader gets the
+      Trainer's loader options and its removal of columns the model does not take.
+    * Checkpoints: each holds the sampler's state (``shapebucket_sampler_rank{r}.json``),
+      checked on ``train(resume_from_checkpoint=...)`` against this trainer's sampler
+      (same lengths, buckets, batch size, world size and seed, else a
+      :class:`ShapeBucketError`); the Trainer then skips the batches already
+      trained, which is exact because an epoch's order depends on ``(seed, epoch)`` alone.
+    * With ``torch_compile=True``: dynamo's automatic dynamic shapes are off during
+      ``train()``, so each bucket gets one static graph, and every shape of the plan
+      is compiled before the first step (``prewarm=True``), through the Trainer's own
+      compiled model and ``training_step``, with the compiler's cache in
+      ``compile_cache`` (default ``<output_dir>/compile-cache``; ``False``: none).
+      ``trainer.prewarm_report`` is the :class:`~shapebucket.compile.PrewarmReport`.
+
+    Example (see ``docs/examples/hf_trainer.py`` for a full run)::
+
+        trainer = BucketTrainer(model=model, args=TrainingArguments(..., torch_compile=True),
+                                train_dataset=ds, lengths=lengths, buckets=buckets)
+        trainer.train()
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        lengths: Sequence[int] | np.ndarray | None = None,
+        buckets: Buckets | Sequence[int],
+        pad_values: Mapping[str, Any] | None = None,
+        leftovers: str = "keep",
+        prewarm: bool = True,
+        compile_cache: str | bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        arr = self._setup_shapes(lengths, prewarm, compile_cache)
+        self.buckets = as_buckets(buckets)
+        self.sampler = BucketBatchSampler(
+            arr,
+            self.buckets,
+            batch_size=self.args.per_device_train_batch_size,
+            seed=self.args.seed,
+            drop_last=self.args.dataloader_drop_last,
+            leftovers=leftovers,  # type: ignore[arg-type]
+            num_replicas=self.args.world_size,
+            rank=self.args.process_index,
+        )
+        self.collator = BucketCollator(self.buckets, pad_values=pad_values, rows=self.sampler.rows)
+
+
+def _packing_args(
+    lengths: np.ndarray,
+    fit: PackingFitReport | None,
+    buckets: Buckets | Sequence[int] | None,
+    rows: int | Mapping[int, int] | None,
+    tokens_per_batch: int | None,
+) -> tuple[Buckets, Any, Any]:
+    """``(buckets, rows, tokens_per_batch)`` from a fit or from the explicit arguments."""
+    if fit is not None:
+        if not isinstance(fit, PackingFitReport):
+            raise ShapeBucketError(
+                f"fit must be what fit_packing(...) returned, got {type(fit).__name__}"
+            )
+        if (buckets, rows, tokens_per_batch) != (None, None, None):
+            raise ShapeBucketError(
+                "pass fit=fit_packing(...) or buckets= with rows= or tokens_per_batch=, not both: "
+                "the fit holds the buckets and rows"
+            )
+        return fit.buckets, fit.rows, None
+    if buckets is None and tokens_per_batch is not None and rows is None:
+        chosen = fit_packing(lengths, tokens_per_batch=tokens_per_batch)
+        return chosen.buckets, chosen.rows, None
+    if buckets is None:
+        raise ShapeBucketError(
+            "PackedTrainer needs fit=fit_packing(lengths, tokens_per_batch=...), buckets= "
+            "(the row lengths) with rows= or tokens_per_batch=, or tokens_per_batch= alone "
+            "(the row lengths are then fitted to the lengths)"
+        )
+    return as_buckets(buckets), rows, tokens_per_batch
+
+
+class PackedTrainer(_ShapeTrainer):
+    """A ``Trainer`` whose training batches are packed: :class:`PackedBatchSampler` and
+    :class:`PackedCollator`, at most ``len(buckets)`` shapes.
+
+    Give it ``fit=fit_packing(lengths, tokens_per_batch=...)``, ``buckets`` (the
+    row lengths) with ``rows`` or ``tokens_per_batch``, or ``tokens_per_batch``
+    alone (then ``fit_packing`` chooses the row lengths); ``lengths=None`` reads
+    ``len(sample["input_ids"])`` from the training set. ``per_device_train_batch_size``
+    is not used: a batch is ``rows[L]`` rows of ``L`` tokens. The defaults are the
+    safe ones for a Hugging Face causal LM:
+
+    * no ``attention_mask`` (the collator refuses samples that carry one); each
+      token's ``position_ids`` restart at 0 for every sample, which is how a
+      Hugging Face decoder finds the samples of a row and masks attention by them;
+      ``document_ids`` is left out (HF models take no such argument);
+    * ``label_shift="model"``: the model shifts labels, so the first label of each
+      sample becomes -100 and no token learns to predict the next sample;
+    * ``train()`` refuses a model whose ``config.use_cache`` is True: a decoder
+      keeping a cache ignores packed ``position_ids``, and every sample would attend
+      to the ones before it in its row. The Trainer (transformers 5) already copies
+      ``TrainingArguments.use_cache`` (default False) into the model's config, so a
+      True there was asked for explicitly: refused with the fix rather than
+      overridden behind the user's back.
+
+    One window packs the whole training set, so every epoch has the same number of
+    batches (the Trainer counts them once, at the start). Checkpoints, resume,
+    epochs, the DataLoader and ``prewarm``/``compile_cache`` are as for
+    :class:`BucketTrainer`.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        lengths: Sequence[int] | np.ndarray | None = None,
+        fit: PackingFitReport | None = None,
+        buckets: Buckets | Sequence[int] | None = None,
+        rows: int | Mapping[int, int] | None = None,
+        tokens_per_batch: int | None = None,
+        pad_values: Mapping[str, Any] | None = None,
+        label_shift: str = "model",
+        prewarm: bool = True,
+        compile_cache: str | bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        arr = self._setup_shapes(lengths, prewarm, compile_cache)
+        self.buckets, rows, tokens_per_batch = _packing_args(
+            arr, fit, buckets, rows, tokens_per_batch
+        )
+        self.sampler = PackedBatchSampler(
+            arr,
+            self.buckets,
+            rows=rows,
+            tokens_per_batch=tokens_per_batch,
+            seed=self.args.seed,
+            window=max(len(arr), 1),
+            num_replicas=self.args.world_size,
+            rank=self.args.process_index,
+        )
+        self.collator = PackedCollator(
+            self.buckets,
+            rows=self.sampler.rows,
+            pad_values=pad_values,
+            document_key=None,
+            label_shift=label_shift,  # type: ignore[arg-type]
+        )
+
+    def _training(self) -> contextlib.AbstractContextManager[Any]:
+        config = getattr(self.model, "config", None)
+        if getattr(config, "use_cache", False) is True:
+            raise ShapeBucketError(
+                f"PackedTrainer: {type(self.model).__name__} has config.use_cache=True; a Hugging "
+                "Face decoder that keeps a cache ignores packed position_ids, so every sample "
+                "would attend to the samples before it in its row. Pass "
+                "TrainingArguments(use_cache=False) (the default: the Trainer copies it into "
+                "model.config.use_cache) and leave model.config.use_cache False while training"
+            )
+        return super()._training()

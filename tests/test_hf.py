@@ -1,5 +1,6 @@
-"""BucketTrainer inside a real transformers Trainer: epochs advance, checkpoints carry
-the sampler state, a resumed run sees the same samples as an uninterrupted one."""
+"""BucketTrainer and PackedTrainer inside a real transformers Trainer: epochs advance,
+checkpoints carry the sampler state, a resumed run sees the same samples as an
+uninterrupted one, and with torch_compile=True every shape compiles before the first step."""
 
 from __future__ import annotations
 
@@ -13,19 +14,29 @@ from torch import nn
 pytest.importorskip("transformers")
 from transformers import TrainerCallback, TrainingArguments
 
-from shapebucket import ShapeBucketError
-from shapebucket.hf import BucketTrainer
+from shapebucket import ShapeBucketError, ShapePlan, fit_packing
+from shapebucket.compile import CompileCounter
+from shapebucket.hf import BucketTrainer, PackedTrainer
+from shapebucket.hf_prewarm import prewarm_trainer
 
 LENGTHS = np.random.default_rng(3).integers(2, 30, 45)
 
 
 class Ids(torch.utils.data.Dataset):
+    def __init__(self, packed=False, idx=True):
+        self.packed, self.idx = packed, idx
+
     def __len__(self):
         return len(LENGTHS)
 
     def __getitem__(self, i):
         n = int(LENGTHS[i])
-        return {"input_ids": [i % 50] * n, "labels": [1] * n, "idx": i, "note": "unused"}
+        sample = {"input_ids": [i % 50] * n, "labels": [1] * n}
+        if self.idx:
+            sample["idx"] = i
+        if not self.packed:  # a packed batch has no place for per-sample values
+            sample["note"] = "unused"
+        return sample
 
 
 class Recorder(nn.Module):
@@ -42,6 +53,21 @@ class Recorder(nn.Module):
         return {"loss": h.pow(2).mean()}
 
 
+class PackedRecorder(nn.Module):
+    """A model that takes a packed batch (``idx`` is a list in packing order) and records it."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(64, 4)
+        self.seen: list[list[int]] = []
+
+    def forward(self, input_ids, labels, position_ids, idx=None):
+        if idx is not None:
+            self.seen.append(list(idx))
+        h = self.emb(input_ids) * (position_ids + 1).unsqueeze(-1)
+        return {"loss": h.pow(2).mean() + 0 * labels.clamp(min=0).sum()}
+
+
 class StopAt(TrainerCallback):
     def __init__(self, step):
         self.step = step
@@ -52,7 +78,7 @@ class StopAt(TrainerCallback):
             control.should_training_stop = True
 
 
-def trainer(out, seed=0, workers=0, **kwargs):
+def trainer(out, seed=0, workers=0, packed=False, **kwargs):
     args = TrainingArguments(
         output_dir=str(out),
         per_device_train_batch_size=4,
@@ -69,6 +95,17 @@ def trainer(out, seed=0, workers=0, **kwargs):
             else {}
         ),
     )
+    if packed:
+        model = PackedRecorder()
+        return model, PackedTrainer(
+            model=model,
+            args=args,
+            train_dataset=Ids(packed=True),
+            lengths=LENGTHS,
+            buckets=[16, 32],
+            tokens_per_batch=64,
+            **kwargs,
+        )
     model = Recorder()
     return model, BucketTrainer(
         model=model, args=args, train_dataset=Ids(), lengths=LENGTHS, buckets=[8, 16, 32], **kwargs
@@ -76,15 +113,15 @@ def trainer(out, seed=0, workers=0, **kwargs):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [0, 2])
-def test_epochs_differ_and_a_resumed_run_sees_the_same_samples(tmp_path, workers):
-    model, t = trainer(tmp_path / "full", workers=workers)
+@pytest.mark.parametrize(("workers", "packed"), [(0, False), (2, False), (0, True)])
+def test_epochs_differ_and_a_resumed_run_sees_the_same_samples(tmp_path, workers, packed):
+    model, t = trainer(tmp_path / "full", workers=workers, packed=packed)
     loader = t.get_train_dataloader()
     assert loader.num_workers == workers
     if workers:  # the Trainer's loader options are kept
         assert loader.persistent_workers and loader.prefetch_factor == 3
     t.train()
-    per_epoch = len(t.bucket_sampler)
+    per_epoch = len(t.sampler)
     full = model.seen
     assert len(full) == 2 * per_epoch
     epoch0, epoch1 = full[:per_epoch], full[per_epoch:]
@@ -94,12 +131,12 @@ def test_epochs_differ_and_a_resumed_run_sees_the_same_samples(tmp_path, workers
 
     for stop in (3, per_epoch, per_epoch + 2):
         out = tmp_path / f"stop{stop}"
-        first, t1 = trainer(out, workers=workers, callbacks=[StopAt(stop)])
+        first, t1 = trainer(out, workers=workers, packed=packed, callbacks=[StopAt(stop)])
         t1.train()
         ckpt = out / f"checkpoint-{stop}"
         state = json.loads((ckpt / "shapebucket_sampler_rank0.json").read_text())
         assert (state["epoch"], state["position"]) == divmod(stop, per_epoch)
-        second, t2 = trainer(out, workers=workers)
+        second, t2 = trainer(out, workers=workers, packed=packed)
         t2.train(resume_from_checkpoint=str(ckpt))
         assert first.seen + second.seen == full, f"resume after {stop} steps differs"
 
@@ -112,3 +149,135 @@ def test_resume_with_another_seed_is_refused(tmp_path):
     _, t2 = trainer(out, seed=1)
     with pytest.raises(ShapeBucketError, match="trained with seed 0, this trainer has seed 1"):
         t2.train(resume_from_checkpoint=str(out / "checkpoint-2"))
+
+
+class Counted(TrainerCallback):
+    """Graphs compiled (in ``counter``) when each step begins."""
+
+    def __init__(self, counter):
+        self.counter, self.graphs = counter, []
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.graphs.append(self.counter.graphs)
+
+
+class Masked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(64, 4)
+
+    def forward(self, input_ids, labels, attention_mask):
+        h = self.emb(input_ids) * attention_mask.unsqueeze(-1)
+        return {"loss": h.pow(2).mean()}
+
+
+def compiled(out, packed, steps=5, **kwargs):
+    args = TrainingArguments(
+        output_dir=str(out),
+        per_device_train_batch_size=4,
+        max_steps=steps,
+        torch_compile=True,
+        torch_compile_backend="eager",  # the bookkeeping, not inductor's code
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+    )
+    if packed:
+        return PackedTrainer(
+            model=PackedRecorder(),
+            args=args,
+            train_dataset=Ids(packed=True, idx=False),
+            lengths=LENGTHS,
+            fit=fit_packing(LENGTHS, k=2, tokens_per_batch=64, align=8),
+            **kwargs,
+        )
+    return BucketTrainer(
+        model=Masked(),
+        args=args,
+        train_dataset=Ids(idx=False),
+        lengths=LENGTHS,
+        buckets=[8, 16, 32],
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_torch_compile_prewarms_every_shape_before_the_first_step(tmp_path, packed, fresh_compiler):
+    t = compiled(tmp_path, packed)
+    plan = ShapePlan.of(t.collator, t.sampler)
+    with CompileCounter() as cc:
+        steps = Counted(cc)
+        t.add_callback(steps)
+        t.train()
+    report = t.prewarm_report
+    assert report is not None and report.num_shapes == len(plan) >= 2
+    assert steps.graphs[0] == report.total_graphs >= len(plan)  # all compiled before step 1
+    assert steps.graphs == [steps.graphs[0]] * 5 and cc.graphs == steps.graphs[0]  # then none
+    assert t.collator.stats.batches == 5  # the prewarm's example batch is not counted
+    logged = t.state.log_history[0]
+    assert logged["prewarm_shapes"] == len(plan) and logged["prewarm_seconds"] > 0
+    assert report.cache_path.startswith(str(tmp_path / "compile-cache"))
+
+
+def test_no_prewarm_without_torch_compile_or_when_asked(tmp_path):
+    _, t = trainer(tmp_path, packed=True)
+    assert t.compile_cache == str(tmp_path / "compile-cache")
+    assert prewarm_trainer(t) is None and t.prewarm_report is None  # torch_compile=False
+    off = compiled(tmp_path, packed=True, prewarm=False, compile_cache=False)
+    assert off.compile_cache is None
+    assert not any(type(c).__name__ == "PrewarmCallback" for c in off.callback_handler.callbacks)
+
+
+def test_packed_trainer_refuses_what_would_mix_samples(tmp_path):
+    model = PackedRecorder()
+    model.config = type("Config", (), {"use_cache": True})()
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    t = PackedTrainer(model=model, args=args, train_dataset=Ids(packed=True), buckets=[32], rows=2)
+    assert t.sampler.stats.num_samples == len(LENGTHS)  # read from the dataset's input_ids
+    assert t.collator.label_shift == "model" and t.collator.mask_key is None
+    model.config.use_cache = True  # after the Trainer copied args.use_cache into it
+    with pytest.raises(
+        ShapeBucketError, match="use_cache=True.*TrainingArguments\\(use_cache=False"
+    ):
+        t.train()
+    fit = fit_packing(LENGTHS, tokens_per_batch=64)
+    for bad, match in (
+        ({"fit": fit, "buckets": [32]}, "not both"),
+        ({}, "needs fit=fit_packing"),
+        ({"fit": [32]}, "what fit_packing"),
+        ({"buckets": [32], "rows": 2, "compile_cache": ""}, "compile_cache must be"),
+    ):
+        with pytest.raises(ShapeBucketError, match=match):
+            PackedTrainer(model=model, args=args, train_dataset=Ids(packed=True), **bad)
+
+
+@pytest.mark.slow
+def test_example_packs_prewarms_and_the_second_run_loads_the_cache(tmp_path):
+    """docs/examples/hf_trainer.py --packing, twice into one output dir (inductor)."""
+    import json as _json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).parent.parent / "docs" / "examples" / "hf_trainer.py"
+    root = str(example.parent.parent.parent)  # this checkout's shapebucket, not an installed one
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": root}
+    runs = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, str(example), "4", "--packing", "--out", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=env,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(_json.loads([x for x in out.stdout.splitlines() if x.startswith("{")][-1]))
+    for r in runs:
+        assert r["steps"] == 4 and r["limit_hits"] == 0
+        assert r["graphs_after_prewarm"] == 0 and r["prewarm_shapes"] >= 1
+    assert [r["cache_loaded"] for r in runs] == [False, True]
+    assert runs[0]["train_loss"] == runs[1]["train_loss"]

@@ -1,29 +1,32 @@
-"""shapebucket with a Hugging Face Trainer and torch_compile=True.
+"""shapebucket with a Hugging Face Trainer and torch_compile=True: buckets or packing.
 
-A small GPT-2 built from a config (no download) learns to predict the next byte
+A small Llama built from a config (no download) learns to predict the next byte
 of the paragraphs of the docstrings in Python's standard library (real text, on
-every machine, offline). Needs: pip install 'shapebucket[hf]'.
+every machine, offline). Every shape of the plan is compiled before the first
+step (a progress bar, the time in the Trainer's log), with the compiler's cache
+in OUT/compile-cache: run it twice with the same OUT and the second prewarm
+loads from the cache. Needs: pip install 'shapebucket[hf]'.
 
-    python docs/examples/hf_trainer.py [STEPS]
+    python docs/examples/hf_trainer.py [STEPS] [--packing] [--out OUT]
 
-Prints one JSON line: steps, batches per bucket, graphs compiled, recompile-limit hits.
+Prints one JSON line: steps, batches per bucket, graphs compiled in all and after
+the prewarm, recompile-limit hits, the prewarm's seconds and whether it loaded the cache.
 """
 
+import argparse
 import json
-import sys
 import tempfile
 
 import numpy as np
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, TrainingArguments
+from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback, TrainingArguments
 
 import shapebucket
 from shapebucket.bench.workloads import stdlib_docstring_paragraphs
 from shapebucket.compile import CompileCounter
-from shapebucket.hf import BucketTrainer
+from shapebucket.hf import BucketTrainer, PackedTrainer
 
 MAX_LEN = 128
-STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 16
 
 
 class Paragraphs(torch.utils.data.Dataset):
@@ -37,52 +40,80 @@ class Paragraphs(torch.utils.data.Dataset):
     def __len__(self):
         return len(self.data)
 
-    def __getitem__(self, i):  # GPT-2 shifts the labels itself
+    def __getitem__(self, i):  # a Hugging Face causal LM shifts the labels itself
         return {"input_ids": self.data[i], "labels": self.data[i]}
 
 
+class GraphsAtFirstStep(TrainerCallback):
+    """Graphs compiled so far when the first step begins (after the prewarm)."""
+
+    def __init__(self, counter):
+        self.counter, self.graphs = counter, None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.graphs is None:
+            self.graphs = self.counter.graphs
+
+
 def main():
+    cli = argparse.ArgumentParser()
+    cli.add_argument("steps", type=int, nargs="?", default=16)
+    cli.add_argument("--packing", action="store_true", help="pack samples into rows")
+    cli.add_argument("--out", help="output dir (default: a temporary one)")
+    opts = cli.parse_args()
     ds = Paragraphs()
     lengths = np.array([len(x) for x in ds.data])
-    buckets = shapebucket.fit_buckets(lengths, k=4, align=8)
-    config = GPT2Config(
+    config = LlamaConfig(
         vocab_size=256,
-        n_positions=MAX_LEN,
-        n_embd=32,
-        n_layer=1,
-        n_head=2,
-        bos_token_id=0,
-        eos_token_id=0,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=MAX_LEN,
     )
-    model = GPT2LMHeadModel(config)
-    with tempfile.TemporaryDirectory() as out:
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    with tempfile.TemporaryDirectory() as tmp:
         args = TrainingArguments(
-            output_dir=out,
-            max_steps=STEPS,
+            output_dir=opts.out or tmp,
+            max_steps=opts.steps,
             per_device_train_batch_size=8,
             learning_rate=1e-3,
-            torch_compile=True,
+            torch_compile=True,  # the Trainer compiles; the trainer prewarms that model
             use_cpu=True,
             save_strategy="no",
             report_to=[],
-            logging_steps=STEPS,
+            logging_steps=opts.steps,
             seed=0,
-            dataloader_num_workers=0,
         )
-        trainer = BucketTrainer(
-            model=model, args=args, train_dataset=ds, lengths=lengths, buckets=buckets
-        )
+        if opts.packing:  # 3 row lengths, 512 tokens per batch
+            fit = shapebucket.fit_packing(lengths, k=3, tokens_per_batch=512)
+            trainer = PackedTrainer(
+                model=model, args=args, train_dataset=ds, lengths=lengths, fit=fit
+            )
+        else:
+            buckets = shapebucket.fit_buckets(lengths, k=4, align=8)
+            trainer = BucketTrainer(
+                model=model, args=args, train_dataset=ds, lengths=lengths, buckets=buckets
+            )
         with CompileCounter() as cc:
+            first = GraphsAtFirstStep(cc)
+            trainer.add_callback(first)
             result = trainer.train()
-    stats = trainer.bucket_collator.stats
+    report = trainer.prewarm_report
     print(
         json.dumps(
             {
                 "steps": trainer.state.global_step,
-                "buckets": list(buckets),
-                "batches_per_bucket": stats.batches_per_bucket,
+                "buckets": list(trainer.buckets),
+                "batches_per_bucket": trainer.collator.stats.batches_per_bucket,
                 "graphs": cc.graphs,
+                "graphs_after_prewarm": cc.graphs - first.graphs,
                 "limit_hits": len(cc.limit_hits),
+                "prewarm_shapes": report.num_shapes,
+                "prewarm_seconds": round(report.total_seconds, 2),
+                "cache_loaded": report.cache_loaded,
                 "train_loss": result.training_loss,
             }
         )

@@ -1,0 +1,60 @@
+"""TRL's ``SFTTrainer`` with shapebucket's packing (needs ``trl``).
+
+``SFTTrainer(packing=True)`` packs with best-fit decreasing into rows of
+``max_length`` and then flattens each batch into one row whose length is the sum
+of its samples (``padding_free``): a new length almost every step, so under
+``torch.compile`` a recompile per length, then a dynamic graph. The class here
+keeps everything of ``SFTTrainer`` (its dataset formats ``"text"``,
+``"messages"``, prompt-completion or ready ``"input_ids"``, its tokenisation,
+label building, loss and metrics) and changes only the training batches: they
+come from :class:`~shapebucket.hf.PackedTrainer`'s sampler and collator, so every
+batch is ``rows[L] x L`` for one of a few row lengths ``L``, with ``position_ids``
+and no ``attention_mask``. Import it from ``shapebucket.hf_trl``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trl import SFTTrainer
+
+from .errors import ShapeBucketError
+from .hf import PackedTrainer
+
+__all__ = ["PackedSFTTrainer"]
+
+
+class PackedSFTTrainer(PackedTrainer, SFTTrainer):
+    """``SFTTrainer`` whose training batches are shapebucket's packed batches.
+
+    Takes ``SFTTrainer``'s arguments (``model``, ``args=SFTConfig(...)``,
+    ``train_dataset``, ``processing_class``, ...) and :class:`PackedTrainer`'s
+    keywords: ``fit=fit_packing(...)``, ``buckets`` with ``rows`` or
+    ``tokens_per_batch``, or ``tokens_per_batch`` alone (the row lengths are then
+    fitted to the tokenised training set). ``lengths`` defaults to the lengths of
+    the dataset ``SFTTrainer`` prepared (its ``input_ids``, truncated to
+    ``max_length``), so it need not be known before tokenisation.
+
+    ``SFTConfig(packing=False, padding_free=False)`` (the defaults) is required:
+    the packing is this class's, and TRL's would flatten the batches again.
+    ``use_cache`` needs nothing: ``SFTTrainer`` calls the model with
+    ``use_cache=False``. With ``torch_compile=True`` every shape is prewarmed
+    before the first step, as for :class:`PackedTrainer`.
+
+    Example (``docs/examples/trl_sft.py`` runs one)::
+
+        trainer = PackedSFTTrainer(model=model, args=SFTConfig(..., torch_compile=True),
+                                   train_dataset=ds, processing_class=tokenizer,
+                                   tokens_per_batch=4096)
+        trainer.train()
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        config = kwargs.get("args", args[1] if len(args) > 1 else None)
+        for name in ("packing", "padding_free"):
+            if getattr(config, name, False):
+                raise ShapeBucketError(
+                    f"PackedSFTTrainer packs the training batches itself; SFTConfig({name}=True) "
+                    f"would pack or flatten them again: pass SFTConfig({name}=False)"
+                )
+        super().__init__(*args, **kwargs)

@@ -141,6 +141,28 @@ def test_cache_key_follows_extra_and_the_other_modes(tmp_path):
         Cache(3)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("after", "loaded", "saved"),
+    [
+        ((0, 1), False, True),  # inductor compiled a graph anew
+        ((3, 0), False, True),  # this machine's inductor cache served it; the dir held nothing
+        ((3, 0), True, False),  # served from what the dir itself restored: nothing new
+        ((0, 0), False, False),  # nothing compiled (an eager backend)
+    ],
+)
+def test_cache_saves_what_the_next_machine_would_lack(tmp_path, monkeypatch, after, loaded, saved):
+    plan = ShapePlan.from_function([(2, 4)], lambda s: torch.ones(s))
+    job = job_of(plan, model=nn.Linear(4, 4))
+    calls = []
+    monkeypatch.setattr(compat, "inductor_cache_counts", lambda: (0, 0))
+    monkeypatch.setattr("shapebucket.compile.modes.save_compile_cache", calls.append)
+    Cache(tmp_path).setup(job)
+    job.report.cache_loaded = loaded
+    monkeypatch.setattr(compat, "inductor_cache_counts", lambda: after)
+    Cache(tmp_path).finish(job)
+    assert (len(calls) == 1) == saved == job.report.cache_saved
+
+
 def test_no_recompiles_names_the_plan():
     f = torch.compile(lambda x: x + 1, **EAGER)
     plan = ShapePlan.from_function([(2, 8)], torch.ones)

@@ -7,7 +7,7 @@ step (a progress bar, the time in the Trainer's log), with the compiler's cache
 in OUT/compile-cache: run it twice with the same OUT and the second prewarm
 loads from the cache. Needs: pip install 'shapebucket[hf]'.
 
-    python docs/examples/hf_trainer.py [STEPS] [--packing] [--out OUT]
+    python docs/examples/hf_trainer.py [STEPS] [--packing] [--out OUT] [--k K]
 
 Prints one JSON line: steps, batches per bucket, graphs compiled in all and after
 the prewarm, recompile-limit hits, the prewarm's seconds and whether it loaded the cache.
@@ -60,6 +60,7 @@ def main():
     cli.add_argument("steps", type=int, nargs="?", default=16)
     cli.add_argument("--packing", action="store_true", help="pack samples into rows")
     cli.add_argument("--out", help="output dir (default: a temporary one)")
+    cli.add_argument("--k", type=int, help="shapes: row lengths or buckets (default 3 or 4)")
     opts = cli.parse_args()
     ds = Paragraphs()
     lengths = np.array([len(x) for x in ds.data])
@@ -88,12 +89,12 @@ def main():
             seed=0,
         )
         if opts.packing:  # 3 row lengths, 512 tokens per batch
-            fit = shapebucket.fit_packing(lengths, k=3, tokens_per_batch=512)
+            fit = shapebucket.fit_packing(lengths, k=opts.k or 3, tokens_per_batch=512)
             trainer = PackedTrainer(
                 model=model, args=args, train_dataset=ds, lengths=lengths, fit=fit
             )
         else:
-            buckets = shapebucket.fit_buckets(lengths, k=4, align=8)
+            buckets = shapebucket.fit_buckets(lengths, k=opts.k or 4, align=8)
             trainer = BucketTrainer(
                 model=model, args=args, train_dataset=ds, lengths=lengths, buckets=buckets
             )

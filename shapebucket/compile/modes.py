@@ -340,11 +340,16 @@ class Cache(Mode):
         self._check_dir()
         path = Path(self.dir) / self.key(job)
         job.memo["cache_path"] = path
-        job.memo["cache_misses"] = compat.inductor_cache_counts()[1]
+        job.memo["cache_counts"] = compat.inductor_cache_counts()
         job.report.cache_path = str(path)
         job.report.cache_loaded = load_compile_cache(path)
 
     def finish(self, job: Job) -> None:
-        if compat.inductor_cache_counts()[1] > job.memo["cache_misses"]:
-            save_compile_cache(job.memo["cache_path"])  # inductor compiled something new
+        hits, misses = compat.inductor_cache_counts()
+        hits_before, misses_before = job.memo["cache_counts"]
+        # save what inductor compiled anew, and also graphs this machine's own inductor
+        # cache served when this directory held nothing: otherwise a run on a warm
+        # machine leaves the directory empty and the next machine starts cold
+        if misses > misses_before or (hits > hits_before and not job.report.cache_loaded):
+            save_compile_cache(job.memo["cache_path"])
             job.report.cache_saved = True

@@ -410,3 +410,47 @@ def test_from_json_replays_a_saved_run_without_measuring(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("{}")
     assert cli.main(["--from-json", str(tmp_path / "bad.json")]) == 2
     assert capsys.readouterr().err.startswith("error:")
+
+
+def test_advice_compares_the_recommendation_with_the_measured_best(monkeypatch):
+    import types
+
+    from shapebucket.bench import advice
+
+    class Timing:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    seen = {}
+
+    def choose(lengths, timing, **kw):
+        seen.setdefault("timing", timing)
+        mode = "eager" if kw["job_samples"] == len(lengths) else "compile-first"
+        chosen = types.SimpleNamespace(layout="packing", mode=mode, num_shapes=4, job_seconds=100.0)
+        return types.SimpleNamespace(chosen=chosen)
+
+    fake = types.SimpleNamespace(choose_strategy=choose, StepTiming=Timing)
+    monkeypatch.setattr(advice.importlib, "import_module", lambda name: fake)
+    step = dict(step_times=[9.0, 0.1, 0.3, 0.2], compiled_steps=[0])
+    results = [
+        StrategyResult("fixed-packed-eager", warmup_s=1.0, **step),
+        StrategyResult("fixed-packed-compile", warmup_s=30.0, **step),
+        StrategyResult("shapebucket-packed-eager", job_s=90.0, job10_s=900.0),
+        StrategyResult("shapebucket-packed", job_s=120.0, job10_s=600.0),
+    ]
+    config = {
+        "model": {"max_len": 256, "dim": 128},
+        "packed_tokens_per_batch": 1536,
+        "batch_size": 64,
+        "k": 8,
+    }
+    lines = advice.recommendation(results, np.arange(1, 11), config)
+    assert seen["timing"].rows == 6 and seen["timing"].compile_seconds == 30.0
+    assert seen["timing"].eager_seconds == pytest.approx(0.2)  # the compiling step left out
+    assert "1 epoch: recommends packing eager" in lines[1] and lines[1].endswith("agrees")
+    assert "measured first: shapebucket-packed (packing compile-first)" in lines[2]
+    assert lines[2].endswith("agrees")
+    lines = advice.recommendation(results[2:], np.arange(1, 11), config)
+    assert lines == [
+        "strategy advice: needs fixed-packed-eager and fixed-packed-compile (one shape)"
+    ]

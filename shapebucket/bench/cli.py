@@ -16,11 +16,12 @@ from .._argparse import Parser
 from .._validate import check_int
 from ..data import read_lengths
 from ..errors import ShapeBucketError
+from .advice import recommendation
 from .harness import run
 from .peers import source as grouped_source
 from .report import check_losses, format_table, headline, plot
 from .strategies import DEFAULT, PEERS, STRATEGIES, StrategyResult
-from .workloads import WORKLOADS
+from .workloads import WORKLOADS, load_workload
 
 __all__ = ["main"]
 
@@ -280,6 +281,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
     head = headline(results)
+    lengths = load_workload(
+        args.workload,
+        n=args.samples,
+        max_len=args.max_len,
+        seed=args.seed,
+        lengths_file=args.lengths,
+    )[0]
+    advice = recommendation(results, lengths, config)
+    print("\n".join(advice))
     if args.json:
         payload = {
             "config": config,
@@ -303,6 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "ceiling": head.ceiling,
                 "ratio_to_grouped_rounds": head.speed_rounds(head.grouped) if head.grouped else [],
             },
+            "advice": advice,
             "results": [asdict(r) for r in results],
         }
         Path(args.json).write_text(json.dumps(payload, indent=2))

@@ -13,10 +13,15 @@ from hypothesis import strategies as st
 from shapebucket import BucketCollator
 from shapebucket import _torch_compat as compat
 from shapebucket.bench import cli, harness, plans
-from shapebucket.bench.peers import grouped_indices_reference, length_grouped_indices
+from shapebucket.bench.peers import (
+    FixedLengthCollator,
+    fixed_length_packs,
+    grouped_indices_reference,
+    length_grouped_indices,
+)
 from shapebucket.bench.report import check_losses, format_table, headline
 from shapebucket.bench.runner import fresh_forward
-from shapebucket.bench.strategies import PEERS, STRATEGIES, StrategyResult
+from shapebucket.bench.strategies import DEFAULT, PEERS, StrategyResult
 from shapebucket.bench.workloads import caption_lengths, load_workload, stdlib_docstring_lengths
 from shapebucket.compile import CompileCounter
 
@@ -30,6 +35,9 @@ REQUIRED = {
     "steps_per_sec",
     "warmup_s",
     "job_s",
+    "job10_s",
+    "epoch_s",
+    "peak_mem_mb",
     "graphs",
     "timed_recompiles",
     "token_efficiency",
@@ -54,19 +62,26 @@ def test_quick_run_writes_table_json_and_plot(tmp_path):
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["config"]["torch"] and data["config"]["batch_size"] == 16
     results = {r["name"]: r for r in data["results"]}
-    assert list(results) == list(STRATEGIES)
+    assert list(results) == list(DEFAULT)
+    timed = data["config"]["timed_real_tokens"]
     for r in results.values():
         assert r["error"] is None, r
         assert r.keys() >= REQUIRED
-        assert len(r["round_tokens_per_sec"]) == 2 and len(r["step_times"]) == 2 * 6
+        assert len(r["round_tokens_per_sec"]) == 2 and len(r["step_times"]) % 2 == 0
         assert r["tokens_per_sec_min"] <= r["useful_tokens_per_sec"] <= r["tokens_per_sec_max"]
-        assert r["job_s"] > r["warmup_s"] and 0 < r["token_efficiency"] <= 1
-    for name in ("shapebucket", "shapebucket-specialized", "shapebucket-tokens"):
-        assert results[name]["timed_recompiles"] == 0 and results[name]["graphs"] >= 1
+        assert r["job10_s"] > r["job_s"] > r["warmup_s"] and 0 < r["token_efficiency"] <= 1
+        assert r["peak_mem_mb"] > 0
+        # every round trains every sample of the timed set once (the losses: warm-up + rounds)
+        assert len(r["losses"]) == data["config"]["warmup_steps"] + len(r["step_times"])
+    assert timed == data["config"]["timed_real_tokens"] > 0
+    assert results["shapebucket-packed"]["timed_recompiles"] == 0
+    assert results["fixed-packed-compile"]["graphs"] == 1  # one shape, one graph
     assert results["grouped-eager"]["graphs"] == 0
     head = data["headline"]
     assert head["ours"].startswith("shapebucket") and head["peer"] in PEERS and head["ratio"] > 0
-    assert "headline:" in out.stdout and "whole job" in out.stdout and "loss checks:" in out.stdout
+    assert len(head["ratio_rounds"]) == 2 and head["ceiling"] > 1
+    for needle in ("headline:", "one epoch", "ten epochs", "ceiling:", "loss checks:"):
+        assert needle in out.stdout
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"  # next to the JSON
 
 
@@ -80,8 +95,8 @@ def test_captioning_images_go_through_the_collator(tmp_path):
         "grouped-eager,shapebucket",
         "--rounds",
         "1",
-        "--steps",
-        "2",
+        "--epoch-samples",
+        "64",
         "--cache",
         "shared",
         "--json",
@@ -131,8 +146,8 @@ def test_padding_invariance_check_fails_when_a_mask_is_broken(monkeypatch, capsy
             "grouped-eager",
             "--rounds",
             "1",
-            "--steps",
-            "2",
+            "--epoch-samples",
+            "32",
             "--json",
             "",
         ]
@@ -151,13 +166,47 @@ def test_fresh_forward_gives_each_strategy_its_own_graphs():
     assert cc.graphs == 2 and cc.recompiles == []
 
 
-def test_timed_batches_represent_the_epoch():
-    rng = np.random.default_rng(0)
-    epoch = [np.array([i]) for i in range(1000)]
-    padded = rng.choice([8, 16, 64], size=1000, p=[0.7, 0.2, 0.1]).tolist()
-    picks = plans.systematic_sample(epoch, padded, 20, seed=1)
-    counts = {v: sum(padded[int(p[0])] == v for p in picks) for v in (8, 16, 64)}
-    assert counts == {8: 14, 16: 4, 64: 2}
+def test_every_family_times_the_same_samples_once_per_round():
+    args = quick_args("--epoch-samples", "300", "--strategies", "all")
+    s = harness._setup(args)
+    assert len(s.timed_ids) == 300
+    for family in ("grouped", "fixed", "buckets", "tokens", "packed"):
+        timed = plans.plan_family(family, s, s.timed_ids)
+        seen = np.sort(np.concatenate(timed.epoch))
+        assert np.array_equal(seen, s.timed_ids), family  # each sample once, no other
+    fam = plans.build_family("fixed", s)
+    assert sum(fam.timed_real) == int(s.lengths[s.timed_ids].sum())
+    assert {tuple(b["input_ids"].shape) for b in fam.timed} == {(fam.rows, args.max_len)}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 64), min_size=1, max_size=2500),
+    rows=st.integers(1, 8),
+    packer=st.sampled_from(["bfd", "next-fit"]),
+)
+def test_fixed_length_packs_hold_every_sample_once_within_the_row(lengths, rows, packer):
+    L = np.asarray(lengths)
+    packs = fixed_length_packs(L, 64, rows, seed=0, packer=packer)
+    flat = [i for b in packs for r in b for i in r]
+    assert sorted(flat) == list(range(len(L)))
+    assert all(0 < len(b) <= rows for b in packs) and all(len(b) == rows for b in packs[:-1])
+    assert all(0 < L[r].sum() <= 64 for b in packs for r in b)
+    if packer == "bfd" and len(L) <= 1000:  # one chunk: no two of its rows fit in one row
+        fills = sorted(int(L[r].sum()) for b in packs for r in b)
+        assert len(fills) < 2 or fills[0] + fills[1] > 64
+
+
+def test_fixed_length_collator_lays_the_packers_rows():
+    samples = [
+        {"input_ids": torch.arange(n) + 1, "labels": torch.arange(n) + 2} for n in (3, 2, 4, 1)
+    ]
+    b = FixedLengthCollator(length=5, rows=3)(samples, [2, 2])
+    assert b["document_ids"].tolist() == [[0, 0, 0, 1, 1], [0, 0, 0, 0, 1], [-1] * 5]
+    assert b["position_ids"][0].tolist() == [0, 1, 2, 0, 1]
+    assert b["labels"][2].tolist() == [-100] * 5 and b["input_ids"][1].tolist() == [1, 2, 3, 4, 1]
+    with pytest.raises(ValueError, match="rows"):
+        FixedLengthCollator(length=5, rows=1)(samples, [2, 2])
 
 
 @pytest.mark.skipif(
@@ -182,7 +231,7 @@ def test_grouped_reference_matches_transformers(lengths, batch_size, seed):
     assert length_grouped_indices(np.array(lengths), batch_size, seed=seed).tolist() == real
 
 
-def result(name, med, lo, hi, job, losses=(), family="grouped"):
+def result(name, med, lo, hi, job, losses=(), family="grouped", eff=0.8, epoch=10.0):
     return StrategyResult(
         name,
         family=family,
@@ -191,7 +240,12 @@ def result(name, med, lo, hi, job, losses=(), family="grouped"):
         tokens_per_sec_min=lo,
         tokens_per_sec_max=hi,
         round_tokens_per_sec=[lo, med, hi],
+        round_epoch_s=[epoch] * 3,
+        epoch_s=epoch,
+        warmup_s=job - epoch,
         job_s=job,
+        job10_s=job + 9 * epoch,
+        token_efficiency=eff,
         losses=list(losses),
     )
 
@@ -206,8 +260,10 @@ def test_headline_is_printed_as_measured_also_below_one():
     assert head.peer.name == "grouped-eager" and head.ours.name == "shapebucket"
     assert head.ratio == pytest.approx(0.9) and not head.within_noise
     text = format_table(results)
-    assert "0.90x the best strategy without shapebucket (grouped-eager" in text and "slower" in text
+    assert "0.90x [rounds 0.90-0.90] the best strategy without shapebucket (grouped-eager" in text
+    assert "slower" in text
     assert "shapebucket 120 s vs grouped-eager 100 s" in text and "the peer first" in text
+    assert head.ceiling == pytest.approx(1.0) and "= 90% of it" in text
     # the whole job compares the first of each side to finish, not the fastest
     slow_start = [*results, result("grouped-compile", 39.0, 38.5, 39.5, 90.0)]
     assert headline(slow_start).peer.name == "grouped-eager"
@@ -217,6 +273,19 @@ def test_headline_is_printed_as_measured_also_below_one():
         result("shapebucket", 42.0, 41.0, 43.0, 90.0, family="buckets"),
     ]
     assert headline(close).within_noise and "within noise" in format_table(close)
+    # ten epochs: a slow start and a fast epoch wins; the ceiling is against the grouped peer
+    packed = result(
+        "shapebucket-packed", 50.0, 49.0, 51.0, 130.0, family="packed", eff=0.98, epoch=5.0
+    )
+    fixed = result(
+        "fixed-packed-eager", 45.0, 44.0, 46.0, 95.0, family="fixed", eff=0.97, epoch=8.0
+    )
+    head = headline([*results, packed, fixed])
+    assert head.peer.name == "fixed-packed-eager" and head.grouped.name == "grouped-eager"
+    assert head.job_peer.name == "fixed-packed-eager" and head.job_ours.name == "shapebucket"
+    assert head.job10_ours.name == "shapebucket-packed"  # 175 s against 167 s for fixed
+    assert head.job10_ratio == pytest.approx((95 + 72) / (125 + 50))
+    assert head.ceiling == pytest.approx(0.98 / 0.8)
 
 
 def test_check_losses_compares_within_a_family_only():
@@ -234,7 +303,7 @@ def test_bad_bench_arguments_give_one_error_line(capsys):
         (["--strategies", "nope"], "unknown strategies ['nope']"),
         (["--rounds", "0"], "--rounds must be >= 1"),
         (["--mode", "reduce-overhead"], "needs --device cuda"),
-        (["--dim", "30"], "multiple of --heads"),
+        (["--width", "30"], "multiple of --heads"),
         # probe: these two printed a traceback (exit 1), the second after building the workload
         (["--device", "banana"], "--device 'banana' is not a torch device"),
         (["--lengths", "/nonexistent/lengths.txt"], "does not exist"),
@@ -335,8 +404,53 @@ def test_from_json_replays_a_saved_run_without_measuring(tmp_path, capsys):
     path.write_text(json.dumps({"config": config, "results": [asdict(r) for r in results]}))
     assert cli.main(["--from-json", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "1.10x the best strategy without shapebucket (grouped-eager" in out and "faster" in out
+    assert "1.10x [rounds 1.10-1.10] the best strategy without shapebucket (grouped-eager" in out
+    assert "faster" in out
     assert (tmp_path / "run.png").read_bytes()[:4] == b"\x89PNG"
     (tmp_path / "bad.json").write_text("{}")
     assert cli.main(["--from-json", str(tmp_path / "bad.json")]) == 2
     assert capsys.readouterr().err.startswith("error:")
+
+
+def test_advice_compares_the_recommendation_with_the_measured_best(monkeypatch):
+    import types
+
+    from shapebucket.bench import advice
+
+    class Timing:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
+    seen = {}
+
+    def choose(lengths, timing, **kw):
+        seen.setdefault("timing", timing)
+        mode = "eager" if kw["job_samples"] == len(lengths) else "compile-first"
+        chosen = types.SimpleNamespace(layout="packing", mode=mode, num_shapes=4, job_seconds=100.0)
+        return types.SimpleNamespace(chosen=chosen)
+
+    fake = types.SimpleNamespace(choose_strategy=choose, StepTiming=Timing)
+    monkeypatch.setattr(advice.importlib, "import_module", lambda name: fake)
+    step = dict(step_times=[9.0, 0.1, 0.3, 0.2], compiled_steps=[0])
+    results = [
+        StrategyResult("fixed-packed-eager", warmup_s=1.0, **step),
+        StrategyResult("fixed-packed-compile", warmup_s=30.0, **step),
+        StrategyResult("shapebucket-packed-eager", job_s=90.0, job10_s=900.0),
+        StrategyResult("shapebucket-packed", job_s=120.0, job10_s=600.0),
+    ]
+    config = {
+        "model": {"max_len": 256, "dim": 128},
+        "packed_tokens_per_batch": 1536,
+        "batch_size": 64,
+        "k": 8,
+    }
+    lines = advice.recommendation(results, np.arange(1, 11), config)
+    assert seen["timing"].rows == 6 and seen["timing"].compile_seconds == 30.0
+    assert seen["timing"].eager_seconds == pytest.approx(0.2)  # the compiling step left out
+    assert "1 epoch: recommends packing eager" in lines[1] and lines[1].endswith("agrees")
+    assert "measured first: shapebucket-packed (packing compile-first)" in lines[2]
+    assert lines[2].endswith("agrees")
+    lines = advice.recommendation(results[2:], np.arange(1, 11), config)
+    assert lines == [
+        "strategy advice: needs fixed-packed-eager and fixed-packed-compile (one shape)"
+    ]

@@ -16,37 +16,44 @@ from .._argparse import Parser
 from .._validate import check_int
 from ..data import read_lengths
 from ..errors import ShapeBucketError
+from .advice import recommendation
 from .harness import run
 from .peers import source as grouped_source
 from .report import check_losses, format_table, headline, plot
-from .strategies import PEERS, STRATEGIES, StrategyResult
-from .workloads import WORKLOADS
+from .strategies import DEFAULT, PEERS, STRATEGIES, StrategyResult
+from .workloads import WORKLOADS, load_workload
 
 __all__ = ["main"]
 
 _DESCRIPTION = """The steps/sec benchmark: shapebucket against what users would do instead.
 
-Trains the same small model from the same initialisation with each strategy and
-reports useful (real) tokens/sec as the median and min-max of interleaved timed
-rounds, warm-up seconds, the time to train one whole epoch with the warm-up,
-graphs compiled (and compiled while timed), and token efficiency. The peers are
-transformers' length-grouped batches (group_by_length=True) padded to the
-longest sample rounded to 8, run eager, with dynamic=None, with mark_dynamic
-and with dynamic=True. The headline is the best shapebucket strategy against
-the best peer, printed as measured. Strategies of one family see the same
+Trains the same small model from the same initialisation with each strategy.
+Each timed round is one whole epoch of the same random sample set
+(--epoch-samples) that every strategy batches its own way; the rounds are
+interleaved. Reports useful (real) tokens/sec as the median and min-max of the
+rounds, the peak tensor memory of one step of its largest batch, warm-up
+seconds, the whole job (warm-up + one, and + ten, epochs of the whole
+dataset), graphs compiled (and compiled while timed), and token efficiency.
+The peers are transformers' length-grouped batches (group_by_length=True)
+padded to the longest sample rounded to 8, run eager, with dynamic=None, with
+mark_dynamic and with dynamic=True, and fixed-length packing (TRL's
+pack_dataset best-fit decreasing, or torchtune's PackedDataset next-fit) into
+rows of --max-len, eager and compiled. The headline is the best shapebucket
+strategy against the best peer of any kind, with the spread of the per-round
+ratios, printed as measured. Strategies of one family see the same
 batches, so their losses must agree, and the same samples padded two ways must
 give the same loss: the run checks both and exits with status 1 otherwise."""
 
 # (full run, --quick)
 _DEFAULTS = {
     "rounds": (5, 2),
-    "steps": (24, 6),
+    "epoch_samples": (6_000, 400),
     "warmup_steps": (3, 1),
     "batch_size": (64, 16),
     "samples": (200_000, 20_000),
     "k": (8, 2),
-    "dim": (128, 32),
-    "layers": (2, 1),
+    "width": (128, 32),
+    "depth": (2, 1),
 }
 
 
@@ -66,7 +73,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--strategies",
         default=None,
-        help="comma-separated subset of: " + ", ".join(STRATEGIES) + " (default: all)",
+        help="'all', or a comma-separated subset of: "
+        + ", ".join(STRATEGIES)
+        + " (default: "
+        + ", ".join(DEFAULT)
+        + ")",
     )
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda (bf16 autocast)")
     p.add_argument(
@@ -77,7 +88,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--rounds", type=int, default=None, help="timed rounds (default 5, quick 2)")
     p.add_argument(
-        "--steps", type=int, default=None, help="timed steps per round (default 24, quick 6)"
+        "--epoch-samples",
+        type=int,
+        default=None,
+        help="samples of the timed set, one whole epoch of it per round (default 6,000, quick 400)",
     )
     p.add_argument(
         "--warmup-steps", type=int, default=None, help="steps after compiling (default 3, quick 1)"
@@ -104,14 +118,21 @@ def _parser() -> argparse.ArgumentParser:
         help="samples drawn for mixture and captioning (default 200,000, quick 20,000)",
     )
     p.add_argument("--k", type=int, default=None, help="fitted buckets (default 8, quick 2)")
+    p.add_argument(
+        "--fixed-packer",
+        choices=["bfd", "next-fit"],
+        default="bfd",
+        help="the fixed-length packing peer's packer: bfd (TRL pack_dataset) or next-fit "
+        "(torchtune PackedDataset)",
+    )
     _model_and_output_flags(p)
     return p
 
 
 def _model_and_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab", type=int, default=512)
-    p.add_argument("--dim", type=int, default=None, help="model width (default 128, quick 32)")
-    p.add_argument("--layers", type=int, default=None, help="default 2, quick 1")
+    p.add_argument("--width", type=int, default=None, help="model width (default 128, quick 32)")
+    p.add_argument("--depth", type=int, default=None, help="blocks (default 2, quick 1)")
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--max-len", type=int, default=256)
     p.add_argument("--seed", type=int, default=0)
@@ -163,11 +184,20 @@ def _describe(config: dict[str, Any]) -> str:
         f"shapebucket steps/sec benchmark: workload {config['workload']} ({config['samples']:,} samples, "
         f"mean length {config['mean_length']:.1f}, {config['clipped_to_max_len']} clipped to "
         f"{config['model']['max_len']}), batch {config['batch_size']}, buckets {config['buckets']}, "
-        f"{config['rounds']} rounds x {config['steps_per_round']} steps, model {config['model']}, "
+        f"{config['rounds']} rounds x {_round(config)}, model {config['model']}, "
         f"torch {config['torch']}, {config['device']}"
         f"{', mode ' + str(config['mode']) if config['mode'] else ''}, {config['machine']}\n"
         f"peers: {', '.join(n for n in config['strategies'] if n in PEERS)} "
         f"({config.get('grouped_sampler', '?')})"
+    )
+
+
+def _round(config: dict[str, Any]) -> str:
+    if "timed_samples" not in config:  # a run saved before rounds were whole epochs
+        return f"{config.get('steps_per_round', '?')} steps"
+    return (
+        f"one epoch of {config['timed_samples']:,} samples "
+        f"({config['timed_real_tokens']:,} real tokens)"
     )
 
 
@@ -183,7 +213,17 @@ def _resolve(args: argparse.Namespace) -> None:
     for key, (full, small) in _DEFAULTS.items():
         if getattr(args, key) is None:
             setattr(args, key, small if args.quick else full)
-    for key in ("rounds", "steps", "batch_size", "samples", "k", "dim", "layers", "heads", "vocab"):
+    for key in (
+        "rounds",
+        "epoch_samples",
+        "batch_size",
+        "samples",
+        "k",
+        "width",
+        "depth",
+        "heads",
+        "vocab",
+    ):
         check_int(f"--{key.replace('_', '-')}", getattr(args, key), minimum=1)
     check_int("--warmup-steps", args.warmup_steps, minimum=1)
     check_int("--max-len", args.max_len, minimum=8)
@@ -193,9 +233,11 @@ def _resolve(args: argparse.Namespace) -> None:
     check_int("--bucket-tokens-per-batch", args.bucket_tokens_per_batch, minimum=args.max_len)
     if args.packed_tokens_per_batch is not None:
         check_int("--packed-tokens-per-batch", args.packed_tokens_per_batch, minimum=args.max_len)
-    if args.dim % args.heads:
-        raise ShapeBucketError(f"--dim {args.dim} must be a multiple of --heads {args.heads}")
-    names = list(STRATEGIES) if args.strategies is None else args.strategies.split(",")
+    if args.width % args.heads:
+        raise ShapeBucketError(f"--width {args.width} must be a multiple of --heads {args.heads}")
+    names = {None: list(DEFAULT), "all": list(STRATEGIES)}.get(
+        args.strategies, str(args.strategies).split(",")
+    )
     args.strategies = [n.strip() for n in names if n.strip()]
     unknown = [n for n in args.strategies if n not in STRATEGIES]
     if unknown:
@@ -239,6 +281,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
     head = headline(results)
+    lengths = load_workload(
+        args.workload,
+        n=args.samples,
+        max_len=args.max_len,
+        seed=args.seed,
+        lengths_file=args.lengths,
+    )[0]
+    advice = recommendation(results, lengths, config)
+    print("\n".join(advice))
     if args.json:
         payload = {
             "config": config,
@@ -248,9 +299,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "ours": head.ours.name,
                 "peer": head.peer.name,
                 "ratio": head.ratio,
+                "ratio_rounds": head.speed_rounds(),
                 "within_noise": head.within_noise,
+                "job_ours": head.job_ours.name,
+                "job_peer": head.job_peer.name,
                 "job_ratio": head.job_ratio,
+                "job_ratio_rounds": head.job_rounds(1),
+                "job10_ours": head.job10_ours.name,
+                "job10_peer": head.job10_peer.name,
+                "job10_ratio": head.job10_ratio,
+                "job10_ratio_rounds": head.job_rounds(10),
+                "grouped_peer": head.grouped.name if head.grouped else None,
+                "ceiling": head.ceiling,
+                "ratio_to_grouped_rounds": head.speed_rounds(head.grouped) if head.grouped else [],
             },
+            "advice": advice,
             "results": [asdict(r) for r in results],
         }
         Path(args.json).write_text(json.dumps(payload, indent=2))

@@ -13,12 +13,14 @@ How the figures are made to hold on a shared, noisy machine:
   rounds run A B C ... A B C ..., each round every strategy's same timed
   batches. Per strategy the report gives the median round and the min-max of
   the rounds; two strategies whose ranges overlap are within noise.
-* **Representative batches.** The timed batches are a systematic sample of one
-  whole epoch of that strategy's own batches, sorted by padded length, so every
-  bucket (or batch length) appears in proportion to the epoch.
+* **Whole epochs of the same samples.** Each timed round is one whole epoch of
+  a fixed random set of samples (``--epoch-samples``), the same samples for every
+  strategy, each batching them its own way: no strategy is timed on a luckier
+  sample of batches than another.
 * **The whole job.** A user pays the warm-up once per run: ``job_s`` is the
-  time to train one epoch, warm-up and compiles seen while timed included,
-  from the epoch's step count and the median round's seconds per step.
+  time to train one epoch of the whole dataset, warm-up and compiles seen while
+  timed included, the epoch at the median round's useful tokens/sec;
+  ``job10_s`` ten epochs with the warm-up paid once.
 
 The strategies and their records are in :mod:`shapebucket.bench.strategies`, one
 strategy's warm-up, timed round and summary in :mod:`shapebucket.bench.runner`,
@@ -44,7 +46,7 @@ from .._progress import progress
 from .._validate import round_up
 from ..plan.fit import fit_buckets
 from .model import GPT, CaptionConfig, Captioner, GPTConfig
-from .plans import Family, Setup, build_family, make_samples, plan_family
+from .plans import Family, Setup, build_family, make_samples, plan_family, timed_sample_set
 from .runner import Runner, finish, prepare, time_round
 from .strategies import PEERS, STRATEGIES, StrategyResult
 from .workloads import load_workload
@@ -70,8 +72,11 @@ def check_padding_invariance(
     model.load_state_dict(s.init_state)
     problems = []
 
-    def loss_of(fam: Family, samples: list[dict[str, torch.Tensor]]) -> float:
-        b: dict[str, Any] = dict(fam.collate(samples))  # type: ignore[arg-type]
+    def loss_of(fam: Family, samples: list[dict[str, torch.Tensor]], i: int = 0) -> float:
+        if fam.sizes is not None:  # fixed packing: its packer's rows
+            b: dict[str, Any] = dict(fam.collate(samples, fam.sizes[i]))  # type: ignore[call-arg, arg-type]
+        else:
+            b = dict(fam.collate(samples))  # type: ignore[arg-type]
         if "attention_mask" not in b and "document_ids" not in b:
             b["attention_mask"] = torch.ones_like(b["input_ids"], dtype=torch.bool)
         return float(model(**{k: v.to(s.device) for k, v in b.items()}))
@@ -85,16 +90,17 @@ def check_padding_invariance(
                     f"batch {i}: loss {ours:.6f} padded to its bucket vs {theirs:.6f} padded to "
                     "the longest: padding leaks into the loss (a mask is wrong)"
                 )
-        packed = built.get("packed")
-        for i, idx in enumerate(packed.epoch[:batches] if packed is not None else []):
-            samples = s.get_samples(idx.tolist())
-            ours = loss_of(packed, samples)  # type: ignore[arg-type]  # not None when looping
-            theirs = loss_of(grouped, samples)
-            if not math.isclose(ours, theirs, rel_tol=1e-4, abs_tol=1e-5):
-                problems.append(
-                    f"packed batch {i}: loss {ours:.6f} packed vs {theirs:.6f} one sample per "
-                    "row: attention crosses samples (the document mask is wrong)"
-                )
+        for name in ("packed", "fixed"):
+            fam = built.get(name)
+            for i, idx in enumerate(fam.epoch[:batches] if fam is not None else []):
+                samples = s.get_samples(idx.tolist())
+                ours = loss_of(fam, samples, i)  # type: ignore[arg-type]  # not None here
+                theirs = loss_of(grouped, samples)
+                if not math.isclose(ours, theirs, rel_tol=1e-4, abs_tol=1e-5):
+                    problems.append(
+                        f"{name} batch {i}: loss {ours:.6f} packed vs {theirs:.6f} one sample "
+                        "per row: attention crosses samples (the document mask is wrong)"
+                    )
     return problems
 
 
@@ -122,8 +128,8 @@ def _setup(args: argparse.Namespace) -> Setup:
     cfg: GPTConfig
     dims = {
         "vocab": args.vocab,
-        "dim": args.dim,
-        "layers": args.layers,
+        "dim": args.width,
+        "layers": args.depth,
         "heads": args.heads,
         "max_len": args.max_len,
     }
@@ -148,6 +154,7 @@ def _setup(args: argparse.Namespace) -> Setup:
         init_state=init_state,
         buckets=buckets,
         get_samples=make_samples(lengths, cfg.vocab, args.seed, image),
+        timed_ids=timed_sample_set(len(lengths), args.epoch_samples, args.seed),
     )
 
 
@@ -171,7 +178,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult],
         _timed_rounds(runners, s.device, args.rounds)
         for runner in runners:
             if runner.result.error is None:
-                finish(runner)
+                finish(runner, s.device)
             results[runner.name] = runner.result
     return _config(args, s, families, names), [results[n] for n in names], problems
 
@@ -261,7 +268,9 @@ def _config(
             "attention_efficiency": packing.report.attention_efficiency,
         },
         "rounds": args.rounds,
-        "steps_per_round": args.steps,
+        "timed_samples": len(s.timed_ids),
+        "timed_real_tokens": int(s.lengths[s.timed_ids].sum()),
+        "fixed_packer": args.fixed_packer,
         "warmup_steps": args.warmup_steps,
         "k": args.k,
         "seed": args.seed,

@@ -1,4 +1,5 @@
-"""What users do instead: transformers' length-grouped batching (``group_by_length=True``).
+"""What users do instead: transformers' length-grouped batching (``group_by_length=True``),
+and fixed-length packing (torchtune's ``PackedDataset``, TRL's ``pack_dataset``).
 
 The benchmark's strongest peer is the recipe a Hugging Face ``Trainer`` user
 already has: ``LengthGroupedSampler`` (indices shuffled, cut into mega-batches
@@ -8,16 +9,50 @@ batches of ``batch_size`` and padded to the longest sample rounded up to 8
 installed its own sampler is used; otherwise :func:`grouped_indices_reference`,
 a line-for-line re-implementation (``tests/test_bench.py`` checks the two agree
 whenever the ``hf`` extra is installed).
+
+The other peer packs whole samples into rows of the maximum length, one shape
+for the whole run, as the fine-tuning libraries do; its packers are written out
+here (neither library is imported):
+
+* ``"bfd"`` (default) mirrors TRL's ``pack_dataset(strategy="bfd")`` (the
+  ``SFTTrainer(packing=True)`` default): the dataset is packed in chunks of
+  1,000 samples (``datasets.map(batched=True)``'s default batch size); in a
+  chunk the samples are sorted longest first (stable) and each goes into the
+  open row whose free space is the smallest that holds it (first opened first
+  among equals), a new row when none does; rows keep their opening order.
+* ``"next-fit"`` mirrors torchtune's ``PackedDataset(split_across_pack=False)``:
+  samples in dataset order, each appended to the current row, a new row when
+  it does not fit.
+
+Then, as a ``Trainer``/torchtune ``DataLoader`` does, the rows are shuffled and
+cut into batches of ``rows`` rows, each row padded to the maximum length (pad
+token 0, label -100, positions restarting at 0 in each sample, and document ids
+for the same document mask shapebucket's packed batches use). The epoch's last
+batch is filled with empty rows to keep the one shape (torchtune's recipes drop
+it instead; nothing is dropped here).
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["grouped_indices_reference", "length_grouped_indices", "source"]
+__all__ = [
+    "FixedLengthCollator",
+    "fixed_length_packs",
+    "grouped_indices_reference",
+    "length_grouped_indices",
+    "source",
+]
+
+#: TRL packs a ``datasets`` table with ``map(batched=True)``, 1,000 samples at a time.
+TRL_CHUNK = 1000
 
 
 def grouped_indices_reference(
@@ -60,3 +95,114 @@ def length_grouped_indices(lengths: np.ndarray, batch_size: int, *, seed: int) -
     except ImportError:
         return np.asarray(grouped_indices_reference(values, batch_size, generator))
     return np.asarray(list(LengthGroupedSampler(batch_size, lengths=values, generator=generator)))
+
+
+def _best_fit_decreasing(lengths: np.ndarray, ids: np.ndarray, capacity: int) -> list[list[int]]:
+    """TRL's ``_pack_bfd`` on one chunk: longest first, each into the fullest row it fits."""
+    order = np.argsort(-lengths, kind="stable")
+    rows: list[list[int]] = []
+    free: list[tuple[int, int]] = []  # (free space, row number), sorted: best fit = bisect
+    for i in order.tolist():
+        n = int(lengths[i])
+        at = bisect.bisect_left(free, (n, -1))
+        if at < len(free):
+            space, r = free.pop(at)
+        else:
+            space, r = capacity, len(rows)
+            rows.append([])
+        rows[r].append(int(ids[i]))
+        if space - n > 0:
+            bisect.insort(free, (space - n, r))
+    return rows
+
+
+def _next_fit(lengths: np.ndarray, ids: np.ndarray, capacity: int) -> list[list[int]]:
+    """torchtune's ``PackedDataset``: in order, a new row when a sample does not fit."""
+    rows: list[list[int]] = []
+    used = capacity
+    for n, i in zip(lengths.tolist(), ids.tolist(), strict=True):
+        if used + n > capacity:
+            rows.append([])
+            used = 0
+        rows[-1].append(int(i))
+        used += n
+    return rows
+
+
+def fixed_length_packs(
+    lengths: np.ndarray, capacity: int, rows: int, *, seed: int, packer: str = "bfd"
+) -> list[list[list[int]]]:
+    """One epoch of fixed-length packing: batches of ``rows`` rows, each row a list of
+    sample indices whose lengths sum to at most ``capacity`` (a batch may hold fewer rows:
+    the last one; :class:`FixedLengthCollator` pads it with empty rows).
+
+    >>> packs = fixed_length_packs(np.array([5, 3, 4, 2, 6]), 8, 2, seed=0)
+    >>> sorted(sorted(r) for b in packs for r in b)
+    [[0, 1], [2], [3, 4]]
+    """
+    if int(lengths.max(initial=0)) > capacity:
+        raise ValueError(f"a sample of {int(lengths.max())} tokens > row length {capacity}")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(lengths))  # the dataset's (shuffled) order
+    packed: list[list[int]] = []
+    if packer == "bfd":
+        for c in range(0, len(order), TRL_CHUNK):
+            ids = order[c : c + TRL_CHUNK]
+            packed.extend(_best_fit_decreasing(lengths[ids], ids, capacity))
+    elif packer == "next-fit":
+        packed = _next_fit(lengths[order], order, capacity)
+    else:
+        raise ValueError(f"unknown packer {packer!r}: 'bfd' or 'next-fit'")
+    shuffled = [packed[i] for i in rng.permutation(len(packed))]  # the loader's RandomSampler
+    return [shuffled[i : i + rows] for i in range(0, len(shuffled), rows)]
+
+
+@dataclass(frozen=True)
+class FixedLengthCollator:
+    """Lay rows of samples into ``rows x length`` tokens: ``input_ids`` (pad 0), ``labels``
+    (pad -100), ``position_ids`` (restarting at 0 in each sample, 0 on padding) and
+    ``document_ids`` (0, 1, ... in each row, -1 on padding), always the same shape.
+
+    ``sizes`` gives the samples per row in order (the packer's rows); without it the
+    samples are laid in order, a new row when one does not fit.
+
+    >>> c = FixedLengthCollator(length=4, rows=2)
+    >>> s = [{"input_ids": torch.tensor([1, 2]), "labels": torch.tensor([2, 3])}] * 3
+    >>> c(s)["document_ids"].tolist()
+    [[0, 0, 1, 1], [0, 0, -1, -1]]
+    """
+
+    length: int
+    rows: int
+
+    def __call__(
+        self, samples: Sequence[dict[str, torch.Tensor]], sizes: Sequence[int] | None = None
+    ) -> dict[str, Any]:
+        if sizes is None:
+            rows = _next_fit(_lens(samples), np.arange(len(samples)), self.length)
+        else:
+            edges = np.cumsum([0, *sizes])
+            rows = [list(range(a, b)) for a, b in itertools.pairwise(edges)]
+        if len(rows) > self.rows:
+            raise ValueError(f"{len(rows)} rows of samples > rows={self.rows}")
+        shape = (self.rows, self.length)
+        out = {
+            "input_ids": torch.zeros(shape, dtype=torch.int64),
+            "labels": torch.full(shape, -100, dtype=torch.int64),
+            "position_ids": torch.zeros(shape, dtype=torch.int64),
+            "document_ids": torch.full(shape, -1, dtype=torch.int32),
+        }
+        for r, members in enumerate(rows):
+            at = 0
+            for d, i in enumerate(members):
+                ids, n = samples[i]["input_ids"], len(samples[i]["input_ids"])
+                out["input_ids"][r, at : at + n] = ids
+                out["labels"][r, at : at + n] = samples[i]["labels"]
+                out["position_ids"][r, at : at + n] = torch.arange(n)
+                out["document_ids"][r, at : at + n] = d
+                at += n
+        return out
+
+
+def _lens(samples: Sequence[dict[str, torch.Tensor]]) -> np.ndarray:
+    return np.asarray([len(s["input_ids"]) for s in samples], dtype=np.int64)

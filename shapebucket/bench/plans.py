@@ -1,6 +1,7 @@
 """The benchmark's batch plans: one epoch of each family's batches, the collator that pads
-them, and the batches each strategy runs (a few warm-up batches, then a proportional
-sample of the epoch for the timed rounds)."""
+them, and the batches each strategy runs: a few warm-up batches (the first of the whole
+dataset's epoch), then, in every timed round, one whole epoch of the timed sample set (the
+same samples for every strategy, each family batching them its own way)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ..plan.buckets import Buckets
 from ..plan.packing_fit import PackingFitReport, fit_packing
 from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
-from .peers import length_grouped_indices
+from .peers import FixedLengthCollator, fixed_length_packs, length_grouped_indices
 
 __all__ = [
     "SEQUENCE_KEYS",
@@ -28,7 +29,7 @@ __all__ = [
     "build_family",
     "make_samples",
     "plan_family",
-    "systematic_sample",
+    "timed_sample_set",
 ]
 
 SEQUENCE_KEYS = ["input_ids", "labels"]
@@ -47,6 +48,8 @@ class Setup:
     init_state: dict[str, torch.Tensor]
     buckets: Buckets
     get_samples: Callable[[Sequence[int]], list[dict[str, torch.Tensor]]]
+    timed_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    fits: dict[str, PackingFitReport] = field(default_factory=dict)  # fit once, reused
 
 
 @dataclass
@@ -54,9 +57,10 @@ class Family:
     """One batch plan: an epoch of index batches, its collator, and the batches to run.
     Strategies of one family see the same batches in the same order."""
 
-    collate: BucketCollator | PackedCollator
+    collate: BucketCollator | PackedCollator | FixedLengthCollator
     epoch: list[np.ndarray]
     shapes: list[tuple[int, int]]  # (rows, padded or row length) of every epoch batch
+    sizes: list[list[int]] | None = None  # fixed packing: samples per row of every batch
     warmup: list[dict[str, Any]] = field(default_factory=list)
     timed: list[dict[str, Any]] = field(default_factory=list)
     timed_real: list[int] = field(default_factory=list)  # real tokens of each timed batch
@@ -93,28 +97,44 @@ def _collator(buckets: Buckets, rows: Any = None) -> BucketCollator:
     return BucketCollator(buckets, sequence_keys=SEQUENCE_KEYS, rows=rows)
 
 
-def plan_family(family: str, s: Setup) -> Family:
-    """One epoch of ``family``'s batches and the collator that pads them."""
-    a, L = s.args, s.lengths
+def plan_family(family: str, s: Setup, ids: np.ndarray | None = None) -> Family:
+    """One epoch of ``family``'s batches over the samples ``ids`` (default: all), as indices
+    into the whole dataset, and the collator that pads them."""
+    a = s.args
+    ids = np.arange(len(s.lengths)) if ids is None else ids
+    L = s.lengths[ids]
     if family == "grouped":
         # transformers' Trainer with group_by_length=True: LengthGroupedSampler's order,
         # cut into batches, padded to the longest sample rounded up to 8
         # (DataCollatorWithPadding(pad_to_multiple_of=8))
         order = length_grouped_indices(L, a.batch_size, seed=a.seed)
-        epoch = [order[i : i + a.batch_size] for i in range(0, len(order), a.batch_size)]
-        shapes = [(len(b), round_up(int(L[b].max()), 8)) for b in epoch]
-        return Family(_collator(Buckets.multiples(8, a.max_len)), epoch, shapes)
-    if family == "packed":
-        if a.workload == "captioning" and a.lengths is None:
-            raise RuntimeError(
-                "skipped: packing puts several samples in a row, and the captioning model "
-                "has one image per sample"
-            )
-        fit = fit_packing(
-            L, a.k, tokens_per_batch=a.packed_tokens_per_batch, align=8, model_dim=a.dim
+        local = [order[i : i + a.batch_size] for i in range(0, len(order), a.batch_size)]
+        shapes = [(len(b), round_up(int(L[b].max()), 8)) for b in local]
+        return Family(_collator(Buckets.multiples(8, a.max_len)), [ids[b] for b in local], shapes)
+    if family in ("packed", "fixed") and a.workload == "captioning" and a.lengths is None:
+        raise RuntimeError(
+            "skipped: packing puts several samples in a row, and the captioning model "
+            "has one image per sample"
         )
+    if family == "fixed":
+        rows = max(1, a.packed_tokens_per_batch // a.max_len)
+        packs = fixed_length_packs(L, a.max_len, rows, seed=a.seed, packer=a.fixed_packer)
+        epoch = [ids[np.asarray([i for r in b for i in r], dtype=np.int64)] for b in packs]
+        sizes = [[len(r) for r in b] for b in packs]
+        shapes = [(rows, a.max_len)] * len(packs)
+        return Family(FixedLengthCollator(a.max_len, rows), epoch, shapes, sizes=sizes, rows=rows)
+    if family == "packed":
+        if "packed" not in s.fits:  # row lengths fitted on the whole dataset
+            s.fits["packed"] = fit_packing(
+                s.lengths,
+                a.k,
+                tokens_per_batch=a.packed_tokens_per_batch,
+                align=8,
+                model_dim=a.width,
+            )
+        fit = s.fits["packed"]
         packer = PackedBatchSampler(L, fit.buckets, rows=fit.rows, seed=a.seed)
-        epoch = [np.asarray(b) for b in packer]
+        epoch = [ids[np.asarray(b, dtype=np.int64)] for b in packer]
         shapes = [(fit.rows[n], n) for n in packer.batch_buckets().tolist()]
         collate = PackedCollator(
             fit.buckets,
@@ -130,39 +150,53 @@ def plan_family(family: str, s: Setup) -> Family:
         sampler = BucketBatchSampler(
             L, s.buckets, tokens_per_batch=a.bucket_tokens_per_batch, seed=a.seed
         )
-    rows = sampler.rows
-    epoch = [np.asarray(b) for b in sampler]
-    lengths = [s.buckets.bucket_for(int(L[b].max())) for b in epoch]
-    shapes = [(rows[n], n) for n in lengths]
-    return Family(_collator(s.buckets, rows), epoch, shapes, buckets=s.buckets, rows=rows)
+    rows_ = sampler.rows
+    local_b = [np.asarray(b, dtype=np.int64) for b in sampler]
+    shapes = [(rows_[n], n) for n in (s.buckets.bucket_for(int(L[b].max())) for b in local_b)]
+    return Family(
+        _collator(s.buckets, rows_),
+        [ids[b] for b in local_b],
+        shapes,
+        buckets=s.buckets,
+        rows=rows_,
+    )
 
 
-def systematic_sample(
-    epoch: list[np.ndarray], padded: list[int], n: int, seed: int
-) -> list[np.ndarray]:
-    """``n`` batches of the epoch, evenly spaced in the order of their computed tokens
-    (so each length range appears in proportion to the epoch), in a shuffled order."""
-    order = np.argsort(np.asarray(padded), kind="stable")
-    n = min(n, len(epoch))
-    picks = order[((np.arange(n) + 0.5) * len(epoch) / n).astype(np.int64)]
-    np.random.default_rng(seed).shuffle(picks)
-    return [epoch[i] for i in picks]
+def timed_sample_set(n: int, size: int, seed: int) -> np.ndarray:
+    """The samples every timed round trains on: ``size`` of the ``n`` samples drawn at
+    random (all of them when ``size >= n``), sorted; every strategy batches the same ones.
+
+    >>> timed_sample_set(10, 4, seed=0).tolist()
+    [3, 4, 6, 9]
+    >>> len(timed_sample_set(10, 40, seed=0))
+    10
+    """
+    if size >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed + 1).choice(n, size=size, replace=False))
 
 
 def build_family(family: str, s: Setup) -> Family:
+    """The family's epoch over the whole dataset (its shapes and token efficiency), its
+    warm-up batches (the first of that epoch) and its timed batches: one epoch of the timed
+    sample set, collated once."""
     a = s.args
     fam = plan_family(family, s)
+    timed = plan_family(family, s, s.timed_ids)
     to = s.device
 
-    def collated(idx: np.ndarray) -> dict[str, Any]:
-        b: dict[str, Any] = dict(fam.collate(s.get_samples(idx.tolist())))  # type: ignore[arg-type]
+    def collated(plan: Family, i: int) -> dict[str, Any]:
+        samples = s.get_samples(plan.epoch[i].tolist())
+        if plan.sizes is not None:  # fixed packing: the packer's rows, as they are
+            b: dict[str, Any] = dict(plan.collate(samples, plan.sizes[i]))  # type: ignore[call-arg, arg-type]
+        else:
+            b = dict(plan.collate(samples))  # type: ignore[arg-type]
         return {
             k: v.to(to, non_blocking=True) if isinstance(v, torch.Tensor) else v
             for k, v in b.items()
         }
 
-    fam.warmup = [collated(b) for b in fam.epoch[: a.warmup_steps]]
-    timed = systematic_sample(fam.epoch, fam.padded, a.steps, a.seed)
-    fam.timed = [collated(b) for b in timed]
-    fam.timed_real = [int(s.lengths[b].sum()) for b in timed]
+    fam.warmup = [collated(fam, i) for i in range(min(a.warmup_steps, len(fam.epoch)))]
+    fam.timed = [collated(timed, i) for i in range(len(timed.epoch))]
+    fam.timed_real = [int(s.lengths[b].sum()) for b in timed.epoch]
     return fam

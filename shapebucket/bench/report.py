@@ -13,21 +13,54 @@ from .strategies import StrategyResult
 __all__ = ["Headline", "check_losses", "format_table", "headline", "plot"]
 
 
+def _spread(values: Sequence[float]) -> tuple[float, float, float]:
+    v = np.asarray(values, dtype=float)
+    return float(np.median(v)), float(v.min()), float(v.max())
+
+
 @dataclass(frozen=True)
 class Headline:
-    """shapebucket against the best strategy without it, twice: by steady-state speed (the
-    fastest of each side) and by the whole job (the first of each side to finish an epoch,
-    warm-up included; eager often wins that on CPU, having no compile to pay)."""
+    """shapebucket against the best strategy without it, of any kind (eager and fixed-length
+    packing included): by steady-state speed (the fastest of each side), and by the whole
+    job of one and of ten epochs, warm-up included (the first of each side to finish).
+    Each ratio comes with the min-max of the same ratio taken round by round (the rounds
+    are interleaved, so round ``i`` of both ran under the same load). ``grouped`` is the
+    fastest length-grouped peer, against which the ceiling is defined."""
 
     ours: StrategyResult
     peer: StrategyResult
     job_ours: StrategyResult
     job_peer: StrategyResult
+    job10_ours: StrategyResult
+    job10_peer: StrategyResult
+    grouped: StrategyResult | None = None
 
     @property
     def ratio(self) -> float:
         """Median useful tokens/sec, ours over the peer's (below 1: the peer is faster)."""
         return self.ours.useful_tokens_per_sec / self.peer.useful_tokens_per_sec
+
+    def speed_rounds(self, peer: StrategyResult | None = None) -> list[float]:
+        """Ours over ``peer``'s (default: the best peer's) useful tokens/sec, round by round."""
+        other = peer or self.peer
+        return [
+            a / b
+            for a, b in zip(
+                self.ours.round_tokens_per_sec, other.round_tokens_per_sec, strict=False
+            )
+        ]
+
+    def job_rounds(self, epochs: int) -> list[float]:
+        """The peer's whole job over ours (above 1: ours first), round by round."""
+        a, b = (self.job_ours, self.job_peer) if epochs == 1 else (self.job10_ours, self.job10_peer)
+
+        def job(r: StrategyResult, epoch_s: float) -> float:
+            return r.warmup_s + r.timed_compile_s + epochs * epoch_s
+
+        return [
+            job(b, eb) / job(a, ea)
+            for ea, eb in zip(a.round_epoch_s, b.round_epoch_s, strict=False)
+        ]
 
     @property
     def within_noise(self) -> bool:
@@ -43,25 +76,62 @@ class Headline:
         """One epoch's time with warm-up, the peer's over ours (above 1: ours finishes first)."""
         return self.job_peer.job_s / self.job_ours.job_s
 
+    @property
+    def job10_ratio(self) -> float:
+        """Ten epochs' time with warm-up, the peer's over ours (above 1: ours finishes first)."""
+        return self.job10_peer.job10_s / self.job10_ours.job10_s
+
+    @property
+    def ceiling(self) -> float | None:
+        """The steady-state ceiling against the fastest grouped peer: the ratio of real-token
+        shares (ours over its), what removing all padding could at best gain."""
+        if self.grouped is None or not self.grouped.token_efficiency:
+            return None
+        return self.ours.token_efficiency / self.grouped.token_efficiency
+
     def __str__(self) -> str:
         verdict = (
             "within noise (the rounds' ranges overlap)"
             if self.within_noise
             else ("faster" if self.ratio > 1 else "slower")
         )
-        return (
+        lo, hi = _spread(self.speed_rounds())[1:]
+        j1, j10 = self.job_rounds(1), self.job_rounds(10)
+        lines = [
             f"headline: {self.ours.name} {self.ours.useful_tokens_per_sec:,.0f} useful tok/s = "
-            f"{self.ratio:.2f}x the best strategy without shapebucket ({self.peer.name}, "
-            f"{self.peer.useful_tokens_per_sec:,.0f}): {verdict}\n"
-            f"whole job (one epoch, warm-up included): {self.job_ours.name} {self.job_ours.job_s:.0f} s vs "
-            f"{self.job_peer.name} {self.job_peer.job_s:.0f} s = {self.job_ratio:.2f}x "
-            f"({'shapebucket first' if self.job_ratio > 1 else 'the peer first'})"
-        )
+            f"{self.ratio:.2f}x [rounds {lo:.2f}-{hi:.2f}] the best strategy without shapebucket "
+            f"({self.peer.name}, {self.peer.useful_tokens_per_sec:,.0f}): {verdict}; peak memory "
+            f"of a step {self.ours.peak_mem_mb:,.0f} MB vs {self.peer.peak_mem_mb:,.0f} MB",
+            _job_line("one epoch", self.job_ours, self.job_peer, self.job_ratio, j1, 1),
+            _job_line("ten epochs", self.job10_ours, self.job10_peer, self.job10_ratio, j10, 10),
+        ]
+        ceiling, g = self.ceiling, self.grouped
+        if ceiling is not None and g is not None:
+            ratio = self.ours.useful_tokens_per_sec / g.useful_tokens_per_sec
+            glo, ghi = _spread(self.speed_rounds(g))[1:]
+            lines.append(
+                f"ceiling: real-token share {self.ours.token_efficiency:.1%} ({self.ours.name}) / "
+                f"{g.token_efficiency:.1%} ({g.name}, the fastest grouped peer) = {ceiling:.2f}x; "
+                f"measured {ratio:.2f}x [rounds {glo:.2f}-{ghi:.2f}] = {ratio / ceiling:.0%} of it"
+            )
+        return "\n".join(lines)
+
+
+def _job_line(
+    what: str, ours: StrategyResult, peer: StrategyResult, ratio: float, rounds: list[float], n: int
+) -> str:
+    a, b = (ours.job_s, peer.job_s) if n == 1 else (ours.job10_s, peer.job10_s)
+    lo, hi = _spread(rounds)[1:] if rounds else (float("nan"), float("nan"))
+    first = "shapebucket first" if ratio > 1 else "the peer first"
+    return (
+        f"whole job ({what}, warm-up included): {ours.name} {a:,.0f} s vs {peer.name} {b:,.0f} s "
+        f"= {ratio:.2f}x [rounds {lo:.2f}-{hi:.2f}] ({first})"
+    )
 
 
 def headline(results: Sequence[StrategyResult]) -> Headline | None:
-    """The best shapebucket strategy and the best peer (eager included), by median useful
-    tokens/sec and by whole-job time."""
+    """The best shapebucket strategy and the best peer (eager and fixed-length packing
+    included), by median useful tokens/sec and by whole-job time for one and ten epochs."""
     ok = [r for r in results if r.error is None and r.round_tokens_per_sec]
     ours = [r for r in ok if not r.peer]
     peers = [r for r in ok if r.peer]
@@ -71,10 +141,19 @@ def headline(results: Sequence[StrategyResult]) -> Headline | None:
     def fastest(rs: list[StrategyResult]) -> StrategyResult:
         return max(rs, key=lambda r: r.useful_tokens_per_sec)
 
-    def first(rs: list[StrategyResult]) -> StrategyResult:
-        return min(rs, key=lambda r: r.job_s)
+    def first(rs: list[StrategyResult], ten: bool = False) -> StrategyResult:
+        return min(rs, key=lambda r: r.job10_s if ten else r.job_s)
 
-    return Headline(fastest(ours), fastest(peers), first(ours), first(peers))
+    grouped = [r for r in peers if r.family == "grouped"]
+    return Headline(
+        fastest(ours),
+        fastest(peers),
+        first(ours),
+        first(peers),
+        first(ours, True),
+        first(peers, True),
+        fastest(grouped) if grouped else None,
+    )
 
 
 def check_losses(
@@ -109,13 +188,15 @@ def check_losses(
 
 def format_table(results: Sequence[StrategyResult]) -> str:
     """One row per strategy, fastest first: median and range of the rounds, the ratio to the
-    best peer, warm-up, the whole job, compiles and token efficiency."""
+    best peer, peak memory of a step, warm-up, one epoch, the whole job of one and ten
+    epochs, compiles and token efficiency."""
     head_ = headline(results)
     best_peer = head_.peer.useful_tokens_per_sec if head_ else None
     ranked = sorted(results, key=lambda r: -r.useful_tokens_per_sec if r.error is None else 0)
     head = (
-        f"{'strategy':<24s} {'useful tok/s':>12s} {'rounds min-max':>17s} {'vs peer':>7s} {'steps/s':>7s} "
-        f"{'warm-up s':>9s} {'job s':>7s} {'graphs':>6s} {'timed re':>8s} {'tok eff':>7s} {'shapes':>6s}"
+        f"{'strategy':<24s} {'useful tok/s':>12s} {'rounds min-max':>15s} {'vs peer':>7s} "
+        f"{'peak MB':>7s} {'warm-up s':>9s} {'epoch s':>7s} {'job 1 s':>7s} {'job 10 s':>8s} "
+        f"{'graphs':>6s} {'timed re':>8s} {'tok eff':>7s} {'shapes':>6s}"
     )
     lines = [head, "-" * len(head)]
     for r in ranked:
@@ -125,14 +206,17 @@ def format_table(results: Sequence[StrategyResult]) -> str:
         ratio = f"{r.useful_tokens_per_sec / best_peer:6.2f}x" if best_peer else "    -  "
         span = f"{r.tokens_per_sec_min / 1e3:,.1f}k-{r.tokens_per_sec_max / 1e3:,.1f}k"
         lines.append(
-            f"{r.name:<24s} {r.useful_tokens_per_sec:>12,.0f} {span:>17s} {ratio:>7s} {r.steps_per_sec:>7.2f} "
-            f"{r.warmup_s:>9.1f} {r.job_s:>7.0f} {r.graphs:>6d} {r.timed_recompiles:>8d} "
+            f"{r.name:<24s} {r.useful_tokens_per_sec:>12,.0f} {span:>15s} {ratio:>7s} "
+            f"{r.peak_mem_mb:>7,.0f} {r.warmup_s:>9.1f} {r.epoch_s:>7.0f} {r.job_s:>7.0f} "
+            f"{r.job10_s:>8.0f} {r.graphs:>6d} {r.timed_recompiles:>8d} "
             f"{r.token_efficiency:>7.1%} {r.shapes:>6d}"
         )
     lines.append(
-        "useful tok/s: real tokens per second, median of the timed rounds; vs peer: relative to the best "
-        "strategy without shapebucket; job s: one epoch with warm-up; timed re: graphs compiled while timed; "
-        "tok eff and shapes: over the whole epoch's plan"
+        "useful tok/s: real tokens per second, median of the rounds (each one whole epoch of the "
+        "timed set); vs peer: relative to the best strategy without shapebucket; peak MB: tensor "
+        "memory one step of its largest batch allocates (torch.profiler); epoch s: one epoch of "
+        "the whole dataset at the median speed; job 1/10 s: warm-up + 1/10 epochs; timed re: "
+        "graphs compiled while timed; tok eff and shapes: over the whole dataset's epoch"
     )
     if head_ is not None:
         lines.append(str(head_))

@@ -28,7 +28,7 @@ from ..plan.shapes import ShapePlan
 from .plans import SEQUENCE_KEYS, Family, Setup
 from .strategies import PEERS, STRATEGIES, Strategy, StrategyResult
 
-__all__ = ["Runner", "finish", "fresh_forward", "prepare", "time_round"]
+__all__ = ["Runner", "finish", "fresh_forward", "peak_step_memory_mb", "prepare", "time_round"]
 
 
 def fresh_forward(tag: str) -> Callable[[Any, dict[str, Any]], Any]:
@@ -74,6 +74,38 @@ def _peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def peak_step_memory_mb(step: Callable[[], Any], device: torch.device) -> float:
+    """Peak megabytes of tensor memory a call of ``step`` allocates on top of what was
+    live before it: the running sum of the allocator's allocations and frees recorded by
+    ``torch.profiler`` (``profile_memory=True``; CPU: torch's CPU allocator, compiled
+    kernels' buffers included; CUDA: the CUDA caching allocator's tensors).
+
+    >>> peak_step_memory_mb(lambda: torch.zeros(2**18), torch.device("cpu"))  # 1 MiB
+    1.0
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities, profile_memory=True) as prof:
+        step()
+        _sync(device)
+    # every allocation and free, in time order (the processed event list attributes most
+    # of them to their ops and would hide the peak inside a compiled graph)
+    want = "CPU" if device.type != "cuda" else "CUDA"
+    events = sorted(
+        (e.start_ns(), e.nbytes())
+        for e in prof.profiler.kineto_results.events()  # type: ignore[union-attr]
+        if e.name() == "[memory]" and want in str(e.device_type())
+    )
+    peak = live = 0
+    for _, delta in events:
+        live += delta
+        peak = max(peak, live)
+    return peak / 2**20
+
+
 # -- one strategy ---------------------------------------------------------------------------
 
 
@@ -87,6 +119,7 @@ class Runner:
     step: Callable[[dict[str, Any]], torch.Tensor]
     guard: Callable[[], Any]
     result: StrategyResult
+    epoch_tokens: int  # real tokens of one epoch of the whole dataset
     losses: list[torch.Tensor] = field(default_factory=list)
 
 
@@ -152,7 +185,7 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
     # its own copies of the family's batches: marks (mark_dynamic) live on tensor objects,
     # and one strategy's marks must not change how another strategy's compiler sees them
     fam = replace(fam, warmup=[_copy(b) for b in fam.warmup], timed=[_copy(b) for b in fam.timed])
-    runner = Runner(name, fam, step, guard, result)
+    runner = Runner(name, fam, step, guard, result, epoch_tokens=int(s.lengths.sum()))
     _reset_peak_memory(s.device)
     with CompileCounter() as total:
         t0 = time.perf_counter()
@@ -186,7 +219,8 @@ def _sync(device: torch.device) -> None:
 
 
 def time_round(r: Runner, device: torch.device) -> None:
-    """One timed pass over the strategy's timed batches, each step timed on its own.
+    """One timed epoch of the timed sample set in the strategy's batches, each step timed
+    on its own.
 
     A step that compiled a graph is kept out of the round's tokens/sec (the steady
     state) and counted in ``timed_compile_s`` instead, which the whole-job time
@@ -213,11 +247,14 @@ def time_round(r: Runner, device: torch.device) -> None:
     res.recompile_limit_hit |= bool(cc.limit_hits)
     if steady_s > 0:
         res.round_tokens_per_sec.append(steady_tokens / steady_s)
+        res.round_epoch_s.append(r.epoch_tokens * steady_s / steady_tokens)
 
 
-def finish(r: Runner) -> None:
+def finish(r: Runner, device: torch.device) -> None:
     """Fill the record's summary from its rounds: the median and min-max tokens/sec, the
-    steady steps/sec, the whole job's seconds and the per-step losses."""
+    steady steps/sec, one epoch of the whole dataset (at each round's speed, the median
+    kept), the whole job of one and of ten epochs, the per-step losses, and the peak
+    memory of one step of its largest timed batch (measured after the rounds, untimed)."""
     res = r.result
     rounds = np.asarray(res.round_tokens_per_sec)
     res.useful_tokens_per_sec = float(np.median(rounds))
@@ -229,9 +266,13 @@ def finish(r: Runner) -> None:
     compiled = flags.reshape(times.shape)
     # steady state: the seconds per step of each round without its compiling steps
     per_step = [float(t[~c].mean()) for t, c in zip(times, compiled, strict=True) if (~c).any()]
-    median_step = float(np.median(per_step))
-    res.steps_per_sec = 1.0 / median_step
-    # a step that compiled counts its compile in the job, not in the steady state
-    res.job_s = res.warmup_s + res.timed_compile_s + res.epoch_steps * median_step
+    res.steps_per_sec = 1.0 / float(np.median(per_step))
+    # a step that compiled counts its compile in the job (once), not in the steady state
+    res.epoch_s = float(np.median(res.round_epoch_s))
+    res.job_s = res.warmup_s + res.timed_compile_s + res.epoch_s
+    res.job10_s = res.warmup_s + res.timed_compile_s + 10 * res.epoch_s
     res.losses = [float(x) for x in torch.stack(r.losses).float().cpu()]
     res.final_loss = res.losses[-1]
+    heaviest = max(range(steps), key=lambda i: r.family.timed[i]["input_ids"].numel())
+    with r.guard():
+        res.peak_mem_mb = peak_step_memory_mb(lambda: r.step(r.family.timed[heaviest]), device)

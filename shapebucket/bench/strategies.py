@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PEERS", "STRATEGIES", "Strategy", "StrategyResult"]
+__all__ = ["DEFAULT", "PEERS", "STRATEGIES", "Strategy", "StrategyResult"]
 
 
 @dataclass(frozen=True)
@@ -22,11 +22,16 @@ class Strategy:
     batches in the same order, so their per-step losses must agree.
     """
 
-    family: str  # "grouped", "buckets", "tokens" or "packed"
+    family: str  # "grouped", "fixed", "buckets", "tokens" or "packed"
     compile: dict[str, Any] | None  # torch.compile kwargs; None runs eagerly
     mark: str | None = None  # "maybe" (maybe_mark_dynamic) or "specialize" (specialize_on)
     prewarm: bool = False
     about: str = ""
+    # How the compiled graphs are ready: "first" compiles (prewarm) before the first step.
+    # The slot for compiling while training (shapebucket.compile.background): "background"
+    # would start eagerly and switch each shape to its graph when it is ready; the runner's
+    # warm-up and timed rounds would then count the eager steps and the switch.
+    ready: str = "first"
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -43,6 +48,15 @@ STRATEGIES: dict[str, Strategy] = {
         about="same batches, dynamic=False + maybe_mark_dynamic on the length",
     ),
     "grouped-dynamic": Strategy("grouped", {"dynamic": True}, about="same batches, dynamic=True"),
+    "fixed-packed-eager": Strategy(
+        "fixed",
+        None,
+        about="fixed-length packing (TRL pack_dataset bfd / torchtune PackedDataset): rows of the "
+        "maximum length, one shape, document mask, eager",
+    ),
+    "fixed-packed-compile": Strategy(
+        "fixed", {"dynamic": False}, about="same batches, torch.compile (one shape, one graph)"
+    ),
     "shapebucket": Strategy(
         "buckets",
         {"dynamic": False},
@@ -76,6 +90,10 @@ STRATEGIES: dict[str, Strategy] = {
     ),
 }
 PEERS = tuple(n for n in STRATEGIES if not n.startswith("shapebucket"))
+#: The default run: every peer, and packing eager and compiled. The bucket strategies
+#: (shapebucket, -specialized, -tokens) ran within noise of the peers in every earlier
+#: run and cost 95-135 s of warm-up each: ``--strategies all`` adds them.
+DEFAULT = (*PEERS, "shapebucket-packed-eager", "shapebucket-packed")
 
 
 @dataclass
@@ -98,7 +116,11 @@ class StrategyResult:
     steps_per_sec: float = 0.0  # median round
     token_efficiency: float = 0.0  # over the whole epoch's plan
     epoch_steps: int = 0
+    round_epoch_s: list[float] = field(default_factory=list)  # each round's epoch seconds
+    epoch_s: float = 0.0  # one epoch of the whole dataset at the median round's speed
     job_s: float = 0.0  # one epoch, warm-up included
+    job10_s: float = 0.0  # ten epochs, warm-up included (paid once)
+    peak_mem_mb: float = 0.0  # one step of its largest batch (see runner.peak_step_memory)
     warmup_peak_mem_mb: float = 0.0
     final_loss: float = float("nan")
     buckets: list[int] | None = None

@@ -1,0 +1,94 @@
+"""The strategy the job's own figures recommend, next to the one the benchmark measured best.
+
+``shapebucket.plan.choose_strategy`` estimates the whole job of every layout
+(buckets or packing) and mode (eager, compile-first, compile-while-training)
+from one timed shape. The benchmark has that shape measured cleanly: the
+fixed-length packing peers run one shape (``rows x --max-len``) eagerly and
+compiled, and ``fixed-packed-compile``'s warm-up is that one shape's compile.
+It asks for one epoch and for ten, and says whether the first shapebucket
+strategy to finish (as measured) has the recommended layout and mode.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .strategies import StrategyResult
+
+__all__ = ["MEASURED_AS", "recommendation"]
+
+#: (layout, mode) of each shapebucket strategy, as choose_strategy names them.
+MEASURED_AS = {
+    "shapebucket-packed": ("packing", "compile-first"),
+    "shapebucket-packed-eager": ("packing", "eager"),
+    "shapebucket": ("buckets", "compile-first"),
+    "shapebucket-tokens": ("buckets", "compile-first"),
+    "shapebucket-specialized": ("buckets", "compile-first"),
+}
+
+
+def _step_s(r: StrategyResult) -> float:
+    """The median of the steady (not compiling) step times."""
+    flags = set(r.compiled_steps)
+    return float(np.median([t for i, t in enumerate(r.step_times) if i not in flags]))
+
+
+def recommendation(
+    results: Sequence[StrategyResult], lengths: np.ndarray, config: dict[str, Any]
+) -> list[str]:
+    """Lines to print: the recommendation for one and ten epochs and the agreement, or why
+    there is none (``choose_strategy`` missing, or the fixed-length peers not run)."""
+    plan = importlib.import_module("shapebucket.plan")
+    choose, timing_cls = getattr(plan, "choose_strategy", None), getattr(plan, "StepTiming", None)
+    if choose is None or timing_cls is None:
+        return ["strategy advice: shapebucket.plan.choose_strategy is not in this version"]
+    by = {r.name: r for r in results if r.error is None and r.step_times}
+    eager, compiled = by.get("fixed-packed-eager"), by.get("fixed-packed-compile")
+    if eager is None or compiled is None:
+        return ["strategy advice: needs fixed-packed-eager and fixed-packed-compile (one shape)"]
+    model = config["model"]
+    rows = max(1, int(config["packed_tokens_per_batch"]) // int(model["max_len"]))
+    timing = timing_cls(
+        compile_seconds=compiled.warmup_s,  # one graph, forward and backward, plus 3 steps
+        eager_seconds=_step_s(eager),
+        compiled_seconds=_step_s(compiled),
+        rows=rows,
+        length=int(model["max_len"]),
+    )
+    lines = [
+        f"strategy advice (shapebucket.plan.choose_strategy from the measured {rows}x"
+        f"{model['max_len']} step: compile {timing.compile_seconds:.1f} s, eager "
+        f"{timing.eager_seconds * 1e3:.1f} ms, compiled {timing.compiled_seconds * 1e3:.1f} ms):"
+    ]
+    ours = [r for r in results if r.error is None and r.name in MEASURED_AS and r.job_s > 0]
+    for epochs in (1, 10):
+        report = choose(
+            lengths,
+            timing,
+            width=int(model["dim"]),
+            job_samples=epochs * len(lengths),
+            batch_size=int(config["batch_size"]),
+            tokens_per_batch=int(config["packed_tokens_per_batch"]),
+            k=int(config["k"]),
+        )
+        c = report.chosen
+        line = (
+            f"  {epochs} epoch{'s' if epochs > 1 else ''}: recommends {c.layout} {c.mode}, "
+            f"{c.num_shapes} shapes, estimated {c.job_seconds:,.0f} s"
+        )
+        if ours:
+            first = min(ours, key=lambda r: r.job_s if epochs == 1 else r.job10_s)
+            measured = first.job_s if epochs == 1 else first.job10_s
+            agree = MEASURED_AS[first.name] == (c.layout, c.mode)
+            line += (
+                f"; measured first: {first.name} ({' '.join(MEASURED_AS[first.name])}) "
+                f"{measured:,.0f} s: {'agrees' if agree else 'disagrees'}"
+            )
+            if c.mode == "compile-while-training":
+                line += " (compile-while-training is not measured by this benchmark)"
+        lines.append(line)
+    return lines

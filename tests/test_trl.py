@@ -115,10 +115,13 @@ def test_trl_packing_or_padding_free_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_example_runs_with_inductor_and_never_recompiles():
+def test_example_runs_and_never_recompiles():
+    # dynamo with the eager backend: the bookkeeping TRL's Trainer could break (the
+    # shapes, the prewarm on the compiled model, no graph after it); inductor itself
+    # runs in tests/test_hf.py's example test, through the same prewarm hook
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, str(EXAMPLE), "4", "--samples", "300"],
+        [sys.executable, str(EXAMPLE), "4", "--samples", "300", "--backend", "eager"],
         capture_output=True,
         text=True,
         timeout=900,

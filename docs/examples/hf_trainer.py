@@ -8,6 +8,7 @@ in OUT/compile-cache: run it twice with the same OUT and the second prewarm
 loads from the cache. Needs: pip install 'shapebucket[hf]'.
 
     python docs/examples/hf_trainer.py [STEPS] [--packing] [--out OUT] [--k K]
+        [--backend inductor|eager]
 
 Prints one JSON line: steps, batches per bucket, graphs compiled in all and after
 the prewarm, recompile-limit hits, the prewarm's seconds and whether it loaded the cache.
@@ -60,6 +61,7 @@ def main():
     cli.add_argument("steps", type=int, nargs="?", default=16)
     cli.add_argument("--packing", action="store_true", help="pack samples into rows")
     cli.add_argument("--out", help="output dir (default: a temporary one)")
+    cli.add_argument("--backend", default="inductor", help="torch_compile_backend")
     cli.add_argument("--k", type=int, help="shapes: row lengths or buckets (default 3 or 4)")
     opts = cli.parse_args()
     ds = Paragraphs()
@@ -82,6 +84,7 @@ def main():
             per_device_train_batch_size=8,
             learning_rate=1e-3,
             torch_compile=True,  # the Trainer compiles; the trainer prewarms that model
+            torch_compile_backend=opts.backend,
             use_cpu=True,
             save_strategy="no",
             report_to=[],

@@ -140,7 +140,10 @@ def main() -> None:
     p.add_argument("--out", default="compile_while_training.json")
     a = p.parse_args()
     if a.run is not None:
-        print(json.dumps(run_one(a)))
+        record = run_one(a)
+        with open(f"{a.out}.{a.run}.json", "w") as f:  # each run's record as soon as it ends
+            json.dump(record, f)
+        print(json.dumps(record))
         return
     runs = []
     for r in range(a.repeats):

@@ -237,14 +237,17 @@ def test_compile_while_training_end_to_end(fresh_compiler):
                 loss.backward()
                 o.step()
                 o.zero_grad()
-                out.append(float(loss))
+                out.append(float(loss.detach()))
             i += 1
-        report = bg.wait(timeout=300)
+        report = bg.wait(timeout=600)
         assert report.first_call_seconds < min(report.ready_at.values())  # trained before ready
-        for j in range(4):  # every shape switched, nothing recompiles
-            with CompileCounter() as cc, no_recompiles(plan):
-                bg.model(**batches[j]).backward()
-            assert cc.graphs == 0
+        with no_recompiles(plan):  # a switch is allowed inside: planned, from the cache
+            for batch in batches[:2]:
+                bg.model(**batch).backward()
+        with CompileCounter() as cc, no_recompiles(plan):  # every shape switched: none after
+            for batch in batches:
+                bg.model(**batch).backward()
+        assert cc.graphs == 0
         assert report.num_switched == 2
         assert set(report.how.values()) == {"cache"}, report.how  # the background's code was used
     assert max(abs(x - y) for x, y in zip(losses, expected, strict=True)) < 1e-4

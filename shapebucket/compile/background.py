@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import shutil
-import sys
 import tempfile
 import time
 import warnings
@@ -32,26 +30,19 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from .. import _torch_compat as compat
 from ..errors import ShapeBucketError
 from ..plan.shapes import Shape, ShapePlan
 from .bgreport import BackgroundReport
+from .bgsetup import check_model, check_options, check_picklable, order_shapes, yield_to_training
 from .cache import MANIFEST, load_compile_cache
 from .key import describe_batch, job_key
 from .recompiles import CompileCounter, walk_batch
 from .worker import DONE, ERROR, Spec, compiled_forward, install_forward, main
 
 __all__ = ["BackgroundCompile", "compile_in_background"]
-
-_NEEDS = (
-    "the background process is spawned: it imports {what} by name, so define it at module "
-    "level of an importable module (or of a script run as `python script.py` that guards its "
-    "training under `if __name__ == '__main__':`), not as a lambda, a nested function or in a "
-    "notebook"
-)
 
 
 def _signature(args: Any) -> tuple[tuple[int, ...], ...]:
@@ -80,7 +71,7 @@ class BackgroundCompile:
         self._poll_seconds = poll_seconds
         self._next_poll = 0.0
         self._start = time.perf_counter()
-        self._fn = compiled_forward(model, spec.compile_options)
+        self._compiled: Callable[..., Any] | None = None  # made at the first switch
         self._eager = type(model).forward
         self._loaded: list[Shape] = []
         self._switched: set[Shape] = set()
@@ -93,6 +84,13 @@ class BackgroundCompile:
         install_forward(model, self._forward)
 
     # -- the training side ------------------------------------------------------------
+
+    def _fn(self, *args: Any, **kwargs: Any) -> Any:
+        """The compiled forward, made at the first switch (``torch.compile`` imports the
+        compiler: seconds that the first, eager, steps do not wait for)."""
+        if self._compiled is None:
+            self._compiled = compiled_forward(self.model, self._spec.compile_options)
+        return self._compiled(*args, **kwargs)
 
     def _shape_of(self, args: Any, kwargs: Any) -> Shape | None:
         sig = _signature((args, kwargs))
@@ -247,6 +245,7 @@ class BackgroundCompile:
         try:
             self._process = ctx.Process(target=main, args=(self._spec,), daemon=True)
             self._process.start()
+            yield_to_training(self._process.pid)
         finally:
             for k, v in old.items():
                 if v is None:
@@ -265,63 +264,6 @@ def _load(path: Path) -> bool:
     if files == {}:
         return True
     return load_compile_cache(path)
-
-
-def _order(plan: ShapePlan, sampler: Any) -> tuple[Shape, ...]:
-    """Most frequent length first (the sampler's ``batch_buckets()``), else the plan's order."""
-    if sampler is None:
-        return plan.shapes
-    if not callable(getattr(sampler, "batch_buckets", None)):
-        raise ShapeBucketError(
-            f"sampler must be a BucketBatchSampler or PackedBatchSampler (it gives "
-            f"batch_buckets()), got {type(sampler).__name__}"
-        )
-    lengths, counts = np.unique(np.asarray(sampler.batch_buckets()), return_counts=True)
-    count = dict(zip(lengths.tolist(), counts.tolist(), strict=True))
-    return tuple(sorted(plan.shapes, key=lambda s: (-count.get(s.length, 0), s.length, s.rows)))
-
-
-def _check_picklable(**objects: Any) -> None:
-    for what, obj in objects.items():
-        in_main = callable(obj) and getattr(obj, "__module__", None) == "__main__"
-        if in_main and getattr(sys.modules["__main__"], "__file__", None) is None:
-            raise ShapeBucketError(f"{what}={obj!r}: " + _NEEDS.format(what=what))
-        try:
-            pickle.dumps(obj)
-        except Exception as e:
-            raise ShapeBucketError(
-                f"{what} does not pickle ({type(e).__name__}: {e}); " + _NEEDS.format(what=what)
-            ) from None
-
-
-def _check_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    if options is None:
-        return {}
-    if not isinstance(options, Mapping):
-        raise ShapeBucketError(
-            f"compile_options must be a dict of torch.compile arguments, got {options!r}"
-        )
-    if options.get("dynamic", False) is not False:
-        raise ShapeBucketError(
-            f"compile_options: dynamic={options['dynamic']!r}; the background compiles one static "
-            "graph per shape of the plan (dynamic=False, set for you): leave dynamic out"
-        )
-    return {k: v for k, v in options.items() if k != "dynamic"}
-
-
-def _check_model(model: Any, build: Any) -> torch.nn.Module:
-    model = build() if model is None else model
-    if not isinstance(model, torch.nn.Module) or hasattr(model, "_orig_mod"):
-        raise ShapeBucketError(
-            f"compile_in_background trains a plain torch.nn.Module (it compiles it itself), got "
-            f"{type(model).__name__}; pass model=None (build() makes it) or the uncompiled module"
-        )
-    if "forward" in vars(model):
-        raise ShapeBucketError(
-            f"{type(model).__name__}.forward is already replaced on this instance (by "
-            "compile_regions or another compile_in_background?); pass a fresh model"
-        )
-    return model
 
 
 def compile_in_background(
@@ -372,11 +314,11 @@ def compile_in_background(
         )
     if not isinstance(poll_seconds, (int, float)) or not 0 <= poll_seconds <= 60:
         raise ShapeBucketError(f"poll_seconds must be between 0 and 60, got {poll_seconds!r}")
-    options = _check_options(compile_options)
-    _check_picklable(build=build, step=step, plan=plan, example=example)
-    model = _check_model(model, build)
+    options = check_options(compile_options)
+    check_picklable(build=build, step=step, plan=plan, example=example)
+    model = check_model(model, build)
     _refuse_cached_decoder(model, plan)
-    order = _order(plan, sampler)
+    order = order_shapes(plan, sampler)
     limit = max(compat.get_recompile_limit(), len(plan))
     raised_from = (
         compat.set_recompile_limit(limit) if limit > compat.get_recompile_limit() else None

@@ -26,6 +26,8 @@ __all__ = [
     "add_limit_handler",
     "add_recompile_handler",
     "automatic_dynamic",
+    "cache_hit_counts",
+    "clear_cache_artifacts",
     "fresh_inductor_cache",
     "get_recompile_limit",
     "inductor_cache_counts",
@@ -38,6 +40,7 @@ __all__ = [
     "recompile_limit_hits",
     "reset_compiler",
     "save_cache_artifacts",
+    "set_compile_threads",
     "set_recompile_limit",
     "stance",
     "unique_graphs",
@@ -180,6 +183,35 @@ def load_cache_artifacts(data: bytes) -> bool:
         return torch.compiler.load_cache_artifacts(data) is not None
     finally:
         logger.disabled = old
+
+
+def clear_cache_artifacts() -> None:
+    """Forget the cache artifacts recorded so far, so the next :func:`save_cache_artifacts`
+    holds only what was compiled after this call (one shape's artifacts at a time)."""
+    from torch.compiler._cache import CacheArtifactManager
+
+    CacheArtifactManager.clear()
+
+
+def cache_hit_counts() -> dict[str, int]:
+    """AOTAutograd and FX-graph cache hits and misses in this process so far: a graph whose
+    compiled code came from a loaded cache counts an ``aot_hit`` (forward and backward)."""
+    from torch._dynamo.utils import counters
+
+    aot, ind = counters["aot_autograd"], counters["inductor"]
+    return {
+        "aot_hit": int(aot["autograd_cache_hit"]),
+        "aot_miss": int(aot["autograd_cache_miss"]),
+        "fx_hit": int(ind["fxgraph_cache_hit"]),
+        "fx_miss": int(ind["fxgraph_cache_miss"]),
+    }
+
+
+def set_compile_threads(n: int) -> None:
+    """Inductor's pool of compile workers (not part of its cache key): 1 compiles in-process."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.compile_threads = int(n)
 
 
 @contextlib.contextmanager

@@ -5,6 +5,8 @@
 True
 """
 
+from .background import BackgroundCompile, compile_in_background
+from .bgreport import BackgroundReport
 from .cache import load_compile_cache, save_compile_cache
 from .modes import Cache, CudaGraphs, Inference, Mode, RecompileLimit, Repeat, Specialize
 from .prewarm import prewarm
@@ -13,6 +15,8 @@ from .regions import compile_regions
 from .report import PrewarmReport
 
 __all__ = [
+    "BackgroundCompile",
+    "BackgroundReport",
     "Cache",
     "CompileCounter",
     "CudaGraphs",
@@ -22,6 +26,7 @@ __all__ = [
     "RecompileLimit",
     "Repeat",
     "Specialize",
+    "compile_in_background",
     "compile_regions",
     "load_compile_cache",
     "mark_dynamic",

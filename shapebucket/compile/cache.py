@@ -29,7 +29,7 @@ MANIFEST = "manifest.json"
 ARTIFACTS = "artifacts.bin"
 INDUCTOR = "inductor"
 
-__all__ = ["load_compile_cache", "save_compile_cache"]
+__all__ = ["load_compile_cache", "save_compile_cache", "save_new_compile_cache"]
 
 
 def _copy_new(src: str, dst: str) -> None:
@@ -66,11 +66,26 @@ def save_compile_cache(path: str | Path) -> dict[str, int]:
     (Not run as a doctest: it copies this machine's whole inductor cache;
     ``tests/test_compile_cache.py`` runs it.)
     """
-    path = Path(path)
+    return _save(Path(path), None)
+
+
+def save_new_compile_cache(path: str | Path, exported: set[str]) -> dict[str, int]:
+    """Like :func:`save_compile_cache`, with only what is new: the artifacts recorded since
+    the last save (cleared after each) and the inductor files not in ``exported`` (their
+    paths relative to inductor's cache directory; the ones saved now are added to it).
+    Used by the background compile to publish one shape at a time."""
+    return _save(Path(path), exported)
+
+
+def _save(path: Path, exported: set[str] | None) -> dict[str, int]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-", dir=path.parent))
     try:
-        sizes = _build(tmp, previous=path if _check(path) is None else None)
+        if exported is None:
+            sizes = _build(tmp, previous=path if _check(path) is None else None)
+        else:
+            sizes = _build(tmp, previous=None, exported=exported)
+            compat.clear_cache_artifacts()
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}-{tmp.name[-8:]}")
@@ -84,8 +99,9 @@ def save_compile_cache(path: str | Path) -> dict[str, int]:
     return sizes
 
 
-def _build(tmp: Path, previous: Path | None) -> dict[str, int]:
-    """Write a complete cache into the empty directory ``tmp``, its manifest last."""
+def _build(tmp: Path, previous: Path | None, exported: set[str] | None = None) -> dict[str, int]:
+    """Write a complete cache into the empty directory ``tmp``, its manifest last (with
+    ``exported``: only the inductor files not in it, which are then added to it)."""
     sizes = {"artifacts_bytes": 0, "inductor_bytes": 0}
     data = compat.save_cache_artifacts()
     if data is not None:
@@ -98,6 +114,9 @@ def _build(tmp: Path, previous: Path | None) -> dict[str, int]:
     if previous is not None:
         sources.append(previous / INDUCTOR)
     dst = tmp / INDUCTOR
+    if exported is not None:
+        _copy_unexported(sources[0], dst, exported)
+        sources = []
     for src in sources:
         if src.is_dir():
             shutil.copytree(src, dst, dirs_exist_ok=True, ignore=skip, copy_function=_copy_new)
@@ -113,6 +132,20 @@ def _build(tmp: Path, previous: Path | None) -> dict[str, int]:
     }
     _write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
     return sizes
+
+
+def _copy_unexported(src: Path, dst: Path, exported: set[str]) -> None:
+    """Copy the files of ``src`` whose relative path is not in ``exported`` (no locks, no
+    temporary files), and add them to it."""
+    if not src.is_dir():
+        return
+    for f in sorted(src.rglob("*")):
+        rel = f.relative_to(src).as_posix()
+        if not f.is_file() or rel in exported or f.name.endswith(".lock") or ".tmp" in f.name:
+            continue
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        _copy_file(str(f), str(dst / rel))
+        exported.add(rel)
 
 
 def _sha256(path: Path) -> str:

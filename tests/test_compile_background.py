@@ -1,0 +1,260 @@
+"""compile_in_background: bookkeeping with backend="eager" in this process (the background's
+work runs in-process through ``worker.compile_shapes``), and one slow end-to-end run with
+inductor and a spawned process."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import pytest
+import torch
+
+from shapebucket import BucketBatchSampler, BucketCollator, ShapePlan, no_recompiles
+from shapebucket import _torch_compat as compat
+from shapebucket.bench.model import GPT, CaptionConfig, Captioner, GPTConfig
+from shapebucket.compile import BackgroundCompile, CompileCounter, compile_in_background
+from shapebucket.compile.worker import ERROR, compile_shapes
+from shapebucket.errors import ShapeBucketError
+
+KEYS = ["input_ids", "labels"]
+EAGER = {"backend": "eager"}
+CFG = GPTConfig(vocab=32, dim=16, layers=1, heads=2, max_len=32)
+
+
+def build_gpt() -> torch.nn.Module:
+    return GPT(CFG)
+
+
+def build_captioner() -> torch.nn.Module:
+    return Captioner(
+        CaptionConfig(vocab=32, dim=16, layers=1, heads=2, max_len=32, image=8, patch=4)
+    )
+
+
+def build_llama() -> torch.nn.Module:
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(
+        vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def samples(n: int, length: int, seed: int, image: bool = False) -> list[dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        ids = torch.randint(0, 32, (length,), generator=g)
+        s = {"input_ids": ids, "labels": ids.clone()}
+        if image:
+            s["pixel_values"] = torch.randn(3, 8, 8, generator=g)
+        out.append(s)
+    return out
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """The background process is not started: the test publishes shapes itself."""
+    monkeypatch.setattr(BackgroundCompile, "_launch", lambda self: None)
+
+
+def publish(bg: BackgroundCompile, *shapes, tmp_path) -> None:
+    """Do the background's work for ``shapes`` in this process (in a fresh inductor cache)."""
+    skip = frozenset(s for s in bg._spec.order if tuple(s) not in {tuple(x) for x in shapes})
+    with compat.fresh_inductor_cache(str(tmp_path / "inductor")):
+        compile_shapes(dataclasses.replace(bg._spec, skip=skip | bg._spec.skip))
+
+
+def _start(build, collate, example, **kw):
+    return compile_in_background(
+        build, ShapePlan.of(collate), example, compile_options=EAGER, poll_seconds=0, **kw
+    )
+
+
+@pytest.mark.parametrize(
+    "kind",  # the GPT in the fast suite; the other two trace for 15-20 s on a loaded 2-core CPU
+    [
+        "gpt",
+        pytest.param("captioner", marks=pytest.mark.slow),
+        pytest.param("llama", marks=pytest.mark.slow),
+    ],
+)
+def test_shapes_run_eagerly_until_published_then_compiled_without_recompiles(
+    kind, no_launch, fresh_compiler, tmp_path
+):
+    build = {"gpt": build_gpt, "captioner": build_captioner, "llama": build_llama}[kind]
+    image = kind == "captioner"
+    collate = BucketCollator([8, 16], sequence_keys=KEYS, rows=2)
+    short, long = (
+        (lambda i: collate(samples(2, 5, i, image))),
+        (lambda i: collate(samples(2, 12, i, image))),
+    )
+    reference = build()
+    torch.manual_seed(0)
+    with _start(build, collate, short(0)) as bg:
+        bg.model.load_state_dict(reference.state_dict())
+        a, b = bg._spec.order
+        assert bg.ready == () and not bg.done
+
+        def loss(batch):
+            out = bg.model(**batch)
+            return out.loss if hasattr(out, "loss") else out
+
+        def eager(batch):
+            out = reference(**batch)
+            return out.loss if hasattr(out, "loss") else out
+
+        assert torch.allclose(loss(short(1)), eager(short(1)))
+        assert bg.report.eager_calls[a] == 1 and bg.report.num_switched == 0
+        publish(bg, a, tmp_path=tmp_path)
+        assert torch.allclose(loss(short(2)), eager(short(2)), atol=1e-5)  # the switch
+        assert bg.ready == (a,) and a in bg.report.switched_at
+        assert bg.report.how[a] == "traced"  # the eager backend: nothing in a cache
+        loss(long(3))
+        assert bg.report.eager_calls[b] == 1  # not published yet: eager
+        publish(bg, b, tmp_path=tmp_path)
+        loss(long(4)).backward()
+        assert bg.wait() is bg.report and bg.done
+        with CompileCounter() as cc, no_recompiles(bg._spec.plan):
+            for i in range(2):
+                loss(short(5 + i)).backward()
+                loss(long(7 + i)).backward()
+        assert cc.graphs == 0
+        assert bg.report.compiled_calls == {a: 3, b: 3}
+        assert "4x8" not in str(bg.report) and "2x8" in str(bg.report)
+
+
+def test_most_frequent_shapes_first(no_launch, fresh_compiler):
+    lengths = [4] * 5 + [12] * 30 + [20] * 10
+    sampler = BucketBatchSampler(lengths, [8, 16, 24], batch_size=5)
+    collate = BucketCollator([8, 16, 24], sequence_keys=KEYS, rows=sampler.rows)
+    with _start(build_gpt, collate, collate(samples(5, 4, 0)), sampler=sampler) as bg:
+        assert [s.length for s in bg.report.order] == [16, 24, 8]
+    with _start(build_gpt, collate, collate(samples(5, 4, 0))) as bg:
+        assert [s.length for s in bg.report.order] == [8, 16, 24]  # without: the plan's order
+
+
+def test_a_batch_outside_the_plan_runs_eagerly_and_is_counted(no_launch, fresh_compiler, tmp_path):
+    collate = BucketCollator([8, 16], sequence_keys=KEYS, rows=2)
+    with _start(build_gpt, collate, collate(samples(2, 5, 0))) as bg:
+        publish(bg, *bg._spec.order, tmp_path=tmp_path)
+        ids = torch.zeros(3, 8, dtype=torch.long)  # 3 rows: no shape of the plan
+        bg.model(ids, ids, torch.ones(3, 8, dtype=torch.bool))
+        assert bg.report.unplanned_calls == 1 and bg.report.num_switched == 0
+
+
+def test_a_failed_background_is_reported_and_wait_raises(no_launch, fresh_compiler):
+    collate = BucketCollator([8], sequence_keys=KEYS, rows=2)
+    with _start(build_gpt, collate, collate(samples(2, 5, 0))) as bg:
+        (bg._out / ERROR).write_text("Traceback ...\nRuntimeError: out of memory\n")
+        with pytest.warns(UserWarning, match="background process failed"):
+            bg.model(**collate(samples(2, 5, 1)))  # still trains, eagerly
+        with pytest.raises(ShapeBucketError, match="out of memory"):
+            bg.wait()
+
+
+def test_a_cache_dir_keeps_the_shapes_for_the_next_run(no_launch, fresh_compiler, tmp_path):
+    collate = BucketCollator([8, 16], sequence_keys=KEYS, rows=2)
+    example = collate(samples(2, 5, 0))
+    with _start(build_gpt, collate, example, cache_dir=tmp_path / "c") as bg:
+        publish(bg, *bg._spec.order, tmp_path=tmp_path)
+    compat.reset_compiler()
+    with _start(build_gpt, collate, example, cache_dir=tmp_path / "c") as again:
+        assert again.done and len(again.ready) == 2  # loaded at the start, nothing to compile
+
+
+def _local_build():  # pragma: no cover - refused before it is called
+    return GPT(CFG)
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"plan": [8, 16]}, "takes a ShapePlan"),
+        ({"build": "GPT"}, "build must be a function"),
+        ({"build": lambda: GPT(CFG)}, "does not pickle"),
+        ({"step": 3}, "step must be a function"),
+        ({"example": None}, "pass example="),
+        ({"compile_options": {"dynamic": True}}, "dynamic=True"),
+        ({"compile_options": "eager"}, "dict of torch.compile"),
+        ({"model": torch.compile(GPT(CFG))}, "plain torch.nn.Module"),
+        ({"sampler": [1, 2]}, "batch_buckets"),
+        ({"poll_seconds": -1}, "poll_seconds"),
+    ],
+)
+def test_bad_input_is_refused(change, match, no_launch):
+    collate = BucketCollator([8], sequence_keys=KEYS, rows=2)
+    kw = {"build": build_gpt, "plan": ShapePlan.of(collate), "example": collate(samples(2, 5, 0))}
+    kw.update(change)
+    with pytest.raises(ShapeBucketError, match=match):
+        compile_in_background(**kw)
+
+
+def test_a_model_whose_forward_is_replaced_is_refused(no_launch, fresh_compiler):
+    collate = BucketCollator([8], sequence_keys=KEYS, rows=2)
+    model = build_gpt()
+    model.forward = functools.partial(GPT.forward, model)
+    with pytest.raises(ShapeBucketError, match="already replaced"):
+        compile_in_background(
+            build_gpt, ShapePlan.of(collate), collate(samples(2, 5, 0)), model=model
+        )
+
+
+# -- end to end: inductor, a spawned process -------------------------------------------------
+
+
+class Tiny(torch.nn.Module):
+    """Small enough that inductor compiles it in seconds per shape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(32, 16)
+        self.out = torch.nn.Linear(16, 32)
+
+    def forward(self, input_ids, labels, attention_mask):
+        h = torch.tanh(self.emb(input_ids)) * attention_mask[..., None]
+        logits = self.out(h)
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+
+def build_tiny() -> torch.nn.Module:
+    torch.manual_seed(1)  # other weights than the training process's: they must not matter
+    return Tiny()
+
+
+@pytest.mark.slow  # spawns a process that compiles 2 shapes with inductor
+def test_compile_while_training_end_to_end(fresh_compiler):
+    collate = BucketCollator([8, 16], sequence_keys=KEYS, rows=4)
+    plan = ShapePlan.of(collate)
+    batches = [collate(samples(4, 5 if i % 2 else 12, i)) for i in range(8)]
+    torch.manual_seed(0)
+    reference = Tiny()
+    model = Tiny()
+    model.load_state_dict(reference.state_dict())
+    opt_ref = torch.optim.SGD(reference.parameters(), lr=0.1)
+    with compile_in_background(build_tiny, plan, batches[0], model=model, poll_seconds=0) as bg:
+        opt = torch.optim.SGD(bg.model.parameters(), lr=0.1)
+        losses, expected, i = [], [], 0
+        while not bg.done or i < 2 * len(batches):
+            batch = batches[i % len(batches)]
+            for m, o, out in ((bg.model, opt, losses), (reference, opt_ref, expected)):
+                loss = m(**batch)
+                loss.backward()
+                o.step()
+                o.zero_grad()
+                out.append(float(loss.detach()))
+            i += 1
+        report = bg.wait(timeout=600)
+        assert report.first_call_seconds < min(report.ready_at.values())  # trained before ready
+        with no_recompiles(plan):  # a switch is allowed inside: planned, from the cache
+            for batch in batches[:2]:
+                bg.model(**batch).backward()
+        with CompileCounter() as cc, no_recompiles(plan):  # every shape switched: none after
+            for batch in batches:
+                bg.model(**batch).backward()
+        assert cc.graphs == 0
+        assert report.num_switched == 2
+        assert set(report.how.values()) == {"cache"}, report.how  # the background's code was used
+    assert max(abs(x - y) for x, y in zip(losses, expected, strict=True)) < 1e-4

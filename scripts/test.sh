@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: creates .venv, installs shapebucket with its test and hf
-# extras (torch pinned to the CPU build by constraints.txt), lints (ruff),
+# extras (trl too; torch pinned to the CPU build by constraints.txt), lints (ruff),
 # type-checks (mypy), then runs pytest: unit and property tests, doctests,
 # the API-docs check, the benchmark smoke run and every example.
-EXTRAS="test,hf"
+EXTRAS="test,hf,trl"
 source "$(dirname "$0")/_venv.sh"
 .venv/bin/ruff check .
 .venv/bin/mypy shapebucket

@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 import shapebucket.sampling as sampling
 from shapebucket import ShapeBucketError
 from shapebucket.plan.buckets import Buckets
-from shapebucket.sampling import BucketBatchSampler, PackedBatchSampler, ResumableBatchSampler
+from shapebucket.sampling import (
+    BucketBatchSampler,
+    CellBatchSampler,
+    PackedBatchSampler,
+    ResumableBatchSampler,
+)
 from shapebucket.sampling.base import (
     EPOCH_KEY,
     FINGERPRINT_KEY,
@@ -29,12 +34,14 @@ def test_subpackage_exports():
     assert sampling.__all__ == sorted(sampling.__all__)
     assert set(sampling.__all__) == {
         "BucketBatchSampler",
+        "CellBatchSampler",
         "PackedBatchSampler",
         "ResumableBatchSampler",
         "SamplerReport",
     }
     assert issubclass(BucketBatchSampler, ResumableBatchSampler)
     assert issubclass(PackedBatchSampler, ResumableBatchSampler)
+    assert issubclass(CellBatchSampler, ResumableBatchSampler)
 
 
 @pytest.mark.parametrize(

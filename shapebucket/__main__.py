@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ._argparse import Parser
+from ._argparse import Parser, non_negative_float, positive_float, positive_int
 from ._validate import check_int
 from .data import mixture_lengths, read_lengths
 from .errors import ShapeBucketError
@@ -157,6 +157,8 @@ def _step_shape(text: str) -> tuple[int, int]:
     rows, sep, length = text.lower().partition("x")
     if not sep or not rows.strip().isdigit() or not length.strip().isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not ROWSxLENGTH (e.g. 48x32)")
+    if int(rows) < 1 or int(length) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: rows and length must be >= 1")
     return int(rows), int(length)
 
 
@@ -283,26 +285,34 @@ def _bench(argv: list[str]) -> int:
 
 def _strategy_flags(p: argparse.ArgumentParser) -> None:
     """The flags of ``--width`` (the strategy from the job)."""
-    p.add_argument("--width", type=int, help="the model's width: recommend the whole strategy")
-    p.add_argument("--step-seconds", type=float, help="--width: one eager training step, s")
-    p.add_argument("--compiled-step-seconds", type=float, help="--width: the same step compiled, s")
+    p.add_argument(
+        "--width", type=positive_int, help="the model's width: recommend the whole strategy"
+    )
+    p.add_argument(
+        "--step-seconds", type=positive_float, help="--width: one eager training step, s"
+    )
+    p.add_argument(
+        "--compiled-step-seconds", type=positive_float, help="--width: the same step compiled, s"
+    )
     p.add_argument("--step-shape", type=_step_shape, help="--width: ROWSxLENGTH of the timed step")
     p.add_argument(
-        "--tokens-per-batch", type=int, help="--width: a packed batch's tokens (default: auto)"
+        "--tokens-per-batch",
+        type=positive_int,
+        help="--width: a packed batch's tokens (default: auto)",
     )
     p.add_argument(
         "--contention",
-        type=float,
+        type=positive_float,
         help="--width: training slowdown while a background compile runs (default 1)",
     )
     p.add_argument(
         "--background-compile-seconds",
-        type=float,
+        type=positive_float,
         help="--width: one shape's compile in the background (default --compile-seconds)",
     )
     p.add_argument(
         "--load-seconds",
-        type=float,
+        type=non_negative_float,
         help="--width: pause to switch a shape to its compiled graph (default 0)",
     )
 
@@ -323,12 +333,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             help="number of buckets (default 8, the recompile limit), or 'auto' to choose it "
             "from the job (with --compile-seconds, --job-samples, --tokens-per-second)",
         )
-        p.add_argument("--compile-seconds", type=float, help="--k auto: one bucket's compile")
-        p.add_argument("--job-samples", type=int, help="--k auto: samples the job trains on")
         p.add_argument(
-            "--tokens-per-second", type=float, help="--k auto: computed tokens/s of the step"
+            "--compile-seconds", type=positive_float, help="--k auto: one bucket's compile"
         )
-        p.add_argument("--max-k", type=int, help="--k auto: the largest K tried (default 32)")
+        p.add_argument(
+            "--job-samples", type=positive_int, help="--k auto: samples the job trains on"
+        )
+        p.add_argument(
+            "--tokens-per-second",
+            type=positive_float,
+            help="--k auto: computed tokens/s of the step",
+        )
+        p.add_argument(
+            "--max-k", type=positive_int, help="--k auto: the largest K tried (default 32)"
+        )
         p.add_argument(
             "--align",
             type=int,

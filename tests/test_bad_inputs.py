@@ -50,6 +50,26 @@ def _auto(compile_s, samples, rate):
     return ["suggest", "{good}", "--k", "auto", *(x for kv in job.items() for x in kv)]
 
 
+def _strategy():
+    """``suggest --width`` with every flag it needs."""
+    return [
+        "suggest",
+        "{good}",
+        "--width",
+        "64",
+        "--job-samples",
+        "1000",
+        "--compile-seconds",
+        "5",
+        "--step-seconds",
+        "0.1",
+        "--compiled-step-seconds",
+        "0.08",
+        "--step-shape",
+        "8x128",
+    ]
+
+
 CASES = [
     (["suggest", "{empty}"], "is empty"),
     (["suggest", "{blank}"], "is empty"),
@@ -77,14 +97,21 @@ CASES = [
     (["suggest", "{good}", "--bogus"], "unrecognized arguments: --bogus"),
     (["suggest"], "required: lengths_file"),
     (["suggest", "{good}", "--k", "auto"], "--k auto needs --compile-seconds"),
-    (_auto("0", "9", "5"), "compile_seconds must be a finite number > 0"),
-    (_auto("nan", "9", "5"), "compile_seconds must be a finite number > 0"),
-    (_auto("3", "0", "5"), "samples must be >= 1"),
+    (_auto("0", "9", "5"), "argument --compile-seconds: must be > 0, got 0"),
+    (_auto("nan", "9", "5"), "argument --compile-seconds: must be a finite number"),
+    (_auto("3", "0", "5"), "argument --job-samples: must be >= 1, got 0"),
     (["suggest", "{good}", "--plot", "{dir}/x.unknownext"], "cannot write '.unknownext' files"),
     (["suggest", "{good}", "--plot", "{dir}/"], "is not a file name"),
     (["suggest", "{good}", "--compile-seconds", "5"], "describes the job for --k auto"),
     (["suggest", "{good}", "--k", "3", "--job-samples", "9"], "with --k 3 it would be ignored"),
-    ([*_auto("3", "9", "5"), "--max-k", "0"], "max_k must be >= 1, got 0"),
+    ([*_auto("3", "9", "5"), "--max-k", "0"], "argument --max-k: must be >= 1, got 0"),
+    ([*_strategy(), "--width", "0"], "argument --width: must be >= 1, got 0"),
+    ([*_strategy(), "--step-seconds", "-1"], "argument --step-seconds: must be > 0"),
+    ([*_strategy(), "--compiled-step-seconds", "inf"], "--compiled-step-seconds: must be a finite"),
+    ([*_strategy(), "--contention", "0"], "argument --contention: must be > 0"),
+    ([*_strategy(), "--load-seconds", "-1"], "argument --load-seconds: must be >= 0"),
+    ([*_strategy(), "--tokens-per-batch", "x"], "argument --tokens-per-batch: 'x' is not an int"),
+    ([*_strategy(), "--step-shape", "0x8"], "'0x8': rows and length must be >= 1"),
     (["suggest", "{good}", "--k", "auto", "--compile-seconds", "3"], "missing: --job-samples"),
     (["demo", "--samples", "0"], "--samples must be >= 1"),
     (["demo", "--samples", "-5"], "--samples must be >= 1"),

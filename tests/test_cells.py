@@ -164,5 +164,18 @@ def test_fit_refuses_bad_input():
         fit_cells([3], [5], k=0)
     with pytest.raises(ShapeBucketError, match="align"):
         fit_cells([3], [5], align=(8, 8, 8))  # type: ignore[arg-type]
-    with pytest.raises(ShapeBucketError):
+    with pytest.raises(ShapeBucketError, match="sample 0 has length 0; sources"):
         fit_cells([0], [5])
+    with pytest.raises(ShapeBucketError, match="targets"):
+        fit_cells([3], ["x"])
+    with pytest.raises(ShapeBucketError, match=f"source weight must be <= {2**30}"):
+        fit_cells([3], [5], weights=(2**40, 1))
+
+
+def test_a_huge_k_is_the_most_cells_that_help_not_a_hang():
+    rng = np.random.default_rng(1)
+    s, t = rng.integers(1, 200, 300), rng.integers(1, 100, 300)
+    many = fit_cells(s, t, k=10**9)
+    pairs = {(-(-a // 8) * 8, -(-b // 8) * 8) for a, b in zip(s.tolist(), t.tolist(), strict=True)}
+    assert many == fit_cells(s, t, k=len(pairs)) and len(many) <= len(pairs)
+    assert cells_report(many, s, t).token_efficiency >= cells_report(fit_cells(s, t), s, t).token_efficiency

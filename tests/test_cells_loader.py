@@ -97,7 +97,7 @@ def test_tokens_per_batch_counts_source_plus_target():
 
 
 def test_sampler_refuses_samples_outside_the_cells_naming_them():
-    with pytest.raises(ShapeBucketError, match="sample 1 has length 40 > longest source"):
+    with pytest.raises(ShapeBucketError, match=r"sample 1: source length 40 .* longest source of the cells is 8"):
         CellBatchSampler([3, 40], [3, 3], [(8, 8)], batch_size=2)
     with pytest.raises(ShapeBucketError, match="sample 1: source length 3 and target length 9"):
         CellBatchSampler([3, 3], [3, 9], [(8, 8)], batch_size=2)
@@ -215,6 +215,8 @@ def test_collator_errors_name_key_sample_value_limit_and_fix():
         collate([{"input_ids": [1] * 9, "labels": [1]}, {"input_ids": [1], "labels": [1] * 4}])
     with pytest.raises(ShapeBucketError, match="none of the target keys"):
         collate([{"input_ids": [1]}])
+    with pytest.raises(ShapeBucketError, match="only target keys.*no source key"):
+        collate([{"labels": [1], "idx": 0}])
     with pytest.raises(ShapeBucketError, match="dict samples"):
         collate([[1, 2]])
     with pytest.raises(ShapeBucketError, match="larger than rows=1"):
@@ -250,6 +252,7 @@ def test_shape_plan_lists_every_rows_source_target_and_refuses_mismatches():
     padded = ShapePlan.of(CellCollator(CELLS, rows=sampler.rows), sampler)
     assert {tuple(s) for s in padded} == {(4, *c) for c in CELLS}
     assert ShapePlan.of(CellCollator(CELLS, rows=4)).shapes == padded.shapes
+    assert all(str((4, *c)) in repr(padded) for c in CELLS)  # the target length shows
     with pytest.raises(ShapeBucketError, match="need a CellCollator"):
         ShapePlan.of(BucketCollator([64]), sampler)
     with pytest.raises(ShapeBucketError, match="come from a CellBatchSampler"):

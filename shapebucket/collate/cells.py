@@ -159,6 +159,12 @@ class CellCollator:
         names = (self.index_key, "idx", "index")  # what names a sample's dataset index
         extra = [k for k in names if k is not None and k in samples[0]][:1]
         src = [{k: v for k, v in s.items() if k not in tkeys} for s in samples]
+        if not any(k not in (*tkeys, *extra) for k in samples[0]):
+            raise ShapeBucketError(
+                f"sample 0 has only target keys ({list(samples[0])}), no source key such as "
+                "'input_ids' or 'input_features'; a CellCollator pads a source and a target per "
+                "sample (one length only: BucketCollator)"
+            )
         tgt = [{k: s[k] for k in [*tkeys, *extra] if k in s} for s in samples]
         return src, tgt
 

@@ -39,6 +39,8 @@ from .optimal import DEFAULT_ALIGN, _optimal_boundaries, optimal_buckets
 __all__ = ["Cells", "cells_lower_bound", "fit_cells"]
 
 _CHUNK = 1 << 16  # samples per vectorised containment test (x cells bools)
+#: The largest weight of a side: the cost ``ws * S + wt * T`` stays far inside int64.
+MAX_WEIGHT = 2**30
 
 
 def _check_weights(weights: Any) -> tuple[int, int]:
@@ -52,8 +54,8 @@ def _check_weights(weights: Any) -> tuple[int, int]:
             f"weights must be a (source, target) pair of ints >= 1, got {weights!r}"
         )
     return (
-        check_int("source weight", pair[0], minimum=1),
-        check_int("target weight", pair[1], minimum=1),
+        check_int("source weight", pair[0], minimum=1, maximum=MAX_WEIGHT),
+        check_int("target weight", pair[1], minimum=1, maximum=MAX_WEIGHT),
     )
 
 
@@ -225,7 +227,7 @@ class Cells:
 def _aligned(
     sources: Sequence[int] | np.ndarray, targets: Sequence[int] | np.ndarray, align: object
 ) -> tuple[np.ndarray, np.ndarray, int, int]:
-    s, t = check_lengths(sources), check_lengths(targets)
+    s, t = check_lengths(sources, name="sources"), check_lengths(targets, name="targets")
     if s.shape != t.shape:
         raise ShapeBucketError(
             f"{len(s)} source lengths and {len(t)} target lengths; give both lengths of every sample"
@@ -334,6 +336,7 @@ def fit_cells(
     ti = np.searchsorted(ct, ta, side="left")
     ns, nt = len(cs), len(ct)
     hist = np.bincount(si * nt + ti, minlength=ns * nt).reshape(ns, nt).astype(np.float64)
+    k = min(k, int(np.count_nonzero(hist)))  # one cell per occupied grid pair is the most
     C = np.concatenate([np.zeros((1, nt)), np.cumsum(hist, axis=0)])
     A, B = np.triu_indices(ns + 1, k=1)  # every strip (a, b] of source candidates
     strip_hist = C[B] - C[A]
@@ -346,7 +349,7 @@ def fit_cells(
         for T in _optimal_boundaries(ct[:top], h[:top], ct[:top].astype(np.float64), j):
             out.append((int(cs[b - 1]), T))
     table = Cells(out, weights=(ws, wt))
-    used = np.unique(table.index_for_many(sa, ta))
+    used = np.unique(table.index_for_many(sources, targets))
     return Cells([table.cells[i] for i in used.tolist()], weights=(ws, wt))
 
 

@@ -367,7 +367,7 @@ class ShapePlan:
         self._make_batch = state["make_batch"]
 
     def __repr__(self) -> str:
-        pairs = ", ".join(f"({s.rows}, {s.length})" for s in self._shapes)
+        pairs = ", ".join(str(tuple(s)) for s in self._shapes)  # (rows, length[, target])
         source = (
             type(self._collator).__name__
             if self._collator is not None

@@ -86,18 +86,19 @@ class CellBatchSampler(ResumableBatchSampler):
         rank: int | None = None,
     ) -> None:
         table = cells if isinstance(cells, Cells) else Cells(cells)
+        src = check_lengths(sources, name="sources")
+        tgt = check_lengths(targets, name="targets").copy()
+        index = table.index_for_many(src, tgt).astype(np.int32)  # names a sample no cell holds
         sources_of_cells = Buckets(sorted({s for s, _ in table}))
         super().__init__(
-            sources,
+            src,
             sources_of_cells,
             shuffle=shuffle,
             seed=seed,
             num_replicas=num_replicas,
             rank=rank,
         )
-        tgt = check_lengths(targets).copy()
         tgt.flags.writeable = False
-        index = table.index_for_many(self._lengths, tgt).astype(np.int32)
         index.flags.writeable = False
         self._cells, self._targets, self._cell_index = table, tgt, index
         self._targets_digest = hashlib.sha1(tgt.tobytes() + repr(table).encode()).hexdigest()

@@ -1,4 +1,5 @@
-"""Write docs/api.md from the docstrings of every name in ``shapebucket.__all__``.
+"""Write docs/api.md from the docstrings of every public name: ``shapebucket.__all__``,
+then each subpackage's ``__all__`` (the names it adds to the top level).
 
     python scripts/build_api_docs.py          # rewrite docs/api.md
     python scripts/build_api_docs.py --check  # exit 1 if docs/api.md is stale
@@ -8,6 +9,7 @@ The test suite runs the check, so the page never drifts from the code.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import sys
 from pathlib import Path
@@ -26,40 +28,60 @@ def _signature(obj: object, name: str) -> str:
     return f"{name}{sig}"
 
 
+#: the subpackages documented after the top level, in the order a reader meets them
+MODULES = [
+    "shapebucket.plan",
+    "shapebucket.sampling",
+    "shapebucket.collate",
+    "shapebucket.compile",
+    "shapebucket.hf",
+    "shapebucket.hf_trl",
+]
+
+
+def _entry(name: str, obj: object, level: str) -> list[str]:
+    """The heading, signature and docstring of ``obj``, then its documented methods."""
+    kind = "class" if inspect.isclass(obj) else "function"
+    short = name.rsplit(".", 1)[-1]
+    parts = [f"{level} `{name}`", "", f"```python\n{kind} {_signature(obj, short)}\n```", ""]
+    parts += [_as_markdown(inspect.getdoc(obj) or ""), ""]
+    if inspect.isclass(obj):
+        for attr, member in sorted(vars(obj).items()):
+            if attr.startswith("_") or not (
+                inspect.isfunction(member) or isinstance(member, (property, classmethod))
+            ):
+                continue
+            target = member.__func__ if isinstance(member, classmethod) else member
+            target = target.fget if isinstance(target, property) else target
+            mdoc = inspect.getdoc(target)
+            if not mdoc:
+                continue
+            sig = attr if isinstance(member, property) else _signature(target, attr)
+            parts += [f"{level}# `{short}.{sig}`", "", _as_markdown(mdoc), ""]
+    return parts
+
+
 def render() -> str:
     parts = [
         "# API reference",
         "",
         "Generated from the docstrings by `python scripts/build_api_docs.py`; do not edit by hand.",
-        "Every name below is importable from `shapebucket`.",
+        "First the names importable from `shapebucket`, then what each subpackage adds",
+        "(`shapebucket.hf` and `shapebucket.hf_trl` import transformers and trl: the `hf`",
+        "and `trl` extras).",
         "",
     ]
     for name in shapebucket.__all__:
-        obj = getattr(shapebucket, name)
-        kind = "class" if inspect.isclass(obj) else "function"
-        parts += [f"## `{name}`", "", f"```python\n{kind} {_signature(obj, name)}\n```", ""]
-        doc = inspect.getdoc(obj) or ""
-        parts += [_as_markdown(doc), ""]
-        if inspect.isclass(obj):
-            for attr, member in sorted(vars(obj).items()):
-                if attr.startswith("_") or not (
-                    inspect.isfunction(member) or isinstance(member, (property, classmethod))
-                ):
-                    continue
-                target = member.__func__ if isinstance(member, classmethod) else member
-                target = target.fget if isinstance(target, property) else target
-                mdoc = inspect.getdoc(target)
-                if not mdoc:
-                    continue
-                sig = attr if isinstance(member, property) else _signature(target, attr)
-                parts += [f"### `{name}.{sig}`", "", _as_markdown(mdoc), ""]
-    parts += [
-        "## `shapebucket.hf.BucketTrainer`",
-        "",
-        "The Hugging Face `Trainer` integration lives in `shapebucket.hf` (it imports",
-        "transformers, so the top-level package does not); see `docs/integrations.md`.",
-        "",
-    ]
+        parts += _entry(name, getattr(shapebucket, name), "##")
+    for module_name in MODULES:
+        module = importlib.import_module(module_name)
+        extra = [n for n in module.__all__ if n not in shapebucket.__all__]
+        same = [n for n in module.__all__ if n in shapebucket.__all__]
+        parts += [f"# `{module_name}`", "", (inspect.getdoc(module) or "").split("\n\n")[0], ""]
+        if same:
+            parts += ["Also here: " + ", ".join(f"`{n}`" for n in same) + " (above).", ""]
+        for name in extra:
+            parts += _entry(f"{module_name}.{name}", getattr(module, name), "##")
     return "\n".join(parts).rstrip() + "\n"
 
 

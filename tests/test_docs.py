@@ -1,3 +1,4 @@
+import importlib
 import inspect
 import os
 import subprocess
@@ -29,6 +30,10 @@ def test_api_docs_are_built_from_the_docstrings():
     assert out.returncode == 0, out.stderr
     text = (ROOT / "docs" / "api.md").read_text()
     assert all(f"## `{name}`" in text for name in shapebucket.__all__)
+    for module in ("plan", "sampling", "collate", "compile", "hf", "hf_trl"):
+        names = importlib.import_module(f"shapebucket.{module}").__all__
+        extra = [n for n in names if n not in shapebucket.__all__]
+        assert extra and all(f"## `shapebucket.{module}.{n}`" in text for n in extra), module
 
 
 def test_readme_commands_are_what_ci_runs():

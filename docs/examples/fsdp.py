@@ -245,6 +245,7 @@ def finish(result, path):
     line = json.dumps(result)
     print(line, flush=True)
     if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(line)
 
 

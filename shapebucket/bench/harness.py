@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import os
 import platform
@@ -136,11 +137,11 @@ def _setup(args: argparse.Namespace) -> Setup:
     if args.workload == "captioning":
         ccfg = CaptionConfig(**dims)
         image, cfg = (ccfg.channels, ccfg.image, ccfg.image), ccfg
-        make_model = lambda: Captioner(ccfg)  # noqa: E731
+        make_model = functools.partial(Captioner, ccfg)  # pickles: compile-while-training
     else:
         gcfg = GPTConfig(**dims)
         cfg = gcfg
-        make_model = lambda: GPT(gcfg)  # noqa: E731
+        make_model = functools.partial(GPT, gcfg)
     torch.manual_seed(args.seed)
     init_state = {k: v.clone() for k, v in make_model().state_dict().items()}
     buckets = fit_buckets(lengths, args.k, align=8, batching="bucketed", max_len=args.max_len)

@@ -64,6 +64,7 @@ class Family:
     warmup: list[dict[str, Any]] = field(default_factory=list)
     timed: list[dict[str, Any]] = field(default_factory=list)
     timed_real: list[int] = field(default_factory=list)  # real tokens of each timed batch
+    warmup_real: list[int] = field(default_factory=list)  # real tokens of each warm-up batch
     buckets: Buckets | None = None  # for packing: the row lengths samples are packed into
     rows: int | dict[int, int] | None = None
     packing: PackingFitReport | None = None
@@ -197,6 +198,7 @@ def build_family(family: str, s: Setup) -> Family:
         }
 
     fam.warmup = [collated(fam, i) for i in range(min(a.warmup_steps, len(fam.epoch)))]
+    fam.warmup_real = [int(s.lengths[b].sum()) for b in fam.epoch[: len(fam.warmup)]]
     fam.timed = [collated(timed, i) for i in range(len(timed.epoch))]
     fam.timed_real = [int(s.lengths[b].sum()) for b in timed.epoch]
     return fam

@@ -53,12 +53,8 @@ class Headline:
     def job_rounds(self, epochs: int) -> list[float]:
         """The peer's whole job over ours (above 1: ours first), round by round."""
         a, b = (self.job_ours, self.job_peer) if epochs == 1 else (self.job10_ours, self.job10_peer)
-
-        def job(r: StrategyResult, epoch_s: float) -> float:
-            return r.warmup_s + r.timed_compile_s + epochs * epoch_s
-
         return [
-            job(b, eb) / job(a, ea)
+            b.job_seconds(epochs, eb) / a.job_seconds(epochs, ea)
             for ea, eb in zip(a.round_epoch_s, b.round_epoch_s, strict=False)
         ]
 
@@ -167,7 +163,8 @@ def check_losses(
     problems = []
     families: dict[str, list[StrategyResult]] = {}
     for r in results:
-        if r.error is None and r.losses:
+        # compile-while-training trains inside its warm-up: its steps are not the family's
+        if r.error is None and r.losses and r.background is None:
             families.setdefault(r.family, []).append(r)
     for same in families.values():
         ref = same[0]
@@ -194,28 +191,33 @@ def format_table(results: Sequence[StrategyResult]) -> str:
     best_peer = head_.peer.useful_tokens_per_sec if head_ else None
     ranked = sorted(results, key=lambda r: -r.useful_tokens_per_sec if r.error is None else 0)
     head = (
-        f"{'strategy':<24s} {'useful tok/s':>12s} {'rounds min-max':>15s} {'vs peer':>7s} "
-        f"{'peak MB':>7s} {'warm-up s':>9s} {'epoch s':>7s} {'job 1 s':>7s} {'job 10 s':>8s} "
+        f"{'strategy':<29s} {'useful tok/s':>12s} {'rounds min-max':>15s} {'vs peer':>7s} "
+        f"{'peak MB':>7s} {'1st step s':>10s} {'warm-up s':>9s} {'epoch s':>7s} {'job 1 s':>7s} "
+        f"{'job 10 s':>8s} "
         f"{'graphs':>6s} {'timed re':>8s} {'tok eff':>7s} {'shapes':>6s}"
     )
     lines = [head, "-" * len(head)]
     for r in ranked:
         if r.error is not None:
-            lines.append(f"{r.name:<24s} {r.error}")
+            lines.append(f"{r.name:<29s} {r.error}")
             continue
         ratio = f"{r.useful_tokens_per_sec / best_peer:6.2f}x" if best_peer else "    -  "
         span = f"{r.tokens_per_sec_min / 1e3:,.1f}k-{r.tokens_per_sec_max / 1e3:,.1f}k"
         lines.append(
-            f"{r.name:<24s} {r.useful_tokens_per_sec:>12,.0f} {span:>15s} {ratio:>7s} "
-            f"{r.peak_mem_mb:>7,.0f} {r.warmup_s:>9.1f} {r.epoch_s:>7.0f} {r.job_s:>7.0f} "
+            f"{r.name:<29s} {r.useful_tokens_per_sec:>12,.0f} {span:>15s} {ratio:>7s} "
+            f"{r.peak_mem_mb:>7,.0f} {r.first_step_s:>10.1f} {r.warmup_s:>9.1f} {r.epoch_s:>7.0f} "
+            f"{r.job_s:>7.0f} "
             f"{r.job10_s:>8.0f} {r.graphs:>6d} {r.timed_recompiles:>8d} "
             f"{r.token_efficiency:>7.1%} {r.shapes:>6d}"
         )
     lines.append(
         "useful tok/s: real tokens per second, median of the rounds (each one whole epoch of the "
         "timed set); vs peer: relative to the best strategy without shapebucket; peak MB: tensor "
-        "memory one step of its largest batch allocates (torch.profiler); epoch s: one epoch of "
-        "the whole dataset at the median speed; job 1/10 s: warm-up + 1/10 epochs; timed re: "
+        "memory one step of its largest batch allocates (torch.profiler); 1st step s: from the "
+        "start (compile and prewarm included) to the end of the first training step; warm-up s: "
+        "until every shape is compiled (compile-while-training trains through it); epoch s: one "
+        "epoch of the whole dataset at the median speed; job 1/10 s: warm-up + the 1/10 epochs "
+        "its training steps have not covered yet; timed re: "
         "graphs compiled while timed; tok eff and shapes: over the whole dataset's epoch"
     )
     if head_ is not None:

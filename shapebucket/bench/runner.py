@@ -157,6 +157,10 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
     result.epoch_steps = len(fam.epoch)
     result.token_efficiency = float(s.lengths.sum()) / float(sum(fam.padded))
     result.shapes = len(set(fam.shapes))
+    if strategy.ready == "background":
+        from .background import prepare_background
+
+        return prepare_background(name, s, fam, result)  # type: ignore[no-any-return]
     torch.manual_seed(a.seed)
     model = s.make_model().to(s.device)
     model.load_state_dict(s.init_state)
@@ -200,9 +204,15 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
                 modes=[CudaGraphs()] if a.mode == "reduce-overhead" else [],
                 progress=False,
             )
-        runner.losses.extend(step(b) for b in fam.warmup)
+        for i, b in enumerate(fam.warmup):
+            runner.losses.append(step(b))
+            if i == 0:
+                _sync(s.device)
+                result.first_step_s = time.perf_counter() - t0
         _sync(s.device)
         result.warmup_s = time.perf_counter() - t0
+    result.warmup_steps = len(fam.warmup)
+    result.warmup_epochs = sum(fam.warmup_real) / runner.epoch_tokens
     result.graphs = total.graphs
     result.recompile_limit_hit = bool(total.limit_hits)
     result.warmup_peak_mem_mb = _peak_memory_mb(s.device)
@@ -267,10 +277,11 @@ def finish(r: Runner, device: torch.device) -> None:
     # steady state: the seconds per step of each round without its compiling steps
     per_step = [float(t[~c].mean()) for t, c in zip(times, compiled, strict=True) if (~c).any()]
     res.steps_per_sec = 1.0 / float(np.median(per_step))
-    # a step that compiled counts its compile in the job (once), not in the steady state
+    # a step that compiled counts its compile in the job (once), not in the steady state;
+    # the warm-up's training steps (a compile-while-training warm-up is mostly those) are
+    # taken off the epochs the job still has to run
     res.epoch_s = float(np.median(res.round_epoch_s))
-    res.job_s = res.warmup_s + res.timed_compile_s + res.epoch_s
-    res.job10_s = res.warmup_s + res.timed_compile_s + 10 * res.epoch_s
+    res.job_s, res.job10_s = res.job_seconds(1), res.job_seconds(10)
     res.losses = [float(x) for x in torch.stack(r.losses).float().cpu()]
     res.final_loss = res.losses[-1]
     heaviest = max(range(steps), key=lambda i: r.family.timed[i]["input_ids"].numel())

@@ -98,14 +98,14 @@ def run_one(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _summary(runs: list[dict[str, Any]]) -> list[str]:
-    def cell(key: str, rs: list[dict[str, Any]]) -> str:
-        xs = [r[key] for r in rs if r.get(key) is not None]
+    def cell(key: str, rs: list[dict[str, Any]], scale: float = 1.0) -> str:
+        xs = [r[key] * scale for r in rs if r.get(key) is not None]
         if not xs:
             return "-"
         return f"{statistics.median(xs):.1f} ({min(xs):.1f}-{max(xs):.1f})"
 
     lines = [
-        "| strategy | first step s | every shape compiled s | whole job s | steady step s |",
+        "| strategy | first step s | every shape compiled s | whole job s | steady step ms |",
         "|---|---|---|---|---|",
     ]
     for name in STRATEGIES:
@@ -117,7 +117,7 @@ def _summary(runs: list[dict[str, Any]]) -> list[str]:
             r["steady_step_s"] = float(np.median(steps[-max(1, len(steps) // 4) :]))
         lines.append(
             f"| {name} | {cell('first_step_s', rs)} | {cell('all_compiled_s', rs)} | "
-            f"{cell('job_s', rs)} | {cell('steady_step_s', rs)} |"
+            f"{cell('job_s', rs)} | {cell('steady_step_s', rs, 1e3)} |"
         )
     return lines
 

@@ -55,12 +55,22 @@ __all__ = [
 TRL_CHUNK = 1000
 
 
+def mega_batch_mult(num_samples: int, batch_size: int) -> int:
+    """transformers' default mega-batch multiplier for a dataset of ``num_samples``: 50, or
+    the number that makes 4 mega-batches, whichever is smaller (at least 1).
+
+    >>> mega_batch_mult(200_000, 64), mega_batch_mult(6_000, 64), mega_batch_mult(10, 64)
+    (50, 23, 1)
+    """
+    return min(num_samples // (batch_size * 4), 50) or 1
+
+
 def grouped_indices_reference(
-    lengths: Sequence[int], batch_size: int, generator: torch.Generator
+    lengths: Sequence[int], batch_size: int, generator: torch.Generator, mult: int | None = None
 ) -> list[int]:
-    """transformers' ``get_length_grouped_indices`` with its default mega-batch size,
-    written out: the same torch random draws, the same stable sorts, the same swap."""
-    mult = min(len(lengths) // (batch_size * 4), 50) or 1
+    """transformers' ``get_length_grouped_indices``, written out: the same torch random
+    draws, the same stable sorts, the same swap (``mult``: default as transformers')."""
+    mult = mega_batch_mult(len(lengths), batch_size) if mult is None else mult
     indices = torch.randperm(len(lengths), generator=generator)
     size = mult * batch_size
     megabatches = [indices[i : i + size].tolist() for i in range(0, len(lengths), size)]
@@ -81,8 +91,17 @@ def source() -> str:
     return f"transformers {transformers.__version__} LengthGroupedSampler"
 
 
-def length_grouped_indices(lengths: np.ndarray, batch_size: int, *, seed: int) -> np.ndarray:
-    """One epoch's index order, as ``Trainer(group_by_length=True)`` forms it.
+def length_grouped_indices(
+    lengths: np.ndarray, batch_size: int, *, seed: int, dataset_size: int | None = None
+) -> np.ndarray:
+    """One epoch's index order, as ``Trainer(group_by_length=True)`` forms it
+    (``LengthGroupedSampler``, which calls ``get_length_grouped_indices``).
+
+    ``dataset_size``: the dataset these lengths are a sample of. transformers sizes its
+    mega-batches from the dataset (:func:`mega_batch_mult`); a sample of a larger dataset
+    is grouped in the mega-batches the whole dataset gets, so that the benchmark's timed
+    sample set is batched as well as a real epoch would be, not worse (a 6,000-sample set
+    would otherwise be sorted in mega-batches of 23 batches instead of 50).
 
     >>> order = length_grouped_indices(np.array([5, 1, 9, 3]), 2, seed=0)
     >>> sorted(order.tolist())
@@ -90,11 +109,14 @@ def length_grouped_indices(lengths: np.ndarray, batch_size: int, *, seed: int) -
     """
     values = [int(x) for x in lengths]
     generator = torch.Generator().manual_seed(seed)
+    mult = mega_batch_mult(len(values) if dataset_size is None else dataset_size, batch_size)
     try:
-        from transformers.trainer_pt_utils import LengthGroupedSampler
+        from transformers.trainer_pt_utils import get_length_grouped_indices
     except ImportError:
-        return np.asarray(grouped_indices_reference(values, batch_size, generator))
-    return np.asarray(list(LengthGroupedSampler(batch_size, lengths=values, generator=generator)))
+        return np.asarray(grouped_indices_reference(values, batch_size, generator, mult))
+    return np.asarray(
+        get_length_grouped_indices(values, batch_size, mega_batch_mult=mult, generator=generator)
+    )
 
 
 def _best_fit_decreasing(lengths: np.ndarray, ids: np.ndarray, capacity: int) -> list[list[int]]:

@@ -108,7 +108,8 @@ def plan_family(family: str, s: Setup, ids: np.ndarray | None = None) -> Family:
         # transformers' Trainer with group_by_length=True: LengthGroupedSampler's order,
         # cut into batches, padded to the longest sample rounded up to 8
         # (DataCollatorWithPadding(pad_to_multiple_of=8))
-        order = length_grouped_indices(L, a.batch_size, seed=a.seed)
+        # (a timed sample set is grouped in the mega-batches the whole dataset gets)
+        order = length_grouped_indices(L, a.batch_size, seed=a.seed, dataset_size=len(s.lengths))
         local = [order[i : i + a.batch_size] for i in range(0, len(order), a.batch_size)]
         shapes = [(len(b), round_up(int(L[b].max()), 8)) for b in local]
         return Family(_collator(Buckets.multiples(8, a.max_len)), [ids[b] for b in local], shapes)

@@ -194,7 +194,7 @@ def format_table(results: Sequence[StrategyResult]) -> str:
         f"{'strategy':<29s} {'useful tok/s':>12s} {'rounds min-max':>15s} {'vs peer':>7s} "
         f"{'peak MB':>7s} {'1st step s':>10s} {'warm-up s':>9s} {'epoch s':>7s} {'job 1 s':>7s} "
         f"{'job 10 s':>8s} "
-        f"{'graphs':>6s} {'timed re':>8s} {'tok eff':>7s} {'shapes':>6s}"
+        f"{'graphs':>6s} {'timed re':>8s} {'tok eff':>7s} {'timed':>5s} {'shapes':>6s}"
     )
     lines = [head, "-" * len(head)]
     for r in ranked:
@@ -208,7 +208,7 @@ def format_table(results: Sequence[StrategyResult]) -> str:
             f"{r.peak_mem_mb:>7,.0f} {r.first_step_s:>10.1f} {r.warmup_s:>9.1f} {r.epoch_s:>7.0f} "
             f"{r.job_s:>7.0f} "
             f"{r.job10_s:>8.0f} {r.graphs:>6d} {r.timed_recompiles:>8d} "
-            f"{r.token_efficiency:>7.1%} {r.shapes:>6d}"
+            f"{r.token_efficiency:>7.1%} {r.timed_token_efficiency:>5.0%} {r.shapes:>6d}"
         )
     lines.append(
         "useful tok/s: real tokens per second, median of the rounds (each one whole epoch of the "
@@ -218,7 +218,8 @@ def format_table(results: Sequence[StrategyResult]) -> str:
         "until every shape is compiled (compile-while-training trains through it); epoch s: one "
         "epoch of the whole dataset at the median speed; job 1/10 s: warm-up + the 1/10 epochs "
         "its training steps have not covered yet; timed re: "
-        "graphs compiled while timed; tok eff and shapes: over the whole dataset's epoch"
+        "graphs compiled while timed; tok eff and shapes: over the whole dataset's epoch; timed: "
+        "real-token share of the timed set's batches"
     )
     if head_ is not None:
         lines.append(str(head_))

@@ -157,6 +157,8 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
     result.epoch_steps = len(fam.epoch)
     result.token_efficiency = float(s.lengths.sum()) / float(sum(fam.padded))
     result.shapes = len(set(fam.shapes))
+    computed = sum(int(b["input_ids"].numel()) for b in fam.timed)
+    result.timed_token_efficiency = sum(fam.timed_real) / computed
     if strategy.ready == "background":
         from .background import prepare_background
 

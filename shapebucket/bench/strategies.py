@@ -129,6 +129,7 @@ class StrategyResult:
     tokens_per_sec_max: float = 0.0
     steps_per_sec: float = 0.0  # median round
     token_efficiency: float = 0.0  # over the whole epoch's plan
+    timed_token_efficiency: float = 0.0  # over the timed sample set's batches
     epoch_steps: int = 0
     round_epoch_s: list[float] = field(default_factory=list)  # each round's epoch seconds
     epoch_s: float = 0.0  # one epoch of the whole dataset at the median round's speed

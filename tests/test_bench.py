@@ -452,6 +452,11 @@ def test_from_json_replays_a_saved_run_without_measuring(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("{}")
     assert cli.main(["--from-json", str(tmp_path / "bad.json")]) == 2
     assert capsys.readouterr().err.startswith("error:")
+    # a run saved by an earlier version (sampled steps, no whole-epoch rounds) is refused
+    earlier = [{**asdict(r), "round_epoch_s": []} for r in results]
+    path.write_text(json.dumps({"config": config, "results": earlier}))
+    assert cli.main(["--from-json", str(path)]) == 2
+    assert "earlier version" in capsys.readouterr().err
 
 
 def test_advice_compares_the_recommendation_with_the_measured_best(monkeypatch):

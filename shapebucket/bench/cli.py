@@ -171,6 +171,14 @@ def _replay(args: argparse.Namespace) -> int:
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"error: {args.from_json} is not a saved benchmark run: {e}", file=sys.stderr)
         return 2
+    old = [r.name for r in results if r.error is None and not r.round_epoch_s]
+    if old:
+        print(
+            f"error: {args.from_json} was written by an earlier version of the benchmark (no "
+            f"whole-epoch rounds for {', '.join(old)}); it cannot be replayed by this one",
+            file=sys.stderr,
+        )
+        return 2
     print(_describe(config))
     print(format_table(results))
     path = args.plot or str(Path(args.from_json).with_suffix(".png"))

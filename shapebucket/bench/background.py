@@ -8,10 +8,11 @@ prewarm it trains: the epochs of the whole dataset it trained (``warmup_epochs``
 are taken off the whole-job time, and where the warm-up alone trains a whole job
 the job ends at the step that finished it (``warmup_curve``,
 :meth:`~shapebucket.bench.strategies.StrategyResult.job_seconds`).
-The background process is pinned to one core, as the library does; the training
-process keeps torch's default thread count, so on a 2-core machine the two
-share the second core's neighbour and the eager steps of the warm-up run slower
-than eager steps alone (the contention is in the measured warm-up).
+The background process is pinned to one core at nice 10, as the library does;
+the training process keeps torch's default thread count, so on a machine whose
+cores training uses all of, the two share that core: the warm-up's eager steps
+run slower than eager steps alone and the background compiles slower than a
+prewarm (both are in the measured warm-up).
 
 Its per-step losses are not compared with its family's (it trains more steps
 before the timed rounds); ``tests/test_compile_background.py`` checks that the
@@ -113,5 +114,3 @@ def prepare_background(name: str, s: Setup, fam: Family, result: StrategyResult)
     result.warmup_peak_mem_mb = _peak_memory_mb(s.device)
     result.background = bg.report.to_dict()
     return runner
-
-

@@ -89,6 +89,15 @@ def unique_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
+def compile_events() -> int:
+    """Timed compiler phases recorded in this process so far (dynamo's
+    ``compilation_time_metrics``): it grows whenever the compiler works, also for work
+    no new dynamo graph counts (a lazily compiled backward, a recompile's lowering)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return sum(len(v) for v in compilation_time_metrics.values())
+
+
 def inductor_cache_counts() -> tuple[int, int]:
     """Inductor's FX-graph cache hits and misses in this process so far."""
     from torch._dynamo.utils import counters

@@ -14,14 +14,21 @@ and no ``attention_mask``. Import it from ``shapebucket.hf_trl``.
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, cast
 
 from trl import SFTTrainer
 
+from .collate.packed import PackedCollator
 from .errors import ShapeBucketError
 from .hf import PackedTrainer
 
 __all__ = ["PackedSFTTrainer"]
+
+#: The key the collator marks each token's sample with (-1 on padding); taken out of
+#: the batch before the model sees it, it gives TRL's ``num_tokens`` metric the real
+#: tokens (TRL counts ``position_ids.size(1)``, one flattened row's length).
+DOCUMENT_KEY = "document_ids"
 
 
 class PackedSFTTrainer(PackedTrainer, SFTTrainer):
@@ -58,3 +65,28 @@ class PackedSFTTrainer(PackedTrainer, SFTTrainer):
                     f"would pack or flatten them again: pass SFTConfig({name}=False)"
                 )
         super().__init__(*args, **kwargs)
+        packed = cast(PackedCollator, self.collator)  # PackedTrainer.__init__ made it
+        self.collator = dataclasses.replace(packed, document_key=DOCUMENT_KEY)
+
+    def compute_loss(
+        self,
+        model: Any,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Any = None,
+    ) -> Any:
+        """``SFTTrainer.compute_loss`` on the batch without its document ids, then TRL's
+        ``num_tokens`` metric corrected to the batch's real tokens (TRL adds
+        ``position_ids.size(1)``: the length of one row, not the tokens of ``rows`` rows
+        less their padding)."""
+        documents = inputs.get(DOCUMENT_KEY)
+        inputs = {k: v for k, v in inputs.items() if k != DOCUMENT_KEY}
+        before = self._total_train_tokens
+        out = super().compute_loss(
+            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+        )
+        if documents is not None and self._total_train_tokens != before:  # a training step
+            real = self.accelerator.gather_for_metrics((documents >= 0).sum()).sum().item()
+            self._total_train_tokens = before + int(real) // self._tp_size
+            self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
+        return out

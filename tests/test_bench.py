@@ -197,6 +197,18 @@ def test_fresh_forward_gives_each_strategy_its_own_graphs():
     assert cc.graphs == 2 and cc.recompiles == []
 
 
+def test_compile_events_grow_when_the_compiler_works_and_only_then(fresh_compiler):
+    """time_round flags a step as compiling by them: a recompile counts, a cached call not."""
+    f = torch.compile(fresh_forward("events"), backend="eager", dynamic=False)
+    model = torch.nn.Linear(4, 2)
+    seen = []
+    for rows in (3, 3, 5, 5):
+        before = compat.compile_events()
+        f(model, {"input": torch.ones(rows, 4)})
+        seen.append(compat.compile_events() > before)
+    assert seen == [True, False, True, False]
+
+
 def test_every_family_times_the_same_samples_once_per_round():
     args = quick_args("--epoch-samples", "300", "--strategies", "all")
     s = harness._setup(args)

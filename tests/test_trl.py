@@ -94,6 +94,8 @@ def test_sft_trains_on_packed_shapes_prewarmed(tmp_path, form, fresh_compiler):
         trainer.train()
     assert trainer.state.global_step == 4
     assert trainer.collator.stats.batches_per_bucket == {256: 4}  # one shape: 2 x 256
+    # TRL's num_tokens metric counts the real tokens trained (TRL alone counted 256 a step)
+    assert trainer._total_train_tokens == trainer.collator.stats.real_tokens > 4 * 256
     if compiled:
         plan = ShapePlan.of(trainer.collator, trainer.sampler)
         assert trainer.prewarm_report.num_shapes == len(plan) == 1

@@ -234,20 +234,21 @@ def time_round(r: Runner, device: torch.device) -> None:
     """One timed epoch of the timed sample set in the strategy's batches, each step timed
     on its own.
 
-    A step that compiled a graph is kept out of the round's tokens/sec (the steady
-    state) and counted in ``timed_compile_s`` instead, which the whole-job time
-    includes: a compile is paid once per run, not once per round."""
+    A step in which the compiler worked (a new graph, or any compile phase dynamo
+    timed, such as a backward compiled on its first call) is kept out of the round's
+    tokens/sec (the steady state) and counted in ``timed_compile_s`` instead, which the
+    whole-job time includes: a compile is paid once per run, not once per round."""
     fam, res = r.family, r.result
     compile_s = steady_s = 0.0
     steady_tokens = 0
     with CompileCounter() as cc, r.guard():
         for batch, real in zip(fam.timed, fam.timed_real, strict=True):
-            graphs = compat.unique_graphs()
+            graphs, events = compat.unique_graphs(), compat.compile_events()
             t0 = time.perf_counter()
             r.losses.append(r.step(batch))
             _sync(device)
             dt = time.perf_counter() - t0
-            if compat.unique_graphs() != graphs:
+            if compat.unique_graphs() != graphs or compat.compile_events() != events:
                 compile_s += dt
                 res.compiled_steps.append(len(res.step_times))
             else:

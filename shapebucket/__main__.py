@@ -241,8 +241,9 @@ def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int
     if args.k != "auto" and given:
         verb, pronoun = ("describes", "it") if len(given) == 1 else ("describe", "they")
         raise ShapeBucketError(
-            f"{' and '.join(given)} {verb} the job for --k auto; with --k {args.k} {pronoun} "
-            "would be ignored: pass --k auto or leave them out"
+            f"{' and '.join(given)} {verb} the job for --k auto; with a fixed number of "
+            f"buckets (--k {args.k}; 8 unless given) {pronoun} would be ignored: pass --k auto, "
+            "or --width for the strategy from the job, or leave them out"
         )
     plot = plot_path(args.plot) if args.plot else None
     if lengths is None:

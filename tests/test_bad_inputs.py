@@ -103,7 +103,7 @@ CASES = [
     (["suggest", "{good}", "--plot", "{dir}/x.unknownext"], "cannot write '.unknownext' files"),
     (["suggest", "{good}", "--plot", "{dir}/"], "is not a file name"),
     (["suggest", "{good}", "--compile-seconds", "5"], "describes the job for --k auto"),
-    (["suggest", "{good}", "--k", "3", "--job-samples", "9"], "with --k 3 it would be ignored"),
+    (["suggest", "{good}", "--k", "3", "--job-samples", "9"], "(--k 3; 8 unless given) it would be ignored"),
     ([*_auto("3", "9", "5"), "--max-k", "0"], "argument --max-k: must be >= 1, got 0"),
     ([*_strategy(), "--width", "0"], "argument --width: must be >= 1, got 0"),
     ([*_strategy(), "--step-seconds", "-1"], "argument --step-seconds: must be > 0"),

@@ -537,7 +537,7 @@ def test_advice_compares_the_recommendation_with_the_measured_best(monkeypatch):
     assert seen["timing"].rows == 6 and seen["timing"].compile_seconds == 30.0
     assert seen["timing"].eager_seconds == pytest.approx(0.2)  # the compiling step left out
     assert "1 epoch: recommends packing eager" in lines[1] and lines[1].endswith("agrees")
-    assert "measured first: shapebucket-packed (packing compile-first)" in lines[2]
+    assert "the first shapebucket strategy to finish: shapebucket-packed (packing compile-first)" in lines[2]
     assert lines[2].endswith("agrees")
     lines = advice.recommendation(results[2:], np.arange(1, 11), config)
     assert lines == [

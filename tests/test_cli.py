@@ -73,7 +73,7 @@ def test_job_flags_without_k_auto_are_refused_like_the_api(tmp_path, capsys):
     for flags in (["--compile-seconds", "5"], ["--job-samples", "100", "--max-k", "4"]):
         assert main(["suggest", str(path), "--k", "4", *flags]) == 2
         err = capsys.readouterr().err
-        assert "the job for --k auto; with --k 4" in err and "would be ignored" in err
+        assert "the job for --k auto; with a fixed number of buckets (--k 4" in err and "would be ignored" in err
         assert flags[0] in err
     with pytest.raises(ShapeBucketError, match="with k=4 they would be ignored"):
         fit_buckets(mixture_lengths(100), 4, compile_seconds=5.0)

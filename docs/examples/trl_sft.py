@@ -5,9 +5,9 @@ download) fine-tune on a "text" dataset (the paragraphs of the standard
 library's docstrings). ``PackedSFTTrainer`` keeps SFTTrainer's dataset formats
 ("text", "messages", prompt-completion, "input_ids"), tokenisation and loss, and
 packs the training batches into rows of a few row lengths fitted to the
-tokenised lengths. Needs: pip install 'shapebucket[hf]' trl.
+tokenised lengths. Needs: pip install 'shapebucket[trl]'. --samples: paragraphs in the dataset (default 2000).
 
-    python docs/examples/trl_sft.py [STEPS] [--backend inductor|eager]
+    python docs/examples/trl_sft.py [STEPS] [--backend inductor|eager] [--samples N]
 
 Prints one JSON line: steps, row lengths, shapes, graphs after the prewarm.
 """

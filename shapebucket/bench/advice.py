@@ -96,8 +96,8 @@ def recommendation(
             measured = first.job_s if epochs == 1 else first.job10_s
             agree = MEASURED_AS[first.name] == (c.layout, c.mode)
             line += (
-                f"; measured first: {first.name} ({' '.join(MEASURED_AS[first.name])}) "
-                f"{measured:,.0f} s: {'agrees' if agree else 'disagrees'}"
+                f"; the first shapebucket strategy to finish: {first.name} "
+                f"({' '.join(MEASURED_AS[first.name])}) {measured:,.0f} s: {'agrees' if agree else 'disagrees'}"
             )
             if c.mode == "compile-while-training" and not any(
                 MEASURED_AS[r.name][1] == c.mode for r in ours

@@ -31,7 +31,8 @@ from ..compile.background import compile_in_background
 from ..compile.recompiles import CompileCounter, no_recompiles
 from ..plan.shapes import ShapePlan
 from .plans import Family, Setup
-from .strategies import STRATEGIES, StrategyResult
+from .runner import Runner, _peak_memory_mb, _reset_peak_memory, _sync, new_result
+from .strategies import STRATEGIES
 
 __all__ = ["prepare_background"]
 
@@ -43,12 +44,11 @@ def _by_frequency(fam: Family) -> Any:
     return types.SimpleNamespace(batch_buckets=lambda: lengths)
 
 
-def prepare_background(name: str, s: Setup, fam: Family, result: StrategyResult) -> Any:
+def prepare_background(name: str, s: Setup, fam: Family) -> Runner:
     """Warm up ``name`` by training eagerly while every shape compiles in the background;
     returns its :class:`~shapebucket.bench.runner.Runner` (timed rounds then run the
     switched, compiled shapes under ``no_recompiles``)."""
-    from .runner import Runner, _peak_memory_mb, _reset_peak_memory, _sync
-
+    result = new_result(name, s, fam)
     strategy = STRATEGIES[name]
     a = s.args
     if s.device.type != "cpu":

@@ -46,6 +46,7 @@ from .. import _torch_compat as compat
 from .._progress import progress
 from .._validate import round_up
 from ..plan.fit import fit_buckets
+from .background import prepare_background
 from .model import GPT, CaptionConfig, Captioner, GPTConfig
 from .plans import Family, Setup, build_family, make_samples, plan_family, timed_sample_set
 from .runner import Runner, finish, prepare, time_round
@@ -224,7 +225,8 @@ def _warm_up(
             cache = compat.fresh_inductor_cache(tmp)
         try:
             with cache:
-                runners.append(prepare(name, s, families[STRATEGIES[name].family]))
+                warm_up = prepare_background if STRATEGIES[name].ready == "background" else prepare
+                runners.append(warm_up(name, s, families[STRATEGIES[name].family]))
         except Exception as e:  # one strategy failing must not hide the others
             results[name] = _failed(name, _error(e))
     return runners

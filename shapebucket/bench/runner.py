@@ -28,7 +28,15 @@ from ..plan.shapes import ShapePlan
 from .plans import SEQUENCE_KEYS, Family, Setup
 from .strategies import PEERS, STRATEGIES, Strategy, StrategyResult
 
-__all__ = ["Runner", "finish", "fresh_forward", "peak_step_memory_mb", "prepare", "time_round"]
+__all__ = [
+    "Runner",
+    "finish",
+    "fresh_forward",
+    "new_result",
+    "peak_step_memory_mb",
+    "prepare",
+    "time_round",
+]
 
 
 def fresh_forward(tag: str) -> Callable[[Any, dict[str, Any]], Any]:
@@ -148,10 +156,9 @@ def _marker(strategy: Strategy, buckets: Buckets | None) -> Callable[[dict[str, 
     return None
 
 
-def prepare(name: str, s: Setup, fam: Family) -> Runner:
-    """Build the model, compile, warm up (prewarm and/or the first steps); time it."""
+def new_result(name: str, s: Setup, fam: Family) -> StrategyResult:
+    """The strategy's record with what its family's batches say (shapes, efficiencies)."""
     strategy = STRATEGIES[name]
-    a = s.args
     result = StrategyResult(name=name, family=strategy.family, peer=name in PEERS)
     result.buckets = list(fam.buckets) if fam.buckets is not None else None
     result.epoch_steps = len(fam.epoch)
@@ -159,10 +166,15 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
     result.shapes = len(set(fam.shapes))
     computed = sum(int(b["input_ids"].numel()) for b in fam.timed)
     result.timed_token_efficiency = sum(fam.timed_real) / computed
-    if strategy.ready == "background":
-        from .background import prepare_background
+    return result
 
-        return prepare_background(name, s, fam, result)  # type: ignore[no-any-return]
+
+def prepare(name: str, s: Setup, fam: Family) -> Runner:
+    """Build the model, compile, warm up (prewarm and/or the first steps); time it.
+    (Compile-while-training warms up in :func:`~shapebucket.bench.background.prepare_background`.)"""
+    strategy = STRATEGIES[name]
+    a = s.args
+    result = new_result(name, s, fam)
     torch.manual_seed(a.seed)
     model = s.make_model().to(s.device)
     model.load_state_dict(s.init_state)

@@ -112,6 +112,7 @@ CASES = [
     ([*_strategy(), "--load-seconds", "-1"], "argument --load-seconds: must be >= 0"),
     ([*_strategy(), "--tokens-per-batch", "x"], "argument --tokens-per-batch: 'x' is not an int"),
     ([*_strategy(), "--step-shape", "0x8"], "'0x8': rows and length must be >= 1"),
+    ([*_strategy(), "--align", "0"], "align must be >= 1, got 0"),
     (["suggest", "{good}", "--k", "auto", "--compile-seconds", "3"], "missing: --job-samples"),
     (["demo", "--samples", "0"], "--samples must be >= 1"),
     (["demo", "--samples", "-5"], "--samples must be >= 1"),

@@ -41,6 +41,7 @@ def _files(tmp):
     (tmp / "adir").mkdir()
     made["dir"] = tmp / "adir"
     made["missing"] = tmp / "missing.txt"
+    text("partial_run", '{"results": [], "config": {}}')
     return made
 
 
@@ -122,6 +123,10 @@ CASES = [
     (["bench", "--workload", "nosuch"], "invalid choice: 'nosuch'"),
     (["bench", "--bogus"], "unrecognized arguments: --bogus"),
     (["bench", "--from-json", "{good}"], "is not a saved benchmark run"),
+    (["bench", "--from-json", "{partial_run}"], "is not a saved benchmark run: no 'workload'"),
+    (["bench", "--from-json", ""], "--from-json needs the path of a saved run"),
+    (["bench", "--strategies", ","], "--strategies ',' names no strategy"),
+    (["bench", "--strategies", "shapebucket,shapebucket"], "names shapebucket twice"),
 ]
 
 

@@ -24,6 +24,7 @@ from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, seed_worker
 
 from . import _torch_compat as compat
+from ._validate import check_lengths
 from .collate.bucket import BucketCollator
 from .collate.packed import PackedCollator
 from .errors import ShapeBucketError
@@ -76,7 +77,7 @@ class _ShapeTrainer(Trainer):
     def _setup_shapes(self, lengths: Any, prewarm: bool, compile_cache: str | bool) -> np.ndarray:
         """Check the lengths against the dataset; register the prewarm (it runs when
         training starts, on the model the Trainer compiled)."""
-        arr = _dataset_lengths(self.train_dataset) if lengths is None else np.asarray(lengths)
+        arr = _dataset_lengths(self.train_dataset) if lengths is None else check_lengths(lengths)
         if self.train_dataset is not None and len(arr) != len(self.train_dataset):  # type: ignore[arg-type]
             raise ShapeBucketError(
                 f"lengths has {len(arr)} entries but train_dataset has {len(self.train_dataset)}; "  # type: ignore[arg-type]

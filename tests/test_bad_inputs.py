@@ -41,6 +41,7 @@ def _files(tmp):
     (tmp / "adir").mkdir()
     made["dir"] = tmp / "adir"
     made["missing"] = tmp / "missing.txt"
+    text("partial_run", '{"results": [], "config": {}}')
     return made
 
 
@@ -112,6 +113,7 @@ CASES = [
     ([*_strategy(), "--load-seconds", "-1"], "argument --load-seconds: must be >= 0"),
     ([*_strategy(), "--tokens-per-batch", "x"], "argument --tokens-per-batch: 'x' is not an int"),
     ([*_strategy(), "--step-shape", "0x8"], "'0x8': rows and length must be >= 1"),
+    ([*_strategy(), "--align", "0"], "align must be >= 1, got 0"),
     (["suggest", "{good}", "--k", "auto", "--compile-seconds", "3"], "missing: --job-samples"),
     (["demo", "--samples", "0"], "--samples must be >= 1"),
     (["demo", "--samples", "-5"], "--samples must be >= 1"),
@@ -121,6 +123,10 @@ CASES = [
     (["bench", "--workload", "nosuch"], "invalid choice: 'nosuch'"),
     (["bench", "--bogus"], "unrecognized arguments: --bogus"),
     (["bench", "--from-json", "{good}"], "is not a saved benchmark run"),
+    (["bench", "--from-json", "{partial_run}"], "is not a saved benchmark run: no 'workload'"),
+    (["bench", "--from-json", ""], "--from-json needs the path of a saved run"),
+    (["bench", "--strategies", ","], "--strategies ',' names no strategy"),
+    (["bench", "--strategies", "shapebucket,shapebucket"], "names shapebucket twice"),
 ]
 
 

@@ -289,3 +289,23 @@ def test_prewarm_compiles_one_graph_per_cell_and_training_compiles_none(fresh_co
         no_recompiles(plan),
     ):
         compiled(**collate.repad(batch, CELLS.cells[0], rows=3))
+
+
+@pytest.mark.parametrize(
+    ("settings", "needle"),
+    [
+        ({"mask_key": "labels"}, "mask_key='labels' is one of the target keys"),
+        ({"target_mask_key": "labels"}, "target_mask_key='labels' is one of the target keys"),
+        ({"target_mask_key": "attention_mask"}, "mask_key and target_mask_key are both"),
+    ],
+)
+def test_collator_refuses_a_mask_named_like_another_key(settings, needle):
+    # the source mask replaced the labels, or the target mask was dropped, silently
+    with pytest.raises(ShapeBucketError, match=needle):
+        CellCollator([(8, 4), (16, 8)], **settings)
+
+
+def test_collator_refuses_a_target_mask_named_like_a_source_key():
+    collate = CellCollator([(8, 4), (16, 8)], target_mask_key="input_ids")
+    with pytest.raises(ShapeBucketError, match="target_mask_key='input_ids' is also a source key"):
+        collate([{"input_ids": [1, 2, 3], "labels": [7, 8]}])

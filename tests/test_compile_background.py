@@ -182,6 +182,8 @@ def _local_build():  # pragma: no cover - refused before it is called
         ({"model": torch.compile(GPT(CFG))}, "plain torch.nn.Module"),
         ({"sampler": [1, 2]}, "batch_buckets"),
         ({"poll_seconds": -1}, "poll_seconds"),
+        ({"poll_seconds": True}, "poll_seconds must be a number"),
+        ({"cache_dir": __file__}, "cache_dir=.* cannot hold .*Not a directory"),
     ],
 )
 def test_bad_input_is_refused(change, match, no_launch):

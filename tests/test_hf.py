@@ -285,3 +285,22 @@ def test_example_packs_prewarms_and_the_second_run_loads_the_cache(tmp_path):
         assert r["graphs_after_prewarm"] == 0 and r["prewarm_shapes"] >= 1
     assert [r["cache_loaded"] for r in runs] == [False, True]
     assert runs[0]["train_loss"] == runs[1]["train_loss"]
+
+
+@pytest.mark.parametrize("trainer", [BucketTrainer, PackedTrainer])
+@pytest.mark.parametrize(
+    ("lengths", "match"),
+    [(5, "lengths must be a list"), ((n for n in LENGTHS), "pass list\\(lengths\\)")],
+)
+def test_lengths_that_are_not_a_list_are_refused(tmp_path, trainer, lengths, match):
+    # a scalar or a generator was a TypeError (len() of unsized object)
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    with pytest.raises(ShapeBucketError, match=match):
+        trainer(
+            model=PackedRecorder(),
+            args=args,
+            train_dataset=Ids(packed=True),
+            lengths=lengths,
+            buckets=[32],
+            **({"rows": 2} if trainer is PackedTrainer else {}),
+        )

@@ -162,6 +162,10 @@ def test_short_and_long_jobs_on_the_mixture():
             "rows must be >= 1",
         ),
         (lambda: time_steps(print, print, [1, 2]), "cannot read the batch's shape"),
+        (
+            lambda: choose_strategy([3, 5], TIMING, width=8, job_samples=9, align=0),
+            "align must be >= 1, got 0",
+        ),
     ],
 )
 def test_bad_arguments(call, needle):
@@ -223,3 +227,25 @@ def test_suggest_width_refuses_in_one_line(tmp_path, capsys, flags, needle):
     captured = capsys.readouterr()
     (line,) = captured.err.strip().splitlines()
     assert line.startswith("error: ") and needle in line and captured.out == ""
+
+
+def test_a_huge_eager_step_never_gives_a_negative_job():
+    # eager 1e20 s against compiled 0.03 s: adding and subtracting the shapes' seconds
+    # one by one cancelled to a negative job time
+    timing = StepTiming(
+        compile_seconds=20, eager_seconds=1e20, compiled_seconds=0.03, rows=48, length=32
+    )
+    lengths = np.random.default_rng(0).integers(1, 300, 500)
+    report = choose_strategy(lengths, timing, width=128, job_samples=1000)
+    assert all(e.train_seconds > 0 and e.job_seconds > 0 for e in report.estimates)
+    loads = [ShapeLoad(48, 8 * i, 10.0 * i, 1e20 * i, 0.03 * i) for i in range(1, 7)]
+    _, job = compile_while_training(loads, 20.0)
+    assert job >= sum(s.compiled_seconds for s in loads)
+
+
+def test_estimates_that_overflow_are_refused():
+    timing = StepTiming(
+        compile_seconds=20, eager_seconds=1e308, compiled_seconds=0.03, rows=48, length=32
+    )
+    with pytest.raises(ShapeBucketError, match="eager_seconds=1e\\+308"):
+        choose_strategy([3, 5, 200], timing, width=128, job_samples=1000)

@@ -164,11 +164,22 @@ def _model_and_output_flags(p: argparse.ArgumentParser) -> None:
 
 def _replay(args: argparse.Namespace) -> int:
     """The table, headline and plot of a saved run, as measured then."""
+    if not args.from_json:
+        print(
+            "error: --from-json needs the path of a saved run (a .json it wrote)", file=sys.stderr
+        )
+        return 2
     try:
         data = json.loads(Path(args.from_json).read_text())
         results = [StrategyResult(**r) for r in data["results"]]
         config = data["config"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        described = _describe(config)
+    except KeyError as e:
+        print(
+            f"error: {args.from_json} is not a saved benchmark run: no {e} entry", file=sys.stderr
+        )
+        return 2
+    except (OSError, ValueError, TypeError) as e:
         print(f"error: {args.from_json} is not a saved benchmark run: {e}", file=sys.stderr)
         return 2
     old = [r.name for r in results if r.error is None and not r.round_epoch_s]
@@ -179,7 +190,7 @@ def _replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    print(_describe(config))
+    print(described)
     print(format_table(results))
     path = args.plot or str(Path(args.from_json).with_suffix(".png"))
     plot(results, path, _title(config))
@@ -243,10 +254,19 @@ def _resolve(args: argparse.Namespace) -> None:
         check_int("--packed-tokens-per-batch", args.packed_tokens_per_batch, minimum=args.max_len)
     if args.width % args.heads:
         raise ShapeBucketError(f"--width {args.width} must be a multiple of --heads {args.heads}")
-    names = {None: list(DEFAULT), "all": list(STRATEGIES)}.get(
-        args.strategies, str(args.strategies).split(",")
-    )
+    given = args.strategies
+    names = {None: list(DEFAULT), "all": list(STRATEGIES)}.get(given, str(given).split(","))
     args.strategies = [n.strip() for n in names if n.strip()]
+    if not args.strategies:
+        raise ShapeBucketError(
+            f"--strategies {given!r} names no strategy; pass 'all' or names from: "
+            f"{', '.join(STRATEGIES)}"
+        )
+    twice = sorted({n for n in args.strategies if args.strategies.count(n) > 1})
+    if twice:
+        raise ShapeBucketError(
+            f"--strategies names {', '.join(twice)} twice; name each strategy once"
+        )
     unknown = [n for n in args.strategies if n not in STRATEGIES]
     if unknown:
         raise ShapeBucketError(f"unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}")
@@ -273,7 +293,7 @@ def _resolve(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.from_json:
+    if args.from_json is not None:
         return _replay(args)
     try:
         _resolve(args)

@@ -81,6 +81,7 @@ class CellCollator:
         if isinstance(self.target_keys, (str, bytes)) or not isinstance(self.target_keys, Sequence):
             raise ShapeBucketError(f"target_keys must be a list of keys, got {self.target_keys!r}")
         self.target_keys = tuple(self.target_keys)
+        self._check_mask_keys()
         self.rows = self._check_rows(self.rows)
         pads, index = self.pad_values, self.index_key
         self._source = BucketCollator(
@@ -98,6 +99,21 @@ class CellCollator:
             pad_values=pads,
             index_key=index,
         )
+
+    def _check_mask_keys(self) -> None:
+        """A mask named like a target key or like the other mask would replace it."""
+        for name, key in (("mask_key", self.mask_key), ("target_mask_key", self.target_mask_key)):
+            if key is not None and key in self.target_keys:
+                raise ShapeBucketError(
+                    f"{name}={key!r} is one of the target keys {list(self.target_keys)}: the "
+                    "batch would hold the mask or the values under it, not both; name the mask "
+                    "differently"
+                )
+        if self.mask_key is not None and self.mask_key == self.target_mask_key:
+            raise ShapeBucketError(
+                f"mask_key and target_mask_key are both {self.mask_key!r}: one mask would "
+                "replace the other; give them different names"
+            )
 
     def _check_rows(self, rows: Any) -> int | dict[Cell, int] | None:
         if rows is None:
@@ -204,6 +220,11 @@ class CellCollator:
             )
         out = self._side(self._source, src, rows, cell[0], self.mask_key)
         target = self._side(self._target, tgt, rows, cell[1], self.target_mask_key)
+        if self.target_mask_key is not None and self.target_mask_key in out:
+            raise ShapeBucketError(
+                f"target_mask_key={self.target_mask_key!r} is also a source key of the samples "
+                f"(batch keys {list(out)}): the target mask would be dropped; name it differently"
+            )
         out.update((k, v) for k, v in target.items() if k not in out)
         return out
 

@@ -312,7 +312,9 @@ def compile_in_background(
         raise ShapeBucketError(
             "this plan re-pads an example to each shape: pass example=next(iter(loader))"
         )
-    if not isinstance(poll_seconds, (int, float)) or not 0 <= poll_seconds <= 60:
+    if isinstance(poll_seconds, bool) or not isinstance(poll_seconds, (int, float)):
+        raise ShapeBucketError(f"poll_seconds must be a number of seconds, got {poll_seconds!r}")
+    if not 0 <= poll_seconds <= 60:
         raise ShapeBucketError(f"poll_seconds must be between 0 and 60, got {poll_seconds!r}")
     options = check_options(compile_options)
     check_picklable(build=build, step=step, plan=plan, example=example)
@@ -330,7 +332,13 @@ def compile_in_background(
         described = {f"{s.rows}x{s.length}": describe_batch(plan.batch(example, s)) for s in order}
         extra = f"background threads={torch.get_num_threads()} {sorted(options.items())!r}"
         out = str(Path(cache_dir) / job_key(model, step, described, extra, described=True))
-        Path(out).mkdir(parents=True, exist_ok=True)
+        try:
+            Path(out).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ShapeBucketError(
+                f"cache_dir={str(cache_dir)!r} cannot hold the compiled shapes ({e.strerror}); pass a directory (created if "
+                "missing) or leave cache_dir out"
+            ) from None
     done = {Shape(*json.loads(p.read_text())["shape"]) for p in Path(out).glob("[0-9]*.json")}
     spec = Spec(
         build,

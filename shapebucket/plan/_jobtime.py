@@ -70,14 +70,22 @@ def compile_while_training(
     (10.0, 55.0)
     """
     order = sorted(loads, key=lambda s: -s.batches)
-    duration = eager(loads)[1]  # one whole job at the current speeds
     t = progress = 0.0
-    for j, shape in enumerate(order):
+    for j in range(len(order)):
+        duration = _whole_job(order, j)  # one whole job at the current speeds
         ready = (j + 1) * compile_seconds
         remaining = (1.0 - progress) * duration * contention  # to the end at this speed
         if t + remaining <= ready:
             return len(order) * compile_seconds, t + remaining
         progress += (ready - t) / (duration * contention)
         t = ready + load_seconds
-        duration += shape.compiled_seconds - shape.eager_seconds
-    return len(order) * compile_seconds, t + (1.0 - progress) * duration
+    return len(order) * compile_seconds, t + (1.0 - progress) * _whole_job(order, len(order))
+
+
+def _whole_job(order: list[ShapeLoad], ready: int) -> float:
+    """Seconds of one whole job with the first ``ready`` shapes of ``order`` compiled (summed
+    afresh: adding and taking away each shape's seconds cancels to nonsense, even below 0,
+    when the eager seconds dwarf the compiled ones)."""
+    return sum(s.compiled_seconds for s in order[:ready]) + sum(
+        s.eager_seconds for s in order[ready:]
+    )

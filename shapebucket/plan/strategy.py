@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import check_int, check_lengths, round_up
+from .._validate import MAX_BUCKET, check_int, check_lengths, round_up
 from ..errors import ShapeBucketError
 from ._jobtime import MODES, ShapeLoad, compile_first, compile_while_training, eager, unit_cost
 from .buckets import Buckets
@@ -344,6 +344,7 @@ def choose_strategy(
     job_samples = check_int("job_samples", job_samples, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     k = check_int("k", k, minimum=1)
+    align = check_int("align", align, minimum=1, maximum=MAX_BUCKET)
     contention = positive("contention", contention)
     background = (
         timing.compile_seconds
@@ -371,6 +372,11 @@ def choose_strategy(
         for layout, (buckets, rows, eff, loads) in sets
         for e in _estimates(layout, buckets, rows, eff, loads, timing, background)
     ]
+    if not all(np.isfinite(e.job_seconds) for e in estimates):
+        raise ShapeBucketError(
+            f"the job's estimates overflow a float: {timing} scaled to {job_samples:,} samples; "
+            "check the timed step's units (seconds per step)"
+        )
     rank = {mode: i for i, mode in enumerate(MODES)}
 
     def key(e: StrategyEstimate) -> tuple[float, int, int]:

@@ -50,6 +50,24 @@ _INT64_MAX = np.iinfo(np.int64).max
 T = TypeVar("T", int, np.ndarray)
 
 
+def check_flag(name: str, value: Any) -> bool:
+    """``value`` as a bool, or a :class:`ShapeBucketError` naming ``name``: a string such
+    as ``"no"`` is true in Python and would silently mean the opposite.
+
+    >>> check_flag("drop_last", False)
+    False
+    >>> check_flag("drop_last", "no")
+    Traceback (most recent call last):
+    ...
+    shapebucket.errors.ShapeBucketError: drop_last must be True or False, got 'no' (str)
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise ShapeBucketError(
+            f"{name} must be True or False, got {value!r} ({type(value).__name__})"
+        )
+    return bool(value)
+
+
 def check_int(
     name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None
 ) -> int:

@@ -186,6 +186,10 @@ def test_max_tokens_batch_sizes_and_collator_pairing():
         ([[3]], {"batch_size": 2, "leftovers": "merge"}, "'merge'"),
         ([[]], {"batch_size": 2}, "lengths is empty"),
         ([[3.5]], {"batch_size": 2}, "dtype float64"),
+        # a string is true in Python: drop_last="no" dropped samples, shuffle="no" shuffled
+        ([[3]], {"batch_size": 2, "drop_last": "no"}, "drop_last must be True or False, got 'no'"),
+        ([[3]], {"batch_size": 2, "shuffle": "no"}, "shuffle must be True or False, got 'no'"),
+        ([[3]], {"batch_size": 2, "drop_last": 0}, "drop_last must be True or False, got 0"),
     ],
 )
 def test_bad_input(args, kwargs, needle):

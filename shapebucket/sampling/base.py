@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Generic, NoReturn, TypeVar, overload
 import numpy as np
 from torch.utils.data import Sampler
 
-from .._validate import check_int, check_lengths
+from .._validate import check_flag, check_int, check_lengths
 from ..errors import ShapeBucketError
 from ..plan.batches import check_longest
 from ..plan.buckets import Buckets, as_buckets
@@ -210,7 +210,7 @@ class ResumableBatchSampler(Sampler[list[int]]):
         arr.flags.writeable = False
         self._buckets = table
         self._lengths = arr
-        self._shuffle = bool(shuffle)
+        self._shuffle = check_flag("shuffle", shuffle)
         self._num_replicas, self._rank = resolve_world(num_replicas, rank)
         self._seed = check_int("seed", seed, minimum=0)
         self._pass = 0

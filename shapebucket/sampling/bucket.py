@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._validate import check_int
+from .._validate import check_flag, check_int
 from ..errors import ShapeBucketError
 from ..plan.batches import EpochPlan, Leftovers, SamplerReport, StepPlan, plan_epoch, plan_steps
 from ..plan.buckets import Buckets
@@ -92,7 +92,7 @@ class BucketBatchSampler(ResumableBatchSampler):
         self._rows = _rows_per_bucket(table, batch_size, tokens_per_batch, batch_multiple)
         self._batch_size, self._tokens_per_batch = batch_size, tokens_per_batch
         self._batch_multiple = batch_multiple
-        self._drop_last, self._leftovers = bool(drop_last), leftovers
+        self._drop_last, self._leftovers = check_flag("drop_last", drop_last), leftovers
         index = table.index_for_many(self._lengths).astype(np.int32)
         index.flags.writeable = False
         self._bucket_index = index

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import check_int, check_lengths
+from .._validate import check_flag, check_int, check_lengths
 from ..errors import ShapeBucketError
 from ..plan.batches import EpochPlan, SamplerReport, StepPlan, plan_epoch, plan_steps
 from ..plan.buckets import Buckets
@@ -104,7 +104,7 @@ class CellBatchSampler(ResumableBatchSampler):
         self._targets_digest = hashlib.sha1(tgt.tobytes() + repr(table).encode()).hexdigest()
         self._rows = _rows_per_cell(table, batch_size, tokens_per_batch, batch_multiple)  # type: ignore[assignment]
         self._batch_size, self._tokens_per_batch = batch_size, tokens_per_batch
-        self._batch_multiple, self._drop_last = batch_multiple, bool(drop_last)
+        self._batch_multiple, self._drop_last = batch_multiple, check_flag("drop_last", drop_last)
         self._plan = plan_steps(
             np.bincount(index, minlength=len(table)),
             [self._rows[c] for c in table],  # type: ignore[index]

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from shapebucket import BucketCollator
 from shapebucket.data import mixture_lengths
-from shapebucket.plan.buckets import Buckets
+from shapebucket.fit.buckets import Buckets
 
 Batch = list[dict[str, Any]]
 

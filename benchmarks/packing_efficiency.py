@@ -23,7 +23,7 @@ from shapebucket._validate import round_up
 from shapebucket.bench.peers import length_grouped_indices
 from shapebucket.bench.workloads import stdlib_docstring_lengths
 from shapebucket.data import mixture_lengths
-from shapebucket.plan.packing import plan_packing
+from shapebucket.fit.packing import plan_packing
 
 
 def workloads(max_len: int) -> dict[str, np.ndarray]:

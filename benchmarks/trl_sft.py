@@ -33,7 +33,7 @@ from trl import SFTConfig, SFTTrainer
 
 from shapebucket.bench.workloads import stdlib_docstring_paragraphs
 from shapebucket.compile import CompileCounter
-from shapebucket.hf_trl import PackedSFTTrainer
+from shapebucket.hf.trl import PackedSFTTrainer
 
 MAX_LEN = 256
 TOKENS = 1024  # tokens per batch: 4 rows of MAX_LEN for TRL

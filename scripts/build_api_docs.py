@@ -30,12 +30,15 @@ def _signature(obj: object, name: str) -> str:
 
 #: the subpackages documented after the top level, in the order a reader meets them
 MODULES = [
+    "shapebucket.fit",
     "shapebucket.plan",
+    "shapebucket.advise",
     "shapebucket.sampling",
     "shapebucket.collate",
     "shapebucket.compile",
+    "shapebucket.compile.background",
     "shapebucket.hf",
-    "shapebucket.hf_trl",
+    "shapebucket.hf.trl",
 ]
 
 
@@ -67,7 +70,7 @@ def render() -> str:
         "",
         "Generated from the docstrings by `python scripts/build_api_docs.py`; do not edit by hand.",
         "First the names importable from `shapebucket`, then what each subpackage adds",
-        "(`shapebucket.hf` and `shapebucket.hf_trl` import transformers and trl: the `hf`",
+        "(`shapebucket.hf` and `shapebucket.hf.trl` import transformers and trl: the `hf`",
         "and `trl` extras).",
         "",
     ]

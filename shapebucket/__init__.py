@@ -3,7 +3,8 @@
 Pad each batch to one of a few bucket lengths (or pack whole samples into rows of a
 few lengths), compile every shape before training, and prove nothing recompiles
 after. The top level holds the pipeline of the README; the rest lives by concern in
-:mod:`shapebucket.plan` (buckets, fits, reports, the shape plan),
+:mod:`shapebucket.fit` (buckets, fits, reports), :mod:`shapebucket.plan` (the shape plan),
+:mod:`shapebucket.advise` (job estimates),
 :mod:`shapebucket.sampling`, :mod:`shapebucket.collate` and :mod:`shapebucket.compile`.
 
 >>> import shapebucket
@@ -17,8 +18,8 @@ from .collate.packed import PackedCollator
 from .compile.prewarm import prewarm
 from .compile.recompiles import no_recompiles
 from .errors import ShapeBucketError
-from .plan.fit import fit_buckets
-from .plan.packing_fit import fit_packing
+from .fit.bucket_fit import fit_buckets
+from .fit.packing_fit import fit_packing
 from .plan.shapes import ShapePlan
 from .sampling.bucket import BucketBatchSampler
 from .sampling.packed import PackedBatchSampler

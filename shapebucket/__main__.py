@@ -19,13 +19,13 @@ import numpy as np
 
 from ._argparse import Parser, non_negative_float, positive_float, positive_int
 from ._validate import check_int
+from .advise.kchoice import choose_k
+from .advise.policies import compare_policies
+from .advise.strategy import choose_strategy
+from .advise.timing import StepTiming
 from .data import mixture_lengths, read_lengths
 from .errors import ShapeBucketError
-from .plan.kchoice import choose_k
-from .plan.optimal import DEFAULT_ALIGN
-from .plan.policies import compare_policies
-from .plan.strategy import choose_strategy
-from .plan.timing import StepTiming
+from .fit.optimal import DEFAULT_ALIGN
 
 __all__ = ["main", "plot_lengths", "plot_path", "read_lengths"]
 
@@ -221,7 +221,7 @@ def _strategy(args: argparse.Namespace, lengths: np.ndarray) -> list[int]:
     print(report)
     print()
     print("Suggested (paste into your code):")
-    print(f"    buckets = shapebucket.plan.{report.chosen.buckets!r}")
+    print(f"    buckets = shapebucket.fit.{report.chosen.buckets!r}")
     if report.chosen.layout == "packing":
         print(f"    rows = {report.chosen.rows}  # PackedBatchSampler / PackedCollator(rows=rows)")
     return list(report.chosen.buckets)
@@ -259,7 +259,7 @@ def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int
     print(table)
     print()
     print("Suggested (paste into your code):")
-    print(f"    buckets = shapebucket.plan.{table.fitted!r}")
+    print(f"    buckets = shapebucket.fit.{table.fitted!r}")
     if plot is not None:
         title = f"fitted buckets (k={k}, align={args.align})"
         plot_lengths(lengths, list(table.fitted), plot, title)

@@ -12,7 +12,7 @@ class ShapeBucketError(ValueError):
     and how to fix it. It subclasses :class:`ValueError`, so code that already
     catches ``ValueError`` keeps working.
 
-    >>> from shapebucket.plan import Buckets
+    >>> from shapebucket.fit import Buckets
     >>> try:
     ...     Buckets([8, 16]).bucket_for(20)
     ... except ShapeBucketError as e:

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shapebucket import ShapeBucketError
-from shapebucket.plan import Buckets
+from shapebucket.fit import Buckets
 
 bucket_sets = st.lists(st.integers(2, 10_000), min_size=1, max_size=20, unique=True).map(sorted)
 

@@ -18,7 +18,7 @@ from shapebucket import ShapePlan, no_recompiles, prewarm
 from shapebucket.collate import BucketCollator, CellCollator
 from shapebucket.compile import CompileCounter
 from shapebucket.errors import ShapeBucketError
-from shapebucket.plan import fit_cells
+from shapebucket.fit import fit_cells
 from shapebucket.plan.shapes import CellShape
 from shapebucket.sampling import BucketBatchSampler, CellBatchSampler
 

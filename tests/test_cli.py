@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 
 from shapebucket.__main__ import main
+from shapebucket.advise.kchoice import choose_k
 from shapebucket.data import mixture_lengths, read_lengths
 from shapebucket.errors import ShapeBucketError
-from shapebucket.plan.fit import fit_buckets
-from shapebucket.plan.kchoice import choose_k
+from shapebucket.fit.bucket_fit import fit_buckets
 
 
 def test_suggest_text_file_prints_table_and_paste_line(tmp_path, capsys):
@@ -15,7 +15,7 @@ def test_suggest_text_file_prints_table_and_paste_line(tmp_path, capsys):
     assert main(["suggest", str(path), "--k", "4", "--align", "8", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "fitted (k=4)" in out and "powers of two" in out
-    assert "buckets = shapebucket.plan.Buckets([" in out
+    assert "buckets = shapebucket.fit.Buckets([" in out
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
 from shapebucket import BucketCollator, ShapeBucketError
-from shapebucket.plan import Buckets
+from shapebucket.fit import Buckets
 
 BUCKETS = Buckets([4, 8, 16, 32])
 

@@ -10,7 +10,7 @@ from _collate_models import tiny_llama
 from torch import nn
 
 from shapebucket import BucketBatchSampler, BucketCollator, PackedCollator, ShapeBucketError
-from shapebucket.plan.packing import pack_rows
+from shapebucket.fit.packing import pack_rows
 
 
 class Plain(nn.Module):

@@ -27,8 +27,8 @@ from shapebucket import (
 from shapebucket.bench.model import GPT, GPTConfig
 from shapebucket.compile import CompileCounter
 from shapebucket.data import mixture_lengths
-from shapebucket.plan import Buckets
-from shapebucket.plan.packing import pack_rows, plan_packing
+from shapebucket.fit import Buckets
+from shapebucket.fit.packing import pack_rows, plan_packing
 
 
 def samples_for(lengths, seed=0, vocab=50):

@@ -26,7 +26,7 @@ from shapebucket.compile import (
     save_compile_cache,
 )
 from shapebucket.compile.state import restore, snapshot
-from shapebucket.plan.buckets import Buckets
+from shapebucket.fit.buckets import Buckets
 from shapebucket.plan.shapes import Shape, ShapePlan
 
 EAGER = {"backend": "eager", "dynamic": False}

@@ -14,7 +14,7 @@ from shapebucket import BucketBatchSampler, BucketCollator, ShapePlan, no_recomp
 from shapebucket import _torch_compat as compat
 from shapebucket.bench.model import GPT, CaptionConfig, Captioner, GPTConfig
 from shapebucket.compile import BackgroundCompile, CompileCounter, compile_in_background
-from shapebucket.compile.worker import ERROR, compile_shapes
+from shapebucket.compile.background.worker import ERROR, compile_shapes
 from shapebucket.errors import ShapeBucketError
 
 KEYS = ["input_ids", "labels"]

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 
 from shapebucket import BucketBatchSampler, BucketCollator, PackedCollator, ShapeBucketError
 from shapebucket.compile import CompileCounter, no_recompiles, prewarm
-from shapebucket.plan.buckets import Buckets
+from shapebucket.fit.buckets import Buckets
 from shapebucket.plan.shapes import Shape, ShapePlan
 
 LENGTHS = np.random.default_rng(0).integers(2, 40, 61)

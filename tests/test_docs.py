@@ -30,7 +30,7 @@ def test_api_docs_are_built_from_the_docstrings():
     assert out.returncode == 0, out.stderr
     text = (ROOT / "docs" / "api.md").read_text()
     assert all(f"## `{name}`" in text for name in shapebucket.__all__)
-    for module in ("plan", "sampling", "collate", "compile", "hf", "hf_trl"):
+    for module in ("fit", "plan", "advise", "sampling", "collate", "compile", "compile.background", "hf", "hf.trl"):
         names = importlib.import_module(f"shapebucket.{module}").__all__
         extra = [n for n in names if n not in shapebucket.__all__]
         assert extra and all(f"## `shapebucket.{module}.{n}`" in text for n in extra), module

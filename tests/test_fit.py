@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shapebucket.advise.kchoice import choose_k
+from shapebucket.advise.policies import compare_policies
 from shapebucket.data import mixture_lengths
 from shapebucket.errors import ShapeBucketError
-from shapebucket.plan.buckets import Buckets
-from shapebucket.plan.fit import fit_buckets
-from shapebucket.plan.kchoice import choose_k
-from shapebucket.plan.packing_fit import fit_packing, packing_report
-from shapebucket.plan.padding import efficiency, padding_report
-from shapebucket.plan.policies import compare_policies
+from shapebucket.fit.bucket_fit import fit_buckets
+from shapebucket.fit.buckets import Buckets
+from shapebucket.fit.packing_fit import fit_packing, packing_report
+from shapebucket.fit.padding import efficiency, padding_report
 
 COSTS = {
     "tokens": lambda b: float(b),

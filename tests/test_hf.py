@@ -17,7 +17,7 @@ from transformers import TrainerCallback, TrainingArguments
 from shapebucket import ShapeBucketError, ShapePlan, fit_packing
 from shapebucket.compile import CompileCounter
 from shapebucket.hf import BucketTrainer, PackedTrainer
-from shapebucket.hf_prewarm import prewarm_trainer
+from shapebucket.hf.prewarm import prewarm_trainer
 
 LENGTHS = np.random.default_rng(3).integers(2, 30, 45)
 

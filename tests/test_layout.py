@@ -127,13 +127,13 @@ print(json.dumps({
 
 #: ``import shapebucket`` loads the four concerns and the private core, nothing else:
 #: not the benchmark, the CLI, the lengths helpers or the Hugging Face integration
-CONCERNS = ("plan", "sampling", "collate", "compile")
+CONCERNS = ("fit", "plan", "sampling", "collate", "compile")
 CORE = ["shapebucket", "shapebucket._progress", "shapebucket._torch_compat"]
 CORE += ["shapebucket._validate", "shapebucket.errors"]
 #: loaded when first used: the triton kernels (the ``gpu`` extra)
 LAZY = {"shapebucket.collate._triton_kernels"}
 EXPECTED_MODULES = sorted(
-    {*CORE, *(module_name(p) for c in CONCERNS for p in (PKG / c).glob("*.py"))} - LAZY
+    {*CORE, *(module_name(p) for c in CONCERNS for p in (PKG / c).rglob("*.py"))} - LAZY
 )
 #: the examples' GPT needs the document mask, which loads the package (not the harness)
 EXPECTED_BENCH_MODEL_MODULES = sorted(
@@ -176,10 +176,12 @@ CORE_MODULES = {
     "shapebucket._progress",
 }
 ALLOWED = {  # concern -> what it may import besides itself and the core
-    "plan": set(),
-    "sampling": {"plan"},
-    "collate": {"plan"},
-    "compile": {"plan", "collate"},
+    "fit": set(),
+    "plan": {"fit"},
+    "sampling": {"fit", "plan"},
+    "collate": {"fit", "plan"},
+    "compile": {"fit", "plan", "collate"},
+    "advise": {"fit", "plan", "compile"},
 }
 
 
@@ -230,4 +232,187 @@ def test_private_torch_apis_live_in_one_module():
                 names = [ast.unparse(node)]
             if any(n.startswith("torch.") and "._" in n and "__" not in n for n in names):
                 found.append(f"{path.relative_to(PKG.parent)}:{node.lineno}")
+    assert found == []
+
+
+# -- named seams: no module reaches into another's private names -------------------------
+
+#: the receivers whose private attributes a module may read: its own objects
+OWN = {"self", "cls"}
+
+
+def _defined_private_names(tree: ast.AST) -> set[str]:
+    """Underscore names a module defines: functions, classes, attributes it assigns
+    (``self._x = ...``, ``_x = ...``, class-level ``_x: int``) and ``__slots__`` entries."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.add(node.value)  # __slots__ = ("_a", ...), getattr(x, "_a")
+    return {n for n in names if n.startswith("_")}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_reach_ins(path: Path) -> list[str]:
+    """Where ``path`` uses another module's underscore name: ``from .x import _name``,
+    or ``obj._name`` on an object other than ``self``/``cls`` when the module does not
+    define ``_name`` itself. Underscore *modules* of the package (``_validate``,
+    ``_torch_compat``) are package-private seams and may be imported."""
+    tree = ast.parse(path.read_text())
+    own = _defined_private_names(tree)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = path.parent
+                for _ in range(node.level - 1):
+                    base = base.parent
+            elif (node.module or "").startswith("shapebucket"):
+                base = PKG.parent
+            else:
+                continue
+            target = base.joinpath(*(node.module or "").split(".")) if node.module else base
+            for alias in node.names:
+                private_module = (target / f"{alias.name}.py").exists()
+                if _is_private(alias.name) and not private_module:
+                    out.append(f"{node.lineno}: from {node.module} import {alias.name}")
+        elif isinstance(node, ast.Attribute) and _is_private(node.attr):
+            receiver = node.value
+            if isinstance(receiver, ast.Name) and receiver.id in OWN:
+                continue
+            if isinstance(receiver, ast.Call) and ast.unparse(receiver.func) == "super":
+                continue
+            if isinstance(receiver, ast.Name) and receiver.id in {"compat", "_torch_compat"}:
+                continue  # the compat module's private helpers are its own business
+            if node.attr in own:
+                continue
+            out.append(f"{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        if path.name == "_torch_compat.py":
+            continue
+        found += [f"{path.relative_to(PKG.parent)}:{x}" for x in private_reach_ins(path)]
+    assert found == []
+
+
+def test_private_torch_attributes_live_in_one_module():
+    """``_orig_mod`` and every other private attribute of a torch object (a compiled
+    module, a tensor, an optimizer) are read only in ``_torch_compat.py``; the check
+    above covers them, this one names the most common offender on its own."""
+    found = [
+        f"{p.relative_to(PKG.parent)}"
+        for p in PKG.rglob("*.py")
+        if p.name != "_torch_compat.py" and "_orig_mod" in p.read_text()
+    ]
+    assert found == []
+
+
+# -- signatures: few parameters; options that belong together are one record --------------
+
+MAX_PUBLIC_PARAMETERS = 8
+MAX_CONSTRUCTOR_PARAMETERS = 10
+
+
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    a = fn.args
+    names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+    names += [x.arg for x in (a.vararg, a.kwarg) if x is not None]
+    return [n for n in names if n not in ("self", "cls")]
+
+
+#: records the package returns (reports, results, a finished batch), never built by users
+RECORD_SUFFIXES = ("Report", "Result", "Estimate", "FlatBatch", "Setup", "Family")
+
+
+def _all_dataclasses() -> dict[str, ast.ClassDef]:
+    out = {}
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                "dataclass" in ast.unparse(d) for d in node.decorator_list
+            ):
+                out[node.name] = node
+    return out
+
+
+def _dataclass_fields(cls: ast.ClassDef) -> list[str] | None:
+    """The ``__init__`` fields of a dataclass, its package base classes' included."""
+    classes = _all_dataclasses()
+    if cls.name not in classes:
+        return None
+    fields: list[str] = []
+    for base in cls.bases:
+        if isinstance(base, ast.Name) and base.id in classes:
+            fields += _dataclass_fields(classes[base.id]) or []
+    for stmt in cls.body:
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            text = ast.unparse(stmt)
+            if "ClassVar" in text or "init=False" in text:
+                continue
+            if stmt.target.id not in fields:
+                fields.append(stmt.target.id)
+    return fields
+
+
+def wide_signatures(path: Path) -> list[str]:
+    """Public functions over 8 parameters, public constructors over 10."""
+    out = []
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and not node.name.startswith(("_", *RECORD_SUFFIXES)):
+            if node.name.endswith(RECORD_SUFFIXES):
+                continue
+            fields = _dataclass_fields(node)
+            if fields is not None and len(fields) > MAX_CONSTRUCTOR_PARAMETERS:
+                out.append(f"{node.lineno} {node.name}: {len(fields)} fields")
+            for fn in node.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == "__init__":
+                    n = len(_parameters(fn))
+                    if n > MAX_CONSTRUCTOR_PARAMETERS:
+                        out.append(f"{fn.lineno} {node.name}.__init__: {n}")
+                elif isinstance(fn, ast.FunctionDef) and not fn.name.startswith("_"):
+                    n = len(_parameters(fn))
+                    if n > MAX_PUBLIC_PARAMETERS:
+                        out.append(f"{fn.lineno} {node.name}.{fn.name}: {n}")
+    for fn in tree.body:
+        jit = isinstance(fn, ast.FunctionDef) and any(
+            "jit" in ast.unparse(d) for d in fn.decorator_list
+        )
+        if isinstance(fn, ast.FunctionDef) and not fn.name.startswith("_") and not jit:
+            n = len(_parameters(fn))
+            if n > MAX_PUBLIC_PARAMETERS:
+                out.append(f"{fn.lineno} {fn.name}: {n}")
+    return out
+
+
+def test_no_public_signature_too_wide():
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        found += [f"{path.relative_to(PKG.parent)}:{x}" for x in wide_signatures(path)]
+    assert found == []
+
+
+def test_no_function_over_80_lines_with_its_docstring():
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                n = node.end_lineno - start + 1  # type: ignore[operator]
+                if n > MAX_FUNCTION_LINES:
+                    found.append(f"{path.relative_to(PKG.parent)}:{node.lineno} {node.name}: {n}")
     assert found == []

@@ -19,7 +19,7 @@ from shapebucket.compile import (
     no_recompiles,
     prewarm,
 )
-from shapebucket.plan.buckets import Buckets
+from shapebucket.fit.buckets import Buckets
 from shapebucket.plan.shapes import ShapePlan
 
 BUCKETS = Buckets([8, 16, 32])

@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from shapebucket import BucketBatchSampler, PackedBatchSampler
-from shapebucket.plan import Buckets
+from shapebucket.fit import Buckets
 
 torchdata = pytest.importorskip("torchdata.stateful_dataloader")
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
 from shapebucket import BucketBatchSampler, BucketCollator, ShapeBucketError
-from shapebucket.plan import Buckets
-from shapebucket.plan.batches import plan_epoch, plan_steps
+from shapebucket.fit import Buckets
+from shapebucket.fit.batches import plan_epoch, plan_steps
 
 BUCKETS = Buckets([4, 8, 16, 32])
 
@@ -253,7 +253,7 @@ DIST_SCRIPT = textwrap.dedent(
     import numpy as np
     import torch.distributed as dist
     from shapebucket import BucketBatchSampler
-    from shapebucket.plan import Buckets
+    from shapebucket.fit import Buckets
 
     dist.init_process_group("gloo")
     lengths = np.random.default_rng(0).integers(1, 33, 203)

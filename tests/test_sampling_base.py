@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import shapebucket.sampling as sampling
 from shapebucket import ShapeBucketError
-from shapebucket.plan.buckets import Buckets
+from shapebucket.fit.buckets import Buckets
 from shapebucket.sampling import (
     BucketBatchSampler,
     CellBatchSampler,

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from shapebucket import PackedBatchSampler, PackedCollator, ShapeBucketError, fit_packing
 from shapebucket.data import mixture_lengths
-from shapebucket.plan.buckets import Buckets
-from shapebucket.plan.packing import pack_rows, plan_packing, rows_by_length
+from shapebucket.fit.buckets import Buckets
+from shapebucket.fit.packing import pack_rows, plan_packing, rows_by_length
 
 
 @settings(max_examples=100, deadline=None)

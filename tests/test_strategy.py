@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapebucket.__main__ import main
+from shapebucket.advise import StepTiming, choose_strategy, time_steps
+from shapebucket.advise._jobtime import ShapeLoad, compile_first, compile_while_training, eager
 from shapebucket.data import mixture_lengths
 from shapebucket.errors import ShapeBucketError
-from shapebucket.plan import StepTiming, choose_strategy, time_steps
-from shapebucket.plan._jobtime import ShapeLoad, compile_first, compile_while_training, eager
 
 TIMING = StepTiming(
     compile_seconds=9.0, eager_seconds=0.04, compiled_seconds=0.032, rows=48, length=32
@@ -208,7 +208,7 @@ def test_suggest_width_prints_the_strategy(tmp_path, capsys):
     assert main([*argv, "--step-shape", "48x32"]) == 0
     out = capsys.readouterr().out
     assert "strategy from the job: 2,000,000 samples" in out and out.count("<- chosen") == 1
-    assert "recommended: " in out and "buckets = shapebucket.plan.Buckets([" in out
+    assert "recommended: " in out and "buckets = shapebucket.fit.Buckets([" in out
 
 
 @pytest.mark.parametrize(

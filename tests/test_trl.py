@@ -19,7 +19,7 @@ from trl import SFTConfig
 
 from shapebucket import ShapeBucketError, ShapePlan
 from shapebucket.compile import CompileCounter
-from shapebucket.hf_trl import PackedSFTTrainer
+from shapebucket.hf.trl import PackedSFTTrainer
 
 ROOT = Path(__file__).parent.parent
 EXAMPLE = ROOT / "docs" / "examples" / "trl_sft.py"

@@ -16,10 +16,10 @@ from shapebucket import (
     fit_packing,
 )
 from shapebucket._validate import check_int, check_lengths
+from shapebucket.advise.policies import compare_policies
 from shapebucket.data import read_lengths
-from shapebucket.plan.buckets import Buckets
-from shapebucket.plan.padding import padding_report
-from shapebucket.plan.policies import compare_policies
+from shapebucket.fit.buckets import Buckets
+from shapebucket.fit.padding import padding_report
 
 ENTRY_POINTS = {
     "fit_buckets": lambda x: fit_buckets(x, 2),

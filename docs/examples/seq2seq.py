@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, Dataset
 import shapebucket
 from shapebucket.collate import CellCollator
 from shapebucket.compile import CompileCounter
-from shapebucket.plan import fit_cells
+from shapebucket.fit import fit_cells
 from shapebucket.sampling import CellBatchSampler
 
 VOCAB = 64

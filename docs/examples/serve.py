@@ -20,7 +20,7 @@ import torch
 import shapebucket
 from shapebucket.bench.model import GPT, GPTConfig
 from shapebucket.compile import CompileCounter, Inference
-from shapebucket.plan.buckets import Buckets
+from shapebucket.fit.buckets import Buckets
 
 LENGTHS = Buckets([16, 32, 64])
 BATCHES = [1, 4, 16]

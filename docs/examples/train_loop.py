@@ -42,7 +42,7 @@ def main():
     sampler = shapebucket.BucketBatchSampler(lengths, buckets, batch_size=16, seed=0)
     collate = shapebucket.BucketCollator(buckets, rows=sampler.rows)
     loader = DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=2)
-    print(shapebucket.plan.padding_report(lengths, buckets))
+    print(shapebucket.fit.padding_report(lengths, buckets))
 
     # 4. compile with static shapes; 5. prewarm every bucket before training
     model = GPT(GPTConfig(vocab=256, dim=64, layers=1, heads=4, max_len=MAX_LEN))

@@ -24,7 +24,7 @@ from trl import SFTConfig
 
 from shapebucket.bench.workloads import stdlib_docstring_paragraphs
 from shapebucket.compile import CompileCounter
-from shapebucket.hf_trl import PackedSFTTrainer
+from shapebucket.hf.trl import PackedSFTTrainer
 
 
 def byte_tokenizer():

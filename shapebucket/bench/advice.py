@@ -1,6 +1,6 @@
 """The strategy the job's own figures recommend, next to the one the benchmark measured best.
 
-``shapebucket.plan.choose_strategy`` estimates the whole job of every layout
+``shapebucket.advise.choose_strategy`` estimates the whole job of every layout
 (buckets or packing) and mode (eager, compile-first, compile-while-training)
 from one timed shape. The benchmark has that shape measured cleanly: the
 fixed-length packing peers run one shape (``rows x --max-len``) eagerly and
@@ -49,10 +49,10 @@ def recommendation(
 ) -> list[str]:
     """Lines to print: the recommendation for one and ten epochs and the agreement, or why
     there is none (``choose_strategy`` missing, or the fixed-length peers not run)."""
-    plan = importlib.import_module("shapebucket.plan")
+    plan = importlib.import_module("shapebucket.advise")
     choose, timing_cls = getattr(plan, "choose_strategy", None), getattr(plan, "StepTiming", None)
     if choose is None or timing_cls is None:
-        return ["strategy advice: shapebucket.plan.choose_strategy is not in this version"]
+        return ["strategy advice: shapebucket.advise.choose_strategy is not in this version"]
     by = {r.name: r for r in results if r.error is None and r.step_times}
     eager, compiled = by.get("fixed-packed-eager"), by.get("fixed-packed-compile")
     if eager is None or compiled is None:
@@ -67,7 +67,7 @@ def recommendation(
         length=int(model["max_len"]),
     )
     lines = [
-        f"strategy advice (shapebucket.plan.choose_strategy from the measured {rows}x"
+        f"strategy advice (shapebucket.advise.choose_strategy from the measured {rows}x"
         f"{model['max_len']} step: compile {timing.compile_seconds:.1f} s, eager "
         f"{timing.eager_seconds * 1e3:.1f} ms, compiled {timing.compiled_seconds * 1e3:.1f} ms):"
     ]

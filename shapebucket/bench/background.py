@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from ..compile.background import compile_in_background
+from ..compile.background.handle import compile_in_background
 from ..compile.recompiles import CompileCounter, no_recompiles
 from ..plan.shapes import ShapePlan
 from .plans import Family, Setup

@@ -45,7 +45,7 @@ import torch
 from .. import _torch_compat as compat
 from .._progress import progress
 from .._validate import round_up
-from ..plan.fit import fit_buckets
+from ..fit.bucket_fit import fit_buckets
 from .background import prepare_background
 from .model import GPT, CaptionConfig, Captioner, GPTConfig
 from .plans import Family, Setup, build_family, make_samples, plan_family, timed_sample_set

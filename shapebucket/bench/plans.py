@@ -16,8 +16,8 @@ import torch
 from .._validate import round_up
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
-from ..plan.buckets import Buckets
-from ..plan.packing_fit import PackingFitReport, fit_packing
+from ..fit.buckets import Buckets
+from ..fit.packing_fit import PackingFitReport, fit_packing
 from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
 from .peers import FixedLengthCollator, fixed_length_packs, length_grouped_indices

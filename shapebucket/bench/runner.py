@@ -23,7 +23,7 @@ from .. import _torch_compat as compat
 from ..compile.modes import CudaGraphs
 from ..compile.prewarm import prewarm
 from ..compile.recompiles import CompileCounter, mark_dynamic, no_recompiles
-from ..plan.buckets import Buckets
+from ..fit.buckets import Buckets
 from ..plan.shapes import ShapePlan
 from .plans import SEQUENCE_KEYS, Family, Setup
 from .strategies import PEERS, STRATEGIES, Strategy, StrategyResult

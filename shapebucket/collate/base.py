@@ -20,7 +20,7 @@ import torch
 
 from .._validate import check_batch_sizes, check_int
 from ..errors import ShapeBucketError
-from ..plan.buckets import Buckets, as_buckets
+from ..fit.buckets import Buckets, as_buckets
 from .counters import CollateReport, Counts, SharedCounters
 from .engine import Key, Layout
 from .samples import (

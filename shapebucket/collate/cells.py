@@ -19,7 +19,7 @@ import torch
 
 from .._validate import check_int
 from ..errors import ShapeBucketError
-from ..plan.cells import Cells
+from ..fit.cells import Cells
 from .base import Columns
 from .bucket import BucketCollator
 from .engine import Key, Layout, assemble
@@ -38,7 +38,7 @@ class CellCollator:
     """Collate dict samples into a batch padded to their ``(source, target)`` cell.
 
     Args:
-        cells: the cells (:class:`~shapebucket.plan.cells.Cells` or ``(S, T)`` pairs).
+        cells: the cells (:class:`~shapebucket.fit.cells.Cells` or ``(S, T)`` pairs).
         rows: pad a short batch with all-pad rows: an int, or ``{(S, T): rows}``
             such as :attr:`CellBatchSampler.rows <shapebucket.sampling.CellBatchSampler.rows>`.
         target_keys: the keys padded to the target length (those the samples have);
@@ -55,7 +55,7 @@ class CellCollator:
             ``[n_mels, frames]``); target values are ``[T]``.
 
     The batch's cell is the cell of its longest source and longest target (the
-    edge rule of :class:`~shapebucket.plan.cells.Cells`; batches of a
+    edge rule of :class:`~shapebucket.fit.cells.Cells`; batches of a
     :class:`~shapebucket.sampling.CellBatchSampler` land in their own cell).
 
     >>> collate = CellCollator([(8, 4), (16, 8)])

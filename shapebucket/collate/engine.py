@@ -7,7 +7,7 @@ sequence dim (``[sum(lengths), *trailing]``), to :func:`assemble`:
 * :class:`~shapebucket.BucketCollator`: sample ``i`` in row ``i``, at the start
   (right padding) or the end (left padding) of a ``bucket``-long row;
 * :class:`~shapebucket.PackedCollator`: several samples per row, each at its
-  ``(row, start)`` from :func:`~shapebucket.plan.packing.pack_rows`;
+  ``(row, start)`` from :func:`~shapebucket.fit.packing.pack_rows`;
 * :meth:`~shapebucket.collate.FlatBatch.finish`: the bucket collator's layout,
   on the device the values were moved to.
 
@@ -59,7 +59,7 @@ class Layout:
     With ``row``/``start`` left ``None``, sample ``i`` fills row ``i`` from
     position 0 (or ends at ``length`` with ``left``); packed layouts give each
     sample's row and start, samples in row order and, inside a row, in
-    position order (as :func:`~shapebucket.plan.packing.pack_rows` lays them).
+    position order (as :func:`~shapebucket.fit.packing.pack_rows` lays them).
     ``seq_dim`` is the sequence dim of a sample's values: the batch puts the
     ``length`` at ``seq_dim + 1``.
 

@@ -2,7 +2,7 @@
 
 The samples arrive in the order :class:`~shapebucket.PackedBatchSampler` yields
 them: row by row. Rows are filled in that order, a sample that does not fit the
-current row starting the next one (:func:`~shapebucket.plan.packing.pack_rows`),
+current row starting the next one (:func:`~shapebucket.fit.packing.pack_rows`),
 which rebuilds the sampler's rows exactly. The row length is the smallest one
 that holds the batch's longest sample, and the batch is padded with empty rows
 to ``rows[row length]`` rows, so every batch has one of ``len(buckets)``
@@ -26,7 +26,7 @@ import torch
 
 from .._validate import check_fits_in_memory, check_int
 from ..errors import ShapeBucketError
-from ..plan.packing import pack_rows
+from ..fit.packing import pack_rows
 from .base import Collator, Columns
 from .engine import Key, Layout, assemble, signed_view
 

@@ -5,8 +5,7 @@
 True
 """
 
-from .background import BackgroundCompile, compile_in_background
-from .bgreport import BackgroundReport
+from .background import BackgroundCompile, BackgroundReport, compile_in_background
 from .cache import load_compile_cache, save_compile_cache
 from .modes import Cache, CudaGraphs, Inference, Mode, RecompileLimit, Repeat, Specialize
 from .prewarm import prewarm

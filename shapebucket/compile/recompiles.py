@@ -24,7 +24,7 @@ import torch
 from .. import _torch_compat as compat
 from .._validate import check_int
 from ..errors import ShapeBucketError
-from ..plan.buckets import Buckets, as_buckets
+from ..fit.buckets import Buckets, as_buckets
 from ..plan.shapes import ShapePlan
 
 __all__ = ["CompileCounter", "mark_dynamic", "no_recompiles", "walk_batch"]

@@ -12,7 +12,7 @@ import numpy as np
 
 from .._validate import check_lengths
 from ..errors import ShapeBucketError
-from .cells import Cells
+from ..fit.cells import Cells
 
 __all__ = ["CellsReport", "cell_shapes", "cells_report", "check_cell_shapes", "two_length"]
 

@@ -27,7 +27,7 @@ import torch
 
 from .._validate import check_int
 from ..errors import ShapeBucketError
-from .buckets import Buckets
+from ..fit.buckets import Buckets
 from .cell_shapes import cell_shapes, check_cell_shapes, two_length
 
 __all__ = ["CellShape", "Shape", "ShapePlan"]

@@ -5,7 +5,7 @@
 frozenset({(1, 16), (2, 8)})
 """
 
-from ..plan.batches import SamplerReport
+from ..fit.batches import SamplerReport
 from .base import ResumableBatchSampler
 from .bucket import BucketBatchSampler
 from .cells import CellBatchSampler

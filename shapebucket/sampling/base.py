@@ -39,8 +39,8 @@ from torch.utils.data import Sampler
 
 from .._validate import check_flag, check_int, check_lengths
 from ..errors import ShapeBucketError
-from ..plan.batches import check_longest
-from ..plan.buckets import Buckets, as_buckets
+from ..fit.batches import check_longest
+from ..fit.buckets import Buckets, as_buckets
 
 __all__ = [
     "EPOCH_KEY",
@@ -144,8 +144,8 @@ def resolve_world(num_replicas: int | None, rank: int | None) -> tuple[int, int]
 
 class RankBatches(Sequence[list[int]]):
     """One rank's batches of an epoch plan (anything with ``len()`` and
-    ``batch(step, rank)``: :class:`~shapebucket.plan.batches.EpochPlan`,
-    :class:`~shapebucket.plan.packing.PackedEpoch`), sliced when asked for."""
+    ``batch(step, rank)``: :class:`~shapebucket.fit.batches.EpochPlan`,
+    :class:`~shapebucket.fit.packing.PackedEpoch`), sliced when asked for."""
 
     def __init__(self, plan: Any, rank: int) -> None:
         self._plan, self._rank = plan, rank

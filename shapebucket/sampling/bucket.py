@@ -1,7 +1,7 @@
 """``BucketBatchSampler``: batches formed inside one bucket, distributed and resumable.
 
-The plan is :func:`~shapebucket.plan.batches.plan_steps` (the same every epoch)
-and :func:`~shapebucket.plan.batches.plan_epoch` (the order of one epoch, from
+The plan is :func:`~shapebucket.fit.batches.plan_steps` (the same every epoch)
+and :func:`~shapebucket.fit.batches.plan_epoch` (the order of one epoch, from
 ``(seed, epoch)`` alone); the sampler adds the resumable state of
 :class:`~shapebucket.sampling.base.ResumableBatchSampler`.
 """
@@ -15,8 +15,8 @@ import numpy as np
 
 from .._validate import check_flag, check_int
 from ..errors import ShapeBucketError
-from ..plan.batches import EpochPlan, Leftovers, SamplerReport, StepPlan, plan_epoch, plan_steps
-from ..plan.buckets import Buckets
+from ..fit.batches import EpochPlan, Leftovers, SamplerReport, StepPlan, plan_epoch, plan_steps
+from ..fit.buckets import Buckets
 from .base import RankBatches, ResumableBatchSampler, Setting, check_one_of
 
 __all__ = ["BucketBatchSampler"]

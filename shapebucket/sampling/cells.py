@@ -1,10 +1,10 @@
 """``CellBatchSampler``: batches inside one ``(source, target)`` cell, distributed and resumable.
 
-Each sample lands in its cell (the edge rule of :class:`~shapebucket.plan.cells.Cells`);
+Each sample lands in its cell (the edge rule of :class:`~shapebucket.fit.cells.Cells`);
 the cells then play the part buckets play for
 :class:`~shapebucket.sampling.BucketBatchSampler`: the same
-:func:`~shapebucket.plan.batches.plan_steps` and
-:func:`~shapebucket.plan.batches.plan_epoch` cut each cell into global steps
+:func:`~shapebucket.fit.batches.plan_steps` and
+:func:`~shapebucket.fit.batches.plan_epoch` cut each cell into global steps
 (every rank in the same cell at the same step, disjoint samples, a short step
 split evenly with the first indices repeated), and the resumable state is
 :class:`~shapebucket.sampling.base.ResumableBatchSampler`'s.
@@ -20,9 +20,9 @@ import numpy as np
 
 from .._validate import check_flag, check_int, check_lengths
 from ..errors import ShapeBucketError
-from ..plan.batches import EpochPlan, SamplerReport, StepPlan, plan_epoch, plan_steps
-from ..plan.buckets import Buckets
-from ..plan.cells import Cells
+from ..fit.batches import EpochPlan, SamplerReport, StepPlan, plan_epoch, plan_steps
+from ..fit.buckets import Buckets
+from ..fit.cells import Cells
 from .base import RankBatches, ResumableBatchSampler, Setting, check_one_of
 
 __all__ = ["CellBatchSampler"]
@@ -38,7 +38,7 @@ class CellBatchSampler(ResumableBatchSampler):
 
     Args:
         sources, targets: each dataset index's source and target length (ints >= 1).
-        cells: the cells (:func:`~shapebucket.plan.cells.fit_cells` fits them).
+        cells: the cells (:func:`~shapebucket.fit.cells.fit_cells` fits them).
         batch_size: samples per batch (per rank), the same in every cell. Or:
         tokens_per_batch: a token budget: cell ``(S, T)`` gets
             ``tokens_per_batch // (S + T)`` samples (a row's padded source plus
@@ -149,7 +149,7 @@ class CellBatchSampler(ResumableBatchSampler):
         """Every ``(rows, source, target)`` this rank's batches have, in every epoch
         (``rows`` before the collator pads rows). Exact: a batch's samples share a cell,
         so the collator pads it to that cell (the edge rule of
-        :class:`~shapebucket.plan.cells.Cells`), and the steps are the same every epoch.
+        :class:`~shapebucket.fit.cells.Cells`), and the steps are the same every epoch.
 
         >>> s = CellBatchSampler([3, 4, 5], [9, 9, 9], [(8, 16)], batch_size=2)
         >>> sorted(s.shapes())

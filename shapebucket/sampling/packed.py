@@ -1,5 +1,5 @@
 """``PackedBatchSampler``: batches of whole samples packed into rows (the plan is
-:func:`~shapebucket.plan.packing.plan_packing`; the state is
+:func:`~shapebucket.fit.packing.plan_packing`; the state is
 :class:`~shapebucket.sampling.base.ResumableBatchSampler`'s)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from .._validate import check_int
-from ..plan.buckets import Buckets
-from ..plan.packing import PackedEpoch, PackingReport, plan_packing, rows_by_length, rows_for_tokens
+from ..fit.buckets import Buckets
+from ..fit.packing import PackedEpoch, PackingReport, plan_packing, rows_by_length, rows_for_tokens
 from .base import RankBatches, ResumableBatchSampler, Setting, check_one_of
 
 __all__ = ["PackedBatchSampler"]
@@ -19,7 +19,7 @@ __all__ = ["PackedBatchSampler"]
 
 class PackedBatchSampler(ResumableBatchSampler):
     """Yield batches of indices to pack: each batch fills ``rows[L]`` rows of one row length
-    ``L``, several whole samples per row (see :mod:`shapebucket.plan.packing`).
+    ``L``, several whole samples per row (see :mod:`shapebucket.fit.packing`).
 
     Use it with :class:`~shapebucket.PackedCollator` and the same row lengths and rows:
     ``DataLoader(ds, batch_sampler=sampler, collate_fn=PackedCollator(buckets,
@@ -41,7 +41,7 @@ class PackedBatchSampler(ResumableBatchSampler):
 
     The number of batches varies a little from epoch to epoch (it depends on how
     the shuffled samples pack); ``len(sampler)`` is the current epoch's, and
-    ``sampler.stats`` its :class:`~shapebucket.plan.packing.PackingReport`. State,
+    ``sampler.stats`` its :class:`~shapebucket.fit.packing.PackingReport`. State,
     resume and ``set_epoch``: see :mod:`shapebucket.sampling.base`.
 
     >>> s = PackedBatchSampler([5, 3, 8, 2, 6], [8], rows=2, shuffle=False)

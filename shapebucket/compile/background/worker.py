@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from .. import _torch_compat as compat
-from ..plan.shapes import Shape, ShapePlan
-from .cache import save_new_compile_cache
+from ... import _torch_compat as compat
+from ...plan.shapes import Shape, ShapePlan
+from ..cache import save_new_compile_cache
 
 __all__ = ["DONE", "ERROR", "Spec", "compile_shapes", "install_forward", "main", "shape_name"]
 
@@ -94,7 +94,7 @@ def compile_shapes(spec: Spec) -> None:
     """Build the model and compile every shape of ``spec.order``, publishing each to
     ``spec.out`` as soon as it is compiled. Runs in the background process (or, for
     tests, in this one)."""
-    from .prewarm import run_batch
+    from ..prewarm import run_batch
 
     out = Path(spec.out)
     start = time.perf_counter()

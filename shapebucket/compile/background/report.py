@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..plan.shapes import Shape
+from ...plan.shapes import Shape
 
 __all__ = ["BackgroundReport"]
 

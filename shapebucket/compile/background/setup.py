@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ShapeBucketError
-from ..plan.shapes import Shape, ShapePlan
+from ...errors import ShapeBucketError
+from ...plan.shapes import Shape, ShapePlan
 
 __all__ = ["check_model", "check_options", "check_picklable", "order_shapes", "yield_to_training"]
 

@@ -25,12 +25,12 @@ import numpy as np
 
 from .._validate import MAX_BUCKET, check_int, check_lengths, round_up
 from ..errors import ShapeBucketError
+from ..fit.buckets import Buckets
+from ..fit.optimal import DEFAULT_ALIGN, optimal_buckets
+from ..fit.packing_fit import fit_packing
+from ..fit.padding import padding_report
 from ._jobtime import MODES, ShapeLoad, compile_first, compile_while_training, eager, unit_cost
-from .buckets import Buckets
 from .kchoice import positive
-from .optimal import DEFAULT_ALIGN, optimal_buckets
-from .packing_fit import fit_packing
-from .padding import padding_report
 from .timing import StepTiming
 
 __all__ = ["StrategyEstimate", "StrategyReport", "choose_strategy"]

@@ -1,4 +1,4 @@
-"""The search behind :func:`~shapebucket.plan.packing_fit.fit_packing`: which row-length
+"""The search behind :func:`~shapebucket.fit.packing_fit.fit_packing`: which row-length
 sets to plan for real.
 
 The space: every set of at most ``k`` row lengths, each a multiple of ``align`` (and at
@@ -13,7 +13,7 @@ actually makes, pad rows of short batches included.
   from ``top``, and the exact bucket sets of the lengths). Given a plan's rows, the
   best set for *those rows* is the exact 1-D bucket solution over the rows' contents
   (each row needs a length at least its real tokens; a row of length ``L`` costs ``L``,
-  or ``L * (1 + L / (6 * model_dim))``): :func:`~shapebucket.plan.optimal.optimal_buckets`
+  or ``L * (1 + L / (6 * model_dim))``): :func:`~shapebucket.fit.optimal.optimal_buckets`
   finds it. Then the lengths are re-packed with that set, which gives new rows, until
   the set repeats. Last, a hill climb moves, adds or drops one row length at a time
   while a budget of packings lasts, and from the best set the cheapest row length

@@ -9,7 +9,7 @@ as soon as a background process has compiled it.
             loss = bg.model(**batch)  # eager until this batch's shape is ready
             loss.backward(); opt.step(); opt.zero_grad()
 
-The background process (:mod:`shapebucket.compile.worker`) builds its own model
+The background process (:mod:`shapebucket.compile.background.worker`) builds its own model
 and publishes each shape's compiled code as a cache directory; the training
 process polls for them (at most every ``poll_seconds``, one ``listdir``), loads
 each into its compiler cache, and from then on runs that shape through
@@ -32,14 +32,14 @@ from typing import Any
 
 import torch
 
-from .. import _torch_compat as compat
-from ..errors import ShapeBucketError
-from ..plan.shapes import Shape, ShapePlan
-from .bgreport import BackgroundReport
-from .bgsetup import check_model, check_options, check_picklable, order_shapes, yield_to_training
-from .cache import MANIFEST, load_compile_cache
-from .key import describe_batch, job_key
-from .recompiles import CompileCounter, walk_batch
+from ... import _torch_compat as compat
+from ...errors import ShapeBucketError
+from ...plan.shapes import Shape, ShapePlan
+from ..cache import MANIFEST, load_compile_cache
+from ..key import describe_batch, job_key
+from ..recompiles import CompileCounter, walk_batch
+from .report import BackgroundReport
+from .setup import check_model, check_options, check_picklable, order_shapes, yield_to_training
 from .worker import DONE, ERROR, Spec, compiled_forward, install_forward, main
 
 __all__ = ["BackgroundCompile", "compile_in_background"]
@@ -297,7 +297,7 @@ def compile_in_background(
     >>> bg.model(torch.ones(4, 2)).shape  # doctest: +SKIP
     torch.Size([4, 2])
     """
-    from .prewarm import _refuse_cached_decoder
+    from ..prewarm import _refuse_cached_decoder
 
     if not isinstance(plan, ShapePlan):
         raise ShapeBucketError(

@@ -1,6 +1,6 @@
-"""The machinery behind :func:`~shapebucket.plan.packing.plan_packing`: the open rows of one
+"""The machinery behind :func:`~shapebucket.fit.packing.plan_packing`: the open rows of one
 epoch and the packer that fills them window by window (the module docstring of
-:mod:`shapebucket.plan.packing` describes the steps)."""
+:mod:`shapebucket.fit.packing` describes the steps)."""
 
 from __future__ import annotations
 

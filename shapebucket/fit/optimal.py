@@ -1,5 +1,5 @@
 """The exact optimal buckets for a given K: :func:`optimal_buckets`, the solver under
-:func:`~shapebucket.fit_buckets` and :func:`~shapebucket.plan.kchoice.choose_k`.
+:func:`~shapebucket.fit_buckets` and :func:`~shapebucket.advise.kchoice.choose_k`.
 
 The objective is a sum over buckets of ``cost(b_j) * weight(b_{j-1} < x <= b_j)``
 (weights from :func:`.padding.group_weights`) with an increasing cost, so the cost

@@ -1,4 +1,4 @@
-"""The whole-job time model behind :func:`~shapebucket.plan.strategy.choose_strategy`:
+"""The whole-job time model behind :func:`~shapebucket.advise.strategy.choose_strategy`:
 what a job of given shapes costs eagerly, compiled first, or compiled while it trains.
 
 A *load* is one shape's share of the job: its number of batches and the estimated

@@ -24,9 +24,9 @@ import numpy as np
 
 from .._validate import check_int, check_lengths
 from ..errors import ShapeBucketError
-from .buckets import Buckets
-from .optimal import DEFAULT_ALIGN, optimal_buckets
-from .padding import Batching, check_batching, padding_report
+from ..fit.buckets import Buckets
+from ..fit.optimal import DEFAULT_ALIGN, optimal_buckets
+from ..fit.padding import Batching, check_batching, padding_report
 
 __all__ = ["RECOMPILE_LIMIT", "KChoiceReport", "KEstimate", "choose_k"]
 

@@ -21,11 +21,11 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from .compile.modes import Cache, Mode
-from .compile.prewarm import prewarm
-from .compile.report import PrewarmReport
-from .errors import ShapeBucketError
-from .plan.shapes import ShapePlan
+from ..compile.modes import Cache, Mode
+from ..compile.prewarm import prewarm
+from ..compile.report import PrewarmReport
+from ..errors import ShapeBucketError
+from ..plan.shapes import ShapePlan
 
 __all__ = ["PrewarmCallback", "check_compile_cache", "prewarm_trainer"]
 

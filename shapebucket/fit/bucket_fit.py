@@ -21,7 +21,6 @@ import numpy as np
 
 from ..errors import ShapeBucketError
 from .buckets import Buckets
-from .kchoice import choose_k
 from .optimal import DEFAULT_ALIGN, Cost, optimal_buckets
 from .padding import Batching
 
@@ -82,6 +81,8 @@ def fit_buckets(
                 "k='auto' needs compile_seconds=, job_samples= and tokens_per_second= (missing: "
                 f"{missing}) and fits by tokens without max_len"
             )
+        from ..advise.kchoice import choose_k  # k='auto' moves to shapebucket.advise (round 4)
+
         return choose_k(
             lengths,
             align=align,

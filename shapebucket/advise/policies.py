@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 
 from .._validate import check_int, check_lengths, round_up
-from .buckets import Buckets
+from ..fit.buckets import Buckets
+from ..fit.optimal import DEFAULT_ALIGN, Cost, optimal_buckets
+from ..fit.padding import Batching, PaddingReport, check_batching, padding_report
 from .kchoice import RECOMPILE_LIMIT
-from .optimal import DEFAULT_ALIGN, Cost, optimal_buckets
-from .padding import Batching, PaddingReport, check_batching, padding_report
 
 __all__ = ["PolicyReport", "compare_policies", "quantile_buckets"]
 

@@ -5,7 +5,7 @@ training batches is to override ``get_train_dataloader``, which
 :class:`BucketTrainer` (one sample per row, padded to a bucket) and
 :class:`PackedTrainer` (whole samples packed into rows of a few row lengths) do.
 Both share checkpoints, exact resume and, with ``torch_compile=True``, a prewarm of
-every shape before the first step (:mod:`shapebucket.hf_prewarm`). Import them
+every shape before the first step (:mod:`shapebucket.hf.prewarm`). Import them
 from ``shapebucket.hf`` (the top-level package never imports transformers).
 """
 
@@ -23,17 +23,17 @@ from torch.utils.data import DataLoader
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, seed_worker
 
-from . import _torch_compat as compat
-from ._validate import check_lengths
-from .collate.bucket import BucketCollator
-from .collate.packed import PackedCollator
-from .errors import ShapeBucketError
-from .hf_prewarm import PrewarmCallback, check_compile_cache
-from .plan.buckets import Buckets, as_buckets
-from .plan.packing_fit import PackingFitReport, fit_packing
-from .sampling.base import ResumableBatchSampler
-from .sampling.bucket import BucketBatchSampler
-from .sampling.packed import PackedBatchSampler
+from .. import _torch_compat as compat
+from .._validate import check_lengths
+from ..collate.bucket import BucketCollator
+from ..collate.packed import PackedCollator
+from ..errors import ShapeBucketError
+from ..fit.buckets import Buckets, as_buckets
+from ..fit.packing_fit import PackingFitReport, fit_packing
+from ..sampling.base import ResumableBatchSampler
+from ..sampling.bucket import BucketBatchSampler
+from ..sampling.packed import PackedBatchSampler
+from .prewarm import PrewarmCallback, check_compile_cache
 
 __all__ = ["BucketTrainer", "PackedTrainer"]
 

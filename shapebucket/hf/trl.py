@@ -9,7 +9,7 @@ keeps everything of ``SFTTrainer`` (its dataset formats ``"text"``,
 label building, loss and metrics) and changes only the training batches: they
 come from :class:`~shapebucket.hf.PackedTrainer`'s sampler and collator, so every
 batch is ``rows[L] x L`` for one of a few row lengths ``L``, with ``position_ids``
-and no ``attention_mask``. Import it from ``shapebucket.hf_trl``.
+and no ``attention_mask``. Import it from ``shapebucket.hf.trl``.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Any, cast
 
 from trl import SFTTrainer
 
-from .collate.packed import PackedCollator
-from .errors import ShapeBucketError
-from .hf import PackedTrainer
+from ..collate.packed import PackedCollator
+from ..errors import ShapeBucketError
+from .trainers import PackedTrainer
 
 __all__ = ["PackedSFTTrainer"]
 

@@ -1,4 +1,4 @@
-"""One timed training step, what :func:`~shapebucket.plan.strategy.choose_strategy` needs:
+"""One timed training step, what :func:`~shapebucket.advise.strategy.choose_strategy` needs:
 :class:`StepTiming` and :func:`time_steps` (which calls your step functions; no torch here)."""
 
 from __future__ import annotations

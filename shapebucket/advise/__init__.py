@@ -1,0 +1,26 @@
+"""Advising: estimates of a whole job from measured or given timings, and the choices
+they drive (the number of buckets, buckets or packing, eager or compiled, fixed
+policies side by side). Sits above :mod:`shapebucket.fit`, which stays pure.
+
+>>> from shapebucket.advise import compare_policies
+>>> callable(compare_policies)
+True
+"""
+
+from .kchoice import KChoiceReport, KEstimate, choose_k
+from .policies import PolicyReport, compare_policies
+from .strategy import StrategyEstimate, StrategyReport, choose_strategy
+from .timing import StepTiming, time_steps
+
+__all__ = [
+    "KChoiceReport",
+    "KEstimate",
+    "PolicyReport",
+    "StepTiming",
+    "StrategyEstimate",
+    "StrategyReport",
+    "choose_k",
+    "choose_strategy",
+    "compare_policies",
+    "time_steps",
+]

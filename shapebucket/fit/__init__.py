@@ -1,0 +1,39 @@
+"""Fitting: which lengths batches are padded to, and which samples share a batch or a row.
+
+Pure functions and records: no torch state, no compiler config, no user code. Bucket
+boundaries (:func:`fit_buckets`, :class:`Buckets`), the padding they cost
+(:func:`padding_report`), packing row lengths (:func:`fit_packing`,
+:func:`packing_report`), bucketed and packed batch composition, and two-length
+cells for encoder-decoders (:func:`fit_cells`).
+
+>>> from shapebucket.fit import fit_buckets
+>>> fit_buckets([5, 9, 12, 30, 31], k=2, align=8)
+Buckets([16, 32])
+"""
+
+from .batches import plan_epoch, plan_steps
+from .bucket_fit import fit_buckets
+from .buckets import Buckets
+from .cells import Cells, cells_lower_bound, fit_cells
+from .packing import PackingReport, pack_rows, plan_packing, rows_for_tokens
+from .packing_fit import PackingFitReport, fit_packing, packing_report
+from .padding import PaddingReport, padding_report
+
+__all__ = [
+    "Buckets",
+    "Cells",
+    "PackingFitReport",
+    "PackingReport",
+    "PaddingReport",
+    "cells_lower_bound",
+    "fit_buckets",
+    "fit_cells",
+    "fit_packing",
+    "pack_rows",
+    "packing_report",
+    "padding_report",
+    "plan_epoch",
+    "plan_packing",
+    "plan_steps",
+    "rows_for_tokens",
+]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Set
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 
@@ -33,28 +33,57 @@ from .cell_shapes import cell_shapes, check_cell_shapes, two_length
 __all__ = ["CellShape", "Shape", "ShapePlan"]
 
 
-class Shape(NamedTuple):
-    """One batch shape: ``rows`` samples (or packed rows) padded to ``length`` tokens.
+class Shape(tuple):  # type: ignore[type-arg]
+    """One batch shape: ``rows`` rows, each padded to one length per padded axis.
+
+    Buckets and packing pad one axis (``Shape(rows, length)``); two-length cells pad
+    the source and the target each to their own (``Shape(rows, source, target)``).
+    A shape is the tuple ``(rows, *lengths)``, so it compares equal to that tuple.
 
     >>> Shape(4, 128)
     Shape(rows=4, length=128)
+    >>> s = Shape(4, 128, 32)
+    >>> s
+    Shape(rows=4, lengths=(128, 32))
+    >>> s.rows, s.length, s.lengths, s == (4, 128, 32)
+    (4, 128, (128, 32), True)
     """
 
-    rows: int
-    length: int
+    __slots__ = ()
+
+    def __new__(cls, rows: int, *lengths: int) -> Shape:
+        if not lengths:
+            raise ShapeBucketError(
+                f"Shape({rows!r}) has no length: write Shape(rows, length), or "
+                "Shape(rows, source, target) for two-length cells"
+            )
+        return super().__new__(cls, (rows, *lengths))
+
+    def __getnewargs__(self) -> tuple[int, ...]:  # pickle: Shape(*self)
+        return tuple(self)
+
+    @property
+    def rows(self) -> int:
+        """Rows (samples, or packed rows) per batch."""
+        return int(self[0])
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        """The length of each padded axis: one for buckets and packing, two for cells."""
+        return tuple(self[1:])
+
+    @property
+    def length(self) -> int:
+        """The first padded axis' length (a bucket, a packed row, a cell's source)."""
+        return int(self[1])
+
+    def __repr__(self) -> str:
+        if len(self) == 2:
+            return f"Shape(rows={self[0]}, length={self[1]})"
+        return f"Shape(rows={self[0]}, lengths={self.lengths})"
 
 
-class CellShape(NamedTuple):
-    """One two-length batch shape (:class:`~shapebucket.collate.CellCollator`): ``rows``
-    samples, source keys padded to ``length``, target keys to ``target``.
-
-    >>> CellShape(4, 128, 32)
-    CellShape(rows=4, length=128, target=32)
-    """
-
-    rows: int
-    length: int
-    target: int
+CellShape = Shape  # removed by the shape-contract refactor: one Shape for every path
 
 
 def _check_shapes(shapes: Iterable[Any]) -> tuple[Shape, ...]:
@@ -78,7 +107,7 @@ def _check_shapes(shapes: Iterable[Any]) -> tuple[Shape, ...]:
         rows = check_int(f"shapes[{i}] rows", rows, minimum=1)
         length = check_int(f"shapes[{i}] length", length, minimum=2)
         if target:
-            out.add(CellShape(rows, length, check_int(f"shapes[{i}] target", target[0], minimum=2)))
+            out.add(Shape(rows, length, check_int(f"shapes[{i}] target", target[0], minimum=2)))
         else:
             out.add(Shape(rows, length))
     if not out:
@@ -337,8 +366,8 @@ class ShapePlan:
             raise ShapeBucketError(
                 "this plan re-pads an example batch to each shape: pass example=next(iter(loader))"
             )
-        if isinstance(shape, CellShape):
-            return self._collator.repad(example, (shape.length, shape.target), shape.rows)
+        if len(shape) == 3:
+            return self._collator.repad(example, shape.lengths, shape.rows)
         return self._collator.repad(example, shape.length, shape.rows)
 
     def __len__(self) -> int:

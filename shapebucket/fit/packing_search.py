@@ -189,9 +189,14 @@ def _alternate(ev: _Evaluator, seed_set: tuple[int, ...], k: int, align: int, to
 
 
 def _climb(ev: _Evaluator, universe: list[int], top: int, k: int, budget: int) -> None:
-    """First-improvement hill climb from the best set so far, ``budget`` new packings."""
+    """First-improvement hill climb from the best set so far, ``budget`` new packings.
+
+    A step to a set that scores the same is taken too, once per set: on a plateau (a
+    row length added that no row uses yet) the next move may descend, which a strict
+    climb never sees (``[24, 64] -> [24, 32, 64] -> [32, 40, 64]``)."""
     cur = min(ev.result.scores, key=lambda s: (ev.result.scores[s], len(s)))
     best = ev.result.scores[cur]
+    visited = {cur}
     spent = 0
     improved = True
     while improved and spent < budget:
@@ -202,8 +207,10 @@ def _climb(ev: _Evaluator, universe: list[int], top: int, k: int, budget: int) -
             if nxt not in ev.result.scores:
                 spent += 1
             score = ev.score(nxt)
-            if score < best - 1e-12:
-                cur, best, improved = nxt, score, True
+            sideways = score <= best + 1e-12 and nxt not in visited
+            if score < best - 1e-12 or sideways:
+                cur, best, improved = nxt, min(best, score), True
+                visited.add(nxt)
                 break
 
 

@@ -1,7 +1,7 @@
 """Command line: ``python -m shapebucket {suggest,bench,demo}``.
 
 * ``suggest LENGTHS_FILE``: compare bucket policies on your lengths and print the
-  ``Buckets(...)`` line to paste; with ``--width`` and a timed step, recommend the
+  ``Buckets(...)`` line to paste; with ``--model-dim`` and a timed step, recommend the
   whole strategy (buckets or packing; eager, compile-first or compile-while-training).
 * ``bench``: the steps/sec benchmark (``benchmarks/steps_per_sec.py``).
 * ``demo``: ``suggest`` on the built-in length mixture.
@@ -166,19 +166,19 @@ _step_shape.__name__ = "ROWSxLENGTH"
 
 
 def _check_strategy_flags(args: argparse.Namespace) -> None:
-    """``--width`` asks for the strategy; refuse what it would ignore or lacks."""
+    """``--model-dim`` asks for the strategy; refuse what it would ignore or lacks."""
     strategy = [flag for key, flag in _STRATEGY_FLAGS.items() if getattr(args, key) is not None]
-    if args.width is None:
+    if args.model_dim is None:
         if strategy:
             raise ShapeBucketError(
-                f"{', '.join(strategy)} describe the timed step for the strategy; pass --width "
+                f"{', '.join(strategy)} describe the timed step for the strategy; pass --model-dim "
                 "(the model's width) with them, or leave them out"
             )
         return
     if args.k == "auto" or args.tokens_per_second is not None or args.max_k is not None:
         raise ShapeBucketError(
-            "--width chooses the shapes from the job (--k is the most shapes tried, an int): "
-            "--k auto, --tokens-per-second and --max-k belong to the K table without --width; "
+            "--model-dim chooses the shapes from the job (--k is the most shapes tried, an int): "
+            "--k auto, --tokens-per-second and --max-k belong to the K table without --model-dim; "
             "leave them out"
         )
     values = {
@@ -188,7 +188,7 @@ def _check_strategy_flags(args: argparse.Namespace) -> None:
     missing = [f for f in _STRATEGY_NEEDS if values[f] is None]
     if missing:
         raise ShapeBucketError(
-            "--width needs the job and one timed step: --job-samples (samples to train on), "
+            "--model-dim needs the job and one timed step: --job-samples (samples to train on), "
             "--compile-seconds (one shape's compile), --step-seconds and --compiled-step-seconds "
             f"(one step eager and compiled) and --step-shape (its ROWSxLENGTH); missing: "
             f"{', '.join(missing)}"
@@ -196,7 +196,7 @@ def _check_strategy_flags(args: argparse.Namespace) -> None:
 
 
 def _strategy(args: argparse.Namespace, lengths: np.ndarray) -> list[int]:
-    """``--width``: print the strategy report and the lines to paste; return the buckets."""
+    """``--model-dim``: print the strategy report and the lines to paste; return the buckets."""
     rows, length = args.step_shape
     timing = StepTiming(
         compile_seconds=args.compile_seconds,
@@ -204,19 +204,19 @@ def _strategy(args: argparse.Namespace, lengths: np.ndarray) -> list[int]:
         compiled_seconds=args.compiled_step_seconds,
         rows=rows,
         length=length,
+        background_compile_seconds=args.background_compile_seconds,
+        contention=1.0 if args.contention is None else args.contention,
+        load_seconds=0.0 if args.load_seconds is None else args.load_seconds,
     )
     report = choose_strategy(
         lengths,
         timing,
-        width=args.width,
+        model_dim=args.model_dim,
         job_samples=args.job_samples,
         batch_size=args.batch_size,
         tokens_per_batch=args.tokens_per_batch,
         k=args.k,
         align=args.align,
-        contention=1.0 if args.contention is None else args.contention,
-        background_compile_seconds=args.background_compile_seconds,
-        load_seconds=0.0 if args.load_seconds is None else args.load_seconds,
     )
     print(report)
     print()
@@ -229,7 +229,7 @@ def _strategy(args: argparse.Namespace, lengths: np.ndarray) -> list[int]:
 
 def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int:
     _check_strategy_flags(args)
-    if args.width is not None:
+    if args.model_dim is not None:
         plot = plot_path(args.plot) if args.plot else None
         lengths = read_lengths(args.lengths_file) if lengths is None else lengths
         chosen = _strategy(args, lengths)
@@ -243,7 +243,7 @@ def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int
         raise ShapeBucketError(
             f"{' and '.join(given)} {verb} the job for --k auto; with a fixed number of "
             f"buckets (--k {args.k}; 8 unless given) {pronoun} would be ignored: pass --k auto, "
-            "or --width for the strategy from the job, or leave them out"
+            "or --model-dim for the strategy from the job, or leave them out"
         )
     plot = plot_path(args.plot) if args.plot else None
     if lengths is None:
@@ -285,36 +285,38 @@ def _bench(argv: list[str]) -> int:
 
 
 def _strategy_flags(p: argparse.ArgumentParser) -> None:
-    """The flags of ``--width`` (the strategy from the job)."""
+    """The flags of ``--model-dim`` (the strategy from the job)."""
     p.add_argument(
-        "--width", type=positive_int, help="the model's width: recommend the whole strategy"
+        "--model-dim",
+        type=positive_int,
+        help="the model's width (hidden size): recommend the whole strategy",
     )
     p.add_argument(
-        "--step-seconds", type=positive_float, help="--width: one eager training step, s"
+        "--step-seconds", type=positive_float, help="--model-dim: one eager training step, s"
     )
     p.add_argument(
-        "--compiled-step-seconds", type=positive_float, help="--width: the same step compiled, s"
+        "--compiled-step-seconds", type=positive_float, help="--model-dim: the same step compiled, s"
     )
-    p.add_argument("--step-shape", type=_step_shape, help="--width: ROWSxLENGTH of the timed step")
+    p.add_argument("--step-shape", type=_step_shape, help="--model-dim: ROWSxLENGTH of the timed step")
     p.add_argument(
         "--tokens-per-batch",
         type=positive_int,
-        help="--width: a packed batch's tokens (default: auto)",
+        help="--model-dim: a packed batch's tokens (default: auto)",
     )
     p.add_argument(
         "--contention",
         type=positive_float,
-        help="--width: training slowdown while a background compile runs (default 1)",
+        help="--model-dim: training slowdown while a background compile runs (default 1)",
     )
     p.add_argument(
         "--background-compile-seconds",
         type=positive_float,
-        help="--width: one shape's compile in the background (default --compile-seconds)",
+        help="--model-dim: one shape's compile in the background (default --compile-seconds)",
     )
     p.add_argument(
         "--load-seconds",
         type=non_negative_float,
-        help="--width: pause to switch a shape to its compiled graph (default 0)",
+        help="--model-dim: pause to switch a shape to its compiled graph (default 0)",
     )
 
 

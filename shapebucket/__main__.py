@@ -17,7 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from ._argparse import Parser, non_negative_float, positive_float, positive_int
+from ._argparse import (
+    Parser,
+    non_negative_float,
+    output_path,
+    plot_formats,
+    positive_float,
+    positive_int,
+    pyplot,
+)
 from ._validate import check_int
 from .advise.kchoice import choose_k
 from .advise.policies import compare_policies
@@ -34,51 +42,7 @@ def plot_path(plot: str | Path) -> Path:
     """Where ``--plot`` writes, checked before any work: a file name without an
     extension gets ``.png`` (matplotlib would add it anyway), an extension must be a
     format matplotlib writes, and the directory must exist."""
-    path = Path(plot)
-    if (
-        not path.name
-        or path.name in (".", "..")
-        or str(plot).endswith(("/", "\\"))
-        or path.is_dir()
-    ):
-        raise ShapeBucketError(
-            f"--plot {str(plot)!r} is not a file name; pass e.g. {str(path / 'buckets.png')!r}"
-        )
-    if not path.suffix:
-        path = path.with_name(path.name + ".png")
-    if not path.resolve().parent.is_dir():
-        raise ShapeBucketError(
-            f"--plot {plot}: directory {str(path.parent)!r} does not exist; create it first"
-        )
-    formats = _plot_formats()
-    if path.suffix[1:].lower() not in formats:
-        raise ShapeBucketError(
-            f"--plot {plot}: matplotlib cannot write {path.suffix!r} files; use one of "
-            f"{', '.join('.' + f for f in sorted(formats))} (e.g. {path.stem}.png)"
-        )
-    return path
-
-
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ShapeBucketError(
-            "--plot needs matplotlib: pip install 'shapebucket[bench]'"
-        ) from None
-    return plt
-
-
-def _plot_formats() -> set[str]:
-    plt = _pyplot()
-    fig = plt.figure()
-    try:
-        return set(fig.canvas.get_supported_filetypes())
-    finally:
-        plt.close(fig)
+    return output_path("--plot", plot, formats=plot_formats())
 
 
 def plot_lengths(
@@ -86,7 +50,7 @@ def plot_lengths(
 ) -> None:
     """A histogram of ``lengths`` with the bucket boundaries drawn on it, in the format
     of ``path``'s extension (check it first with :func:`plot_path`)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     lo, hi = int(lengths.min()), int(lengths.max())
     # one bin per length when that is readable, else 200 even bins
@@ -230,7 +194,7 @@ def _strategy(args: argparse.Namespace, lengths: np.ndarray) -> list[int]:
 def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int:
     _check_strategy_flags(args)
     if args.model_dim is not None:
-        plot = plot_path(args.plot) if args.plot else None
+        plot = plot_path(args.plot) if args.plot is not None else None
         lengths = read_lengths(args.lengths_file) if lengths is None else lengths
         chosen = _strategy(args, lengths)
         if plot is not None:
@@ -245,7 +209,7 @@ def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int
             f"buckets (--k {args.k}; 8 unless given) {pronoun} would be ignored: pass --k auto, "
             "or --model-dim for the strategy from the job, or leave them out"
         )
-    plot = plot_path(args.plot) if args.plot else None
+    plot = plot_path(args.plot) if args.plot is not None else None
     if lengths is None:
         lengths = read_lengths(args.lengths_file)
     k = _choose_k(args, lengths) if args.k == "auto" else args.k
@@ -295,9 +259,13 @@ def _strategy_flags(p: argparse.ArgumentParser) -> None:
         "--step-seconds", type=positive_float, help="--model-dim: one eager training step, s"
     )
     p.add_argument(
-        "--compiled-step-seconds", type=positive_float, help="--model-dim: the same step compiled, s"
+        "--compiled-step-seconds",
+        type=positive_float,
+        help="--model-dim: the same step compiled, s",
     )
-    p.add_argument("--step-shape", type=_step_shape, help="--model-dim: ROWSxLENGTH of the timed step")
+    p.add_argument(
+        "--step-shape", type=_step_shape, help="--model-dim: ROWSxLENGTH of the timed step"
+    )
     p.add_argument(
         "--tokens-per-batch",
         type=positive_int,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings

@@ -164,7 +164,7 @@ def test_padding_invariance_check_fails_when_a_mask_is_broken(monkeypatch, capsy
             return BucketCollator(buckets, pad_values={"labels": 0}, mask_key=None, rows=rows)
         return real(buckets, rows)
 
-    monkeypatch.setattr(plans, "_collator", broken)
+    monkeypatch.setattr(batching, "_collator", broken)
     problems = harness.check_padding_invariance(harness._setup(quick_args()))
     assert problems and "padding leaks into the loss" in problems[0]
     # and the command fails with it, even when it times only an eager peer

@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from ..errors import ShapeBucketError
 from .advice import recommendation
 from .harness import run
 from .peers import source as grouped_source
-from .report import check_losses, format_table, headline, plot
+from .report import check_losses, format_table, headline, plot, run_payload
 from .strategies import DEFAULT, PEERS, STRATEGIES, StrategyResult
 from .workloads import WORKLOADS, load_workload
 
@@ -309,38 +308,6 @@ def _check_outputs(args: argparse.Namespace) -> None:
         args.plot = str(output_path("--plot", args.plot, formats=plot_formats(), make_dirs=True))
 
 
-def _payload(
-    config: dict[str, Any], head: Any, advice: list[str], results: list[StrategyResult]
-) -> dict[str, Any]:
-    """What ``--json`` saves: the configuration, the headline, the advice and every result."""
-    headline_ = None
-    if head is not None:
-        headline_ = {
-            "ours": head.ours.name,
-            "peer": head.peer.name,
-            "ratio": head.ratio,
-            "ratio_rounds": head.speed_rounds(),
-            "within_noise": head.within_noise,
-            "job_ours": head.job_ours.name,
-            "job_peer": head.job_peer.name,
-            "job_ratio": head.job_ratio,
-            "job_ratio_rounds": head.job_rounds(1),
-            "job10_ours": head.job10_ours.name,
-            "job10_peer": head.job10_peer.name,
-            "job10_ratio": head.job10_ratio,
-            "job10_ratio_rounds": head.job_rounds(10),
-            "grouped_peer": head.grouped.name if head.grouped else None,
-            "ceiling": head.ceiling,
-            "ratio_to_grouped_rounds": head.speed_rounds(head.grouped) if head.grouped else [],
-        }
-    return {
-        "config": config,
-        "headline": headline_,
-        "advice": advice,
-        "results": [asdict(r) for r in results],
-    }
-
-
 def _status(results: list[StrategyResult], padding_problems: list[str], no_check: bool) -> int:
     """Print the failed checks; 1 when one fails (a loss check only without --no-check)."""
     status = 0
@@ -399,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     advice = recommendation(results, lengths, config)
     print("\n".join(advice))
     if args.json:
-        payload = _payload(config, headline(results), advice, results)
+        payload = run_payload(config, headline(results), advice, results)
         Path(args.json).write_text(json.dumps(payload, indent=2))
         print(f"wrote {args.json}")
     if args.plot:

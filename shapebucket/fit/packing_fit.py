@@ -177,7 +177,8 @@ def fit_packing(
     search's best sets (the best, then the best of each smaller size within 2% of
     it, fewest row lengths first; three in all) are then planned
     for real (as ``trial`` says, a :class:`PackingTrial`: epoch 0, at most 200,000
-    lengths drawn with seed 0 by default): those are ``candidates``. Shorter rows cost less dense attention but pack less tightly. With
+    lengths drawn with seed 0 by default): those are ``candidates``. Shorter rows cost
+    less dense attention but pack less tightly. With
     ``model_dim`` (the model's width) the choice is the set with the least
     estimated compute per real token: a token of a row of length ``L`` costs
     ``1 + L / (6 * model_dim)`` (a transformer block's linear layers do about

@@ -2,7 +2,7 @@
 
     python benchmarks/step_cost.py docs/img/steps_per_sec_mixture_run2.json
     python benchmarks/step_cost.py docs/img/steps_per_sec_mixture_w256.json \\
-        --width 256 --samples 50000 --epoch-samples 2000
+        --model-dim 256 --samples 50000 --epoch-samples 2000
 
 Rebuilds each strategy's timed batches from the run's settings (pass the flags the
 run was made with besides ``--workload``, which is read from the JSON), pairs each
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from shapebucket.bench import cli, harness
-from shapebucket.bench.plans import build_family
+from shapebucket.bench.batching import build_family
 
 
 def main(argv: list[str]) -> None:

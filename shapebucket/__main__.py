@@ -1,7 +1,7 @@
 """Command line: ``python -m shapebucket {suggest,bench,demo}``.
 
 * ``suggest LENGTHS_FILE``: compare bucket policies on your lengths and print the
-  ``Buckets(...)`` line to paste; with ``--width`` and a timed step, recommend the
+  ``Buckets(...)`` line to paste; with ``--model-dim`` and a timed step, recommend the
   whole strategy (buckets or packing; eager, compile-first or compile-while-training).
 * ``bench``: the steps/sec benchmark (``benchmarks/steps_per_sec.py``).
 * ``demo``: ``suggest`` on the built-in length mixture.
@@ -17,7 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from ._argparse import Parser, non_negative_float, positive_float, positive_int
+from ._argparse import (
+    Parser,
+    non_negative_float,
+    output_path,
+    plot_formats,
+    positive_float,
+    positive_int,
+    pyplot,
+)
 from ._validate import check_int
 from .advise.kchoice import choose_k
 from .advise.policies import compare_policies
@@ -34,51 +42,7 @@ def plot_path(plot: str | Path) -> Path:
     """Where ``--plot`` writes, checked before any work: a file name without an
     extension gets ``.png`` (matplotlib would add it anyway), an extension must be a
     format matplotlib writes, and the directory must exist."""
-    path = Path(plot)
-    if (
-        not path.name
-        or path.name in (".", "..")
-        or str(plot).endswith(("/", "\\"))
-        or path.is_dir()
-    ):
-        raise ShapeBucketError(
-            f"--plot {str(plot)!r} is not a file name; pass e.g. {str(path / 'buckets.png')!r}"
-        )
-    if not path.suffix:
-        path = path.with_name(path.name + ".png")
-    if not path.resolve().parent.is_dir():
-        raise ShapeBucketError(
-            f"--plot {plot}: directory {str(path.parent)!r} does not exist; create it first"
-        )
-    formats = _plot_formats()
-    if path.suffix[1:].lower() not in formats:
-        raise ShapeBucketError(
-            f"--plot {plot}: matplotlib cannot write {path.suffix!r} files; use one of "
-            f"{', '.join('.' + f for f in sorted(formats))} (e.g. {path.stem}.png)"
-        )
-    return path
-
-
-def _pyplot() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ShapeBucketError(
-            "--plot needs matplotlib: pip install 'shapebucket[bench]'"
-        ) from None
-    return plt
-
-
-def _plot_formats() -> set[str]:
-    plt = _pyplot()
-    fig = plt.figure()
-    try:
-        return set(fig.canvas.get_supported_filetypes())
-    finally:
-        plt.close(fig)
+    return output_path("--plot", plot, formats=plot_formats())
 
 
 def plot_lengths(
@@ -86,7 +50,7 @@ def plot_lengths(
 ) -> None:
     """A histogram of ``lengths`` with the bucket boundaries drawn on it, in the format
     of ``path``'s extension (check it first with :func:`plot_path`)."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     lo, hi = int(lengths.min()), int(lengths.max())
     # one bin per length when that is readable, else 200 even bins
@@ -166,19 +130,19 @@ _step_shape.__name__ = "ROWSxLENGTH"
 
 
 def _check_strategy_flags(args: argparse.Namespace) -> None:
-    """``--width`` asks for the strategy; refuse what it would ignore or lacks."""
+    """``--model-dim`` asks for the strategy; refuse what it would ignore or lacks."""
     strategy = [flag for key, flag in _STRATEGY_FLAGS.items() if getattr(args, key) is not None]
-    if args.width is None:
+    if args.model_dim is None:
         if strategy:
             raise ShapeBucketError(
-                f"{', '.join(strategy)} describe the timed step for the strategy; pass --width "
+                f"{', '.join(strategy)} describe the timed step for the strategy; pass --model-dim "
                 "(the model's width) with them, or leave them out"
             )
         return
     if args.k == "auto" or args.tokens_per_second is not None or args.max_k is not None:
         raise ShapeBucketError(
-            "--width chooses the shapes from the job (--k is the most shapes tried, an int): "
-            "--k auto, --tokens-per-second and --max-k belong to the K table without --width; "
+            "--model-dim chooses the shapes from the job (--k is the most shapes tried, an int): "
+            "--k auto, --tokens-per-second and --max-k belong to the K table without --model-dim; "
             "leave them out"
         )
     values = {
@@ -188,7 +152,7 @@ def _check_strategy_flags(args: argparse.Namespace) -> None:
     missing = [f for f in _STRATEGY_NEEDS if values[f] is None]
     if missing:
         raise ShapeBucketError(
-            "--width needs the job and one timed step: --job-samples (samples to train on), "
+            "--model-dim needs the job and one timed step: --job-samples (samples to train on), "
             "--compile-seconds (one shape's compile), --step-seconds and --compiled-step-seconds "
             f"(one step eager and compiled) and --step-shape (its ROWSxLENGTH); missing: "
             f"{', '.join(missing)}"
@@ -196,7 +160,7 @@ def _check_strategy_flags(args: argparse.Namespace) -> None:
 
 
 def _strategy(args: argparse.Namespace, lengths: np.ndarray) -> list[int]:
-    """``--width``: print the strategy report and the lines to paste; return the buckets."""
+    """``--model-dim``: print the strategy report and the lines to paste; return the buckets."""
     rows, length = args.step_shape
     timing = StepTiming(
         compile_seconds=args.compile_seconds,
@@ -204,19 +168,19 @@ def _strategy(args: argparse.Namespace, lengths: np.ndarray) -> list[int]:
         compiled_seconds=args.compiled_step_seconds,
         rows=rows,
         length=length,
+        background_compile_seconds=args.background_compile_seconds,
+        contention=1.0 if args.contention is None else args.contention,
+        load_seconds=0.0 if args.load_seconds is None else args.load_seconds,
     )
     report = choose_strategy(
         lengths,
         timing,
-        width=args.width,
+        model_dim=args.model_dim,
         job_samples=args.job_samples,
         batch_size=args.batch_size,
         tokens_per_batch=args.tokens_per_batch,
         k=args.k,
         align=args.align,
-        contention=1.0 if args.contention is None else args.contention,
-        background_compile_seconds=args.background_compile_seconds,
-        load_seconds=0.0 if args.load_seconds is None else args.load_seconds,
     )
     print(report)
     print()
@@ -229,8 +193,8 @@ def _strategy(args: argparse.Namespace, lengths: np.ndarray) -> list[int]:
 
 def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int:
     _check_strategy_flags(args)
-    if args.width is not None:
-        plot = plot_path(args.plot) if args.plot else None
+    if args.model_dim is not None:
+        plot = plot_path(args.plot) if args.plot is not None else None
         lengths = read_lengths(args.lengths_file) if lengths is None else lengths
         chosen = _strategy(args, lengths)
         if plot is not None:
@@ -243,9 +207,9 @@ def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int
         raise ShapeBucketError(
             f"{' and '.join(given)} {verb} the job for --k auto; with a fixed number of "
             f"buckets (--k {args.k}; 8 unless given) {pronoun} would be ignored: pass --k auto, "
-            "or --width for the strategy from the job, or leave them out"
+            "or --model-dim for the strategy from the job, or leave them out"
         )
-    plot = plot_path(args.plot) if args.plot else None
+    plot = plot_path(args.plot) if args.plot is not None else None
     if lengths is None:
         lengths = read_lengths(args.lengths_file)
     k = _choose_k(args, lengths) if args.k == "auto" else args.k
@@ -285,36 +249,42 @@ def _bench(argv: list[str]) -> int:
 
 
 def _strategy_flags(p: argparse.ArgumentParser) -> None:
-    """The flags of ``--width`` (the strategy from the job)."""
+    """The flags of ``--model-dim`` (the strategy from the job)."""
     p.add_argument(
-        "--width", type=positive_int, help="the model's width: recommend the whole strategy"
+        "--model-dim",
+        type=positive_int,
+        help="the model's width (hidden size): recommend the whole strategy",
     )
     p.add_argument(
-        "--step-seconds", type=positive_float, help="--width: one eager training step, s"
+        "--step-seconds", type=positive_float, help="--model-dim: one eager training step, s"
     )
     p.add_argument(
-        "--compiled-step-seconds", type=positive_float, help="--width: the same step compiled, s"
+        "--compiled-step-seconds",
+        type=positive_float,
+        help="--model-dim: the same step compiled, s",
     )
-    p.add_argument("--step-shape", type=_step_shape, help="--width: ROWSxLENGTH of the timed step")
+    p.add_argument(
+        "--step-shape", type=_step_shape, help="--model-dim: ROWSxLENGTH of the timed step"
+    )
     p.add_argument(
         "--tokens-per-batch",
         type=positive_int,
-        help="--width: a packed batch's tokens (default: auto)",
+        help="--model-dim: a packed batch's tokens (default: auto)",
     )
     p.add_argument(
         "--contention",
         type=positive_float,
-        help="--width: training slowdown while a background compile runs (default 1)",
+        help="--model-dim: training slowdown while a background compile runs (default 1)",
     )
     p.add_argument(
         "--background-compile-seconds",
         type=positive_float,
-        help="--width: one shape's compile in the background (default --compile-seconds)",
+        help="--model-dim: one shape's compile in the background (default --compile-seconds)",
     )
     p.add_argument(
         "--load-seconds",
         type=non_negative_float,
-        help="--width: pause to switch a shape to its compiled graph (default 0)",
+        help="--model-dim: pause to switch a shape to its compiled graph (default 0)",
     )
 
 

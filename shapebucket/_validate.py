@@ -1,18 +1,22 @@
-"""The one validation path for user input: lengths arrays and int arguments.
+"""The one validation path for user input: lengths arrays, ints, numbers and flags.
 
 Every public entry point that takes a dataset's lengths (``fit_buckets``,
 ``padding_report``, ``compare_policies``, ``BucketBatchSampler``, the CLI) calls
-:func:`check_lengths`, and every int argument goes through :func:`check_int`,
-so the same input gets the same answer everywhere. Also home of the two small
+:func:`check_lengths`, every int argument goes through :func:`check_int`, every real
+number through :func:`check_number` and every flag through :func:`check_flag`, so the
+same input gets the same answer everywhere. Lengths are checked once at the public
+edge: an entry point that passes them on hands over a :class:`CheckedLengths`, which
+:func:`check_lengths` returns without checking again. Also home of the two small
 numeric helpers that more than one module needs: :func:`round_up` and
 :func:`batch_max_distribution`.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
-from collections.abc import Iterable, Iterator, Mapping, Set
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from typing import Any, TypeVar
 
 import numpy as np
@@ -23,11 +27,14 @@ __all__ = [
     "MAX_BUCKET",
     "MAX_LENGTH",
     "MIN_LENGTH",
+    "CheckedLengths",
     "batch_max_distribution",
     "check_batch_sizes",
     "check_fits_in_memory",
+    "check_flag",
     "check_int",
     "check_lengths",
+    "check_number",
     "physical_memory",
     "round_up",
 ]
@@ -93,18 +100,99 @@ def check_int(
     return value
 
 
+def check_number(
+    name: str,
+    value: Any,
+    *,
+    above: float | None = None,
+    at_least: float | None = None,
+    below: float | None = None,
+    hint: str = "",
+) -> float:
+    """``value`` as a finite float within the bounds (``> above``, ``>= at_least``,
+    ``< below``), or a :class:`ShapeBucketError` naming ``name``, the value, the bound and
+    ``hint`` (the fix). Refuses bools and strings: ``"0.1"`` is a typo, not a number.
+
+    >>> check_number("contention", 1.5, at_least=1)
+    1.5
+    >>> check_number("tolerance", 1.0, at_least=0, below=1)
+    Traceback (most recent call last):
+    ...
+    shapebucket.errors.ShapeBucketError: tolerance must be a finite number in [0, 1), got 1.0
+    """
+    if at_least is not None and below is not None:
+        bound = f"in [{at_least:g}, {below:g})"
+    else:
+        parts = [f"> {above:g}"] if above is not None else []
+        parts += [f">= {at_least:g}"] if at_least is not None else []
+        parts += [f"< {below:g}"] if below is not None else []
+        bound = " and ".join(parts)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ShapeBucketError(
+            f"{name} must be a number {bound}, got {value!r} ({type(value).__name__}){hint}"
+        )
+    number = float(value)
+    if not (
+        math.isfinite(number)
+        and (above is None or number > above)
+        and (at_least is None or number >= at_least)
+        and (below is None or number < below)
+    ):
+        raise ShapeBucketError(f"{name} must be a finite number {bound}, got {value!r}{hint}")
+    return number
+
+
+class CheckedLengths(Sequence[int]):
+    """Lengths that passed :func:`check_lengths` once, passed on checked: handing it to
+    :func:`check_lengths` again (any entry point that takes lengths) returns its array at
+    once instead of checking every sample again. Its ``array`` is a read-only private
+    copy, so nothing can change it after the check.
+
+    >>> checked = CheckedLengths.of([3, 5, 9])
+    >>> check_lengths(checked) is checked.array, len(checked), checked[1]
+    (True, 3, 5)
+    """
+
+    __slots__ = ("array", "minimum")
+
+    def __init__(self, array: np.ndarray, minimum: int) -> None:
+        self.array = array
+        self.minimum = minimum
+
+    @classmethod
+    def of(cls, lengths: Any, *, name: str = "lengths") -> CheckedLengths:
+        """``lengths`` checked by :func:`check_lengths` (ints >= 1, not empty)."""
+        if isinstance(lengths, CheckedLengths):
+            return lengths
+        array = np.array(check_lengths(lengths, name=name), dtype=np.int64)
+        array.flags.writeable = False
+        return cls(array, MIN_LENGTH)
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, i: Any) -> Any:
+        value = self.array[i]
+        return int(value) if np.ndim(value) == 0 else value
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.array if dtype is None else self.array.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"CheckedLengths({self.array!r})"
+
+
 def check_lengths(
     lengths: Any, *, name: str = "lengths", minimum: int = MIN_LENGTH, allow_empty: bool = False
 ) -> np.ndarray:
     """``lengths`` as a 1-D int64 array, or a :class:`ShapeBucketError` that says what is wrong and how to fix it.
 
     Accepted: a list, tuple or range of ints, a 1-D numpy integer array, a 1-D
-    integer tensor. Refused, each with its own message: generators and sets
-    (no length, no order), 0-D and N-D arrays (``fit_buckets`` used to flatten
-    2-D input silently), floats (also integral ones), bools, object arrays
-    (mixed types, or ints too large for int64), values below ``minimum`` and
-    values that do not fit in int64. A bool among the ints of a list (numpy would
-    read ``True`` as 1) is refused naming its sample index.
+    integer tensor, a :class:`CheckedLengths` (returned as it is). Refused, each with
+    its own message: generators and sets (no length, no order), 0-D and N-D arrays,
+    floats (also integral ones), bools (also among the ints of a list, naming the
+    sample), object arrays (mixed types, or ints too large for int64), values below
+    ``minimum`` and values that do not fit in int64.
 
     >>> check_lengths([3, 5, 9])
     array([3, 5, 9])
@@ -113,6 +201,34 @@ def check_lengths(
     ...
     shapebucket.errors.ShapeBucketError: lengths must be integers, got dtype float64 (index 0 is 3.0); convert with np.asarray(lengths).astype(np.int64) if the values are whole numbers
     """
+    if isinstance(lengths, CheckedLengths) and lengths.minimum >= minimum:
+        return lengths.array
+    arr = _as_array(lengths, name)
+    if arr.size == 0:
+        if allow_empty:
+            return arr.astype(np.int64)
+        raise ShapeBucketError(f"{name} is empty; pass at least one sample length")
+    arr = _as_int64(arr, name)
+    hi = int(arr.max())
+    if hi > MAX_LENGTH:
+        i = int(np.argmax(arr > MAX_LENGTH))
+        raise ShapeBucketError(
+            f"sample {i} has length {hi} > {MAX_LENGTH} (2**30), the longest shapebucket "
+            f"accepts; no model takes such a row: check how {name} were computed (bytes instead "
+            "of tokens? an overflow?)"
+        )
+    lo = int(arr.min())
+    if lo < minimum:
+        i = int(np.argmax(arr < minimum))
+        raise ShapeBucketError(
+            f"sample {i} has length {lo}; {name} must be >= {minimum}"
+            + (" (filter out empty samples first)" if minimum == 1 else "")
+        )
+    return arr
+
+
+def _as_array(lengths: Any, name: str) -> np.ndarray:
+    """``lengths`` as a 1-D numpy array of any dtype: the container checks."""
     if isinstance(lengths, (Iterator, Set, dict)) or (
         not hasattr(lengths, "__len__") and not hasattr(lengths, "__array__")
     ):
@@ -138,22 +254,26 @@ def check_lengths(
             f"{name} must be 1-D (one length per sample), got shape {arr.shape}; "
             f"pass np.ravel({name}) if flattening is what you mean"
         )
-    if arr.size == 0:
-        if allow_empty:
-            return arr.astype(np.int64)
-        raise ShapeBucketError(f"{name} is empty; pass at least one sample length")
+    return arr
+
+
+def _too_large(name: str, i: int, value: int) -> ShapeBucketError:
+    return ShapeBucketError(
+        f"{name}[{i}] is {value}, which does not fit in int64 (max {_INT64_MAX}); "
+        "no real sample is that long: check how the lengths were computed"
+    )
+
+
+def _as_int64(arr: np.ndarray, name: str) -> np.ndarray:
+    """A non-empty 1-D array as int64: the dtype checks."""
     if arr.dtype == object:
         for i, v in enumerate(arr.tolist()):
-            if isinstance(v, numbers.Integral) and not isinstance(v, bool):
-                if not -_INT64_MAX - 1 <= int(v) <= _INT64_MAX:
-                    raise ShapeBucketError(
-                        f"{name}[{i}] is {v}, which does not fit in int64 (max {_INT64_MAX}); "
-                        "no real sample is that long: check how the lengths were computed"
-                    )
-                continue
-            raise ShapeBucketError(
-                f"{name} must be integers; index {i} is {v!r} ({type(v).__name__})"
-            )
+            if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+                raise ShapeBucketError(
+                    f"{name} must be integers; index {i} is {v!r} ({type(v).__name__})"
+                )
+            if not -_INT64_MAX - 1 <= int(v) <= _INT64_MAX:
+                raise _too_large(name, i, int(v))
         arr = arr.astype(np.int64)
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         hint = (
@@ -166,27 +286,8 @@ def check_lengths(
         )
     if arr.dtype == np.uint64 and int(arr.max()) > _INT64_MAX:
         i = int(np.argmax(arr > _INT64_MAX))
-        raise ShapeBucketError(
-            f"{name}[{i}] is {int(arr[i])}, which does not fit in int64 (max {_INT64_MAX}); "
-            "no real sample is that long: check how the lengths were computed"
-        )
-    arr = arr.astype(np.int64, copy=False)
-    hi = int(arr.max())
-    if hi > MAX_LENGTH:
-        i = int(np.argmax(arr > MAX_LENGTH))
-        raise ShapeBucketError(
-            f"sample {i} has length {hi} > {MAX_LENGTH} (2**30), the longest shapebucket "
-            f"accepts; no model takes such a row: check how {name} were computed (bytes instead "
-            "of tokens? an overflow?)"
-        )
-    lo = int(arr.min())
-    if lo < minimum:
-        i = int(np.argmax(arr < minimum))
-        raise ShapeBucketError(
-            f"sample {i} has length {lo}; {name} must be >= {minimum}"
-            + (" (filter out empty samples first)" if minimum == 1 else "")
-        )
-    return arr
+        raise _too_large(name, i, int(arr[i]))
+    return arr.astype(np.int64, copy=False)
 
 
 def check_batch_sizes(

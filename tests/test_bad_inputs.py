@@ -52,11 +52,11 @@ def _auto(compile_s, samples, rate):
 
 
 def _strategy():
-    """``suggest --width`` with every flag it needs."""
+    """``suggest --model-dim`` with every flag it needs."""
     return [
         "suggest",
         "{good}",
-        "--width",
+        "--model-dim",
         "64",
         "--job-samples",
         "1000",
@@ -106,7 +106,7 @@ CASES = [
     (["suggest", "{good}", "--compile-seconds", "5"], "describes the job for --k auto"),
     (["suggest", "{good}", "--k", "3", "--job-samples", "9"], "(--k 3; 8 unless given) it would be ignored"),
     ([*_auto("3", "9", "5"), "--max-k", "0"], "argument --max-k: must be >= 1, got 0"),
-    ([*_strategy(), "--width", "0"], "argument --width: must be >= 1, got 0"),
+    ([*_strategy(), "--model-dim", "0"], "argument --model-dim: must be >= 1, got 0"),
     ([*_strategy(), "--step-seconds", "-1"], "argument --step-seconds: must be > 0"),
     ([*_strategy(), "--compiled-step-seconds", "inf"], "--compiled-step-seconds: must be a finite"),
     ([*_strategy(), "--contention", "0"], "argument --contention: must be > 0"),

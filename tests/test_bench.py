@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from shapebucket import BucketCollator
 from shapebucket import _torch_compat as compat
-from shapebucket.bench import cli, harness, plans
+from shapebucket.bench import batching, cli, harness
 from shapebucket.bench.peers import (
     FixedLengthCollator,
     fixed_length_packs,
@@ -157,14 +157,14 @@ def test_quick_run_writes_to_its_own_paths():
 def test_padding_invariance_check_fails_when_a_mask_is_broken(monkeypatch, capsys):
     s = harness._setup(quick_args())
     assert harness.check_padding_invariance(s) == []
-    real = plans._collator
+    real = batching._collator
 
     def broken(buckets, rows=None):
         if rows is not None:  # shapebucket's: pad tokens count in the loss and are attended to
             return BucketCollator(buckets, pad_values={"labels": 0}, mask_key=None, rows=rows)
         return real(buckets, rows)
 
-    monkeypatch.setattr(plans, "_collator", broken)
+    monkeypatch.setattr(batching, "_collator", broken)
     problems = harness.check_padding_invariance(harness._setup(quick_args()))
     assert problems and "padding leaks into the loss" in problems[0]
     # and the command fails with it, even when it times only an eager peer
@@ -214,10 +214,10 @@ def test_every_family_times_the_same_samples_once_per_round():
     s = harness._setup(args)
     assert len(s.timed_ids) == 300
     for family in ("grouped", "fixed", "buckets", "tokens", "packed"):
-        timed = plans.plan_family(family, s, s.timed_ids)
+        timed = batching.epoch_batches(family, s, s.timed_ids)
         seen = np.sort(np.concatenate(timed.epoch))
         assert np.array_equal(seen, s.timed_ids), family  # each sample once, no other
-    fam = plans.build_family("fixed", s)
+    fam = batching.build_family("fixed", s)
     assert sum(fam.timed_real) == int(s.lengths[s.timed_ids].sum())
     assert {tuple(b["input_ids"].shape) for b in fam.timed} == {(fam.rows, args.max_len)}
 
@@ -290,9 +290,7 @@ def test_a_sample_is_grouped_in_the_whole_datasets_mega_batches(
     real = get_length_grouped_indices(
         lengths, batch_size, mega_batch_mult=mult, generator=torch.Generator().manual_seed(seed)
     )
-    ours = grouped_indices_reference(
-        lengths, batch_size, torch.Generator().manual_seed(seed), mult
-    )
+    ours = grouped_indices_reference(lengths, batch_size, torch.Generator().manual_seed(seed), mult)
     assert ours == real
     got = length_grouped_indices(
         np.array(lengths), batch_size, seed=seed, dataset_size=dataset_size
@@ -306,7 +304,10 @@ def test_the_timed_set_is_grouped_as_well_as_the_whole_epoch():
     s = harness._setup(
         quick_args("--samples", "20000", "--epoch-samples", "2000", "--batch-size", "64")
     )
-    whole, timed = plans.plan_family("grouped", s), plans.plan_family("grouped", s, s.timed_ids)
+    whole, timed = (
+        batching.epoch_batches("grouped", s),
+        batching.epoch_batches("grouped", s, s.timed_ids),
+    )
 
     def share(fam, lengths):
         return sum(int(lengths[b].sum()) for b in fam.epoch) / sum(r * n for r, n in fam.shapes)
@@ -387,7 +388,7 @@ def test_bad_bench_arguments_give_one_error_line(capsys):
         (["--strategies", "nope"], "unknown strategies ['nope']"),
         (["--rounds", "0"], "--rounds must be >= 1"),
         (["--mode", "reduce-overhead"], "needs --device cuda"),
-        (["--width", "30"], "multiple of --heads"),
+        (["--model-dim", "30"], "multiple of --heads"),
         # probe: these two printed a traceback (exit 1), the second after building the workload
         (["--device", "banana"], "--device 'banana' is not a torch device"),
         (["--lengths", "/nonexistent/lengths.txt"], "does not exist"),
@@ -395,6 +396,44 @@ def test_bad_bench_arguments_give_one_error_line(capsys):
         assert cli.main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error:") and needle in err[0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--plot", "{tmp}/run.unknownext"], "cannot write '.unknownext' files"),
+        (["--plot", "{tmp}/file.txt/run.png"], "is a file, not a directory"),
+        (["--json", "{tmp}/file.txt/run.json"], "is a file, not a directory"),
+        (["--json", "{tmp}/file.txt/deeper/run.json"], "is a file, not a directory"),
+        (["--json", "{tmp}"], "is not a file name"),
+        (["--json", "", "--plot", "{tmp}/x.unknownext"], "cannot write '.unknownext' files"),
+    ],
+)
+def test_output_paths_are_checked_before_anything_is_measured(
+    tmp_path, monkeypatch, capsys, flags, needle
+):
+    """Issue 30, defect 7: a bad --plot or --json gave a traceback after the whole run."""
+    (tmp_path / "file.txt").write_text("a regular file")
+    monkeypatch.setattr(cli, "run", lambda args: pytest.fail("measured before the checks"))
+    assert cli.main(["--quick", *(f.format(tmp=tmp_path) for f in flags)]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("error: ") and needle in line and captured.out == ""
+
+
+def test_a_missing_output_directory_is_made(tmp_path, monkeypatch):
+    """The default results/ may not exist yet: the run makes it (checked it can, first)."""
+    seen = {}
+
+    def stop(args):
+        seen.update(json=args.json, plot=args.plot)
+        raise KeyboardInterrupt  # stop where the measuring would start
+
+    monkeypatch.setattr(cli, "run", stop)
+    out = tmp_path / "new" / "dir"
+    with pytest.raises(KeyboardInterrupt):
+        cli.main(["--quick", "--json", str(out / "r.json"), "--plot", str(out / "r")])
+    assert seen == {"json": str(out / "r.json"), "plot": str(out / "r.png")}
 
 
 @pytest.mark.slow  # reads every workload: 7 s
@@ -494,6 +533,11 @@ def test_from_json_replays_a_saved_run_without_measuring(tmp_path, capsys):
     (tmp_path / "bad.json").write_text("{}")
     assert cli.main(["--from-json", str(tmp_path / "bad.json")]) == 2
     assert capsys.readouterr().err.startswith("error:")
+    # the plot path is checked before the table is printed (issue 30, defect 7)
+    missing = tmp_path / "missing" / "run.png"
+    assert cli.main(["--from-json", str(path), "--plot", str(missing)]) == 2
+    captured = capsys.readouterr()
+    assert "does not exist" in captured.err and captured.out == "" and not missing.exists()
     # a run saved by an earlier version (sampled steps, no whole-epoch rounds) is refused
     earlier = [{**asdict(r), "round_epoch_s": []} for r in results]
     path.write_text(json.dumps({"config": config, "results": earlier}))
@@ -537,7 +581,10 @@ def test_advice_compares_the_recommendation_with_the_measured_best(monkeypatch):
     assert seen["timing"].rows == 6 and seen["timing"].compile_seconds == 30.0
     assert seen["timing"].eager_seconds == pytest.approx(0.2)  # the compiling step left out
     assert "1 epoch: recommends packing eager" in lines[1] and lines[1].endswith("agrees")
-    assert "the first shapebucket strategy to finish: shapebucket-packed (packing compile-first)" in lines[2]
+    assert (
+        "the first shapebucket strategy to finish: shapebucket-packed (packing compile-first)"
+        in lines[2]
+    )
     assert lines[2].endswith("agrees")
     lines = advice.recommendation(results[2:], np.arange(1, 11), config)
     assert lines == [

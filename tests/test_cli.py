@@ -73,9 +73,12 @@ def test_job_flags_without_k_auto_are_refused_like_the_api(tmp_path, capsys):
     for flags in (["--compile-seconds", "5"], ["--job-samples", "100", "--max-k", "4"]):
         assert main(["suggest", str(path), "--k", "4", *flags]) == 2
         err = capsys.readouterr().err
-        assert "the job for --k auto; with a fixed number of buckets (--k 4" in err and "would be ignored" in err
+        assert (
+            "the job for --k auto; with a fixed number of buckets (--k 4" in err
+            and "would be ignored" in err
+        )
         assert flags[0] in err
-    with pytest.raises(ShapeBucketError, match="with k=4 they would be ignored"):
+    with pytest.raises(TypeError):  # the job belongs to shapebucket.advise.choose_k
         fit_buckets(mixture_lengths(100), 4, compile_seconds=5.0)
 
 
@@ -110,3 +113,22 @@ def test_k_auto_stopped_by_max_k_says_so(tmp_path, capsys):
     full = choose_k(lengths, max_k=400, **job)  # stops when more K changes nothing
     assert not full.capped and "max_k" not in str(full)
     assert full.chosen.k < 400
+
+
+@pytest.mark.parametrize(
+    ("plot", "needle"),
+    [
+        ("", "'' is not a file name"),  # issue 30 (low): --plot '' was ignored silently
+        ("{tmp}/missing/hist.png", "does not exist; create it first"),
+        ("{tmp}/file.txt/hist.png", "is a file, not a directory"),
+        ("{tmp}/hist.unknownext", "cannot write '.unknownext' files"),
+    ],
+)
+def test_suggest_checks_its_plot_path_before_any_work(tmp_path, capsys, plot, needle):
+    path = tmp_path / "lengths.npy"
+    np.save(path, mixture_lengths(500))
+    (tmp_path / "file.txt").write_text("a regular file")
+    assert main(["suggest", str(path), "--plot", plot.format(tmp=tmp_path)]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("error: ") and needle in line and captured.out == ""

@@ -12,7 +12,7 @@ from shapebucket.data import mixture_lengths
 from shapebucket.errors import ShapeBucketError
 from shapebucket.fit.bucket_fit import fit_buckets
 from shapebucket.fit.buckets import Buckets
-from shapebucket.fit.packing_fit import fit_packing, packing_report
+from shapebucket.fit.packing_fit import PackingTrial, fit_packing, packing_report
 from shapebucket.fit.padding import efficiency, padding_report
 
 COSTS = {
@@ -142,7 +142,7 @@ def test_compare_policies_table():
         ({"lengths": [3], "batching": "sorted"}, "'sorted'"),
         ({"lengths": [3], "batch_size": 0}, "batch_size must be >= 1, got 0"),
         ({"lengths": [3], "cost": "flops"}, "'flops'"),
-        ({"lengths": [3, 9], "cost": lambda b: -b}, "finite and >= 0"),
+        ({"lengths": [3, 9], "cost": lambda b: -b}, "must be a finite number >= 0"),
         ({"lengths": [3, 9], "cost": lambda b: 100 - b}, "must not decrease"),
     ],
 )
@@ -172,12 +172,16 @@ def _auto(**kw):
         (lambda: _packing(tolerance="0.1"), r"tolerance must be a number in \[0, 1\), got '0.1'"),
         (lambda: _packing(tolerance=None), "tolerance must be a number"),
         (lambda: _packing(tolerance=True), "tolerance must be a number"),
-        (lambda: _packing(tolerance=float("nan")), r"tolerance must be in \[0, 1\)"),
-        (lambda: _packing(tolerance=1.0), r"tolerance must be in \[0, 1\)"),
-        (lambda: _packing(seed=-1), "seed must be >= 0, got -1"),
-        (lambda: _packing(seed="0"), "seed must be an int"),
-        (lambda: _packing(max_samples=0), "max_samples must be >= 1, got 0"),
-        (lambda: _packing(max_samples=2.5), "max_samples must be an int"),
+        (lambda: _packing(tolerance=float("nan")), r"tolerance must be a finite number in \[0, 1\)"),
+        (lambda: _packing(tolerance=1.0), r"tolerance must be a finite number in \[0, 1\)"),
+        (lambda: _packing(trial=PackingTrial(seed=-1)), "seed must be >= 0, got -1"),
+        (lambda: _packing(trial=PackingTrial(seed="0")), "seed must be an int"),
+        (lambda: _packing(trial=PackingTrial(max_samples=0)), "max_samples must be >= 1, got 0"),
+        (lambda: _packing(trial=PackingTrial(max_samples=2.5)), "max_samples must be an int"),
+        # issue 30 (low): window=0 gave a raw ValueError, window=1.5 a raw TypeError
+        (lambda: _packing(trial=PackingTrial(window=0)), "window must be >= 1, got 0"),
+        (lambda: _packing(trial=PackingTrial(window=1.5)), "window must be an int"),
+        (lambda: _packing(trial={"window": 8}), "trial must be a PackingTrial"),
         (lambda: _packing(align=HUGE), "align must be <= 2147483648"),
         (lambda: _packing(tokens_per_batch=HUGE), "tokens_per_batch must be <= 1099511627776"),
         (lambda: _packing(model_dim=0), "model_dim must be >= 1"),
@@ -185,7 +189,9 @@ def _auto(**kw):
         (lambda: packing_report(LENGTHS, [32], rows=2, seed=-1), "seed must be >= 0"),
         (lambda: fit_buckets(LENGTHS, 2, align=HUGE), "align must be <= 2147483648"),
         (lambda: fit_buckets(LENGTHS, 2, max_len=HUGE), "max_len must be <= 2147483648"),
-        (lambda: fit_buckets(LENGTHS, 2, cost=lambda b: "x"), "cost must return a number"),
+        (lambda: fit_buckets(LENGTHS, 2, cost=lambda b: "x"), r"cost\(8\) must be a number >= 0"),
+        (lambda: fit_buckets(LENGTHS, 2, cost=lambda b: -1.0), r"cost\(8\) must be a finite"),
+        (lambda: fit_buckets(LENGTHS, "auto"), "to choose k from the job use"),
         (lambda: fit_buckets(LENGTHS, 2, batching=["bucketed"]), "batching must be"),
         (lambda: compare_policies(LENGTHS, 2, align=HUGE), "align must be <= 2147483648"),
         (lambda: _auto(align=HUGE), "align must be <= 2147483648"),

@@ -31,17 +31,7 @@ def test_an_hour_long_job_buys_many_buckets_and_a_short_one_few():
     assert (
         text.count("<- chosen") == 1 and "above the recompile limit" in text and "prewarm" in text
     )
-    assert (
-        fit_buckets(
-            MIXTURE,
-            "auto",
-            align=1,
-            compile_seconds=COMPILE_S,
-            job_samples=hour,
-            tokens_per_second=RATE,
-        )
-        == long.buckets
-    )
+    assert fit_buckets(MIXTURE, long.chosen.k, align=1) == long.buckets
 
 
 @settings(max_examples=30, deadline=None)
@@ -68,22 +58,32 @@ def test_the_chosen_k_has_the_shortest_estimated_job(lengths, compile_s, samples
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"k": "auto"}, "needs compile_seconds=, job_samples= and tokens_per_second="),
-        ({"k": 4, "job_samples": 10}, "with k=4 they would be ignored"),
-        ({"k": "eight"}, "k must be an int >= 1 or 'auto'"),
         (
-            {"k": "auto", "compile_seconds": -1, "job_samples": 10, "tokens_per_second": 1e4},
+            {"compile_seconds": -1, "job_samples": 10, "tokens_per_second": 1e4},
             "compile_seconds must be a finite number > 0",
         ),
         (
-            {"k": "auto", "compile_seconds": 1, "job_samples": 10, "tokens_per_second": "fast"},
+            {"compile_seconds": 1, "job_samples": 10, "tokens_per_second": "fast"},
             "tokens_per_second must be a number > 0",
+        ),
+        (
+            {"compile_seconds": 1, "job_samples": 0, "tokens_per_second": 1e4},
+            "job_samples must be >= 1",
         ),
     ],
 )
 def test_bad_job_arguments(kwargs, needle):
     with pytest.raises(ShapeBucketError, match=needle):
-        fit_buckets([3, 5, 9], **kwargs)
+        choose_k([3, 5, 9], **kwargs)
+
+
+def test_fit_buckets_takes_an_int_k_and_names_choose_k_for_the_job():
+    # k="auto" was a third route to K (beside choose_k and choose_strategy); it is gone
+    for k in ("auto", "eight"):
+        with pytest.raises(ShapeBucketError, match=r"k must be an int >= 1.*advise\.choose_k"):
+            fit_buckets([3, 5, 9], k)
+    with pytest.raises(TypeError):
+        fit_buckets([3, 5, 9], 2, compile_seconds=1.0)  # type: ignore[call-arg]
 
 
 def test_suggest_prints_the_k_table(tmp_path, capsys):

@@ -212,3 +212,50 @@ def test_every_container_of_the_same_lengths_gives_the_same_answer(lengths, k, b
         for form, b in containers(buckets).items():
             assert Buckets(b) == want["Buckets"], form
             assert padding_report(x, b).to_dict() == padding_report(lengths, buckets).to_dict()
+
+
+def test_lengths_are_checked_once_at_the_public_edge(monkeypatch):
+    """An entry point checks the lengths once and passes them on checked
+    (:class:`CheckedLengths`): one ``choose_strategy`` call checked the same lengths 40
+    times before (every K's fit and padding report, every packing trial), ``choose_k``
+    97 times."""
+    from shapebucket import _validate
+    from shapebucket.advise import StepTiming, choose_k, choose_strategy
+
+    calls = []
+    real = _validate._as_array
+    monkeypatch.setattr(_validate, "_as_array", lambda x, name: calls.append(1) or real(x, name))
+    lengths = np.random.default_rng(0).integers(1, 300, 2_000).tolist()
+    timing = StepTiming(
+        compile_seconds=20, eager_seconds=0.05, compiled_seconds=0.03, rows=48, length=32
+    )
+    entry_points = {
+        "choose_strategy": lambda: choose_strategy(
+            lengths, timing, model_dim=128, job_samples=10**6
+        ),
+        "choose_k": lambda: choose_k(
+            lengths, compile_seconds=10, job_samples=10**6, tokens_per_second=4e4
+        ),
+        "compare_policies": lambda: compare_policies(lengths, 4),
+        "fit_packing": lambda: fit_packing(lengths, 4, tokens_per_batch=1024),
+    }
+    counts = {}
+    for name, call in entry_points.items():
+        calls.clear()
+        call()
+        counts[name] = len(calls)
+    assert counts == dict.fromkeys(entry_points, 1)
+
+
+def test_checked_lengths_cannot_change_after_the_check():
+    from shapebucket._validate import CheckedLengths
+
+    arr = np.array([3, 5, 9])
+    checked = CheckedLengths.of(arr)
+    arr[0] = -1  # the caller's array: the checked copy is not it
+    assert checked.array.tolist() == [3, 5, 9] and not checked.array.flags.writeable
+    with pytest.raises(ValueError):
+        checked.array[0] = -1
+    assert CheckedLengths.of(checked) is checked
+    with pytest.raises(ShapeBucketError, match="sample 0 has length 0"):
+        CheckedLengths.of([0, 3])

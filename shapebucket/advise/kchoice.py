@@ -1,7 +1,8 @@
 """K from the job: :func:`choose_k` and its table, :class:`KChoiceReport`.
 
-Each bucket costs one compile before training (``compile_seconds``) and more
-buckets pad less, so for ``K`` fitted buckets::
+The job-time model's (:mod:`.jobtime`) "compile first, buckets only" case, with one
+cost unit per computed token: each bucket costs one compile before training
+(``compile_seconds``) and more buckets pad less, so for ``K`` fitted buckets::
 
     prewarm(K) = K * compile_seconds
     train(K)   = job_samples * mean_length / token_efficiency(K) / tokens_per_second
@@ -14,19 +15,17 @@ limit (8), :func:`~shapebucket.prewarm` raises the limit.
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from .._validate import check_int, check_lengths
-from ..errors import ShapeBucketError
+from .._validate import CheckedLengths, check_int, check_number
 from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN, optimal_buckets
 from ..fit.padding import Batching, check_batching, padding_report
+from .jobtime import Rates, fitted_sets, job_seconds
 
 __all__ = ["RECOMPILE_LIMIT", "KChoiceReport", "KEstimate", "choose_k"]
 
@@ -146,16 +145,6 @@ class KChoiceReport:
         }
 
 
-def positive(name: str, value: Any) -> float:
-    """``value`` as a finite float > 0, or a :class:`ShapeBucketError` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ShapeBucketError(f"{name} must be a number > 0, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value) or value <= 0:
-        raise ShapeBucketError(f"{name} must be a finite number > 0, got {value!r}")
-    return value
-
-
 def choose_k(
     lengths: Sequence[int] | np.ndarray,
     *,
@@ -184,38 +173,30 @@ def choose_k(
     >>> choice.buckets, choice.chosen.k
     (Buckets([8, 64]), 2)
     """
-    arr = check_lengths(lengths)
-    compile_s = positive("compile_seconds", compile_seconds)
-    rate = positive("tokens_per_second", tokens_per_second)
+    checked = CheckedLengths.of(lengths)
+    compile_s = check_number("compile_seconds", compile_seconds, above=0)
+    rate = check_number("tokens_per_second", tokens_per_second, above=0)
     job_samples = check_int("job_samples", job_samples, minimum=1)
     max_k = check_int("max_k", max_k, minimum=1)
     mode, batch_size = check_batching(batching, batch_size)
-    mean = float(arr.mean())
-    candidates: list[KEstimate] = []
-    exhausted = False
-    for k in range(1, max_k + 1):
-        buckets = optimal_buckets(arr, k, align=align, batch_size=batch_size, batching=mode)
-        if candidates and buckets == candidates[-1].buckets:
-            exhausted = True  # every distinct aligned length has its bucket
-            break
-        eff = padding_report(arr, buckets, batch_size=batch_size, batching=mode).token_efficiency
+
+    def fit(k: int) -> Buckets:
+        return optimal_buckets(checked, k, align=align, batch_size=batch_size, batching=mode)
+
+    rates = Rates.per_token(rate)
+    sets, exhausted = fitted_sets(fit, max_k)
+    candidates = []
+    for buckets in sets:
+        report = padding_report(checked, buckets, batch_size=batch_size, batching=mode)
+        # one row of each bucket per sample (or per batch's longest, batching="random")
+        loads = [rates.load(1, b, job_samples * report.share.get(b, 0.0)) for b in buckets]
+        prewarm_s, train_s, _ = job_seconds("compile-first", loads, compile_s)
         candidates.append(
-            KEstimate(
-                k=len(buckets),
-                buckets=buckets,
-                token_efficiency=eff,
-                prewarm_seconds=len(buckets) * compile_s,
-                train_seconds=job_samples * mean / eff / rate,
-            )
+            KEstimate(len(buckets), buckets, report.token_efficiency, prewarm_s, train_s)
         )
     chosen = min(candidates, key=lambda r: (r.job_seconds, r.k))
     # the search stopped at max_k: would one more bucket still change the set?
-    capped = (
-        chosen is candidates[-1]
-        and not exhausted
-        and optimal_buckets(arr, max_k + 1, align=align, batch_size=batch_size, batching=mode)
-        != chosen.buckets
-    )
+    capped = chosen is candidates[-1] and not exhausted and fit(max_k + 1) != chosen.buckets
     return KChoiceReport(
-        candidates, chosen, len(arr), compile_s, job_samples, rate, max_k=max_k, capped=capped
+        candidates, chosen, len(checked), compile_s, job_samples, rate, max_k=max_k, capped=capped
     )

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import check_int, check_lengths, round_up
+from .._validate import CheckedLengths, check_int, round_up
 from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN, Cost, optimal_buckets
 from ..fit.padding import Batching, PaddingReport, check_batching, padding_report
@@ -123,10 +123,13 @@ def compare_policies(
     fitted (k=2)
     """
     mode, batch_size = check_batching(batching, batch_size)
-    arr = check_lengths(lengths)
+    checked = CheckedLengths.of(lengths)
+    arr = checked.array
     k = check_int("k", k, minimum=1)
     limit = check_int("limit", limit, minimum=1)
-    fitted = optimal_buckets(arr, k, align=align, batch_size=batch_size, batching=mode, cost=cost)
+    fitted = optimal_buckets(
+        checked, k, align=align, batch_size=batch_size, batching=mode, cost=cost
+    )
     top = max(int(arr.max()), 2)
     policies: list[tuple[str, Buckets]] = [
         ("multiples of 8", _used_multiples(arr, 8)),
@@ -137,7 +140,7 @@ def compare_policies(
     ]
     return PolicyReport(
         policies=[
-            (name, padding_report(arr, b, batch_size=batch_size, batching=mode))
+            (name, padding_report(checked, b, batch_size=batch_size, batching=mode))
             for name, b in policies
         ],
         limit=limit,

@@ -3,13 +3,13 @@ fed by a timed step (:class:`~.timing.StepTiming`, :func:`~.timing.time_steps`).
 
 For each layout (bucketed batches of ``batch_size`` rows, or packed rows) and each
 shape set tried (``K = 1..k`` fitted buckets; the row-length sets :func:`fit_packing`
-weighs), the whole job is estimated three ways (:mod:`._jobtime`): eagerly,
+weighs), the whole job is estimated three ways (:mod:`.jobtime`): eagerly,
 compiled first (every shape before the first step), and compiled while training
 (eager at once, each shape compiled in the background, most frequent first, and
 switched to compiled when ready). The option with the shortest estimated job wins.
 
 Every time is an *estimate*: a batch of ``rows x L`` tokens costs
-``rows * L * (1 + L / (6 * width))`` units (:func:`._jobtime.unit_cost`), the
+``rows * L * (1 + L / (6 * model_dim))`` units (:func:`.jobtime.unit_cost`), the
 seconds of a unit come from one timed step (:class:`StepTiming`), every shape
 compiles in the timed ``compile_seconds``, and the batches of one epoch's plan are
 scaled to ``job_samples``. :attr:`StrategyReport.notes` says so under the table.
@@ -23,14 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import MAX_BUCKET, check_int, check_lengths, round_up
+from .._validate import MAX_BUCKET, CheckedLengths, check_int, round_up
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN, optimal_buckets
 from ..fit.packing_fit import fit_packing
 from ..fit.padding import padding_report
-from ._jobtime import MODES, ShapeLoad, compile_first, compile_while_training, eager, unit_cost
-from .kchoice import positive
+from .jobtime import MODES, Rates, ShapeLoad, fitted_sets, job_seconds, unit_cost
 from .timing import StepTiming
 
 __all__ = ["StrategyEstimate", "StrategyReport", "choose_strategy"]
@@ -72,9 +71,9 @@ class StrategyReport:
 
     >>> timing = StepTiming(compile_seconds=20, eager_seconds=0.05, compiled_seconds=0.03, rows=48, length=32)
     >>> lengths = [5, 9, 12, 30, 7, 3] * 50
-    >>> choose_strategy(lengths, timing, width=128, job_samples=1_000).chosen.mode
+    >>> choose_strategy(lengths, timing, model_dim=128, job_samples=1_000).chosen.mode
     'eager'
-    >>> choose_strategy(lengths, timing, width=128, job_samples=10**8).chosen.mode
+    >>> choose_strategy(lengths, timing, model_dim=128, job_samples=10**8).chosen.mode
     'compile-while-training'
     """
 
@@ -84,9 +83,8 @@ class StrategyReport:
     notes: list[str]
     num_samples: int
     job_samples: int
-    width: int
+    model_dim: int
     timing: StepTiming
-    contention: float = 1.0
     tokens_per_batch: int = 0
     batch_size: int = 64
     estimates: list[StrategyEstimate] = field(default_factory=list, repr=False)
@@ -105,7 +103,7 @@ class StrategyReport:
         t = self.timing
         lines = [
             f"strategy from the job: {self.job_samples:,} samples to train on ({self.num_samples:,} "
-            f"lengths), width {self.width}; timed step {t.rows}x{t.length}: eager "
+            f"lengths), model_dim {self.model_dim}; timed step {t.rows}x{t.length}: eager "
             f"{t.eager_seconds:.4g} s, compiled {t.compiled_seconds:.4g} s; "
             f"{t.compile_seconds:.4g} s to compile a shape",
             f"  {'layout':<8s} {'mode':<23s} {'shapes':>6s} {'tokens':>7s} {'warm-up s':>10s} "
@@ -134,69 +132,42 @@ class StrategyReport:
             "notes": list(self.notes),
             "num_samples": self.num_samples,
             "job_samples": self.job_samples,
-            "width": self.width,
+            "model_dim": self.model_dim,
             "timing": asdict(self.timing),
-            "contention": self.contention,
             "tokens_per_batch": self.tokens_per_batch,
             "batch_size": self.batch_size,
         }
 
 
-class _Rates:
-    """Seconds per cost unit, eagerly and compiled, from the timed step."""
-
-    def __init__(self, timing: StepTiming, width: int) -> None:
-        units = unit_cost(timing.rows, timing.length, width)
-        self.eager = timing.eager_seconds / units
-        self.compiled = timing.compiled_seconds / units
-        self.width = width
-
-    def load(self, rows: int, length: int, batches: float) -> ShapeLoad:
-        units = batches * unit_cost(rows, length, self.width)
-        return ShapeLoad(rows, length, batches, units * self.eager, units * self.compiled)
-
-
-def _estimates(
-    layout: str,
-    buckets: Buckets,
-    rows: dict[int, int],
-    efficiency: float,
-    loads: list[ShapeLoad],
-    timing: StepTiming,
-    background: tuple[float, float, float],
-) -> list[StrategyEstimate]:
-    """The three modes of one shape set (``background``: compile seconds, contention and
-    load seconds of compile-while-training)."""
+def _estimates(layout: str, shapes: _ShapeSet, timing: StepTiming) -> list[StrategyEstimate]:
+    """The three modes of one shape set."""
+    buckets, rows, efficiency, loads = shapes
     out = []
     for mode in MODES:
-        if mode == "eager":
-            warm, train = eager(loads)
-            job = train
-        elif mode == "compile-first":
-            warm, train = compile_first(loads, timing.compile_seconds)
-            job = warm + train
-        else:
-            warm, job = compile_while_training(loads, *background)
-            train = job
+        warm, train, job = job_seconds(mode, loads, timing.compile_seconds, timing.background)
         out.append(
             StrategyEstimate(layout, mode, buckets, rows, len(loads), efficiency, warm, train, job)
         )
     return out
 
 
+_ShapeSet = tuple[Buckets, dict[int, int], float, list[ShapeLoad]]
+
+
 def _bucket_options(
-    arr: np.ndarray, k: int, align: int, batch_size: int, scale: float, rates: _Rates
-) -> list[tuple[Buckets, dict[int, int], float, list[ShapeLoad]]]:
+    lengths: CheckedLengths, k: int, align: int, batch_size: int, scale: float, rates: Rates
+) -> list[_ShapeSet]:
     """Bucketed batches of ``batch_size`` rows for the exact fitted buckets, K = 1..k."""
-    out: list[tuple[Buckets, dict[int, int], float, list[ShapeLoad]]] = []
-    cost = lambda b: unit_cost(1, b, rates.width)  # noqa: E731 - one row of length b
-    for K in range(1, k + 1):
-        buckets = optimal_buckets(arr, K, align=align, cost=cost)
-        if out and buckets == out[-1][0]:
-            break  # every distinct aligned length has its bucket
-        report = padding_report(arr, buckets)
+    out: list[_ShapeSet] = []
+
+    def cost(b: int) -> float:  # one row of length b
+        return unit_cost(1, b, rates.model_dim)
+
+    sets, _ = fitted_sets(lambda K: optimal_buckets(lengths, K, align=align, cost=cost), k)
+    for buckets in sets:
+        report = padding_report(lengths, buckets)
         counts = np.bincount(
-            np.searchsorted(np.asarray(list(buckets)), arr), minlength=len(buckets)
+            np.searchsorted(np.asarray(list(buckets)), lengths.array), minlength=len(buckets)
         )
         loads = [
             rates.load(batch_size, int(b), scale * int(n) / batch_size)
@@ -208,11 +179,11 @@ def _bucket_options(
 
 
 def _packing_options(
-    arr: np.ndarray, k: int, align: int, tokens: int, job_samples: int, rates: _Rates
-) -> list[tuple[Buckets, dict[int, int], float, list[ShapeLoad]]]:
+    lengths: CheckedLengths, k: int, align: int, tokens: int, job_samples: int, rates: Rates
+) -> list[_ShapeSet]:
     """Packed rows for every row-length set :func:`fit_packing` planned for real."""
-    fit = fit_packing(arr, k, tokens_per_batch=tokens, align=align, model_dim=rates.width)
-    out: list[tuple[Buckets, dict[int, int], float, list[ShapeLoad]]] = []
+    fit = fit_packing(lengths, k, tokens_per_batch=tokens, align=align, model_dim=rates.model_dim)
+    out: list[_ShapeSet] = []
     for buckets, report in fit.candidates:
         rows = {int(L): tokens // int(L) for L in buckets}
         scale = job_samples / report.num_samples
@@ -277,127 +248,114 @@ def _reason(chosen: StrategyEstimate, best: dict[tuple[str, str], StrategyEstima
     return f"{head}; {why}"
 
 
-def _non_negative(name: str, value: Any) -> float:
-    return 0.0 if value == 0 and not isinstance(value, bool) else positive(name, value)
-
-
-def _notes(timing: StepTiming, width: int, background: tuple[float, float, float]) -> list[str]:
-    compile_s, contention, load_s = background
+def _notes(timing: StepTiming, model_dim: int) -> list[str]:
+    bg = timing.background
     return [
         "every time is estimated, not measured: a batch of rows x L tokens costs "
-        f"rows*L*(1 + L/(6*{width})) units, scaled from the one timed {timing.rows}x"
+        f"rows*L*(1 + L/(6*{model_dim})) units, scaled from the one timed {timing.rows}x"
         f"{timing.length} step; per-step overheads and kernels that do not scale that way are "
         "not modelled",
         f"every shape is taken to compile in {timing.compile_seconds:g} s, the timed one",
         "compile-while-training: one background worker compiles the shapes one after another "
-        f"({compile_s:g} s each), switching a shape to compiled pauses training {load_s:g} s, "
-        "each shape's batches are spread evenly through the job, and training steps run "
-        f"{contention:g}x slower while it compiles (contention; 1: it has a core of its own)",
+        f"({bg.compile_seconds:g} s each), switching a shape to compiled pauses training "
+        f"{bg.load_seconds:g} s, each shape's batches are spread evenly through the job, and "
+        f"training steps run {bg.contention:g}x slower while it compiles (contention; 1: it "
+        "has a core of its own)",
         "one epoch's plan (padding, packing, short batches) is scaled to the job's samples",
     ]
+
+
+def _chosen(
+    estimates: list[StrategyEstimate],
+) -> tuple[StrategyEstimate, dict[tuple[str, str], StrategyEstimate]]:
+    """The option with the shortest job, and the best of every layout and mode; equal to
+    9 digits is a tie (sums in another order differ in the last bit), which goes to the
+    simpler mode, then to fewer shapes."""
+    rank = {mode: i for i, mode in enumerate(MODES)}
+
+    def key(e: StrategyEstimate) -> tuple[float, int, int]:
+        return (float(f"{e.job_seconds:.9g}"), rank[e.mode], e.num_shapes)
+
+    best: dict[tuple[str, str], StrategyEstimate] = {}
+    for e in sorted(estimates, key=key):
+        best.setdefault((e.layout, e.mode), e)
+    return min(best.values(), key=key), best
 
 
 def choose_strategy(
     lengths: Sequence[int] | np.ndarray,
     timing: StepTiming,
     *,
-    width: int,
+    model_dim: int,
     job_samples: int,
     batch_size: int = 64,
     tokens_per_batch: int | None = None,
     k: int = 8,
     align: int = DEFAULT_ALIGN,
-    contention: float = 1.0,
-    background_compile_seconds: float | None = None,
-    load_seconds: float = 0.0,
 ) -> StrategyReport:
     """Buckets or packing, eager, compile-first or compile-while-training, and the shapes:
     the option with the shortest estimated whole job (module docstring).
 
     Args:
         lengths: the dataset's sample lengths (one epoch).
-        timing: the timed step (:class:`StepTiming`, or :func:`time_steps` on your model).
-        width: the model's width (its hidden size): the attention share of a token in a
-            row of ``L`` is about ``L / (6 * width)``.
+        timing: the job's timings (:class:`StepTiming`: a timed step, or
+            :func:`time_steps` on your model, and what compiling in the background costs).
+        model_dim: the model's width (its hidden size): the attention share of a token in
+            a row of ``L`` is about ``L / (6 * model_dim)``.
         job_samples: samples the job trains on (epochs x dataset size).
         batch_size: rows of a bucketed batch.
         tokens_per_batch: a packed batch's tokens; default ``batch_size`` mean-length
             samples, rounded up to whole rows of the longest row length.
         k: the most shapes tried (bucket counts ``1..k``; :func:`fit_packing` ``k``).
         align: every bucket and row length is a multiple of this.
-        contention: how many times slower a training step runs while a background
-            compile runs (1.0: the compile has a core of its own).
-        background_compile_seconds: one shape's compile in the background process
-            (default ``timing.compile_seconds``; more when it shares cores with training).
-        load_seconds: the pause when training switches a shape to its compiled graph
-            (loading the cache artifacts; default 0).
 
     (Examples: :class:`StrategyReport`.)
     """
-    arr = check_lengths(lengths)
+    checked = CheckedLengths.of(lengths)
     if not isinstance(timing, StepTiming):
         raise ShapeBucketError(
             f"timing must be a StepTiming (compile_seconds, eager_seconds, compiled_seconds, "
             f"rows, length), got {type(timing).__name__}; time_steps(...) measures one"
         )
-    width = check_int("width", width, minimum=1)
+    model_dim = check_int("model_dim", model_dim, minimum=1)
     job_samples = check_int("job_samples", job_samples, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     k = check_int("k", k, minimum=1)
     align = check_int("align", align, minimum=1, maximum=MAX_BUCKET)
-    contention = positive("contention", contention)
-    background = (
-        timing.compile_seconds
-        if background_compile_seconds is None
-        else positive("background_compile_seconds", background_compile_seconds),
-        contention,
-        _non_negative("load_seconds", load_seconds),
-    )
-    if contention < 1:
-        raise ShapeBucketError(
-            f"contention must be >= 1 (a background compile never speeds training up), got {contention}"
-        )
-    top = round_up(int(arr.max()), align)
+    top = round_up(int(checked.array.max()), align)
     if tokens_per_batch is None:
-        tokens_per_batch = max(top, round_up(int(np.ceil(batch_size * float(arr.mean()))), top))
+        mean = float(checked.array.mean())
+        tokens_per_batch = max(top, round_up(int(np.ceil(batch_size * mean)), top))
     tokens = check_int("tokens_per_batch", tokens_per_batch, minimum=1)
-    rates = _Rates(timing, width)
-    sets = [
-        ("buckets", o)
-        for o in _bucket_options(arr, k, align, batch_size, job_samples / len(arr), rates)
-    ]
-    sets += [("packing", o) for o in _packing_options(arr, k, align, tokens, job_samples, rates)]
+    rates = Rates.from_step(
+        timing.rows, timing.length, timing.eager_seconds, timing.compiled_seconds, model_dim
+    )
+    scale = job_samples / len(checked)
     estimates = [
         e
-        for layout, (buckets, rows, eff, loads) in sets
-        for e in _estimates(layout, buckets, rows, eff, loads, timing, background)
+        for layout, sets in (
+            ("buckets", _bucket_options(checked, k, align, batch_size, scale, rates)),
+            ("packing", _packing_options(checked, k, align, tokens, job_samples, rates)),
+        )
+        for shapes in sets
+        for e in _estimates(layout, shapes, timing)
     ]
     if not all(np.isfinite(e.job_seconds) for e in estimates):
         raise ShapeBucketError(
             f"the job's estimates overflow a float: {timing} scaled to {job_samples:,} samples; "
             "check the timed step's units (seconds per step)"
         )
+    chosen, best = _chosen(estimates)
     rank = {mode: i for i, mode in enumerate(MODES)}
-
-    def key(e: StrategyEstimate) -> tuple[float, int, int]:
-        # equal to 9 digits is a tie (sums in another order differ in the last bit)
-        return (float(f"{e.job_seconds:.9g}"), rank[e.mode], e.num_shapes)
-
-    best: dict[tuple[str, str], StrategyEstimate] = {}
-    for e in sorted(estimates, key=key):
-        best.setdefault((e.layout, e.mode), e)
-    chosen = min(best.values(), key=key)
-    options = sorted(best.values(), key=lambda e: (e.layout, rank[e.mode]))
     return StrategyReport(
         chosen=chosen,
-        options=options,
+        options=sorted(best.values(), key=lambda e: (e.layout, rank[e.mode])),
         reason=_reason(chosen, best),
-        notes=_notes(timing, width, background),
-        num_samples=len(arr),
+        notes=_notes(timing, model_dim),
+        num_samples=len(checked),
         job_samples=job_samples,
-        width=width,
+        model_dim=model_dim,
         timing=timing,
-        contention=contention,
         tokens_per_batch=tokens,
         batch_size=batch_size,
         estimates=estimates,

@@ -9,21 +9,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._validate import check_int
+from .._validate import check_int, check_number
 from ..errors import ShapeBucketError
-from .kchoice import positive
+from .jobtime import Background
 
 __all__ = ["StepTiming", "time_steps"]
 
 
 @dataclass(frozen=True)
 class StepTiming:
-    """What one timed training step says about the job: one shape's compile
-    (``compile_seconds``, forward and backward), and one step of shape
-    ``rows x length`` eagerly (``eager_seconds``) and compiled (``compiled_seconds``).
+    """The measured timings of a job: one shape's compile (``compile_seconds``, forward
+    and backward), one step of shape ``rows x length`` eagerly (``eager_seconds``) and
+    compiled (``compiled_seconds``), and what compiling while training costs:
+    one shape's compile in the background process (``background_compile_seconds``,
+    default ``compile_seconds``; more when it shares cores with training), how many
+    times slower a training step runs while it compiles (``contention`` >= 1; 1: the
+    compile has a core of its own) and the pause when training switches a shape to its
+    compiled graph (``load_seconds``, loading the cache artifacts).
 
     >>> StepTiming(compile_seconds=12.5, eager_seconds=0.06, compiled_seconds=0.045, rows=48, length=32)
-    StepTiming(compile_seconds=12.5, eager_seconds=0.06, compiled_seconds=0.045, rows=48, length=32)
+    StepTiming(compile_seconds=12.5, eager_seconds=0.06, compiled_seconds=0.045, rows=48, length=32, background_compile_seconds=None, contention=1.0, load_seconds=0.0)
     """
 
     compile_seconds: float
@@ -31,12 +36,32 @@ class StepTiming:
     compiled_seconds: float
     rows: int
     length: int
+    background_compile_seconds: float | None = None
+    contention: float = 1.0
+    load_seconds: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("compile_seconds", "eager_seconds", "compiled_seconds"):
-            object.__setattr__(self, name, positive(name, getattr(self, name)))
-        object.__setattr__(self, "rows", check_int("rows", self.rows, minimum=1))
-        object.__setattr__(self, "length", check_int("length", self.length, minimum=1))
+        names = ["compile_seconds", "eager_seconds", "compiled_seconds"]
+        if self.background_compile_seconds is not None:
+            names.append("background_compile_seconds")
+        for name in names:
+            self._set(name, check_number(name, getattr(self, name), above=0))
+        self._set("rows", check_int("rows", self.rows, minimum=1))
+        self._set("length", check_int("length", self.length, minimum=1))
+        hint = " (a background compile never speeds training up)"
+        self._set("contention", check_number("contention", self.contention, at_least=1, hint=hint))
+        self._set("load_seconds", check_number("load_seconds", self.load_seconds, at_least=0))
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    @property
+    def background(self) -> Background:
+        """Compile-while-training's costs as the job-time model takes them."""
+        seconds = self.background_compile_seconds
+        return Background(
+            self.compile_seconds if seconds is None else seconds, self.contention, self.load_seconds
+        )
 
 
 def _shape_of(batch: Any) -> tuple[int, int] | None:

@@ -5,7 +5,7 @@
 * :mod:`shapebucket.bench.strategies`: the strategies and the record of each;
 * :mod:`shapebucket.bench.runner`: one strategy's model, compiled step, warm-up,
   timed round and summary;
-* :mod:`shapebucket.bench.plans` and :mod:`shapebucket.bench.peers`: each family's
+* :mod:`shapebucket.bench.batching` and :mod:`shapebucket.bench.peers`: each family's
   batches, and the peers' length-grouped batching;
 * :mod:`shapebucket.bench.report`: the loss-agreement check, the table and the plot;
 * :mod:`shapebucket.bench.cli`: the command line.

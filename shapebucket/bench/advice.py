@@ -49,8 +49,9 @@ def recommendation(
 ) -> list[str]:
     """Lines to print: the recommendation for one and ten epochs and the agreement, or why
     there is none (``choose_strategy`` missing, or the fixed-length peers not run)."""
-    plan = importlib.import_module("shapebucket.advise")
-    choose, timing_cls = getattr(plan, "choose_strategy", None), getattr(plan, "StepTiming", None)
+    advise = importlib.import_module("shapebucket.advise")
+    choose = getattr(advise, "choose_strategy", None)
+    timing_cls = getattr(advise, "StepTiming", None)
     if choose is None or timing_cls is None:
         return ["strategy advice: shapebucket.advise.choose_strategy is not in this version"]
     by = {r.name: r for r in results if r.error is None and r.step_times}
@@ -59,32 +60,32 @@ def recommendation(
         return ["strategy advice: needs fixed-packed-eager and fixed-packed-compile (one shape)"]
     model = config["model"]
     rows = max(1, int(config["packed_tokens_per_batch"]) // int(model["max_len"]))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    contention = cores / (cores - 1) if cores and cores > 1 else 2.0
     timing = timing_cls(
         compile_seconds=compiled.warmup_s,  # one graph, forward and backward, plus 3 steps
         eager_seconds=_step_s(eager),
         compiled_seconds=_step_s(compiled),
         rows=rows,
         length=int(model["max_len"]),
+        contention=contention,
     )
     lines = [
         f"strategy advice (shapebucket.advise.choose_strategy from the measured {rows}x"
         f"{model['max_len']} step: compile {timing.compile_seconds:.1f} s, eager "
         f"{timing.eager_seconds * 1e3:.1f} ms, compiled {timing.compiled_seconds * 1e3:.1f} ms):"
     ]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    contention = cores / (cores - 1) if cores and cores > 1 else 2.0
     lines[0] = lines[0][:-2] + f", contention {contention:.2g}):"
     ours = [r for r in results if r.error is None and r.name in MEASURED_AS and r.job_s > 0]
     for epochs in (1, 10):
         report = choose(
             lengths,
             timing,
-            width=int(model["dim"]),
+            model_dim=int(model["dim"]),
             job_samples=epochs * len(lengths),
             batch_size=int(config["batch_size"]),
             tokens_per_batch=int(config["packed_tokens_per_batch"]),
             k=int(config["k"]),
-            contention=contention,
         )
         c = report.chosen
         line = (

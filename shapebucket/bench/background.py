@@ -30,8 +30,9 @@ import torch
 from ..compile.background.handle import compile_in_background
 from ..compile.recompiles import CompileCounter, no_recompiles
 from ..plan.shapes import ShapePlan
-from .plans import Family, Setup
-from .runner import Runner, _peak_memory_mb, _reset_peak_memory, _sync, new_result
+from .batching import Family, Setup
+from .memory import peak_memory_mb, reset_peak_memory, sync
+from .runner import Runner, new_result
 from .strategies import STRATEGIES
 
 __all__ = ["prepare_background"]
@@ -78,7 +79,7 @@ def prepare_background(name: str, s: Setup, fam: Family) -> Runner:
         result,
         epoch_tokens=int(s.lengths.sum()),
     )
-    _reset_peak_memory(s.device)
+    reset_peak_memory(s.device)
     tokens = 0
     with CompileCounter() as total:
         t0 = time.perf_counter()
@@ -105,12 +106,12 @@ def prepare_background(name: str, s: Setup, fam: Family) -> Runner:
                 i += 1
                 if bg.done and j == len(fam.timed) - 1:
                     passes_after_done += 1  # a shape the timed set never has stays unswitched
-            _sync(s.device)
+            sync(s.device)
         result.warmup_s = time.perf_counter() - t0
     result.warmup_epochs = tokens / runner.epoch_tokens
     result.warmup_steps = i
     result.graphs = total.graphs
     result.recompile_limit_hit = bool(total.limit_hits)
-    result.warmup_peak_mem_mb = _peak_memory_mb(s.device)
+    result.warmup_peak_mem_mb = peak_memory_mb(s.device)
     result.background = bg.report.to_dict()
     return runner

@@ -6,20 +6,19 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .._argparse import Parser
+from .._argparse import Parser, output_path, plot_formats
 from .._validate import check_int
 from ..data import read_lengths
 from ..errors import ShapeBucketError
 from .advice import recommendation
 from .harness import run
 from .peers import source as grouped_source
-from .report import check_losses, format_table, headline, plot
+from .report import check_losses, format_table, headline, plot, run_payload
 from .strategies import DEFAULT, PEERS, STRATEGIES, StrategyResult
 from .workloads import WORKLOADS, load_workload
 
@@ -52,7 +51,7 @@ _DEFAULTS = {
     "batch_size": (64, 16),
     "samples": (200_000, 20_000),
     "k": (8, 2),
-    "width": (128, 32),
+    "model_dim": (128, 32),
     "depth": (2, 1),
 }
 
@@ -131,7 +130,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _model_and_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vocab", type=int, default=512)
-    p.add_argument("--width", type=int, default=None, help="model width (default 128, quick 32)")
+    p.add_argument(
+        "--model-dim", type=int, default=None, help="model width (default 128, quick 32)"
+    )
     p.add_argument("--depth", type=int, default=None, help="blocks (default 2, quick 1)")
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--max-len", type=int, default=256)
@@ -190,9 +191,13 @@ def _replay(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    path = str(
+        output_path(
+            "--plot", args.plot or Path(args.from_json).with_suffix(".png"), formats=plot_formats()
+        )
+    )
     print(described)
     print(format_table(results))
-    path = args.plot or str(Path(args.from_json).with_suffix(".png"))
     plot(results, path, _title(config))
     print(f"wrote {path}")
     return 0
@@ -238,7 +243,7 @@ def _resolve(args: argparse.Namespace) -> None:
         "batch_size",
         "samples",
         "k",
-        "width",
+        "model_dim",
         "depth",
         "heads",
         "vocab",
@@ -252,8 +257,10 @@ def _resolve(args: argparse.Namespace) -> None:
     check_int("--bucket-tokens-per-batch", args.bucket_tokens_per_batch, minimum=args.max_len)
     if args.packed_tokens_per_batch is not None:
         check_int("--packed-tokens-per-batch", args.packed_tokens_per_batch, minimum=args.max_len)
-    if args.width % args.heads:
-        raise ShapeBucketError(f"--width {args.width} must be a multiple of --heads {args.heads}")
+    if args.model_dim % args.heads:
+        raise ShapeBucketError(
+            f"--model-dim {args.model_dim} must be a multiple of --heads {args.heads}"
+        )
     given = args.strategies
     names = {None: list(DEFAULT), "all": list(STRATEGIES)}.get(given, str(given).split(","))
     args.strategies = [n.strip() for n in names if n.strip()]
@@ -291,64 +298,18 @@ def _resolve(args: argparse.Namespace) -> None:
         args.plot = str(Path(args.json).with_suffix(".png")) if args.json else stem + ".png"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.from_json is not None:
-        return _replay(args)
-    try:
-        _resolve(args)
-    except ShapeBucketError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    config, results, padding_problems = run(args)
-    config["grouped_sampler"] = grouped_source()
-    print()
-    print(_describe(config))
-    print(format_table(results))
-    for path in (args.json, args.plot):
-        if path:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-    head = headline(results)
-    lengths = load_workload(
-        args.workload,
-        n=args.samples,
-        max_len=args.max_len,
-        seed=args.seed,
-        lengths_file=args.lengths,
-    )[0]
-    advice = recommendation(results, lengths, config)
-    print("\n".join(advice))
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Every file the run writes, checked before anything is measured: ``--json`` and
+    ``--plot`` are file names whose directories exist or can be made (the default
+    ``results/`` is made), and the plot's extension is one matplotlib writes."""
     if args.json:
-        payload = {
-            "config": config,
-            "headline": None
-            if head is None
-            else {
-                "ours": head.ours.name,
-                "peer": head.peer.name,
-                "ratio": head.ratio,
-                "ratio_rounds": head.speed_rounds(),
-                "within_noise": head.within_noise,
-                "job_ours": head.job_ours.name,
-                "job_peer": head.job_peer.name,
-                "job_ratio": head.job_ratio,
-                "job_ratio_rounds": head.job_rounds(1),
-                "job10_ours": head.job10_ours.name,
-                "job10_peer": head.job10_peer.name,
-                "job10_ratio": head.job10_ratio,
-                "job10_ratio_rounds": head.job_rounds(10),
-                "grouped_peer": head.grouped.name if head.grouped else None,
-                "ceiling": head.ceiling,
-                "ratio_to_grouped_rounds": head.speed_rounds(head.grouped) if head.grouped else [],
-            },
-            "advice": advice,
-            "results": [asdict(r) for r in results],
-        }
-        Path(args.json).write_text(json.dumps(payload, indent=2))
-        print(f"wrote {args.json}")
+        args.json = str(output_path("--json", args.json, make_dirs=True))
     if args.plot:
-        plot(results, args.plot, _title(config))
-        print(f"wrote {args.plot}")
+        args.plot = str(output_path("--plot", args.plot, formats=plot_formats(), make_dirs=True))
+
+
+def _status(results: list[StrategyResult], padding_problems: list[str], no_check: bool) -> int:
+    """Print the failed checks; 1 when one fails (a loss check only without --no-check)."""
     status = 0
     for r in results:
         if not r.peer and r.error is None and r.timed_recompiles:
@@ -365,10 +326,50 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"FAIL: {title}", file=sys.stderr)
             for line in found:
                 print("  " + line, file=sys.stderr)
-            if not args.no_check:
+            if not no_check:
                 status = 1
     if not problems and not padding_problems:
         print(
             "loss checks: strategies of one family agree at every step; padding does not change the loss"
         )
     return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark (``python -m shapebucket bench --help``); the exit status is 2 for
+    a usage mistake (one ``error:`` line, before anything is measured), 1 when a check
+    fails, 0 otherwise."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.from_json is not None:
+            return _replay(args)
+        _resolve(args)
+        _check_outputs(args)
+    except ShapeBucketError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    config, results, padding_problems = run(args)
+    config["grouped_sampler"] = grouped_source()
+    print()
+    print(_describe(config))
+    print(format_table(results))
+    for path in (args.json, args.plot):
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    lengths = load_workload(
+        args.workload,
+        n=args.samples,
+        max_len=args.max_len,
+        seed=args.seed,
+        lengths_file=args.lengths,
+    )[0]
+    advice = recommendation(results, lengths, config)
+    print("\n".join(advice))
+    if args.json:
+        payload = run_payload(config, headline(results), advice, results)
+        Path(args.json).write_text(json.dumps(payload, indent=2))
+        print(f"wrote {args.json}")
+    if args.plot:
+        plot(results, args.plot, _title(config))
+        print(f"wrote {args.plot}")
+    return _status(results, padding_problems, args.no_check)

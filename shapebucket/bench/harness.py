@@ -24,7 +24,7 @@ How the figures are made to hold on a shared, noisy machine:
 
 The strategies and their records are in :mod:`shapebucket.bench.strategies`, one
 strategy's warm-up, timed round and summary in :mod:`shapebucket.bench.runner`,
-the batch plans in :mod:`shapebucket.bench.plans`.
+the batches in :mod:`shapebucket.bench.batching`.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from .._progress import progress
 from .._validate import round_up
 from ..fit.bucket_fit import fit_buckets
 from .background import prepare_background
+from .batching import Family, Setup, build_family, epoch_batches, make_samples, timed_sample_set
 from .model import GPT, CaptionConfig, Captioner, GPTConfig
-from .plans import Family, Setup, build_family, make_samples, plan_family, timed_sample_set
 from .runner import Runner, finish, prepare, time_round
 from .strategies import PEERS, STRATEGIES, StrategyResult
 from .workloads import load_workload
@@ -68,8 +68,8 @@ def check_padding_invariance(
     bucket sampler's epoch. Plans already built for the run (``families``) are reused.
     Returns one line per disagreement (empty when all agree)."""
     built = families or {}
-    bucketed = built.get("buckets") or plan_family("buckets", s)
-    grouped = built.get("grouped") or plan_family("grouped", s)
+    bucketed = built.get("buckets") or epoch_batches("buckets", s)
+    grouped = built.get("grouped") or epoch_batches("grouped", s)
     model = s.make_model().to(s.device)
     model.load_state_dict(s.init_state)
     problems = []
@@ -130,7 +130,7 @@ def _setup(args: argparse.Namespace) -> Setup:
     cfg: GPTConfig
     dims = {
         "vocab": args.vocab,
-        "dim": args.width,
+        "dim": args.model_dim,
         "layers": args.depth,
         "heads": args.heads,
         "max_len": args.max_len,
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult],
 
 
 def _build_families(s: Setup, names: list[str]) -> tuple[dict[str, Family], dict[str, str]]:
-    """The batch plan of each family the strategies use, and the error of each family
+    """The batches of each family the strategies use, and the error of each family
     this workload cannot run."""
     skipped: dict[str, str] = {}
     families: dict[str, Family] = {}

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .strategies import StrategyResult
 
-__all__ = ["Headline", "check_losses", "format_table", "headline", "plot"]
+__all__ = ["Headline", "check_losses", "format_table", "headline", "plot", "run_payload"]
 
 
 def _spread(values: Sequence[float]) -> tuple[float, float, float]:
@@ -293,3 +294,38 @@ def plot(results: Sequence[StrategyResult], path: str | Path, title: str) -> Non
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def run_payload(
+    config: dict[str, Any],
+    head: Headline | None,
+    advice: list[str],
+    results: Sequence[StrategyResult],
+) -> dict[str, Any]:
+    """What ``--json`` saves: the configuration, the headline, the advice and every result."""
+    headline_ = None
+    if head is not None:
+        headline_ = {
+            "ours": head.ours.name,
+            "peer": head.peer.name,
+            "ratio": head.ratio,
+            "ratio_rounds": head.speed_rounds(),
+            "within_noise": head.within_noise,
+            "job_ours": head.job_ours.name,
+            "job_peer": head.job_peer.name,
+            "job_ratio": head.job_ratio,
+            "job_ratio_rounds": head.job_rounds(1),
+            "job10_ours": head.job10_ours.name,
+            "job10_peer": head.job10_peer.name,
+            "job10_ratio": head.job10_ratio,
+            "job10_ratio_rounds": head.job_rounds(10),
+            "grouped_peer": head.grouped.name if head.grouped else None,
+            "ceiling": head.ceiling,
+            "ratio_to_grouped_rounds": head.speed_rounds(head.grouped) if head.grouped else [],
+        }
+    return {
+        "config": config,
+        "headline": headline_,
+        "advice": advice,
+        "results": [asdict(r) for r in results],
+    }

@@ -25,7 +25,8 @@ from ..compile.prewarm import prewarm
 from ..compile.recompiles import CompileCounter, mark_dynamic, no_recompiles
 from ..fit.buckets import Buckets
 from ..plan.shapes import ShapePlan
-from .plans import SEQUENCE_KEYS, Family, Setup
+from .batching import SEQUENCE_KEYS, Family, Setup
+from .memory import peak_memory_mb, peak_step_memory_mb, reset_peak_memory, sync
 from .strategies import PEERS, STRATEGIES, Strategy, StrategyResult
 
 __all__ = [
@@ -33,7 +34,6 @@ __all__ = [
     "finish",
     "fresh_forward",
     "new_result",
-    "peak_step_memory_mb",
     "prepare",
     "time_round",
 ]
@@ -57,61 +57,6 @@ def fresh_forward(tag: str) -> Callable[[Any, dict[str, Any]], Any]:
     name = "forward_" + "".join(c if c.isalnum() else "_" for c in tag)
     code = forward.__code__.replace(co_name=name)  # a new code object, its own cache
     return types.FunctionType(code, forward.__globals__, name)
-
-
-# -- memory ---------------------------------------------------------------------------
-
-
-def _reset_peak_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        return
-    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # Linux: reset the peak resident set size (VmHWM) of this process
-
-
-def _peak_memory_mb(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    with contextlib.suppress(OSError), open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def peak_step_memory_mb(step: Callable[[], Any], device: torch.device) -> float:
-    """Peak megabytes of tensor memory a call of ``step`` allocates on top of what was
-    live before it: the running sum of the allocator's allocations and frees recorded by
-    ``torch.profiler`` (``profile_memory=True``; CPU: torch's CPU allocator, compiled
-    kernels' buffers included; CUDA: the CUDA caching allocator's tensors).
-
-    >>> peak_step_memory_mb(lambda: torch.zeros(2**18), torch.device("cpu"))  # 1 MiB
-    1.0
-    """
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities, profile_memory=True) as prof:
-        step()
-        _sync(device)
-    # every allocation and free, in time order (the processed event list attributes most
-    # of them to their ops and would hide the peak inside a compiled graph)
-    want = "CPU" if device.type != "cuda" else "CUDA"
-    events = sorted(
-        (e.start_ns(), e.nbytes())
-        for e in prof.profiler.kineto_results.events()  # type: ignore[union-attr]
-        if e.name() == "[memory]" and want in str(e.device_type())
-    )
-    peak = live = 0
-    for _, delta in events:
-        live += delta
-        peak = max(peak, live)
-    return peak / 2**20
 
 
 # -- one strategy ---------------------------------------------------------------------------
@@ -204,7 +149,7 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
     # and one strategy's marks must not change how another strategy's compiler sees them
     fam = replace(fam, warmup=[_copy(b) for b in fam.warmup], timed=[_copy(b) for b in fam.timed])
     runner = Runner(name, fam, step, guard, result, epoch_tokens=int(s.lengths.sum()))
-    _reset_peak_memory(s.device)
+    reset_peak_memory(s.device)
     with CompileCounter() as total:
         t0 = time.perf_counter()
         if strategy.prewarm and fam.buckets is not None:
@@ -221,25 +166,20 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
         for i, b in enumerate(fam.warmup):
             runner.losses.append(step(b))
             if i == 0:
-                _sync(s.device)
+                sync(s.device)
                 result.first_step_s = time.perf_counter() - t0
-        _sync(s.device)
+        sync(s.device)
         result.warmup_s = time.perf_counter() - t0
     result.warmup_steps = len(fam.warmup)
     result.warmup_epochs = sum(fam.warmup_real) / runner.epoch_tokens
     result.graphs = total.graphs
     result.recompile_limit_hit = bool(total.limit_hits)
-    result.warmup_peak_mem_mb = _peak_memory_mb(s.device)
+    result.warmup_peak_mem_mb = peak_memory_mb(s.device)
     return runner
 
 
 def _copy(batch: dict[str, Any]) -> dict[str, Any]:
     return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def time_round(r: Runner, device: torch.device) -> None:
@@ -258,7 +198,7 @@ def time_round(r: Runner, device: torch.device) -> None:
             graphs, events = compat.unique_graphs(), compat.compile_events()
             t0 = time.perf_counter()
             r.losses.append(r.step(batch))
-            _sync(device)
+            sync(device)
             dt = time.perf_counter() - t0
             if compat.unique_graphs() != graphs or compat.compile_events() != events:
                 compile_s += dt

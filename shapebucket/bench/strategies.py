@@ -18,7 +18,7 @@ __all__ = ["DEFAULT", "PEERS", "STRATEGIES", "Strategy", "StrategyResult"]
 class Strategy:
     """How one strategy forms, pads and compiles its batches.
 
-    ``family`` names the batch plan: strategies of one family see the same
+    ``family`` names the batches: strategies of one family see the same
     batches in the same order, so their per-step losses must agree.
     """
 

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import torch
 
 from .. import _torch_compat as compat
-from .._validate import check_int
+from .._validate import check_flag, check_int
 from ..errors import ShapeBucketError
 from ..plan.shapes import Shape, ShapePlan
 from .cache import load_compile_cache, save_compile_cache
@@ -107,10 +107,7 @@ class RecompileLimit(Mode):
     raise_limit: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.raise_limit, bool):
-            raise ShapeBucketError(
-                f"RecompileLimit(raise_limit) must be True or False, got {self.raise_limit!r}"
-            )
+        check_flag("RecompileLimit(raise_limit)", self.raise_limit)
 
     def setup(self, job: Job) -> None:
         n = len(job.plan)

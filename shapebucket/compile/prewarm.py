@@ -27,6 +27,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .. import _torch_compat as compat
 from .._progress import progress as progress_bar
+from .._validate import check_flag
 from ..collate.packed import PackedCollator
 from ..errors import ShapeBucketError
 from ..plan.shapes import ShapePlan
@@ -301,9 +302,8 @@ def prewarm(
             "this plan re-pads an example to each shape: pass example=next(iter(loader))"
         )
     _check_callables(model, step)
-    for name, flag in (("verify", verify), ("progress", progress)):
-        if not isinstance(flag, bool):
-            raise ShapeBucketError(f"{name} must be True or False, got {flag!r}")
+    check_flag("verify", verify)
+    check_flag("progress", progress)
     _refuse_cached_decoder(model, plan)
     if isinstance(restore, (str, bytes, torch.Tensor, torch.optim.Optimizer, torch.nn.Module)):
         restore = [restore]

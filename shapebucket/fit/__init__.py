@@ -16,7 +16,7 @@ from .bucket_fit import fit_buckets
 from .buckets import Buckets
 from .cells import Cells, cells_lower_bound, fit_cells
 from .packing import PackingReport, pack_rows, plan_packing, rows_for_tokens
-from .packing_fit import PackingFitReport, fit_packing, packing_report
+from .packing_fit import PackingFitReport, PackingTrial, fit_packing, packing_report
 from .padding import PaddingReport, padding_report
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "Cells",
     "PackingFitReport",
     "PackingReport",
+    "PackingTrial",
     "PaddingReport",
     "cells_lower_bound",
     "fit_buckets",

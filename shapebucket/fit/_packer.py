@@ -61,7 +61,7 @@ class _Rows:
         return np.concatenate(got) if len(got) > 1 else got[0]
 
 
-class _Packer:
+class Packer:
     """Best-fit decreasing into open rows, window by window; closed rows become steps.
 
     Row lengths are *classes* ``c`` (``Ls[c]`` tokens, ``R[c]`` rows per batch);

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import bisect
 import math
-import numbers
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
-from .._validate import MAX_BUCKET, check_int, check_lengths, round_up
+from .._validate import MAX_BUCKET, check_int, check_lengths, check_number, round_up
 from ..errors import ShapeBucketError
 
 __all__ = ["MAX_MULTIPLES", "Buckets", "as_buckets"]
@@ -139,13 +138,7 @@ class Buckets:
         min_len = check_int("min_len", min_len, minimum=2)
         max_len = check_int("max_len", max_len, minimum=2)
         align = check_int("align", align, minimum=1)
-        if (
-            isinstance(ratio, bool)
-            or not isinstance(ratio, numbers.Real)
-            or not math.isfinite(ratio)
-            or ratio <= 1
-        ):
-            raise ShapeBucketError(f"ratio must be a finite number > 1, got {ratio!r}")
+        ratio = check_number("ratio", ratio, above=1)
         if min_len > max_len:
             raise ShapeBucketError(f"min_len ({min_len}) must be <= max_len ({max_len})")
         last = round_up(max_len, align)

@@ -34,7 +34,7 @@ import numpy as np
 
 from .._validate import MAX_BUCKET, check_int, check_lengths, round_up
 from ..errors import ShapeBucketError
-from .optimal import DEFAULT_ALIGN, _optimal_boundaries, optimal_buckets
+from .optimal import DEFAULT_ALIGN, optimal_boundaries, optimal_buckets
 
 __all__ = ["Cells", "cells_lower_bound", "fit_cells"]
 
@@ -346,7 +346,7 @@ def fit_cells(
     for a, b, j in _split_sources(src_cost, f, A, B, ns, k):
         h = strip_hist[(a == A) & (b == B)][0]
         top = int(np.flatnonzero(h)[-1]) + 1
-        for T in _optimal_boundaries(ct[:top], h[:top], ct[:top].astype(np.float64), j):
+        for T in optimal_boundaries(ct[:top], h[:top], ct[:top].astype(np.float64), j):
             out.append((int(cs[b - 1]), T))
     table = Cells(out, weights=(ws, wt))
     used = np.unique(table.index_for_many(sources, targets))

@@ -10,18 +10,17 @@ with numpy, one level of the recursion at a time).
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
 
-from .._validate import MAX_BUCKET, check_int, check_lengths, round_up
+from .._validate import MAX_BUCKET, check_int, check_lengths, check_number, round_up
 from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .padding import Batching, check_batching, group_weights, histogram
 
-__all__ = ["DEFAULT_ALIGN", "Cost", "optimal_buckets"]
+__all__ = ["DEFAULT_ALIGN", "Cost", "optimal_boundaries", "optimal_buckets"]
 
 #: The one default alignment of fitted buckets (``fit_buckets``, ``choose_k``,
 #: ``compare_policies`` and the CLI): multiples of 8 suit tensor cores and
@@ -41,15 +40,14 @@ def _cost_values(cost: Cost, boundaries: np.ndarray) -> np.ndarray:
             f"cost must be 'tokens', 'attention' or a callable length -> float, got {cost!r}"
         )
     raw = [cost(int(x)) for x in boundaries]
-    for x, v in zip(boundaries, raw, strict=True):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real):
-            raise ShapeBucketError(f"cost({int(x)}) = {v!r}; cost must return a number")
-    values = np.array(raw, dtype=np.float64)
-    if not np.all(np.isfinite(values)) or np.any(values < 0):
-        i = int(np.flatnonzero(~np.isfinite(values) | (values < 0))[0])
-        raise ShapeBucketError(
-            f"cost({int(boundaries[i])}) = {values[i]!r}; costs must be finite and >= 0"
-        )
+    hint = "; cost must return a finite number >= 0 for every length"
+    values = np.array(
+        [
+            check_number(f"cost({int(x)})", v, at_least=0, hint=hint)
+            for x, v in zip(boundaries, raw, strict=True)
+        ],
+        dtype=np.float64,
+    )
     drops = np.flatnonzero(np.diff(values) < 0)
     if drops.size:
         i = int(drops[0])
@@ -96,9 +94,17 @@ def _min_plus_layer(
     return cur, opt
 
 
-def _optimal_boundaries(
+def optimal_boundaries(
     cands: np.ndarray, weights: np.ndarray, costs: np.ndarray, k: int
 ) -> list[int]:
+    """The at-most-``k`` boundaries among ``cands`` (ascending, the last always kept)
+    with the least ``sum cost(boundary) * weight(lengths it covers)``: the solver
+    itself, on candidates, weights and costs already checked (:func:`optimal_buckets`
+    prepares them from lengths; :func:`~shapebucket.fit.fit_cells` from each column).
+
+    >>> optimal_boundaries(np.array([8, 16, 32]), np.array([5.0, 1.0, 1.0]), np.array([8.0, 16.0, 32.0]), 2)
+    [8, 32]
+    """
     n = len(cands)
     W = np.concatenate([[0.0], np.cumsum(weights)])
     c = np.concatenate([[0.0], costs])  # c[j] is the cost of boundary cands[j - 1]
@@ -161,4 +167,4 @@ def optimal_buckets(
         group_counts = np.append(group_counts, 0.0)
     weights = group_weights(group_counts, mode, batch_size)
     costs = _cost_values(cost, cands)
-    return Buckets(_optimal_boundaries(cands, weights, costs, k))
+    return Buckets(optimal_boundaries(cands, weights, costs, k))

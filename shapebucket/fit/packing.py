@@ -39,7 +39,7 @@ import numpy as np
 
 from .._validate import check_batch_sizes, check_int, check_lengths
 from ..errors import ShapeBucketError
-from ._packer import _Packer
+from ._packer import Packer
 from .batches import check_longest
 from .buckets import Buckets, as_buckets
 
@@ -179,7 +179,7 @@ def plan_packing(
     ).astype(np.int64)
     Ls = np.asarray(table.lengths, dtype=np.int64)
     R = np.asarray([per[L] for L in table.lengths], dtype=np.int64)
-    packer = _Packer(arr, Ls, R, W)
+    packer = Packer(arr, Ls, R, W)
     for lo in range(0, n, window):
         packer.window(order[lo : lo + window])
     packer.finish()
@@ -191,7 +191,7 @@ def plan_packing(
     return PackedEpoch(flat, offsets, row_length, W, _report(packer, row_length))
 
 
-def _layout(packer: _Packer, step_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _layout(packer: Packer, step_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(flat, offsets, row_length)`` of :class:`PackedEpoch` when step ``s`` runs at
     position ``step_pos[s]``: every placement ordered by (position, rank, slot)."""
     rows, W = packer.rows, packer.W
@@ -207,7 +207,7 @@ def _layout(packer: _Packer, step_pos: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return samples[o], offsets, row_length
 
 
-def _report(packer: _Packer, row_length: np.ndarray) -> PackingReport:
+def _report(packer: Packer, row_length: np.ndarray) -> PackingReport:
     """The accounting of a packed epoch; real tokens count each sample once."""
     rows, W, Ls, R, arr = packer.rows, packer.W, packer.Ls, packer.R, packer.lengths
     samples, _ = packer.placements()

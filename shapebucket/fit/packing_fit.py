@@ -3,21 +3,24 @@ batch: :func:`fit_packing`, :class:`PackingFitReport`, :func:`packing_report`.""
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from .._validate import MAX_BUCKET, check_int, check_lengths, round_up
+from .._validate import MAX_BUCKET, MIN_LENGTH, CheckedLengths, check_int, check_number, round_up
 from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .packing import PackingReport, plan_packing, rows_for_tokens
 from .packing_search import halving_sets, search_row_lengths
 
-__all__ = ["MAX_TOKENS_PER_BATCH", "PackingFitReport", "fit_packing", "packing_report"]
+__all__ = [
+    "MAX_TOKENS_PER_BATCH",
+    "PackingFitReport",
+    "PackingTrial",
+    "fit_packing",
+    "packing_report",
+]
 
 #: The largest token budget :func:`fit_packing` plans for: 2**40 tokens, far beyond
 #: any batch that fits in memory (a larger one is a unit or overflow mistake).
@@ -111,16 +114,28 @@ class PackingFitReport:
         return "\n".join(lines)
 
 
-def _check_tolerance(tolerance: Any) -> float:
-    if isinstance(tolerance, bool) or not isinstance(tolerance, numbers.Real):
-        raise ShapeBucketError(
-            f"tolerance must be a number in [0, 1), got {tolerance!r} ({type(tolerance).__name__}); "
-            "for example tolerance=0.01 (one percentage point of token efficiency)"
-        )
-    value = float(tolerance)
-    if not (math.isfinite(value) and 0 <= value < 1):
-        raise ShapeBucketError(f"tolerance must be in [0, 1), got {tolerance!r}")
-    return value
+@dataclass(frozen=True)
+class PackingTrial:
+    """How :func:`fit_packing` tries each candidate set for real: packed like the
+    sampler packs an epoch (``window`` samples at a time, epoch 0 with ``seed``), on at
+    most ``max_samples`` of the lengths (drawn with ``seed`` when there are more).
+
+    >>> PackingTrial(max_samples=50_000)
+    PackingTrial(window=16384, max_samples=50000, seed=0)
+    """
+
+    window: int = 16384
+    max_samples: int = 200_000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "window", check_int("window", self.window, minimum=1))
+        max_samples = check_int("max_samples", self.max_samples, minimum=1)
+        object.__setattr__(self, "max_samples", max_samples)
+        object.__setattr__(self, "seed", check_int("seed", self.seed, minimum=0))
+
+
+_TOLERANCE_HINT = "; for example tolerance=0.01 (one percentage point of token efficiency)"
 
 
 def _choose(
@@ -148,9 +163,7 @@ def fit_packing(
     tolerance: float = 0.01,
     model_dim: int | None = None,
     max_len: int | None = None,
-    window: int = 16384,
-    max_samples: int = 200_000,
-    seed: int = 0,
+    trial: PackingTrial = PackingTrial(),
 ) -> PackingFitReport:
     """Choose the buckets (row lengths, at most ``k``) and rows per batch for packing ``lengths``.
 
@@ -163,8 +176,9 @@ def fit_packing(
     then a short hill climb. The single row length ``[M]`` (the reference) and the
     search's best sets (the best, then the best of each smaller size within 2% of
     it, fewest row lengths first; three in all) are then planned
-    for real (epoch 0, at most ``max_samples`` lengths drawn with ``seed``): those are
-    ``candidates``. Shorter rows cost less dense attention but pack less tightly. With
+    for real (as ``trial`` says, a :class:`PackingTrial`: epoch 0, at most 200,000
+    lengths drawn with seed 0 by default): those are ``candidates``. Shorter rows cost
+    less dense attention but pack less tightly. With
     ``model_dim`` (the model's width) the choice is the set with the least
     estimated compute per real token: a token of a row of length ``L`` costs
     ``1 + L / (6 * model_dim)`` (a transformer block's linear layers do about
@@ -178,17 +192,21 @@ def fit_packing(
     >>> list(fit.buckets), fit.rows, f"{fit.report.token_efficiency:.1%}"
     ([32], {32: 2}, '95.5%')
     """
-    arr = check_lengths(lengths)
+    checked = CheckedLengths.of(lengths)
+    arr = checked.array
     k = check_int("k", k, minimum=1)
     align = check_int("align", align, minimum=1, maximum=MAX_BUCKET)
     tokens_per_batch = check_int(
         "tokens_per_batch", tokens_per_batch, minimum=1, maximum=MAX_TOKENS_PER_BATCH
     )
-    tolerance = _check_tolerance(tolerance)
+    tolerance = check_number("tolerance", tolerance, at_least=0, below=1, hint=_TOLERANCE_HINT)
     if model_dim is not None:
         model_dim = check_int("model_dim", model_dim, minimum=1)
-    max_samples = check_int("max_samples", max_samples, minimum=1)
-    seed = check_int("seed", seed, minimum=0)
+    if not isinstance(trial, PackingTrial):
+        raise ShapeBucketError(
+            f"trial must be a PackingTrial(window=, max_samples=, seed=), got {trial!r}"
+        )
+    window, max_samples, seed = trial.window, trial.max_samples, trial.seed
     longest = int(arr.max())
     top = (
         round_up(max(longest, 2), align)  # a row holds at least 2 tokens (Buckets)
@@ -200,9 +218,10 @@ def fit_packing(
             f"max_len={top} is shorter than the longest sample ({longest}); packing never "
             "cuts a sample: pass max_len >= the longest length"
         )
-    sub = arr
-    if len(arr) > max_samples:
-        sub = np.random.default_rng(seed).choice(arr, size=max_samples, replace=False)
+    sub = checked
+    if len(arr) > max_samples:  # a sample of checked lengths: passed on checked
+        drawn = np.random.default_rng(seed).choice(arr, size=max_samples, replace=False)
+        sub = CheckedLengths(drawn, MIN_LENGTH)
     candidates = [
         (
             b,
@@ -210,7 +229,7 @@ def fit_packing(
                 sub, b, rows=rows_for_tokens(b, tokens_per_batch), seed=seed, window=window
             ),
         )
-        for b in _finalists(sub, k, top, align, tokens_per_batch, model_dim, seed, window)
+        for b in _finalists(sub.array, k, top, align, tokens_per_batch, model_dim, seed, window)
     ]
     chosen, report = _choose(candidates, tokens_per_batch, model_dim, tolerance)
     rows = rows_for_tokens(chosen, tokens_per_batch)

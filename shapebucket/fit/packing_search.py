@@ -33,8 +33,8 @@ from itertools import combinations
 
 import numpy as np
 
-from .._validate import round_up
-from ._packer import _Packer
+from .._validate import MIN_LENGTH, CheckedLengths, round_up
+from ._packer import Packer
 from .buckets import Buckets
 from .optimal import Cost, optimal_buckets
 from .packing import rows_for_tokens
@@ -131,7 +131,7 @@ class _Evaluator:
         per = rows_for_tokens(list(values), self.tokens)
         Ls = np.asarray(values, dtype=np.int64)
         R = np.asarray([per[L] for L in values], dtype=np.int64)
-        packer = _Packer(self.probe, Ls, R, 1)
+        packer = Packer(self.probe, Ls, R, 1)
         for lo in range(0, len(self.probe), self.window):
             packer.window(self.order[lo : lo + self.window])
         packer.finish()
@@ -184,7 +184,9 @@ def _alternate(ev: _Evaluator, seed_set: tuple[int, ...], k: int, align: int, to
         contents = contents[contents > 0]
         if not len(contents):
             return
-        fitted = optimal_buckets(contents, k, align=align, max_len=top, cost=ev.dp_cost)
+        # row contents of checked lengths (sums of them, >= 1): passed on checked
+        filled = CheckedLengths(contents.astype(np.int64), MIN_LENGTH)
+        fitted = optimal_buckets(filled, k, align=align, max_len=top, cost=ev.dp_cost)
         values = tuple(int(b) for b in fitted)
 
 
@@ -250,7 +252,8 @@ def search_row_lengths(
         ev.result.exhaustive = True
         return ev.result
     seeds = [tuple(b) for b in halving_sets(top, k, align)]
-    seeds.append(tuple(optimal_buckets(lengths, k, align=align, max_len=top, cost=ev.dp_cost)))
+    checked = CheckedLengths(lengths, MIN_LENGTH)  # checked by the caller
+    seeds.append(tuple(optimal_buckets(checked, k, align=align, max_len=top, cost=ev.dp_cost)))
     for s in seeds:
         _alternate(ev, s, k, align, top)
     _climb(ev, universe, top, k, CLIMB_BUDGET)

@@ -18,7 +18,7 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from .._validate import batch_max_distribution, check_int, check_lengths
+from .._validate import MIN_LENGTH, CheckedLengths, batch_max_distribution, check_int, check_lengths
 from ..errors import ShapeBucketError
 from .buckets import Buckets, as_buckets
 
@@ -133,7 +133,7 @@ def padding_report(
     mode, batch_size = check_batching(batching, batch_size)
     buckets = as_buckets(buckets)
     values, counts = histogram(check_lengths(lengths))
-    idx = buckets.index_for_many(values)
+    idx = buckets.index_for_many(CheckedLengths(values, MIN_LENGTH))  # checked above
     bl = np.asarray(buckets.lengths, dtype=np.float64)
     n = float(counts.sum())
     real1 = float((values * counts).sum())

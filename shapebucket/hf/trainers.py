@@ -24,7 +24,7 @@ from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, seed_worker
 
 from .. import _torch_compat as compat
-from .._validate import check_lengths
+from .._validate import check_flag, check_lengths
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
 from ..errors import ShapeBucketError
@@ -83,8 +83,7 @@ class _ShapeTrainer(Trainer):
                 f"lengths has {len(arr)} entries but train_dataset has {len(self.train_dataset)}; "  # type: ignore[arg-type]
                 "pass one length per training sample"
             )
-        if not isinstance(prewarm, bool):
-            raise ShapeBucketError(f"prewarm must be True or False, got {prewarm!r}")
+        check_flag("prewarm", prewarm)
         self.compile_cache = check_compile_cache(compile_cache, self.args.output_dir)
         self.prewarm_report = None
         if prewarm:

@@ -1,4 +1,4 @@
-"""The benchmark's batch plans: one epoch of each family's batches, the collator that pads
+"""The benchmark's batches: one epoch of each family's batches, the collator that pads
 them, and the batches each strategy runs: a few warm-up batches (the first of the whole
 dataset's epoch), then, in every timed round, one whole epoch of the timed sample set (the
 same samples for every strategy, each family batching them its own way)."""
@@ -27,8 +27,8 @@ __all__ = [
     "Family",
     "Setup",
     "build_family",
+    "epoch_batches",
     "make_samples",
-    "plan_family",
     "timed_sample_set",
 ]
 
@@ -54,7 +54,7 @@ class Setup:
 
 @dataclass
 class Family:
-    """One batch plan: an epoch of index batches, its collator, and the batches to run.
+    """One family's batches: an epoch of index batches, its collator, and the batches to run.
     Strategies of one family see the same batches in the same order."""
 
     collate: BucketCollator | PackedCollator | FixedLengthCollator
@@ -98,7 +98,7 @@ def _collator(buckets: Buckets, rows: Any = None) -> BucketCollator:
     return BucketCollator(buckets, sequence_keys=SEQUENCE_KEYS, rows=rows)
 
 
-def plan_family(family: str, s: Setup, ids: np.ndarray | None = None) -> Family:
+def epoch_batches(family: str, s: Setup, ids: np.ndarray | None = None) -> Family:
     """One epoch of ``family``'s batches over the samples ``ids`` (default: all), as indices
     into the whole dataset, and the collator that pads them."""
     a = s.args
@@ -132,7 +132,7 @@ def plan_family(family: str, s: Setup, ids: np.ndarray | None = None) -> Family:
                 a.k,
                 tokens_per_batch=a.packed_tokens_per_batch,
                 align=8,
-                model_dim=a.width,
+                model_dim=a.model_dim,
             )
         fit = s.fits["packed"]
         packer = PackedBatchSampler(L, fit.buckets, rows=fit.rows, seed=a.seed)
@@ -183,16 +183,16 @@ def build_family(family: str, s: Setup) -> Family:
     warm-up batches (the first of that epoch) and its timed batches: one epoch of the timed
     sample set, collated once."""
     a = s.args
-    fam = plan_family(family, s)
-    timed = plan_family(family, s, s.timed_ids)
+    fam = epoch_batches(family, s)
+    timed = epoch_batches(family, s, s.timed_ids)
     to = s.device
 
-    def collated(plan: Family, i: int) -> dict[str, Any]:
-        samples = s.get_samples(plan.epoch[i].tolist())
-        if plan.sizes is not None:  # fixed packing: the packer's rows, as they are
-            b: dict[str, Any] = dict(plan.collate(samples, plan.sizes[i]))  # type: ignore[call-arg, arg-type]
+    def collated(batches: Family, i: int) -> dict[str, Any]:
+        samples = s.get_samples(batches.epoch[i].tolist())
+        if batches.sizes is not None:  # fixed packing: the packer's rows, as they are
+            b: dict[str, Any] = dict(batches.collate(samples, batches.sizes[i]))  # type: ignore[call-arg, arg-type]
         else:
-            b = dict(plan.collate(samples))  # type: ignore[arg-type]
+            b = dict(batches.collate(samples))  # type: ignore[arg-type]
         return {
             k: v.to(to, non_blocking=True) if isinstance(v, torch.Tensor) else v
             for k, v in b.items()

@@ -1,0 +1,74 @@
+"""Device memory and synchronisation for the benchmark's timings: the peak since a
+reset (:func:`reset_peak_memory`, :func:`peak_memory_mb`), the peak tensor memory of
+one step (:func:`peak_step_memory_mb`) and :func:`sync`. Shared by
+:mod:`shapebucket.bench.runner` and :mod:`shapebucket.bench.background`."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["peak_memory_mb", "peak_step_memory_mb", "reset_peak_memory", "sync"]
+
+
+def sync(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (CUDA); nothing on a CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak: the CUDA allocator's, or this process's resident set (Linux)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # Linux: reset the peak resident set size (VmHWM) of this process
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """The peak since :func:`reset_peak_memory`, in MiB (CPU: the process's VmHWM)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def peak_step_memory_mb(step: Callable[[], Any], device: torch.device) -> float:
+    """Peak megabytes of tensor memory a call of ``step`` allocates on top of what was
+    live before it: the running sum of the allocator's allocations and frees recorded by
+    ``torch.profiler`` (``profile_memory=True``; CPU: torch's CPU allocator, compiled
+    kernels' buffers included; CUDA: the CUDA caching allocator's tensors).
+
+    >>> peak_step_memory_mb(lambda: torch.zeros(2**18), torch.device("cpu"))  # 1 MiB
+    1.0
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities, profile_memory=True) as prof:
+        step()
+        sync(device)
+    # every allocation and free, in time order (the processed event list attributes most
+    # of them to their ops and would hide the peak inside a compiled graph)
+    want = "CPU" if device.type != "cuda" else "CUDA"
+    events = sorted(
+        (e.start_ns(), e.nbytes())
+        for e in prof.profiler.kineto_results.events()  # type: ignore[union-attr]
+        if e.name() == "[memory]" and want in str(e.device_type())
+    )
+    peak = live = 0
+    for _, delta in events:
+        live += delta
+        peak = max(peak, live)
+    return peak / 2**20

@@ -1,4 +1,4 @@
-"""The machinery behind :func:`~shapebucket.fit.packing.plan_packing`: the open rows of one
+"""The machinery behind :func:`~shapebucket.fit.packing.pack_epoch`: the open rows of one
 epoch and the packer that fills them window by window (the module docstring of
 :mod:`shapebucket.fit.packing` describes the steps)."""
 
@@ -61,7 +61,7 @@ class _Rows:
         return np.concatenate(got) if len(got) > 1 else got[0]
 
 
-class _Packer:
+class Packer:
     """Best-fit decreasing into open rows, window by window; closed rows become steps.
 
     Row lengths are *classes* ``c`` (``Ls[c]`` tokens, ``R[c]`` rows per batch);

@@ -5,7 +5,7 @@ row lengths and ``rows`` fixed per row length, so an epoch has at most
 ``len(buckets)`` batch shapes however the samples vary. Each row holds one
 or more whole samples laid end to end; what is left of a row is padding.
 
-How an epoch is planned (:func:`plan_packing`), from ``(seed, epoch)`` alone:
+How an epoch is packed (:func:`pack_epoch`), from ``(seed, epoch)`` alone:
 
 1. indices are shuffled, then cut into windows of ``window`` samples;
 2. inside a window, samples are placed longest first, each into the open row
@@ -25,7 +25,7 @@ How an epoch is planned (:func:`plan_packing`), from ``(seed, epoch)`` alone:
 The sampler yields each batch's indices row by row, every row's opener first.
 :class:`~shapebucket.PackedCollator` rebuilds the rows by filling them in that
 order (a sample that does not fit starts the next row): since a row is only
-opened when no open row fits its opener, that reproduces the plan exactly.
+opened when no open row fits its opener, that reproduces the packing exactly.
 Nothing is dropped or cut: a sample longer than the largest row length is an
 error (pass a longer row length).
 """
@@ -39,7 +39,7 @@ import numpy as np
 
 from .._validate import check_batch_sizes, check_int, check_lengths
 from ..errors import ShapeBucketError
-from ._packer import _Packer
+from ._packer import Packer
 from .batches import check_longest
 from .buckets import Buckets, as_buckets
 
@@ -47,7 +47,7 @@ __all__ = [
     "PackedEpoch",
     "PackingReport",
     "pack_rows",
-    "plan_packing",
+    "pack_epoch",
     "rows_by_length",
     "rows_for_tokens",
 ]
@@ -67,9 +67,10 @@ class PackingReport:
     real. With nothing computed, both are 1.0 (nothing computed, nothing
     wasted). ``num_shapes`` counts the distinct ``(rows, row_length)`` of the
     epoch. ``duplicated`` counts samples repeated so every rank gets a batch in
-    a short step.
+    a short step; ``short_steps`` counts the steps in which some rank's batch has
+    fewer rows of samples than its shape (the collator adds empty rows).
 
-    >>> plan_packing([5, 3, 8, 2, 6], [8], {8: 2}).report.token_efficiency
+    >>> pack_epoch([5, 3, 8, 2, 6], [8], {8: 2}).report.token_efficiency
     0.75
     """
 
@@ -84,6 +85,7 @@ class PackingReport:
     duplicated: int
     num_shapes: int
     batches_per_bucket: dict[int, int]
+    short_steps: int
 
     def __str__(self) -> str:
         per = ", ".join(f"{L}: {n}" for L, n in self.batches_per_bucket.items())
@@ -97,7 +99,7 @@ class PackingReport:
 
 @dataclass(frozen=True)
 class PackedEpoch:
-    """One epoch's packed plan. Global step ``t`` holds the batches ``t * W .. t * W + W - 1``
+    """One epoch's packed batches. Global step ``t`` holds the batches ``t * W .. t * W + W - 1``
     (``W = num_replicas``; batch ``t * W + r`` is rank ``r``'s); batch ``i`` is
     ``flat[offsets[i]:offsets[i + 1]]``, its samples row by row; ``row_length[t]`` is
     step ``t``'s row length and ``report`` its accounting."""
@@ -150,7 +152,7 @@ def rows_by_length(
     return {L: checked[L] for L in table}
 
 
-def plan_packing(
+def pack_epoch(
     lengths: Sequence[int] | np.ndarray,
     buckets: Buckets | Sequence[int],
     rows: int | Mapping[int, int],
@@ -163,8 +165,8 @@ def plan_packing(
 ) -> PackedEpoch:
     """One epoch's packed batches (the module docstring's steps 1-5).
 
-    >>> plan = plan_packing([5, 3, 8, 2, 6], [8], rows=2, shuffle=False)
-    >>> [plan.batch(t) for t in range(len(plan))]
+    >>> packed = pack_epoch([5, 3, 8, 2, 6], [8], rows=2, shuffle=False)
+    >>> [packed.batch(t) for t in range(len(packed))]
     [[2, 4, 3], [0, 1]]
     """
     table = as_buckets(buckets)
@@ -179,7 +181,7 @@ def plan_packing(
     ).astype(np.int64)
     Ls = np.asarray(table.lengths, dtype=np.int64)
     R = np.asarray([per[L] for L in table.lengths], dtype=np.int64)
-    packer = _Packer(arr, Ls, R, W)
+    packer = Packer(arr, Ls, R, W)
     for lo in range(0, n, window):
         packer.window(order[lo : lo + window])
     packer.finish()
@@ -191,7 +193,7 @@ def plan_packing(
     return PackedEpoch(flat, offsets, row_length, W, _report(packer, row_length))
 
 
-def _layout(packer: _Packer, step_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _layout(packer: Packer, step_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(flat, offsets, row_length)`` of :class:`PackedEpoch` when step ``s`` runs at
     position ``step_pos[s]``: every placement ordered by (position, rank, slot)."""
     rows, W = packer.rows, packer.W
@@ -207,7 +209,7 @@ def _layout(packer: _Packer, step_pos: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return samples[o], offsets, row_length
 
 
-def _report(packer: _Packer, row_length: np.ndarray) -> PackingReport:
+def _report(packer: Packer, row_length: np.ndarray) -> PackingReport:
     """The accounting of a packed epoch; real tokens count each sample once."""
     rows, W, Ls, R, arr = packer.rows, packer.W, packer.Ls, packer.R, packer.lengths
     samples, _ = packer.placements()
@@ -234,6 +236,7 @@ def _report(packer: _Packer, row_length: np.ndarray) -> PackingReport:
         duplicated=len(samples) - len(arr),
         num_shapes=int((per_len > 0).sum()),
         batches_per_bucket={int(L): int(b) for L, b in zip(Ls, per_len, strict=True) if b},
+        short_steps=int((pad_rows > 0).sum()),
     )
 
 

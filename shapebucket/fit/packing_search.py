@@ -34,7 +34,7 @@ from itertools import combinations
 import numpy as np
 
 from .._validate import round_up
-from ._packer import _Packer
+from ._packer import Packer
 from .buckets import Buckets
 from .optimal import Cost, optimal_buckets
 from .packing import rows_for_tokens
@@ -131,7 +131,7 @@ class _Evaluator:
         per = rows_for_tokens(list(values), self.tokens)
         Ls = np.asarray(values, dtype=np.int64)
         R = np.asarray([per[L] for L in values], dtype=np.int64)
-        packer = _Packer(self.probe, Ls, R, 1)
+        packer = Packer(self.probe, Ls, R, 1)
         for lo in range(0, len(self.probe), self.window):
             packer.window(self.order[lo : lo + self.window])
         packer.finish()

@@ -137,10 +137,10 @@ def rows_for_tokens(buckets: Buckets | Sequence[int], tokens: int) -> dict[int, 
 def rows_by_length(
     buckets: Buckets | Sequence[int], rows: int | Mapping[int, int]
 ) -> dict[int, int]:
-    """``rows`` (an int, or a mapping with an entry for every row length; checked by
-    :func:`~shapebucket._validate.check_batch_sizes`) as ``{row length: rows}``.
+    """``rows`` (an int, or a mapping with an entry for every row length and no other;
+    checked by :func:`~shapebucket._validate.check_batch_sizes`) as ``{row length: rows}``.
 
-    >>> rows_by_length([8, 16], 2), rows_by_length([8], {8: 3, 32: 1})
+    >>> rows_by_length([8, 16], 2), rows_by_length([8], {8: 3})
     ({8: 2, 16: 2}, {8: 3})
     """
     table = as_buckets(buckets)
@@ -149,6 +149,12 @@ def rows_by_length(
         raise ShapeBucketError("rows must be an int >= 1 or a mapping row length -> rows, got None")
     if isinstance(checked, int):
         return {L: checked for L in table}
+    extra = sorted(set(checked) - set(table.lengths))
+    if extra:  # a typo'd row length would otherwise be dropped without a word
+        raise ShapeBucketError(
+            f"rows names {extra}, which are not row lengths of {table!r}; give rows for "
+            f"exactly the row lengths {list(table.lengths)}"
+        )
     return {L: checked[L] for L in table}
 
 

@@ -13,8 +13,9 @@ points (the start of the current epoch, or a loaded resume point) and yields
 the rest of that epoch. An epoch is complete once its last batch is handed
 out, whether or not the iterator is then exhausted: ``for batch in loader``,
 ``itertools.islice(loader, len(loader))`` and a loop calling ``next``
-``len(loader)`` times all leave the sampler at the start of the next epoch,
-with any number of workers (``set_epoch`` chooses another one instead). A pass
+``len(loader)`` times all leave the sampler at the start of the next epoch
+(its ``epoch``, ``len()`` and ``state_dict()`` are the next epoch's), with any
+number of workers (``set_epoch`` chooses another one instead). A pass
 abandoned before its last batch completes nothing: the next pass starts where
 it started, so an example batch taken with ``next(iter(loader))`` skips nothing
 (unless it was the epoch's only batch).
@@ -104,9 +105,8 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
     _rows: dict[K, int]
     _epoch: int  # the epoch of the current pass (or of the point set)
     _position: int  # batches of it handed out
-    _next: tuple[int, int]  # where the next pass starts, unless this one completes its epoch
+    _next: tuple[int, int]  # where the current pass started (an abandoned pass restarts there)
     _begun: bool  # a pass has begun since the point was set
-    _pinned: bool  # set_epoch() chose the point: the next pass starts there, even at its end
     _loaded: bool  # the point is a loaded resume point
     _pass: int  # the current pass's number: a superseded pass no longer moves the state
 
@@ -198,41 +198,37 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
     def _count(self, epoch: int) -> int:
         return self._count_for(self._seed, epoch)
 
-    def _start_at(self, epoch: int, position: int, *, loaded: bool = False) -> None:
-        self._pass += 1
-        self._epoch, self._position = epoch, position
-        self._next = (epoch, position)
-        self._begun = self._pinned = False
-        self._loaded = loaded
-
-    def _resume_point(self) -> tuple[int, int]:
-        """Where the next pass starts: after an epoch whose last batch was handed out (by a
-        pass, or in a loaded state), the next epoch; after an abandoned pass, where it
-        started."""
-        if self._begun:
-            done = self._position >= self._count(self._epoch)
-            return (self._epoch + 1, 0) if done else self._next
-        epoch, position = self._next
-        if position and not self._pinned and position >= self._count(epoch):
+    def _settled(self, epoch: int, position: int) -> tuple[int, int]:
+        """``(epoch, position)``, with the end of an epoch as the next epoch's start."""
+        if position and position >= self._count(epoch):
             return epoch + 1, 0
         return epoch, position
 
+    def _start_at(self, epoch: int, position: int, *, loaded: bool = False) -> None:
+        self._pass += 1
+        self._epoch, self._position = self._settled(epoch, position)
+        self._next = (self._epoch, self._position)
+        self._begun = False
+        self._loaded = loaded
+
+    def _done(self) -> bool:
+        """Whether a pass has begun and handed out the last batch of its epoch."""
+        return self._begun and self._position >= self._count(self._epoch)
+
     def _at(self) -> tuple[int, int]:
-        """``(epoch, position)`` of the pass in progress, else where the next pass starts."""
-        if self._begun and self._position < self._count(self._epoch):
-            return self._epoch, self._position
-        return self._resume_point()
+        """Where the sampler stands: the pass in progress (or abandoned), else where the next
+        pass starts (after a completed epoch, the next epoch's first batch)."""
+        return (self._epoch + 1, 0) if self._done() else (self._epoch, self._position)
 
     def __iter__(self) -> Iterator[list[int]]:
         # A pass begins here, not at the first next(): a state saved between iter(loader)
-        # and the first batch then already describes the new pass.
-        epoch, start = self._resume_point()
-        if (epoch, start) != self._next:  # the last pass completed its epoch
-            self._loaded = False
+        # and the first batch then already describes the new pass. An abandoned pass
+        # restarts where it started; a completed one moves to the next epoch.
+        if self._done():
+            self._next, self._loaded = (self._epoch + 1, 0), False
         self._pass += 1
-        self._next = (epoch, start)
-        self._epoch, self._position = epoch, start
-        self._begun, self._pinned = True, False
+        epoch, start = self._next
+        self._epoch, self._position, self._begun = epoch, start, True
         return self._run(self._pass, epoch, start)
 
     def _run(self, token: int, epoch: int, start: int) -> Iterator[list[int]]:
@@ -251,14 +247,11 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
 
         Right after :meth:`load_state_dict`, ``set_epoch`` with the loaded epoch keeps
         the loaded position, so the usual loop (``for epoch in range(start, n):
-        sampler.set_epoch(epoch)``) resumes where the state was saved instead of
-        replaying the epoch (a state saved after the epoch's last batch: a pass that
-        yields nothing).
+        sampler.set_epoch(epoch)``, ``start`` the state's ``epoch``) resumes where the
+        state was saved instead of replaying the epoch.
         """
         epoch = check_int("epoch", epoch, minimum=0)
-        passed = self._begun and self._position >= self._count(self._epoch)
-        if self._loaded and not passed and epoch == self._next[0]:
-            self._pinned = not self._begun
+        if self._loaded and not self._done() and epoch == self._next[0]:
             return
         self._start_at(epoch, 0)
 
@@ -276,19 +269,23 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         ahead of the loop; pass ``consumed=`` the number of this epoch's batches your
         loop has finished instead (``0 <= consumed <=`` what was handed out).
 
-        Once the epoch's last batch is handed out, the state is that epoch at its end
-        (``position == num_batches``): loaded, the next pass is the next epoch, or with
-        ``set_epoch`` of the saved epoch first, a pass that yields nothing.
+        An epoch whose last batch is handed out (or ``consumed=``) is complete: the state
+        is the next epoch's start, as a loop that counts its steps resumes (epoch =
+        steps // batches per epoch), whether or not the iterator was exhausted.
 
         >>> from shapebucket.sampling import BucketBatchSampler
         >>> s = BucketBatchSampler([3, 5, 9, 12], [8, 16], batch_size=1, shuffle=False)
         >>> it = iter(s); _ = next(it); _ = next(it)
         >>> s.state_dict()["position"], s.state_dict(consumed=1)["position"]
         (2, 1)
+        >>> _ = list(it); s.state_dict()["epoch"], s.state_dict()["position"]
+        (1, 0)
         """
-        epoch, position = self._epoch, self._position
-        if consumed is not None:
+        if consumed is None:
+            epoch, position = self._at()
+        else:
             position = check_int("consumed", consumed, minimum=0, maximum=self._position)
+            epoch, position = self._settled(self._epoch, position)
         return {
             EPOCH_KEY: epoch,
             POSITION_KEY: position,
@@ -301,7 +298,8 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         """Continue from ``state``: the next pass yields exactly the batches not yet consumed.
 
         A pass abandoned before its end leaves the resume point in place;
-        ``set_epoch`` with the loaded epoch keeps it, another epoch discards it.
+        ``set_epoch`` with the loaded epoch keeps it, another epoch discards it. A state
+        at the end of its epoch (``position == num_batches``) is the next epoch's start.
         """
         seed, epoch, position = self.check_state(state)
         self._seed = seed

@@ -193,7 +193,7 @@ def test_index_key_comes_back_as_a_list_in_packing_order():
 def test_workers_collate_packed_batches_and_count_them(context):
     lengths = mixture_lengths(300, seed=4)
     samples = samples_for(lengths)
-    sampler = PackedBatchSampler(lengths, [64, 256], tokens_per_batch=512, seed=1)
+    sampler = PackedBatchSampler.for_tokens(lengths, [64, 256], 512, seed=1)
     collate = PackedCollator([64, 256], rows=sampler.rows, label_shift="none")
     loader = DataLoader(
         samples,

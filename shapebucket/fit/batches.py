@@ -34,12 +34,12 @@ from .buckets import Buckets
 
 __all__ = [
     "EpochBatches",
+    "GlobalSteps",
     "Leftovers",
     "SamplerReport",
-    "GlobalSteps",
     "check_longest",
-    "epoch_batches",
     "cut_steps",
+    "epoch_batches",
 ]
 
 Leftovers = Literal["keep", "promote"]

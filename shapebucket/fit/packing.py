@@ -46,8 +46,8 @@ from .buckets import Buckets, as_buckets
 __all__ = [
     "PackedEpoch",
     "PackingReport",
-    "pack_rows",
     "pack_epoch",
+    "pack_rows",
     "rows_by_length",
     "rows_for_tokens",
 ]

@@ -3,6 +3,8 @@ and ``shapes()``: every (rows, bucket) a rank's batches have, exact over epochs.
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from _helpers import build
@@ -12,6 +14,7 @@ from hypothesis import strategies as st
 import shapebucket.sampling as sampling
 from shapebucket import ShapeBucketError
 from shapebucket.fit.buckets import Buckets
+from shapebucket.plan.shapes import Shape
 from shapebucket.sampling import (
     BucketBatchSampler,
     CellBatchSampler,
@@ -218,3 +221,28 @@ def test_passes_and_epochs(make):
     assert s.state_dict()["position"] == 1 and rest_of_old == epochs[1][1:]
     assert list(newer) == epochs[1][1:]
     assert list(s) == epochs[2]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: BucketBatchSampler([3, 5, 9, 12, 4, 30], BUCKETS, batch_size=2, seed=4),
+        lambda: BucketBatchSampler.for_tokens([3, 5, 9, 12, 4, 30], BUCKETS, 64, seed=4),
+        lambda: CellBatchSampler([3, 5, 9, 12], [4, 2, 9, 3], [(8, 4), (16, 16)], batch_size=1),
+        lambda: PackedBatchSampler([3, 5, 9, 12, 4, 30], [16, 32], rows=1, seed=4, window=3),
+    ],
+)
+def test_every_sampler_pickles_with_its_state_and_keeps_the_shape_protocol(make):
+    s = make()
+    it = iter(s)
+    head = next(it)
+    clone = pickle.loads(pickle.dumps(s))
+    assert clone.state_dict() == s.state_dict()
+    assert clone.shapes() == s.shapes() and all(isinstance(x, Shape) for x in s.shapes())
+    assert type(s).packs is isinstance(s, PackedBatchSampler)
+    rest = list(it)
+    # the copy has no iterator: its pass is an abandoned one, restarting where it started
+    assert list(clone) == [head, *rest]
+    fresh = make()
+    fresh.load_state_dict(pickle.loads(pickle.dumps(s)).state_dict())
+    assert list(fresh) == list(s)  # both the next epoch

@@ -20,8 +20,14 @@ import numpy as np
 
 from .._validate import check_flag, check_int
 from ..errors import ShapeBucketError
-from ..fit.batches import EpochBatches, GlobalSteps, Leftovers, SamplerReport, cut_steps
-from ..fit.batches import epoch_batches as order_epoch
+from ..fit.batches import (
+    EpochBatches,
+    GlobalSteps,
+    Leftovers,
+    SamplerReport,
+    cut_steps,
+    epoch_batches,
+)
 from ..plan.shapes import Shape
 from .base import K, ResumableBatchSampler
 from .common import RankBatches, Setting
@@ -72,7 +78,7 @@ class GroupedBatchSampler(ResumableBatchSampler[K]):
         return counts
 
     def _epoch_batches(self, epoch: int, *, shuffle: bool | None = None) -> EpochBatches:
-        return order_epoch(
+        return epoch_batches(
             self._steps,
             self._group,
             seed=self._seed,
@@ -146,9 +152,11 @@ def rows_per_key(keys: Sequence[K], batch_size: int | Mapping[K, int]) -> dict[K
     missing = [k for k in keys if k not in batch_size]
     extra = [k for k in batch_size if k not in keys]
     if missing or extra:
+        wrong = [f"lacks {missing}"] if missing else []
+        wrong += [f"names {extra}, which are not among them"] if extra else []
         raise ShapeBucketError(
-            f"batch_size names {extra or 'no other key'} and lacks {missing or 'none'}: give "
-            f"samples per batch for exactly the keys {list(keys)}"
+            f"batch_size must give samples per batch for exactly the keys {list(keys)}; it "
+            + " and ".join(wrong)
         )
     return {k: check_int(f"batch_size[{k!r}]", batch_size[k], minimum=1) for k in keys}
 

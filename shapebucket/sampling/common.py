@@ -85,5 +85,11 @@ class RankBatches(Sequence[list[int]]):
     def __len__(self) -> int:
         return len(self._batches)
 
-    def __getitem__(self, t: int) -> list[int]:  # type: ignore[override]
+    @overload
+    def __getitem__(self, t: int) -> list[int]: ...
+    @overload
+    def __getitem__(self, t: slice) -> list[list[int]]: ...
+    def __getitem__(self, t: int | slice) -> list[int] | list[list[int]]:
+        if isinstance(t, slice):
+            return [self._batches.batch(i, self._rank) for i in range(*t.indices(len(self)))]
         return self._batches.batch(t, self._rank)

@@ -31,8 +31,8 @@ import numpy as np
 import torch
 
 from shapebucket import BucketBatchSampler, BucketCollator, ShapePlan, fit_buckets, no_recompiles
-from shapebucket.bench.model import GPT, GPTConfig
 from shapebucket.bench.batching import make_samples
+from shapebucket.bench.model import GPT, GPTConfig
 from shapebucket.compile import compile_in_background, prewarm
 from shapebucket.data import mixture_lengths
 

@@ -5,7 +5,7 @@ the token efficiency of length-grouped batches padded to the longest rounded to 
 (transformers' group_by_length), of BucketBatchSampler with 8 fitted buckets,
 and of packing with fit_packing's row lengths (k=8), each with its number of
 distinct batch shapes over one epoch; then fit_packing's candidate table. Last,
-how long planning one packed epoch of 10 million lengths takes.
+how long packing one epoch of 10 million lengths takes.
 
     python benchmarks/packing_efficiency.py [--batch-size 64] [--dim 128] [--plan-n 10000000]
 """
@@ -23,7 +23,7 @@ from shapebucket._validate import round_up
 from shapebucket.bench.peers import length_grouped_indices
 from shapebucket.bench.workloads import stdlib_docstring_lengths
 from shapebucket.data import mixture_lengths
-from shapebucket.fit.packing import plan_packing
+from shapebucket.fit.packing import pack_epoch
 
 
 def workloads(max_len: int) -> dict[str, np.ndarray]:
@@ -87,13 +87,13 @@ def main() -> None:
     lengths = mixture_lengths(args.plan_n, seed=1)
     for window in (16384, 262144):
         t0 = time.perf_counter()
-        plan = plan_packing(
+        packed = pack_epoch(
             lengths, [32, 64, 128, 256], {32: 48, 64: 24, 128: 12, 256: 6}, window=window
         )
         dt = time.perf_counter() - t0
         print(
-            f"\nplanning one packed epoch of {args.plan_n:,} mixture lengths (window {window:,}): "
-            f"{dt:.1f} s, {len(plan):,} batches, {plan.report.token_efficiency:.2%} real tokens"
+            f"\npacking one epoch of {args.plan_n:,} mixture lengths (window {window:,}): "
+            f"{dt:.1f} s, {len(packed):,} batches, {packed.report.token_efficiency:.2%} real tokens"
         )
 
 

@@ -6,10 +6,13 @@ from typing import Any
 
 def check_resume_at_every_position(make_sampler: Callable[[], Any], epoch: int = 0) -> None:
     """For every position k of an epoch: a fresh sampler restored from the state
-    saved after k batches yields exactly the remaining batches."""
+    saved after k batches yields exactly the remaining batches; after the last one (the
+    iterator not exhausted) the epoch is complete and the restored sampler's next pass
+    is the next epoch, as the uninterrupted sampler's is."""
     ref = make_sampler()
     ref.set_epoch(epoch)
     full = list(ref)
+    after = list(ref)  # the epoch after it
     for k in range(len(full) + 1):
         s = make_sampler()
         s.set_epoch(epoch)
@@ -18,7 +21,11 @@ def check_resume_at_every_position(make_sampler: Callable[[], Any], epoch: int =
         state = s.state_dict()
         restored = make_sampler()
         restored.load_state_dict(state)
-        assert head + list(restored) == full, f"resume after {k} batches differs"
+        if k == len(full) > 0:
+            assert state["epoch"] == epoch + 1 and state["position"] == 0
+            assert list(restored) == after == list(s), "the epoch after the end differs"
+        else:
+            assert head + list(restored) == full, f"resume after {k} batches differs"
 
 
 def torchrun(script, *args) -> list[str]:
@@ -39,3 +46,11 @@ def torchrun(script, *args) -> list[str]:
         str(script),
         *map(str, args),
     ]
+
+
+def build(cls, *data, **kwargs):
+    """``cls(*data, **kwargs)``, or ``cls.for_tokens(*data, **kwargs)`` when the keyword
+    arguments hold a ``tokens_per_batch`` (the samplers' two ways to size batches)."""
+    if "tokens_per_batch" in kwargs:
+        return cls.for_tokens(*data, **kwargs)
+    return cls(*data, **kwargs)

@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from _helpers import check_resume_at_every_position
+from _helpers import build, check_resume_at_every_position
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
@@ -57,7 +57,16 @@ def test_every_sample_once_per_epoch_each_batch_in_one_cell_shapes_exact(
     kind, b = size
     how = {"batch_size": b} if kind == "batch_size" else {"tokens_per_batch": 200}
     ranks = [
-        CellBatchSampler(src, tgt, cells, **how, num_replicas=world, rank=r, drop_last=drop_last)
+        build(
+            CellBatchSampler,
+            src,
+            tgt,
+            cells,
+            **how,
+            num_replicas=world,
+            rank=r,
+            drop_last=drop_last,
+        )
         for r in range(world)
     ]
     for s in ranks:
@@ -86,18 +95,20 @@ def test_every_sample_once_per_epoch_each_batch_in_one_cell_shapes_exact(
 
 
 def test_tokens_per_batch_counts_source_plus_target():
-    s = CellBatchSampler(
-        [3, 30], [30, 3], [(8, 32), (32, 8)], tokens_per_batch=100, batch_multiple=2
-    )
+    s = CellBatchSampler.for_tokens([3, 30], [30, 3], [(8, 32), (32, 8)], 100, batch_multiple=2)
     assert s.rows == {(8, 32): 2, (32, 8): 2}
     with pytest.raises(ShapeBucketError, match="tokens_per_batch >= 80"):
-        CellBatchSampler([3], [3], [(8, 32)], tokens_per_batch=79, batch_multiple=2)
-    with pytest.raises(ShapeBucketError, match="exactly one of batch_size and tokens_per_batch"):
-        CellBatchSampler([3], [3], [(8, 32)])
+        CellBatchSampler.for_tokens([3], [3], [(8, 32)], 79, batch_multiple=2)
+    with pytest.raises(ShapeBucketError, match="batch_size must be an int"):
+        CellBatchSampler([3], [3], [(8, 32)], batch_size=None)  # type: ignore[arg-type]
+    with pytest.raises(ShapeBucketError, match=r"lacks \[\(32, 8\)\]"):
+        CellBatchSampler([3], [3], [(8, 32), (32, 8)], batch_size={(8, 32): 2})
 
 
 def test_sampler_refuses_samples_outside_the_cells_naming_them():
-    with pytest.raises(ShapeBucketError, match=r"sample 1: source length 40 .* longest source of the cells is 8"):
+    with pytest.raises(
+        ShapeBucketError, match=r"sample 1: source length 40 .* longest source of the cells is 8"
+    ):
         CellBatchSampler([3, 40], [3, 3], [(8, 8)], batch_size=2)
     with pytest.raises(ShapeBucketError, match="sample 1: source length 3 and target length 9"):
         CellBatchSampler([3, 3], [3, 9], [(8, 8)], batch_size=2)

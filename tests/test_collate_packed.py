@@ -28,7 +28,7 @@ from shapebucket.bench.model import GPT, GPTConfig
 from shapebucket.compile import CompileCounter
 from shapebucket.data import mixture_lengths
 from shapebucket.fit import Buckets
-from shapebucket.fit.packing import pack_rows, plan_packing
+from shapebucket.fit.packing import pack_epoch, pack_rows
 
 
 def samples_for(lengths, seed=0, vocab=50):
@@ -73,7 +73,7 @@ def test_every_token_of_every_sample_sits_in_one_row_and_the_mask_admits_only_it
         )
         for r in range(replicas)
     ]  # fmt: skip
-    plan = plan_packing(lengths, buckets, rows, seed=seed, num_replicas=replicas, window=window)
+    packed = pack_epoch(lengths, buckets, rows, seed=seed, num_replicas=replicas, window=window)
     seen: collections.Counter[int] = collections.Counter()
     for step in range(len(per_rank[0])):
         shapes = set()
@@ -115,9 +115,9 @@ def test_every_token_of_every_sample_sits_in_one_row_and_the_mask_admits_only_it
             assert torch.equal(mask, want)
         assert len(shapes) == 1, f"step {step}: ranks have different shapes {shapes}"
     assert set(seen) == set(range(len(lengths)))
-    assert sum(seen.values()) - len(lengths) == plan.report.duplicated
+    assert sum(seen.values()) - len(lengths) == packed.report.duplicated
     if replicas == 1:
-        assert plan.report.duplicated == 0
+        assert packed.report.duplicated == 0
 
 
 # -- the collator ------------------------------------------------------------------------------
@@ -193,7 +193,7 @@ def test_index_key_comes_back_as_a_list_in_packing_order():
 def test_workers_collate_packed_batches_and_count_them(context):
     lengths = mixture_lengths(300, seed=4)
     samples = samples_for(lengths)
-    sampler = PackedBatchSampler(lengths, [64, 256], tokens_per_batch=512, seed=1)
+    sampler = PackedBatchSampler.for_tokens(lengths, [64, 256], 512, seed=1)
     collate = PackedCollator([64, 256], rows=sampler.rows, label_shift="none")
     loader = DataLoader(
         samples,

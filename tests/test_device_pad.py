@@ -153,3 +153,72 @@ def test_finish_refuses_triton_on_cpu_and_a_bad_use_triton(monkeypatch):
         with pytest.raises(ShapeBucketError, match="needs the values on a CUDA device"):
             flat.finish(use_triton=True)
     assert flat.finish(use_triton=False)["input_ids"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0]]
+
+
+# -- issue 30 defect 8: the grid stays inside CUDA's limits at any size --------------------------
+
+CUDA_AXIS_0, CUDA_AXES_1_2 = 2**31 - 1, 65_535
+
+
+def _within_cuda_limits(grid: tuple[int, ...]) -> bool:
+    return 0 < grid[0] <= CUDA_AXIS_0 and all(0 < g <= CUDA_AXES_1_2 for g in grid[1:])
+
+
+@pytest.mark.parametrize(
+    "rows, elements",
+    [
+        (8, 16_384 * 4_096),  # [8, 16384, 4096] hidden states: 65,536 blocks a row
+        (1, 67_107_840 + 1),  # one element past the old limit of axis 1
+        (3, 5),
+        (2**20, 2**21 * 1_024),  # 2**31 programs: more than one launch
+        (2**16 + 1, 1),  # more rows than axes 1 and 2 allow
+    ],
+)
+def test_launches_cover_every_block_once_within_cuda_limits(rows, elements):
+    from shapebucket.collate.kernel import BLOCK, launches
+
+    blocks = -(-elements // BLOCK)
+    got = launches(rows, elements)
+    assert all(_within_cuda_limits((programs,)) for _, programs in got)
+    firsts = [first for first, _ in got]
+    assert firsts == [sum(n for _, n in got[:i]) for i in range(len(got))]  # contiguous, in order
+    assert sum(n for _, n in got) == rows * blocks
+
+
+@pytest.mark.skipif(not triton_available(), reason="triton is not installed (the gpu/test extra)")
+def test_a_row_past_67_million_elements_launches_within_cuda_limits(monkeypatch):
+    """Probe: [8, 16384, 4096] launched the grid (8, 65536), which CUDA refuses (axis 1 is
+    capped at 65,535). A stub kernel records the grids pad_rows launches; the output is a
+    meta tensor, so nothing of that size is allocated."""
+    from shapebucket.collate import kernel
+
+    grids: list[tuple[int, ...]] = []
+
+    class Stub:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return lambda *args, **kwargs: None
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(kernel, "_kernels", lambda interpret: (Stub(), None))
+    rows, length, features = 8, 16_384, 4_096
+    out = torch.empty((rows, length, features), dtype=torch.float16, device="meta")
+    flat = torch.empty((rows * length, features), dtype=torch.float16, device="meta")
+    kernel.pad_rows(flat, out, torch.full((rows,), length), left=False)
+    assert grids and all(_within_cuda_limits(g) for g in grids)
+    assert sum(g[0] for g in grids) == rows * length * features // kernel.BLOCK
+
+
+@pytest.mark.skipif(not triton_available(), reason="triton is not installed (the gpu/test extra)")
+def test_a_grid_split_over_several_launches_pads_exactly(monkeypatch):
+    """The interpreter runs the real kernel with at most 3 programs a launch: every block of
+    every row is still padded once, at its place."""
+    from shapebucket.collate import kernel
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(kernel, "MAX_PROGRAMS", 3)
+    collate = BucketCollator([4, 8, 700], pad_values={"x": -7}, padding_side="left")
+    samples = [{"x": torch.arange(n * 3).reshape(n, 3) + 1} for n in (650, 2, 0, 699)]
+    want = collate(samples)
+    assert len(kernel.launches(4, 700 * 3)) > 1
+    assert_same(collate.flat(samples).finish(use_triton=True), want)

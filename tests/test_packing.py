@@ -1,4 +1,4 @@
-"""Packing: the plan (PackedBatchSampler, plan_packing, fit_packing). The collator, the
+"""Packing: the batches (PackedBatchSampler, pack_epoch, fit_packing). The collator, the
 document masks and exactness are in test_collate_packed.py."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from shapebucket.data import mixture_lengths
 from shapebucket.fit import packing_report, rows_for_tokens
 from shapebucket.fit import packing_search as search
 
-# -- the plan ----------------------------------------------------------------------------------
+# -- the batches -------------------------------------------------------------------------------
 
 
 def test_fit_packing_reports_every_candidate():

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import io
+import itertools
 
 import numpy as np
 import pytest
@@ -79,10 +80,13 @@ def roundtrip(state):
 
 
 def resumed(kind, workers, replicas, rank, pattern, k, which="bucket"):
-    """Epochs 0..EPOCHS-1 of a run stopped after ``k`` batches of epoch 0 and resumed."""
+    """Epochs 0..EPOCHS-1 of a run stopped after ``k`` batches of epoch 0 and resumed where a
+    loop that counts its steps resumes: inside epoch 0, or once all of its batches were
+    taken (the iterator not exhausted), at epoch 1."""
     sampler, loader = make(kind, workers, replicas, rank, which)
     if pattern == "set_epoch":
         sampler.set_epoch(0)
+    n = len(sampler)
     it = iter(loader)
     head = [next(it) for _ in range(k)]
     state = sampler.state_dict(consumed=k) if kind == "plain" else loader.state_dict()
@@ -93,6 +97,8 @@ def resumed(kind, workers, replicas, rank, pattern, k, which="bucket"):
         sampler.load_state_dict(state)
     else:
         loader.load_state_dict(state)
+    if k == n:
+        return [head, *run_epochs(sampler, loader, 1, pattern)]
     return run_epochs(sampler, loader, 0, pattern, head)
 
 
@@ -162,11 +168,12 @@ def test_plain_loader_state_without_consumed_runs_ahead():
 
 
 def test_end_of_epoch_state_resumes_with_the_next_epoch():
-    """Once the loop over an epoch is over, the state is the next epoch's start: a resume
-    begins with that epoch, not with an empty pass that leaves the loop one epoch behind.
-    A state saved inside the loop after its last batch (consumed == len) still resumes
-    with the empty rest of the epoch."""
+    """Once an epoch's last batch is handed out, the state is the next epoch's start: a
+    resume begins with that epoch, not with an empty pass that leaves the loop one epoch
+    behind. The same for a state saved inside the loop after its last batch (consumed ==
+    len): a loop that counts its steps resumes there at the next epoch."""
     sampler, loader = make("plain", 2, 1, 0)
+    n = len(sampler)
     epoch0 = list(loader)  # the workers ran the sampler to its end long before this
     state = sampler.state_dict()
     assert (state["epoch"], state["position"]) == (1, 0)
@@ -174,14 +181,15 @@ def test_end_of_epoch_state_resumes_with_the_next_epoch():
     fresh.load_state_dict(roundtrip(state))
     ref, ref_loader = make("plain", 0, 1, 0)
     ref.set_epoch(1)
-    assert list(fresh_loader) == list(ref_loader) != epoch0
-    inside = sampler.state_dict(consumed=len(sampler))
-    assert (inside["epoch"], inside["position"]) == (0, len(sampler))
+    epoch1 = list(ref_loader)
+    assert list(fresh_loader) == epoch1 != epoch0
+    sampler, loader = make("plain", 0, 1, 0)
+    assert list(itertools.islice(loader, n)) == epoch0
+    inside = sampler.state_dict(consumed=n)
+    assert (inside["epoch"], inside["position"]) == (1, 0)
     fresh, fresh_loader = make("plain", 0, 1, 0)
-    fresh.load_state_dict(roundtrip(inside))
-    assert list(fresh_loader) == []  # the rest of epoch 0: nothing
-    ref.set_epoch(1)
-    assert list(fresh_loader) == list(ref_loader)
+    fresh.load_state_dict(roundtrip({**inside, "epoch": 0, "position": n}))  # the same
+    assert list(fresh_loader) == epoch1
 
 
 def between_epochs(kind: str, workers: int, which: str, when: str) -> None:

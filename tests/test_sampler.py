@@ -6,14 +6,14 @@ import textwrap
 
 import numpy as np
 import pytest
-from _helpers import check_resume_at_every_position, torchrun
+from _helpers import build, check_resume_at_every_position, torchrun
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
 from shapebucket import BucketBatchSampler, BucketCollator, ShapeBucketError
 from shapebucket.fit import Buckets
-from shapebucket.fit.batches import plan_epoch, plan_steps
+from shapebucket.fit.batches import cut_steps, epoch_batches
 
 BUCKETS = Buckets([4, 8, 16, 32])
 
@@ -41,7 +41,7 @@ def configs(draw):
 def epoch_union(lengths, kwargs, replicas, epoch=0):
     per_rank = []
     for rank in range(replicas):
-        s = BucketBatchSampler(lengths, BUCKETS, num_replicas=replicas, rank=rank, **kwargs)
+        s = build(BucketBatchSampler, lengths, BUCKETS, num_replicas=replicas, rank=rank, **kwargs)
         s.set_epoch(epoch)
         per_rank.append(list(s))
     return per_rank, s.stats
@@ -61,16 +61,16 @@ def test_each_index_once_or_counted(cfg, replicas):
         assert set(seen) == set(range(len(lengths)))
     if replicas == 1:
         assert stats.duplicated == 0
-    # all ranks are in the planned bucket at every step; with "promote", a batch made
+    # all ranks are in the step's bucket at every step; with "promote", a batch made
     # only of promoted samples fits (and is collated to) a smaller bucket
-    s = BucketBatchSampler(lengths, BUCKETS, num_replicas=replicas, rank=0, **kwargs)
-    planned = s.batch_buckets(epoch=0).tolist()
-    for step, plan in zip(zip(*per_rank, strict=True), planned, strict=True):
+    s = build(BucketBatchSampler, lengths, BUCKETS, num_replicas=replicas, rank=0, **kwargs)
+    keys = s.batch_buckets(epoch=0).tolist()
+    for step, key in zip(zip(*per_rank, strict=True), keys, strict=True):
         buckets = {BUCKETS.bucket_for(int(lengths[b].max())) for b in step}
         if kwargs["leftovers"] == "keep":
-            assert buckets == {plan}
+            assert buckets == {key}
         else:
-            assert max(buckets) <= plan
+            assert max(buckets) <= key
     for t in range(stats.batches):
         ids = [i for r in per_rank for i in r[t]]
         if len(set(ids)) != len(ids):
@@ -80,19 +80,19 @@ def test_each_index_once_or_counted(cfg, replicas):
 @given(configs())
 def test_batches_fit_smallest_bucket_and_budget(cfg):
     lengths, kwargs = cfg
-    s = BucketBatchSampler(lengths, BUCKETS, **kwargs)
+    s = build(BucketBatchSampler, lengths, BUCKETS, **kwargs)
     collate = BucketCollator(BUCKETS, rows=s.rows, mask_key=None)
     shapes, collated = set(), set()
-    for batch, plan in zip(s, s.batch_buckets(epoch=0).tolist(), strict=True):
+    for batch, key in zip(s, s.batch_buckets(epoch=0).tolist(), strict=True):
         assert batch
         bucket = BUCKETS.bucket_for(int(lengths[batch].max()))
         smallest = BUCKETS.bucket_for(int(lengths[batch].min()))
         if kwargs["leftovers"] == "keep":
-            assert smallest == bucket == plan  # no smaller bucket fits all of them
+            assert smallest == bucket == key  # no smaller bucket fits all of them
         else:
-            assert bucket <= plan  # promoted leftovers come from smaller buckets
+            assert bucket <= key  # promoted leftovers come from smaller buckets
         if "tokens_per_batch" in kwargs:
-            assert len(batch) * plan <= kwargs["tokens_per_batch"]
+            assert len(batch) * key <= kwargs["tokens_per_batch"]
         shapes.add((len(batch), bucket))
         collated.add(tuple(collate([[1] * int(lengths[i]) for i in batch]).shape))
     # paired with rows=sampler.rows, there is one shape per bucket at most
@@ -107,7 +107,9 @@ def test_batches_fit_smallest_bucket_and_budget(cfg):
 def test_resume_at_every_position(cfg, epoch):
     lengths, kwargs = cfg
     lengths = lengths[:40]
-    check_resume_at_every_position(lambda: BucketBatchSampler(lengths, BUCKETS, **kwargs), epoch)
+    check_resume_at_every_position(
+        lambda: build(BucketBatchSampler, lengths, BUCKETS, **kwargs), epoch
+    )
 
 
 def test_epochs_differ_and_repeat():
@@ -120,14 +122,15 @@ def test_epochs_differ_and_repeat():
     s.set_epoch(2)
     b = list(s)
     assert a != b and sorted(map(sorted, a)) != sorted(map(sorted, b))
-    # a full pass moves to the next epoch by itself: its state is the next epoch's start
+    # a full pass moves to the next epoch by itself: the state is the next epoch's start
     # (the loop over epoch 1 is over), and the next pass yields epoch 2
     s.set_epoch(1)
     list(s)
     state = s.state_dict()
-    assert s.epoch == 1 and (state["epoch"], state["position"]) == (2, 0)
-    assert s.state_dict(consumed=len(s))["position"] == len(s)
-    assert list(s) == b and s.epoch == 2
+    assert s.epoch == 2 and (state["epoch"], state["position"]) == (2, 0)
+    assert s.state_dict(consumed=len(s) - 1)["position"] == len(s) - 1
+    assert s.state_dict(consumed=len(s))["epoch"] == 2  # all consumed: epoch 1 is over
+    assert list(s) == b and s.epoch == 3
     # no global RNG: numpy's global state is untouched and irrelevant
     np.random.seed(0)
     before = np.random.get_state()[1].copy()
@@ -164,7 +167,7 @@ def test_promote_and_drop_counts():
 
 def test_max_tokens_batch_sizes_and_collator_pairing():
     lengths = np.random.default_rng(1).integers(1, 33, 300)
-    s = BucketBatchSampler(lengths, BUCKETS, tokens_per_batch=64, batch_multiple=2)
+    s = BucketBatchSampler.for_tokens(lengths, BUCKETS, 64, batch_multiple=2)
     assert s.rows == {4: 16, 8: 8, 16: 4, 32: 2}
     collate = BucketCollator(BUCKETS, rows=s.rows)
     shapes = {tuple(collate([[1] * int(lengths[i]) for i in b])[0].shape) for b in s}
@@ -177,8 +180,9 @@ def test_max_tokens_batch_sizes_and_collator_pairing():
         ([[3, 0, 4]], {"batch_size": 2}, "sample 1 has length 0"),
         ([[3, -2]], {"batch_size": 2}, "sample 1 has length -2"),
         ([[3, 40]], {"batch_size": 2}, r"sample 1 has length 40 > largest bucket 32"),
-        ([[3]], {}, "exactly one of batch_size and tokens_per_batch"),
-        ([[3]], {"batch_size": 2, "tokens_per_batch": 64}, "exactly one"),
+        ([[3]], {"batch_size": None}, "batch_size must be an int"),
+        ([[3]], {"batch_size": {4: 2}}, r"lacks \[8, 16, 32\]"),
+        ([[3]], {"batch_size": {**dict.fromkeys(BUCKETS, 2), 5: 1}}, r"names \[5\]"),
         ([[3]], {"tokens_per_batch": 31}, "tokens_per_batch=31 .* use tokens_per_batch >= 32"),
         ([[3]], {"tokens_per_batch": 40, "batch_multiple": 2}, "use tokens_per_batch >= 64"),
         ([[3]], {"batch_size": 0}, "batch_size must be >= 1, got 0"),
@@ -194,7 +198,7 @@ def test_max_tokens_batch_sizes_and_collator_pairing():
 )
 def test_bad_input(args, kwargs, needle):
     with pytest.raises(ShapeBucketError, match=needle):
-        BucketBatchSampler(*args, BUCKETS, **kwargs)
+        build(BucketBatchSampler, *args, BUCKETS, **kwargs)
 
 
 def test_state_from_other_config_is_refused():
@@ -292,12 +296,12 @@ def test_two_process_gloo(tmp_path):
     assert sum(c - 1 for c in total.values()) == r0["dup"] == r1["dup"]
 
 
-def test_settings_are_read_only_after_the_plan():
+def test_settings_are_read_only_once_built():
     s = BucketBatchSampler([3, 5, 9, 12, 4], BUCKETS, batch_size=2)
     before = list(s)
     for name, value in [
         ("drop_last", True),
-        ("batch_size", 1),
+        ("leftovers", "promote"),
         ("buckets", Buckets([32])),
         ("shuffle", False),
         ("seed", 1),
@@ -310,26 +314,26 @@ def test_settings_are_read_only_after_the_plan():
     s.set_epoch(0)
     assert list(s) == before and "drop_last=False" in repr(s)
     sizes = s.rows
-    sizes[4] = 99  # a copy: the plan is not changed through it
+    sizes[4] = 99  # a copy: the batches are not changed through it
     assert s.rows[4] == 2
 
 
 @given(configs(), st.integers(1, 3), st.integers(0, 3))
-def test_plan_functions_alone_give_the_samplers_batches(cfg, replicas, epoch):
-    """plan_steps + plan_epoch, called directly, reproduce what the sampler yields."""
+def test_batch_functions_alone_give_the_samplers_batches(cfg, replicas, epoch):
+    """cut_steps + epoch_batches, called directly, reproduce what the sampler yields."""
     lengths, kwargs = cfg
-    s = BucketBatchSampler(lengths, BUCKETS, num_replicas=replicas, rank=0, **kwargs)
+    s = build(BucketBatchSampler, lengths, BUCKETS, num_replicas=replicas, rank=0, **kwargs)
     sizes = [s.rows[b] for b in BUCKETS]
-    plan = plan_steps(
+    steps = cut_steps(
         np.bincount(s.bucket_index, minlength=len(BUCKETS)),
         sizes,
         num_replicas=replicas,
         drop_last=kwargs["drop_last"],
         leftovers=kwargs["leftovers"],
     )
-    assert plan.stats == s.stats
-    order = plan_epoch(
-        plan,
+    assert steps.stats == s.stats
+    order = epoch_batches(
+        steps,
         s.bucket_index,
         seed=kwargs["seed"],
         epoch=epoch,

@@ -1,5 +1,6 @@
-"""PackedBatchSampler and its planner (plan_packing, pack_rows): the plan is a function of
-(seed, epoch), resumes at every position, checks its settings, and accounts honestly.
+"""PackedBatchSampler and its packing (pack_epoch, pack_rows): an epoch's batches are a
+function of (seed, epoch), resume at every position, check their settings, and account
+honestly.
 (Moved from test_packing.py, whose collator and mask tests stay there.)"""
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ import pickle
 
 import numpy as np
 import pytest
-from _helpers import check_resume_at_every_position
+from _helpers import build, check_resume_at_every_position
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapebucket import PackedBatchSampler, PackedCollator, ShapeBucketError, fit_packing
 from shapebucket.data import mixture_lengths
 from shapebucket.fit.buckets import Buckets
-from shapebucket.fit.packing import pack_rows, plan_packing, rows_by_length
+from shapebucket.fit.packing import pack_epoch, pack_rows, rows_by_length
 
 
 @settings(max_examples=100, deadline=None)
@@ -26,37 +27,33 @@ from shapebucket.fit.packing import pack_rows, plan_packing, rows_by_length
     st.sampled_from([[32], [16, 32], [8, 16, 32]]),
     st.integers(1, 4),
 )
-def test_the_collator_rebuilds_the_planned_rows(lengths, buckets, rows):
+def test_the_collator_rebuilds_the_packed_rows(lengths, buckets, rows):
     """The sampler's order is the layout: filling rows in order never needs more rows
-    than the plan has, and the row length is the plan's."""
-    plan = plan_packing(lengths, buckets, rows, seed=1, window=17)
-    for t in range(len(plan)):
-        idx = plan.batch(t)
-        L = int(plan.row_length[t])
+    than the packing has, and the row length is the packing's."""
+    packed = pack_epoch(lengths, buckets, rows, seed=1, window=17)
+    for t in range(len(packed)):
+        idx = packed.batch(t)
+        L = int(packed.row_length[t])
         row, _ = pack_rows([lengths[i] for i in idx], L)
         assert row[-1] + 1 <= rows
         assert Buckets(buckets).bucket_for(max(lengths[i] for i in idx)) == L
-    r = plan.report
+    r = packed.report
     assert r.real_tokens == sum(lengths)
-    assert r.computed_tokens == sum(int(L) * rows for L in plan.row_length)
+    assert r.computed_tokens == sum(int(L) * rows for L in packed.row_length)
 
 
-def test_plan_is_a_function_of_seed_and_epoch():
+def test_packing_is_a_function_of_seed_and_epoch():
     lengths = mixture_lengths(3000, seed=1)
-    a = PackedBatchSampler(lengths, [64, 128, 256], tokens_per_batch=1024, seed=3)
-    b = PackedBatchSampler(lengths, [64, 128, 256], tokens_per_batch=1024, seed=3)
+    a = PackedBatchSampler.for_tokens(lengths, [64, 128, 256], 1024, seed=3)
+    b = PackedBatchSampler.for_tokens(lengths, [64, 128, 256], 1024, seed=3)
     first = list(a)
     assert first == list(b)
     a.set_epoch(1)
     assert list(a) != first
-    c = PackedBatchSampler(lengths, [64, 128, 256], tokens_per_batch=1024, seed=4)
+    c = PackedBatchSampler.for_tokens(lengths, [64, 128, 256], 1024, seed=4)
     assert list(c) != first
     unshuffled = [
-        list(
-            PackedBatchSampler(
-                lengths, [64, 128, 256], tokens_per_batch=1024, shuffle=False, seed=s
-            )
-        )
+        list(PackedBatchSampler.for_tokens(lengths, [64, 128, 256], 1024, shuffle=False, seed=s))
         for s in (3, 4)
     ]
     assert unshuffled[0] == unshuffled[1] != first  # without shuffling the seed changes nothing
@@ -66,8 +63,8 @@ def test_mixture_packs_above_97_percent_in_at_most_8_shapes():
     lengths = mixture_lengths(200_000)
     fit = fit_packing(lengths, 8, tokens_per_batch=1536, model_dim=128)
     sampler = PackedBatchSampler(lengths, fit.buckets, rows=fit.rows)
-    assert sampler.stats.token_efficiency >= 0.97
-    assert sampler.stats.num_shapes <= 8
+    assert sampler.packing().report.token_efficiency >= 0.97
+    assert sampler.stats.num_shapes == sampler.packing().report.num_shapes <= 8
     shapes = {(fit.rows[L], L) for L in sampler.batch_buckets().tolist()}
     assert len(shapes) == sampler.stats.num_shapes
 
@@ -75,33 +72,34 @@ def test_mixture_packs_above_97_percent_in_at_most_8_shapes():
 def test_resume_at_every_position():
     lengths = mixture_lengths(400, seed=2)
     check_resume_at_every_position(
-        lambda: PackedBatchSampler(lengths, [32, 64, 256], tokens_per_batch=512, window=100),
+        lambda: PackedBatchSampler.for_tokens(lengths, [32, 64, 256], 512, window=100),
         epoch=1,
     )
 
 
 def test_state_of_another_configuration_is_refused():
     lengths = mixture_lengths(100)
-    s = PackedBatchSampler(lengths, [64, 256], tokens_per_batch=512)
-    other = PackedBatchSampler(lengths, [64, 256], tokens_per_batch=1024)
+    s = PackedBatchSampler.for_tokens(lengths, [64, 256], 512)
+    other = PackedBatchSampler.for_tokens(lengths, [64, 256], 1024)
     with pytest.raises(ShapeBucketError, match="other lengths"):
         other.load_state_dict(s.state_dict())
 
 
-def test_sampler_pickles_without_its_plan():
-    s = PackedBatchSampler(mixture_lengths(500), [64, 256], tokens_per_batch=512)
+def test_sampler_pickles_without_its_packed_epochs():
+    s = PackedBatchSampler.for_tokens(mixture_lengths(500), [64, 256], 512)
     first = list(s)
     s.set_epoch(0)
     clone = pickle.loads(pickle.dumps(s))
-    assert clone._cache is None and list(clone) == first
+    assert clone._cache == {} and list(clone) == first
 
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"rows": 2, "tokens_per_batch": 64}, "exactly one of rows and tokens_per_batch"),
-        ({}, "exactly one of rows and tokens_per_batch"),
+        ({"rows": None}, "rows must be an int >= 1 or a mapping"),
         ({"tokens_per_batch": 16}, "tokens_per_batch=16 is less than the longest row length 32"),
+        # issue 30 (low): a key that is no row length was dropped without a word
+        ({"rows": {16: 2, 32: 1, 64: 1}}, r"rows names \[64\], which are not row lengths"),
         ({"rows": {16: 2}}, r"rows has no batch size for buckets \[32\]"),
         ({"rows": 0}, "rows"),
         ({"rows": 2, "rank": 2, "num_replicas": 2}, "rank 2 is not < num_replicas 2"),
@@ -109,7 +107,7 @@ def test_sampler_pickles_without_its_plan():
 )
 def test_sampler_rejects_bad_settings(kwargs, match):
     with pytest.raises(ShapeBucketError, match=match):
-        PackedBatchSampler([3, 5, 9], [16, 32], **kwargs)
+        build(PackedBatchSampler, [3, 5, 9], [16, 32], **kwargs)
 
 
 def test_a_sample_longer_than_every_row_is_an_error_naming_it():
@@ -119,18 +117,19 @@ def test_a_sample_longer_than_every_row_is_an_error_naming_it():
 
 def test_rows_are_checked_once_by_check_batch_sizes():
     assert rows_by_length([8, 16], 3) == {8: 3, 16: 3}
-    assert rows_by_length([8], {8: 2, 99: 1}) == {8: 2}  # extra entries are ignored
+    with pytest.raises(ShapeBucketError, match=r"rows names \[99\]"):
+        rows_by_length([8], {8: 2, 99: 1})
     for bad, match in [(True, "rows must be an int"), ({8: 0}, r"rows\[8\] must be >= 1")]:
         with pytest.raises(ShapeBucketError, match=match):
-            plan_packing([3], [8], bad)  # type: ignore[arg-type]
+            pack_epoch([3], [8], bad)  # type: ignore[arg-type]
 
 
 def test_real_tokens_count_each_sample_once_when_ranks_get_copies():
     """Issue 22: a rank left without a row in a short step gets a copy; the copy is
     computed, not real."""
     lengths = [5, 3]
-    plan = plan_packing(lengths, [8], rows=1, num_replicas=3, shuffle=False)
-    r = plan.report
+    packed = pack_epoch(lengths, [8], rows=1, num_replicas=3, shuffle=False)
+    r = packed.report
     assert r.duplicated > 0
     assert r.real_tokens == sum(lengths) == 8
     assert r.computed_tokens == 3 * 8
@@ -186,9 +185,7 @@ def test_settings_read_as_attributes_and_cannot_be_assigned():
 def test_each_index_once_per_epoch_on_every_rank_together():
     lengths = mixture_lengths(300, seed=5)
     per_rank = [
-        PackedBatchSampler(
-            lengths, [64, 256], tokens_per_batch=512, window=50, num_replicas=3, rank=r
-        )
+        PackedBatchSampler.for_tokens(lengths, [64, 256], 512, window=50, num_replicas=3, rank=r)
         for r in range(3)
     ]
     for epoch in range(2):
@@ -197,4 +194,5 @@ def test_each_index_once_per_epoch_on_every_rank_together():
             s.set_epoch(epoch)
             seen.update(i for b in s for i in b)
         assert set(seen) == set(range(len(lengths)))
-        assert sum(seen.values()) - len(lengths) == per_rank[0].stats.duplicated
+        assert sum(seen.values()) - len(lengths) == per_rank[0].packing(epoch).report.duplicated
+        assert per_rank[0].epoch == epoch + 1  # the epoch is over: stats are the next one's

@@ -8,7 +8,9 @@ What varies (hypothesis draws it): the sampler (bucket or packed), the loader (p
 with its own ``state_dict``), 0 or 2 workers (slow variants only: 400 examples in process, 8 with 2
 workers), the world size
 and rank, ``set_epoch`` every epoch or epochs advancing by themselves, and the order of
-the steps: begin an epoch (``iter``), take batches, finish the epoch, save and resume
+the steps: begin an epoch (``iter``), take batches, end the epoch once every batch is
+taken (seeing the iterator end, or not: issue 30 defect 6, ``islice(loader, len(loader))``
+left the sampler in the same epoch with 0 workers and moved on with 2), save and resume
 (before an epoch, between ``iter()`` and the first batch, mid-epoch, after its last batch,
 after its end), and take an example batch with ``next(iter(loader))`` between epochs
 (with workers only when ``set_epoch`` is used: see ``shapebucket.sampling.base`` on
@@ -119,15 +121,10 @@ def loop_machine(workers_choices: tuple[int, ...]) -> type[RuleBasedStateMachine
             self.example = False
 
         def step(self) -> bool:
-            """One batch of the loop; False at the end of the epoch (which is then checked)."""
-            try:
-                self.got.append(next(self.it))
-            except StopIteration:
-                assert self.got == self.expected(self.epoch), f"epoch {self.epoch} differs"
-                self.epoch += 1
-                self.it = None
-                self.got = []
+            """One batch of the loop; False once the epoch's batches are all taken."""
+            if len(self.got) == len(self.expected(self.epoch)):
                 return False
+            self.got.append(next(self.it))
             return True
 
         @precondition(lambda self: self.it is not None)
@@ -137,17 +134,36 @@ def loop_machine(workers_choices: tuple[int, ...]) -> type[RuleBasedStateMachine
                 if not self.step():
                     break
 
+        @precondition(
+            lambda self: self.it is not None and len(self.got) == len(self.expected(self.epoch))
+        )
+        @rule(exhaust=st.booleans())
+        def end_epoch(self, exhaust):
+            """The loop has taken every batch (``islice(loader, len(loader))``), and may or
+            may not then see the iterator end: the epoch is over either way."""
+            if exhaust:
+                assert next(self.it, None) is None, "the epoch has more batches than len()"
+            assert self.got == self.expected(self.epoch), f"epoch {self.epoch} differs"
+            self.epoch += 1
+            self.it = None
+            self.got = []
+
         @precondition(lambda self: self.it is not None)
-        @rule()
-        def finish_epoch(self):
+        @rule(exhaust=st.booleans())
+        def finish_epoch(self, exhaust):
             while self.step():
                 pass
+            self.end_epoch(exhaust)
 
         @precondition(lambda self: self.it is None and (self.uses_set_epoch or not self.cfg[2]))
         @rule()
         def take_an_example_batch(self):
             next(iter(self.loader), None)
             self.example = True
+            if not self.uses_set_epoch and len(self.expected(self.epoch)) <= 1:
+                # it was the epoch's last batch: the epoch is complete, the loop goes on
+                self.epoch += 1
+                self.example = False
 
         # An example batch is a pass like any other: until the next pass begins, the
         # sampler (and a StatefulDataLoader's iterator) counts it as yielded. A plain
@@ -157,6 +173,10 @@ def loop_machine(workers_choices: tuple[int, ...]) -> type[RuleBasedStateMachine
         @rule()
         def save_and_resume(self):
             kind = self.cfg[1]
+            if self.it is not None and len(self.got) == len(self.expected(self.epoch)):
+                # every batch taken: the epoch is complete, and a loop that counts its
+                # steps resumes at the next one
+                self.end_epoch(False)
             in_epoch = self.it is not None
             if kind == "plain":
                 consumed = len(self.got) if in_epoch else (0 if self.example else None)

@@ -86,8 +86,8 @@ def lengths_of(n=600):
 
 
 def make_sampler(lengths, world, rank):
-    return shapebucket.PackedBatchSampler(
-        lengths, BUCKETS, tokens_per_batch=TOKENS_PER_BATCH, seed=0, num_replicas=world, rank=rank
+    return shapebucket.PackedBatchSampler.for_tokens(
+        lengths, BUCKETS, TOKENS_PER_BATCH, seed=0, num_replicas=world, rank=rank
     )
 
 

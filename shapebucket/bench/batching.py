@@ -149,8 +149,8 @@ def epoch_batches(family: str, s: Setup, ids: np.ndarray | None = None) -> Famil
     if family == "buckets":
         sampler = BucketBatchSampler(L, s.buckets, batch_size=a.batch_size, seed=a.seed)
     else:
-        sampler = BucketBatchSampler(
-            L, s.buckets, tokens_per_batch=a.bucket_tokens_per_batch, seed=a.seed
+        sampler = BucketBatchSampler.for_tokens(
+            L, s.buckets, a.bucket_tokens_per_batch, seed=a.seed
         )
     rows_ = sampler.rows
     local_b = [np.asarray(b, dtype=np.int64) for b in sampler]

@@ -73,7 +73,7 @@ STRATEGIES: dict[str, Strategy] = {
         "tokens",
         {"dynamic": False},
         prewarm=True,
-        about="fitted buckets, BucketBatchSampler(tokens_per_batch=...), prewarmed",
+        about="fitted buckets, BucketBatchSampler.for_tokens(...), prewarmed",
     ),
     "shapebucket-packed-eager": Strategy(
         "packed",
@@ -84,7 +84,7 @@ STRATEGIES: dict[str, Strategy] = {
         "packed",
         {"dynamic": False},
         prewarm=True,
-        about="fit_packing row lengths, PackedBatchSampler(tokens_per_batch=...), "
+        about="fit_packing row lengths, PackedBatchSampler.for_tokens(...), "
         "PackedCollator, document mask, prewarmed",
     ),
     "shapebucket-packed-background": Strategy(

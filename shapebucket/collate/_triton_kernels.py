@@ -1,10 +1,13 @@
 """The triton kernels of :mod:`.kernel` (imported only when triton is, by
 :func:`.kernel._kernels`, once per ``TRITON_INTERPRET`` setting).
 
-``_place`` is the offset arithmetic, all in int64: where element ``e`` of row
-``r`` is written, where it is read, whether it is a real value. ``pad_kernel``
-pads with it; ``probe`` stores what it computes, so a test can check offsets
-past 2**31 without allocating such a batch.
+``_place`` is the offset arithmetic, all in int64: program ``p`` pads block
+``p % NB`` of row ``p // NB`` (``NB`` blocks per row), and for each of its
+elements computes where it is written, where it is read, whether it is a real
+value. The grid is one axis of programs (CUDA allows 2**31 - 1 on axis 0 and
+65,535 on the others), launched in chunks from ``first``. ``pad_kernel`` pads with
+it; ``probe`` stores what it computes, so a test can check offsets past 2**32
+without allocating such a batch.
 """
 
 import triton
@@ -12,28 +15,32 @@ import triton.language as tl
 
 
 @triton.jit  # type: ignore[misc]
-def _place(r, block, offsets, lengths, n, L, F, LEFT: tl.constexpr, BLOCK: tl.constexpr):
-    # element e of row r: where it is written (dst), read (src), and whether it is real
-    r64 = r.to(tl.int64)
+def _place(p, NB, offsets, lengths, n, L, F, LEFT: tl.constexpr, BLOCK: tl.constexpr):
+    # program p: block p % NB of row p // NB; for each element e of that block of row r,
+    # where it is written (dst), read (src), and whether it is real
+    p64 = p.to(tl.int64)
+    NB64 = NB.to(tl.int64)
+    r64 = p64 // NB64
     L64 = L.to(tl.int64)
     F64 = F.to(tl.int64)
-    e = block.to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
+    e = (p64 % NB64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
     inside = e < L64 * F64
-    p = e // F64  # position in the row
+    pos = e // F64  # position in the row
     f = e % F64  # index in the trailing dims
-    has = r < n
-    ln = tl.load(lengths + r, mask=has, other=0).to(tl.int64)
-    off = tl.load(offsets + r, mask=has, other=0).to(tl.int64)
-    q = p - (L64 - ln) * LEFT  # the sample's own position (LEFT: 1 for left padding)
+    has = r64 < n
+    ln = tl.load(lengths + r64, mask=has, other=0).to(tl.int64)
+    off = tl.load(offsets + r64, mask=has, other=0).to(tl.int64)
+    q = pos - (L64 - ln) * LEFT  # the sample's own position (LEFT: 1 for left padding)
     real = inside & (q >= 0) & (q < ln)
     return r64 * L64 * F64 + e, (off + q) * F64 + f, real, inside
 
 
 @triton.jit  # type: ignore[misc]
-def pad_kernel(src, offsets, lengths, pad, out, n, L, F, LEFT: tl.constexpr, BLOCK: tl.constexpr):
-    dst, at, real, inside = _place(
-        tl.program_id(0), tl.program_id(1), offsets, lengths, n, L, F, LEFT, BLOCK
-    )
+def pad_kernel(
+    src, offsets, lengths, pad, out, n, L, F, first, NB, LEFT: tl.constexpr, BLOCK: tl.constexpr
+):  # fmt: skip
+    p = first.to(tl.int64) + tl.program_id(0).to(tl.int64)
+    dst, at, real, inside = _place(p, NB, offsets, lengths, n, L, F, LEFT, BLOCK)
     x = tl.load(src + at, mask=real, other=0)
     fill = tl.load(pad)
     tl.store(out + dst, tl.where(real, x, fill), mask=inside)
@@ -41,10 +48,10 @@ def pad_kernel(src, offsets, lengths, pad, out, n, L, F, LEFT: tl.constexpr, BLO
 
 @triton.jit  # type: ignore[misc]
 def probe(
-    dst_out, src_out, r, block, offsets, lengths, n, L, F, LEFT: tl.constexpr,
+    dst_out, src_out, p, NB, offsets, lengths, n, L, F, LEFT: tl.constexpr,
     BLOCK: tl.constexpr,
 ):  # fmt: skip
-    dst, at, real, _ = _place(r, block, offsets, lengths, n, L, F, LEFT, BLOCK)
+    dst, at, real, _ = _place(p, NB, offsets, lengths, n, L, F, LEFT, BLOCK)
     i = tl.arange(0, BLOCK)
     tl.store(dst_out + i, dst)
     tl.store(src_out + i, tl.where(real, at, -1))

@@ -2,6 +2,9 @@
 
 One program per row and block of 1,024 values writes ``[rows, length, *trailing]``
 in one pass (real values gathered from the flat tensor, the rest the pad value).
+The programs lie on grid axis 0 (CUDA allows 2**31 - 1 there, 65,535 on axes 1 and
+2), launched in chunks when there are more (:func:`launches`), so a row of any size
+launches: a row's blocks on axis 1 failed past 67,107,840 elements.
 Every offset is computed in int64: one key of one batch can hold more than
 2**31 elements (64 rows x 8,192 tokens x 4,096 features), and int32 offsets would
 write out of bounds. :func:`offsets` runs the kernel's own offset arithmetic
@@ -24,7 +27,16 @@ import torch
 
 from ..errors import ShapeBucketError
 
-__all__ = ["interpreting", "offsets", "pad_rows", "triton_available", "usable"]
+__all__ = [
+    "BLOCK",
+    "MAX_PROGRAMS",
+    "interpreting",
+    "launches",
+    "offsets",
+    "pad_rows",
+    "triton_available",
+    "usable",
+]
 
 
 def triton_available() -> bool:
@@ -59,7 +71,23 @@ def _kernels(interpret: bool) -> tuple[Any, Any]:
     return module.pad_kernel, module.probe
 
 
+#: Values one program pads.
 BLOCK = 1024
+#: Programs in one launch: CUDA's limit on grid axis 0 (2**31 - 1).
+MAX_PROGRAMS = 2**31 - 1
+
+
+def launches(rows: int, elements: int) -> list[tuple[int, int]]:
+    """The kernel launches that pad ``rows`` rows of ``elements`` values each: ``(first
+    program, programs)`` per launch, each a one-axis grid of at most :data:`MAX_PROGRAMS`
+    programs; program ``p`` pads block ``p % blocks`` of row ``p // blocks``.
+
+    >>> launches(64, 16384 * 4096)  # [64, 16384, 4096] hidden states: 65,536 blocks a row
+    [(0, 4194304)]
+    """
+    blocks = -(-elements // BLOCK)
+    total = rows * blocks
+    return [(first, min(MAX_PROGRAMS, total - first)) for first in range(0, total, MAX_PROGRAMS)]
 
 
 def pad_rows(flat: torch.Tensor, out: torch.Tensor, lengths: torch.Tensor, *, left: bool) -> None:
@@ -86,12 +114,14 @@ def pad_rows(flat: torch.Tensor, out: torch.Tensor, lengths: torch.Tensor, *, le
         F *= d
     fill = target.reshape(-1)[:1].clone()  # the pad value, exactly, in the stored dtype
     starts = torch.cumsum(lengths, 0) - lengths
-    grid = (rows, -(-(length * F) // BLOCK))
+    blocks = -(-(length * F) // BLOCK)
     pad_kernel, _ = _kernels(interpreting())
-    pad_kernel[grid](
-        work.contiguous(), starts, lengths, fill, target, len(lengths), length, F,
-        LEFT=int(left), BLOCK=BLOCK,
-    )  # fmt: skip
+    values = work.contiguous()
+    for first, programs in launches(rows, length * F):
+        pad_kernel[(programs,)](
+            values, starts, lengths, fill, target, len(lengths), length, F, first, blocks,
+            LEFT=int(left), BLOCK=BLOCK,
+        )  # fmt: skip
 
 
 def offsets(
@@ -99,14 +129,15 @@ def offsets(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel's offsets for the ``BLOCK`` elements of block ``block`` of row ``row``
     (int64): where each is written in the output, and where it is read in the flat values
-    (-1: a pad). Computed by the kernel's own code, for any batch size, allocating
+    (-1: a pad), found from the program number as the kernel finds them. Computed by the kernel's own code, for any batch size, allocating
     nothing but ``lengths`` (needs triton; on CPU, ``TRITON_INTERPRET=1``)."""
     _, probe = _kernels(interpreting())
     dst = torch.empty(BLOCK, dtype=torch.int64, device=lengths.device)
     src = torch.empty(BLOCK, dtype=torch.int64, device=lengths.device)
     starts = torch.cumsum(lengths, 0) - lengths
+    blocks = -(-(length * features) // BLOCK)
     probe[(1,)](
-        dst, src, row, block, starts, lengths, len(lengths), length, features,
+        dst, src, row * blocks + block, blocks, starts, lengths, len(lengths), length, features,
         LEFT=int(left), BLOCK=BLOCK,
     )  # fmt: skip
     return dst, src

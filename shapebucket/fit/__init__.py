@@ -11,11 +11,11 @@ cells for encoder-decoders (:func:`fit_cells`).
 Buckets([16, 32])
 """
 
-from .batches import plan_epoch, plan_steps
+from .batches import cut_steps, epoch_batches
 from .bucket_fit import fit_buckets
 from .buckets import Buckets
 from .cells import Cells, cells_lower_bound, fit_cells
-from .packing import PackingReport, pack_rows, plan_packing, rows_for_tokens
+from .packing import PackingReport, pack_epoch, pack_rows, rows_for_tokens
 from .packing_fit import PackingFitReport, PackingTrial, fit_packing, packing_report
 from .padding import PaddingReport, padding_report
 
@@ -27,14 +27,14 @@ __all__ = [
     "PackingTrial",
     "PaddingReport",
     "cells_lower_bound",
+    "cut_steps",
+    "epoch_batches",
     "fit_buckets",
     "fit_cells",
     "fit_packing",
+    "pack_epoch",
     "pack_rows",
     "packing_report",
     "padding_report",
-    "plan_epoch",
-    "plan_packing",
-    "plan_steps",
     "rows_for_tokens",
 ]

@@ -1,4 +1,4 @@
-"""The machinery behind :func:`~shapebucket.fit.packing.plan_packing`: the open rows of one
+"""The machinery behind :func:`~shapebucket.fit.packing.pack_epoch`: the open rows of one
 epoch and the packer that fills them window by window (the module docstring of
 :mod:`shapebucket.fit.packing` describes the steps)."""
 

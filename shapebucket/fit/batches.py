@@ -1,6 +1,8 @@
-"""Bucket batch planning: pure functions that cut each bucket's samples into batches.
+"""Bucketed batch composition: pure functions that cut each group's samples into batches.
 
-An epoch's plan is built with numpy from ``(seed, epoch)`` alone:
+A group is a bucket (:class:`~shapebucket.sampling.BucketBatchSampler`) or a
+``(source, target)`` cell (:class:`~shapebucket.sampling.CellBatchSampler`). An
+epoch's batches are built with numpy from ``(seed, epoch)`` alone:
 
 1. indices are shuffled (``shuffle=True``) and stably grouped by bucket, so each
    bucket's indices are contiguous and shuffled inside it (or sorted, unshuffled);
@@ -14,8 +16,8 @@ An epoch's plan is built with numpy from ``(seed, epoch)`` alone:
    are repeated so every rank gets the same count (counted in the report);
 4. steps are shuffled across buckets (``shuffle=True``) with the same generator.
 
-Steps 2-3 are :func:`plan_steps` (the same every epoch) and steps 1 and 4 are
-:func:`plan_epoch`; :class:`~shapebucket.sampling.BucketBatchSampler` is these
+Steps 2-3 are :func:`cut_steps` (the same every epoch) and steps 1 and 4 are
+:func:`epoch_batches`; :class:`~shapebucket.sampling.BucketBatchSampler` is these
 two functions plus resumable state.
 """
 
@@ -31,13 +33,13 @@ from ..errors import ShapeBucketError
 from .buckets import Buckets
 
 __all__ = [
-    "EpochPlan",
+    "EpochBatches",
+    "GlobalSteps",
     "Leftovers",
     "SamplerReport",
-    "StepPlan",
     "check_longest",
-    "plan_epoch",
-    "plan_steps",
+    "cut_steps",
+    "epoch_batches",
 ]
 
 Leftovers = Literal["keep", "promote"]
@@ -45,13 +47,14 @@ Leftovers = Literal["keep", "promote"]
 
 @dataclass(frozen=True)
 class SamplerReport:
-    """What one epoch of a bucket batch plan does with the samples (identical every epoch).
+    """What one epoch of a sampler does with the samples (this rank's batches; the same
+    every epoch for bucket and cell samplers, the current epoch's for the packed one).
 
     ``dropped`` samples are in no batch (``drop_last=True``); ``duplicated``
     counts index repeats added so every rank gets equally many samples in a
     short step; ``promotions`` counts leftover moves to the next bucket (a
     sample moved up two buckets counts twice). ``num_shapes`` is the number of
-    distinct planned ``(rows, bucket)`` pairs, before the collator pads rows
+    distinct ``(rows, bucket)`` pairs of the steps, before the collator pads rows
     (with ``leftovers="promote"`` a batch made only of promoted samples is
     collated at their smaller bucket: ``sampler.shapes()`` lists those).
 
@@ -72,11 +75,11 @@ class SamplerReport:
 
 
 @dataclass(frozen=True)
-class StepPlan:
-    """The epoch-independent part of a plan: which bucket each global step is in, and its size.
+class GlobalSteps:
+    """The epoch-independent part of batching: which bucket each global step is in, and its size.
 
-    Built by :func:`plan_steps`; the samples of each step are chosen per epoch
-    by :func:`plan_epoch`.
+    Built by :func:`cut_steps`; the samples of each step are chosen per epoch
+    by :func:`epoch_batches`.
     """
 
     step_bucket: np.ndarray  # bucket index of each global step, in construction order
@@ -88,7 +91,7 @@ class StepPlan:
 
 
 @dataclass(frozen=True)
-class EpochPlan:
+class EpochBatches:
     """One epoch's order: global step ``t`` is ``flat[offsets[t]:][: num_replicas * sizes[t]]``,
     rank ``r`` taking the ``r``-th slice of ``sizes[t]`` indices; ``buckets[t]`` is its bucket index."""
 
@@ -125,21 +128,21 @@ def check_longest(lengths: np.ndarray, table: Buckets, *, limit: str, fix: str) 
         )
 
 
-def plan_steps(
+def cut_steps(
     bucket_counts: Sequence[int] | np.ndarray,
     rows: Sequence[int],
     *,
     num_replicas: int = 1,
     drop_last: bool = False,
     leftovers: Leftovers = "keep",
-) -> StepPlan:
+) -> GlobalSteps:
     """Cut each bucket's samples into global steps (steps 2-3 of the module docstring).
 
     ``bucket_counts[j]`` samples fall in bucket ``j``, whose per-rank batch has
     ``rows[j]`` rows.
 
-    >>> plan = plan_steps([5, 2], [2, 2])
-    >>> plan.step_bucket.tolist(), plan.step_size.tolist(), plan.stats.short_batches
+    >>> steps = cut_steps([5, 2], [2, 2])
+    >>> steps.step_bucket.tolist(), steps.step_size.tolist(), steps.stats.short_batches
     ([0, 0, 0, 1], [2, 2, 1, 2], 1)
     """
     counts = np.asarray(bucket_counts, dtype=np.int64)
@@ -188,22 +191,22 @@ def plan_steps(
         promotions=promotions,
         num_shapes=shapes,
     )
-    return StepPlan(sb, ss, seg_start, seg_full, seg_left, stats)
+    return GlobalSteps(sb, ss, seg_start, seg_full, seg_left, stats)
 
 
-def plan_epoch(
-    plan: StepPlan,
+def epoch_batches(
+    steps: GlobalSteps,
     bucket_index: np.ndarray,
     *,
     seed: int,
     epoch: int,
     shuffle: bool = True,
     num_replicas: int = 1,
-) -> EpochPlan:
+) -> EpochBatches:
     """The order of one epoch (steps 1 and 4 of the module docstring), from ``(seed, epoch)`` alone.
 
-    >>> plan = plan_steps([3, 1], [2, 2])
-    >>> plan_epoch(plan, np.array([0, 1, 0, 0]), seed=0, epoch=0, shuffle=False).flat.tolist()
+    >>> steps = cut_steps([3, 1], [2, 2])
+    >>> epoch_batches(steps, np.array([0, 1, 0, 0]), seed=0, epoch=0, shuffle=False).flat.tolist()
     [0, 2, 3, 1]
     """
     R = num_replicas
@@ -215,15 +218,15 @@ def plan_epoch(
         rng = None
         grouped = np.argsort(bucket_index, kind="stable")
     pieces = []
-    for j in range(len(plan.seg_start)):
-        start, full, rest = int(plan.seg_start[j]), int(plan.seg_full[j]), int(plan.seg_left[j])
+    for j in range(len(steps.seg_start)):
+        start, full, rest = int(steps.seg_start[j]), int(steps.seg_full[j]), int(steps.seg_left[j])
         pieces.append(grouped[start : start + full])
         if rest:
             left = grouped[start + full : start + full + rest]
             per_rank = -(-rest // R)
             pieces.append(np.resize(left, per_rank * R))  # repeats the first indices when short
     flat = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
-    widths = plan.step_size * R
+    widths = steps.step_size * R
     offsets = np.cumsum(widths) - widths
     order = rng.permutation(len(widths)) if rng is not None else np.arange(len(widths))
-    return EpochPlan(flat, offsets[order], plan.step_size[order], plan.step_bucket[order])
+    return EpochBatches(flat, offsets[order], steps.step_size[order], steps.step_bucket[order])

@@ -5,7 +5,7 @@ row lengths and ``rows`` fixed per row length, so an epoch has at most
 ``len(buckets)`` batch shapes however the samples vary. Each row holds one
 or more whole samples laid end to end; what is left of a row is padding.
 
-How an epoch is planned (:func:`plan_packing`), from ``(seed, epoch)`` alone:
+How an epoch is packed (:func:`pack_epoch`), from ``(seed, epoch)`` alone:
 
 1. indices are shuffled, then cut into windows of ``window`` samples;
 2. inside a window, samples are placed longest first, each into the open row
@@ -25,7 +25,7 @@ How an epoch is planned (:func:`plan_packing`), from ``(seed, epoch)`` alone:
 The sampler yields each batch's indices row by row, every row's opener first.
 :class:`~shapebucket.PackedCollator` rebuilds the rows by filling them in that
 order (a sample that does not fit starts the next row): since a row is only
-opened when no open row fits its opener, that reproduces the plan exactly.
+opened when no open row fits its opener, that reproduces the packing exactly.
 Nothing is dropped or cut: a sample longer than the largest row length is an
 error (pass a longer row length).
 """
@@ -46,8 +46,8 @@ from .buckets import Buckets, as_buckets
 __all__ = [
     "PackedEpoch",
     "PackingReport",
+    "pack_epoch",
     "pack_rows",
-    "plan_packing",
     "rows_by_length",
     "rows_for_tokens",
 ]
@@ -67,9 +67,10 @@ class PackingReport:
     real. With nothing computed, both are 1.0 (nothing computed, nothing
     wasted). ``num_shapes`` counts the distinct ``(rows, row_length)`` of the
     epoch. ``duplicated`` counts samples repeated so every rank gets a batch in
-    a short step.
+    a short step; ``short_steps`` counts the steps in which some rank's batch has
+    fewer rows of samples than its shape (the collator adds empty rows).
 
-    >>> plan_packing([5, 3, 8, 2, 6], [8], {8: 2}).report.token_efficiency
+    >>> pack_epoch([5, 3, 8, 2, 6], [8], {8: 2}).report.token_efficiency
     0.75
     """
 
@@ -84,6 +85,7 @@ class PackingReport:
     duplicated: int
     num_shapes: int
     batches_per_bucket: dict[int, int]
+    short_steps: int
 
     def __str__(self) -> str:
         per = ", ".join(f"{L}: {n}" for L, n in self.batches_per_bucket.items())
@@ -97,7 +99,7 @@ class PackingReport:
 
 @dataclass(frozen=True)
 class PackedEpoch:
-    """One epoch's packed plan. Global step ``t`` holds the batches ``t * W .. t * W + W - 1``
+    """One epoch's packed batches. Global step ``t`` holds the batches ``t * W .. t * W + W - 1``
     (``W = num_replicas``; batch ``t * W + r`` is rank ``r``'s); batch ``i`` is
     ``flat[offsets[i]:offsets[i + 1]]``, its samples row by row; ``row_length[t]`` is
     step ``t``'s row length and ``report`` its accounting."""
@@ -135,10 +137,10 @@ def rows_for_tokens(buckets: Buckets | Sequence[int], tokens: int) -> dict[int, 
 def rows_by_length(
     buckets: Buckets | Sequence[int], rows: int | Mapping[int, int]
 ) -> dict[int, int]:
-    """``rows`` (an int, or a mapping with an entry for every row length; checked by
-    :func:`~shapebucket._validate.check_batch_sizes`) as ``{row length: rows}``.
+    """``rows`` (an int, or a mapping with an entry for every row length and no other;
+    checked by :func:`~shapebucket._validate.check_batch_sizes`) as ``{row length: rows}``.
 
-    >>> rows_by_length([8, 16], 2), rows_by_length([8], {8: 3, 32: 1})
+    >>> rows_by_length([8, 16], 2), rows_by_length([8], {8: 3})
     ({8: 2, 16: 2}, {8: 3})
     """
     table = as_buckets(buckets)
@@ -147,10 +149,16 @@ def rows_by_length(
         raise ShapeBucketError("rows must be an int >= 1 or a mapping row length -> rows, got None")
     if isinstance(checked, int):
         return {L: checked for L in table}
+    extra = sorted(set(checked) - set(table.lengths))
+    if extra:  # a typo'd row length would otherwise be dropped without a word
+        raise ShapeBucketError(
+            f"rows names {extra}, which are not row lengths of {table!r}; give rows for "
+            f"exactly the row lengths {list(table.lengths)}"
+        )
     return {L: checked[L] for L in table}
 
 
-def plan_packing(
+def pack_epoch(
     lengths: Sequence[int] | np.ndarray,
     buckets: Buckets | Sequence[int],
     rows: int | Mapping[int, int],
@@ -163,8 +171,8 @@ def plan_packing(
 ) -> PackedEpoch:
     """One epoch's packed batches (the module docstring's steps 1-5).
 
-    >>> plan = plan_packing([5, 3, 8, 2, 6], [8], rows=2, shuffle=False)
-    >>> [plan.batch(t) for t in range(len(plan))]
+    >>> packed = pack_epoch([5, 3, 8, 2, 6], [8], rows=2, shuffle=False)
+    >>> [packed.batch(t) for t in range(len(packed))]
     [[2, 4, 3], [0, 1]]
     """
     table = as_buckets(buckets)
@@ -234,6 +242,7 @@ def _report(packer: Packer, row_length: np.ndarray) -> PackingReport:
         duplicated=len(samples) - len(arr),
         num_shapes=int((per_len > 0).sum()),
         batches_per_bucket={int(L): int(b) for L, b in zip(Ls, per_len, strict=True) if b},
+        short_steps=int((pad_rows > 0).sum()),
     )
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from .._validate import MAX_BUCKET, MIN_LENGTH, CheckedLengths, check_int, check_number, round_up
 from ..errors import ShapeBucketError
 from .buckets import Buckets
-from .packing import PackingReport, plan_packing, rows_for_tokens
+from .packing import PackingReport, pack_epoch, rows_for_tokens
 from .packing_search import halving_sets, search_row_lengths
 
 __all__ = [
@@ -45,7 +45,7 @@ def packing_report(
     1
     """
     seed = check_int("seed", seed, minimum=0)
-    plan = plan_packing(lengths, buckets, rows, seed=seed, num_replicas=num_replicas, window=window)
+    plan = pack_epoch(lengths, buckets, rows, seed=seed, num_replicas=num_replicas, window=window)
     return plan.report
 
 

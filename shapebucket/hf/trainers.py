@@ -29,6 +29,7 @@ from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
+from ..fit.packing import rows_for_tokens
 from ..fit.packing_fit import PackingFitReport, fit_packing
 from ..sampling.base import ResumableBatchSampler
 from ..sampling.bucket import BucketBatchSampler
@@ -174,7 +175,7 @@ class _ShapeTrainer(Trainer):
             )
         with open(path) as f:
             state = json.load(f)
-        seed, _, _ = self.sampler._check_state(state)
+        seed, _, _ = self.sampler.check_state(state)
         if seed != self.sampler.seed:
             raise ShapeBucketError(
                 f"checkpoint {folder!r} was trained with seed {seed}, this trainer has seed "
@@ -322,11 +323,12 @@ class PackedTrainer(_ShapeTrainer):
         self.buckets, rows, tokens_per_batch = _packing_args(
             arr, fit, buckets, rows, tokens_per_batch
         )
+        if rows is None:  # a token budget (_packing_args gives one of the two)
+            rows = rows_for_tokens(self.buckets, tokens_per_batch)  # type: ignore[arg-type]
         self.sampler = PackedBatchSampler(
             arr,
             self.buckets,
             rows=rows,
-            tokens_per_batch=tokens_per_batch,
             seed=self.args.seed,
             window=max(len(arr), 1),
             num_replicas=self.args.world_size,

@@ -1,8 +1,8 @@
 """Sampling: which samples go into each batch, distributed and resumable.
 
 >>> from shapebucket.sampling import BucketBatchSampler
->>> BucketBatchSampler([3, 5, 9], [8, 16], batch_size=2, shuffle=False).shapes()
-frozenset({(1, 16), (2, 8)})
+>>> sorted(BucketBatchSampler([3, 5, 9], [8, 16], batch_size=2, shuffle=False).shapes())
+[Shape(rows=1, length=16), Shape(rows=2, length=8)]
 """
 
 from ..fit.batches import SamplerReport

@@ -3,16 +3,22 @@
 An epoch's batches are a pure function of the settings and ``(seed, epoch)``,
 so a sampler's state is only where it stands: the epoch, the batches of it
 already yielded, the seed, and a fingerprint of the settings the order depends
-on. The base owns that state and everything else the two samplers have in
-common: the read-only settings, the lengths check, the world size and rank, and
-the ``state_dict`` keys (the module constants below).
+on. The base owns that state and everything else the samplers have in common:
+the read-only settings, the lengths check, the world size and rank, the
+``state_dict`` keys (the module constants below) and the shape protocol
+(:meth:`~ResumableBatchSampler.shapes`, ``packs``).
 
 Passes and epochs. ``iter(sampler)`` begins a *pass*: it starts where the state
 points (the start of the current epoch, or a loaded resume point) and yields
-the rest of that epoch. A pass that runs to its end completes the epoch: the
-next pass starts the epoch after it (``set_epoch`` chooses one instead). A pass
-abandoned before its end completes nothing: the next pass starts where it
-started, so an example batch taken with ``next(iter(loader))`` skips nothing.
+the rest of that epoch. An epoch is complete once its last batch is handed
+out, whether or not the iterator is then exhausted: ``for batch in loader``,
+``itertools.islice(loader, len(loader))`` and a loop calling ``next``
+``len(loader)`` times all leave the sampler at the start of the next epoch
+(its ``epoch``, ``len()`` and ``state_dict()`` are the next epoch's), with any
+number of workers (``set_epoch`` chooses another one instead). A pass
+abandoned before its last batch completes nothing: the next pass starts where
+it started, so an example batch taken with ``next(iter(loader))`` skips nothing
+(unless it was the epoch's only batch).
 
 Two limits follow from what a sampler can see:
 
@@ -31,8 +37,8 @@ Two limits follow from what a sampler can see:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Generic, NoReturn, TypeVar, overload
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
 import numpy as np
 from torch.utils.data import Sampler
@@ -41,6 +47,8 @@ from .._validate import check_flag, check_int, check_lengths
 from ..errors import ShapeBucketError
 from ..fit.batches import check_longest
 from ..fit.buckets import Buckets, as_buckets
+from ..plan.shapes import Shape
+from .common import Setting, resolve_world
 
 __all__ = [
     "EPOCH_KEY",
@@ -48,11 +56,7 @@ __all__ = [
     "NUM_BATCHES_KEY",
     "POSITION_KEY",
     "SEED_KEY",
-    "RankBatches",
     "ResumableBatchSampler",
-    "Setting",
-    "check_one_of",
-    "resolve_world",
 ]
 
 #: ``state_dict()`` keys: the epoch the state is in, the batches of it consumed, the seed,
@@ -64,110 +68,26 @@ NUM_BATCHES_KEY = "num_batches"
 FINGERPRINT_KEY = "fingerprint"
 _REQUIRED_KEYS = (EPOCH_KEY, POSITION_KEY, SEED_KEY, FINGERPRINT_KEY)
 
-T = TypeVar("T")
+#: What a batch is keyed by: a bucket length (``int``), or a ``(source, target)`` cell.
+K = TypeVar("K", bound=Hashable)
 
 
-class Setting(Generic[T]):
-    """A sampler setting: reads as an attribute (stored as ``_<name>``), cannot be assigned.
-
-    The plan is built from the settings once; assigning one afterwards would
-    silently leave the plan stale, so it raises an ``AttributeError`` that says
-    how to change it (``how``; default: make a new sampler).
-    """
-
-    def __init__(self, doc: str, *, how: str | None = None) -> None:
-        self.__doc__ = doc
-        self._how = how
-        self.name = ""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, obj: None, owner: type | None = None) -> Setting[T]: ...
-    @overload
-    def __get__(self, obj: object, owner: type | None = None) -> T: ...
-    def __get__(self, obj: object | None, owner: type | None = None) -> T | Setting[T]:
-        if obj is None:
-            return self
-        value: T = obj.__dict__["_" + self.name]
-        return value
-
-    def __set__(self, obj: object, value: Any) -> NoReturn:
-        kind = type(obj).__name__
-        how = self._how or f"make a new {kind}(..., {self.name}=...)"
-        raise AttributeError(
-            f"{kind}.{self.name} is fixed once the sampler has built its plan; {how}"
-        )
-
-
-def check_one_of(**given: Any) -> None:
-    """Refuse unless exactly one of the keyword arguments is not ``None``.
-
-    >>> check_one_of(rows=None, tokens_per_batch=None)
-    Traceback (most recent call last):
-    ...
-    shapebucket.errors.ShapeBucketError: pass exactly one of rows and tokens_per_batch, got rows=None, tokens_per_batch=None
-    """
-    if sum(v is not None for v in given.values()) != 1:
-        got = ", ".join(f"{k}={v!r}" for k, v in given.items())
-        raise ShapeBucketError(f"pass exactly one of {' and '.join(given)}, got {got}")
-
-
-def _default_distributed() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0
-
-
-def resolve_world(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
-    """``(num_replicas, rank)``, checked; what is not given comes from ``torch.distributed``
-    when it is initialised, else 1 and 0.
-
-    >>> resolve_world(4, 1)
-    (4, 1)
-    """
-    if num_replicas is None or rank is None:
-        world, own = _default_distributed()
-        num_replicas = world if num_replicas is None else num_replicas
-        rank = own if rank is None else rank
-    num_replicas = check_int("num_replicas", num_replicas, minimum=1)
-    rank = check_int("rank", rank, minimum=0)
-    if rank >= num_replicas:
-        raise ShapeBucketError(
-            f"rank {rank} is not < num_replicas {num_replicas}; ranks count from 0"
-        )
-    return num_replicas, rank
-
-
-class RankBatches(Sequence[list[int]]):
-    """One rank's batches of an epoch plan (anything with ``len()`` and
-    ``batch(step, rank)``: :class:`~shapebucket.fit.batches.EpochPlan`,
-    :class:`~shapebucket.fit.packing.PackedEpoch`), sliced when asked for."""
-
-    def __init__(self, plan: Any, rank: int) -> None:
-        self._plan, self._rank = plan, rank
-
-    def __len__(self) -> int:
-        return len(self._plan)
-
-    def __getitem__(self, t: int) -> list[int]:  # type: ignore[override]
-        return self._plan.batch(t, self._rank)
-
-
-class ResumableBatchSampler(Sampler[list[int]]):
-    """The shared base of :class:`~shapebucket.sampling.BucketBatchSampler` and
+class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
+    """The shared base of :class:`~shapebucket.sampling.BucketBatchSampler`,
+    :class:`~shapebucket.sampling.CellBatchSampler` and
     :class:`~shapebucket.sampling.PackedBatchSampler` (see the module docstring for
-    passes and epochs).
+    passes and epochs), generic over what a batch is keyed by (``K``: a bucket length,
+    or a ``(source, target)`` cell): :attr:`rows` is ``{K: rows}``.
 
     Subclasses call ``super().__init__`` with the common arguments, set ``_rows``,
-    and implement :meth:`_rank_batches`, :meth:`shapes` and :meth:`batch_buckets`;
-    ``_FINGERPRINT`` names the settings besides lengths, buckets, rows, shuffle and
-    world size that a saved state must match.
+    and implement :meth:`_rank_batches`, :meth:`_count_for`, :meth:`shapes` and
+    :meth:`batch_buckets`; ``_FINGERPRINT`` names the settings besides lengths,
+    buckets, rows, shuffle and world size that a saved state must match.
     """
 
+    #: Whether the batches are packed (several samples per row): a collator whose
+    #: ``packs`` differs refuses this sampler.
+    packs: ClassVar[bool] = False
     _LIMIT: ClassVar[str] = "largest bucket"  # what the over-length error calls buckets.max_len
     _TOO_LONG: ClassVar[str] = "add a bucket >= {length}"  # its fix
     _FINGERPRINT: ClassVar[tuple[str, ...]] = ()
@@ -181,16 +101,13 @@ class ResumableBatchSampler(Sampler[list[int]]):
         "The seed of the order.",
         how="pass seed= to a new sampler, or load_state_dict() a saved state",
     )
-    epoch = Setting[int](
-        "The epoch of the current pass (see :meth:`set_epoch`).", how="call set_epoch()"
-    )
 
-    _rows: dict[int, int]
-    _epoch: int  # the current pass's epoch
-    _position: int  # batches of it yielded
-    _next: tuple[int, int]  # (epoch, position) where the next pass starts
-    _done: bool  # the current pass ran to its end
-    _loaded: bool  # _next is a loaded resume point no pass has completed yet
+    _rows: dict[K, int]
+    _epoch: int  # the epoch of the current pass (or of the point set)
+    _position: int  # batches of it handed out
+    _next: tuple[int, int]  # where the current pass started (an abandoned pass restarts there)
+    _begun: bool  # a pass has begun since the point was set
+    _loaded: bool  # the point is a loaded resume point
     _pass: int  # the current pass's number: a superseded pass no longer moves the state
 
     def __init__(
@@ -206,7 +123,7 @@ class ResumableBatchSampler(Sampler[list[int]]):
         table = as_buckets(buckets)
         arr = check_lengths(lengths)
         check_longest(arr, table, limit=self._LIMIT, fix=self._TOO_LONG)
-        arr = arr.copy()  # our own, read-only: the plan depends on it
+        arr = arr.copy()  # our own, read-only: the batches depend on it
         arr.flags.writeable = False
         self._buckets = table
         self._lengths = arr
@@ -223,11 +140,12 @@ class ResumableBatchSampler(Sampler[list[int]]):
         raise NotImplementedError
 
     def _count_for(self, seed: int, epoch: int) -> int:
-        """Batches of ``epoch`` under ``seed`` (the same every epoch unless overridden)."""
-        return len(self)
+        """Batches of ``epoch`` under ``seed`` (this rank's; every rank has as many)."""
+        raise NotImplementedError
 
-    def shapes(self) -> frozenset[tuple[int, int]]:
-        """Every ``(rows, bucket)`` this rank's batches can have, before the collator pads rows."""
+    def shapes(self) -> frozenset[Shape]:
+        """Every :class:`~shapebucket.plan.Shape` a batch of this rank can have (rows: the
+        samples of a batch, or the packed rows of a packed one)."""
         raise NotImplementedError
 
     def batch_buckets(self, epoch: int | None = None) -> np.ndarray:
@@ -237,10 +155,22 @@ class ResumableBatchSampler(Sampler[list[int]]):
     # -- settings ---------------------------------------------------------------------------
 
     @property
-    def rows(self) -> dict[int, int]:
-        """Rows per batch at each bucket: ``{bucket: rows}`` (a copy). Pass it to the
-        collator (``rows=``) so short batches get the same shape as full ones."""
+    def rows(self) -> dict[K, int]:
+        """Rows per batch for each key (bucket or cell): ``{key: rows}`` (a copy). Pass it
+        to the collator (``rows=``) so short batches get the same shape as full ones."""
         return dict(self._rows)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the sampler is in: the pass in progress's, else the next pass's (see
+        :meth:`set_epoch`)."""
+        return self._at()[0]
+
+    @epoch.setter
+    def epoch(self, value: Any) -> NoReturn:
+        raise AttributeError(
+            f"{type(self).__name__}.epoch is fixed by the passes and the state; call set_epoch()"
+        )
 
     def _fingerprint(self) -> str:
         # the settings never change, and StatefulDataLoader asks for the state at every batch
@@ -265,34 +195,51 @@ class ResumableBatchSampler(Sampler[list[int]]):
 
     # -- passes -----------------------------------------------------------------------------
 
+    def _count(self, epoch: int) -> int:
+        return self._count_for(self._seed, epoch)
+
+    def _settled(self, epoch: int, position: int) -> tuple[int, int]:
+        """``(epoch, position)``, with the end of an epoch as the next epoch's start."""
+        if position and position >= self._count(epoch):
+            return epoch + 1, 0
+        return epoch, position
+
     def _start_at(self, epoch: int, position: int, *, loaded: bool = False) -> None:
         self._pass += 1
-        self._epoch, self._position = epoch, position
-        self._next = (epoch, position)
-        self._done = False
+        self._epoch, self._position = self._settled(epoch, position)
+        self._next = (self._epoch, self._position)
+        self._begun = False
         self._loaded = loaded
+
+    def _done(self) -> bool:
+        """Whether a pass has begun and handed out the last batch of its epoch."""
+        return self._begun and self._position >= self._count(self._epoch)
+
+    def _at(self) -> tuple[int, int]:
+        """Where the sampler stands: the pass in progress (or abandoned), else where the next
+        pass starts (after a completed epoch, the next epoch's first batch)."""
+        return (self._epoch + 1, 0) if self._done() else (self._epoch, self._position)
 
     def __iter__(self) -> Iterator[list[int]]:
         # A pass begins here, not at the first next(): a state saved between iter(loader)
-        # and the first batch then already describes the new pass.
+        # and the first batch then already describes the new pass. An abandoned pass
+        # restarts where it started; a completed one moves to the next epoch.
+        if self._done():
+            self._next, self._loaded = (self._epoch + 1, 0), False
         self._pass += 1
         epoch, start = self._next
-        self._epoch, self._position, self._done = epoch, start, False
+        self._epoch, self._position, self._begun = epoch, start, True
         return self._run(self._pass, epoch, start)
 
     def _run(self, token: int, epoch: int, start: int) -> Iterator[list[int]]:
         batches = self._rank_batches(epoch)
         for t in range(start, len(batches)):
-            if token == self._pass:
+            if token == self._pass:  # handing out the last batch completes the epoch
                 self._position = t + 1
             yield batches[t]
-        if token == self._pass:  # ran to its end: the next pass starts the next epoch
-            self._done = True
-            self._next = (epoch + 1, 0)
-            self._loaded = False
 
     def __len__(self) -> int:
-        return len(self._rank_batches(self._epoch))
+        return self._count(self._at()[0])
 
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch`` (as ``DistributedSampler.set_epoch``); the next pass
@@ -300,11 +247,11 @@ class ResumableBatchSampler(Sampler[list[int]]):
 
         Right after :meth:`load_state_dict`, ``set_epoch`` with the loaded epoch keeps
         the loaded position, so the usual loop (``for epoch in range(start, n):
-        sampler.set_epoch(epoch)``) resumes where the state was saved instead of
-        replaying the epoch.
+        sampler.set_epoch(epoch)``, ``start`` the state's ``epoch``) resumes where the
+        state was saved instead of replaying the epoch.
         """
         epoch = check_int("epoch", epoch, minimum=0)
-        if self._loaded and epoch == self._next[0]:
+        if self._loaded and not self._done() and epoch == self._next[0]:
             return
         self._start_at(epoch, 0)
 
@@ -314,37 +261,36 @@ class ResumableBatchSampler(Sampler[list[int]]):
         """Where the sampler stands: epoch, batches of it consumed, seed, and a fingerprint
         of the settings (keys: this module's ``*_KEY`` constants).
 
-        ``position`` is the number of this epoch's batches the sampler has yielded.
+        ``position`` is the number of this epoch's batches the sampler has handed out.
         That is what the training loop consumed when nothing fetches ahead: with
         ``num_workers=0``, and with torchdata's ``StatefulDataLoader`` at any
         ``num_workers`` (it saves this state at the batch the loop is at). A plain
         ``DataLoader`` with workers pulls ``prefetch_factor x num_workers`` batches
         ahead of the loop; pass ``consumed=`` the number of this epoch's batches your
-        loop has finished instead (``0 <= consumed <=`` what was yielded).
+        loop has finished instead (``0 <= consumed <=`` what was handed out).
 
-        Once a pass has run to its end (the loop over the epoch is over) and no new
-        pass has begun, the state (without ``consumed=``) is the start of the next
-        epoch. A state saved inside the loop after its last batch (``position ==
-        len(sampler)``) resumes with a pass that yields nothing, then the next epoch.
+        An epoch whose last batch is handed out (or ``consumed=``) is complete: the state
+        is the next epoch's start, as a loop that counts its steps resumes (epoch =
+        steps // batches per epoch), whether or not the iterator was exhausted.
 
         >>> from shapebucket.sampling import BucketBatchSampler
         >>> s = BucketBatchSampler([3, 5, 9, 12], [8, 16], batch_size=1, shuffle=False)
         >>> it = iter(s); _ = next(it); _ = next(it)
         >>> s.state_dict()["position"], s.state_dict(consumed=1)["position"]
         (2, 1)
+        >>> _ = list(it); s.state_dict()["epoch"], s.state_dict()["position"]
+        (1, 0)
         """
-        if consumed is not None:
-            epoch = self._epoch
-            position = check_int("consumed", consumed, minimum=0, maximum=self._position)
-        elif self._done:
-            epoch, position = self._next
+        if consumed is None:
+            epoch, position = self._at()
         else:
-            epoch, position = self._epoch, self._position
+            position = check_int("consumed", consumed, minimum=0, maximum=self._position)
+            epoch, position = self._settled(self._epoch, position)
         return {
             EPOCH_KEY: epoch,
             POSITION_KEY: position,
             SEED_KEY: self._seed,
-            NUM_BATCHES_KEY: self._count_for(self._seed, epoch),
+            NUM_BATCHES_KEY: self._count(epoch),
             FINGERPRINT_KEY: self._fingerprint(),
         }
 
@@ -352,14 +298,23 @@ class ResumableBatchSampler(Sampler[list[int]]):
         """Continue from ``state``: the next pass yields exactly the batches not yet consumed.
 
         A pass abandoned before its end leaves the resume point in place;
-        ``set_epoch`` with the loaded epoch keeps it, another epoch discards it.
+        ``set_epoch`` with the loaded epoch keeps it, another epoch discards it. A state
+        at the end of its epoch (``position == num_batches``) is the next epoch's start.
         """
-        seed, epoch, position = self._check_state(state)
+        seed, epoch, position = self.check_state(state)
         self._seed = seed
         self._start_at(epoch, position, loaded=True)
 
-    def _check_state(self, state: Any) -> tuple[int, int, int]:
-        """``(seed, epoch, position)`` of a saved state, after checking it fits this sampler."""
+    def check_state(self, state: Any) -> tuple[int, int, int]:
+        """``(seed, epoch, position)`` of a saved ``state``, after checking that it fits this
+        sampler (the same settings, a position inside its epoch); loads nothing. A
+        ``ShapeBucketError`` names what does not fit.
+
+        >>> from shapebucket.sampling import BucketBatchSampler
+        >>> s = BucketBatchSampler([3, 5, 9, 12], [8, 16], batch_size=1, seed=7)
+        >>> s.check_state(s.state_dict())
+        (7, 0, 0)
+        """
         if not isinstance(state, Mapping):
             raise ShapeBucketError(
                 f"state must be the dict that state_dict() returned, got {type(state).__name__}"
@@ -374,7 +329,7 @@ class ResumableBatchSampler(Sampler[list[int]]):
             )
         seed = check_int(f"state[{SEED_KEY!r}]", state[SEED_KEY], minimum=0)
         epoch = check_int(f"state[{EPOCH_KEY!r}]", state[EPOCH_KEY], minimum=0)
-        # the number of batches of the saved epoch (a packed plan's count varies by epoch)
+        # the number of batches of the saved epoch (a packed epoch's count varies by epoch)
         total = self._count_for(seed, epoch)
         position = check_int(
             f"state[{POSITION_KEY!r}]", state[POSITION_KEY], minimum=0, maximum=total

@@ -1,23 +1,28 @@
-"""``PackedBatchSampler``: batches of whole samples packed into rows (the plan is
-:func:`~shapebucket.fit.packing.plan_packing`; the state is
+"""``PackedBatchSampler``: batches of whole samples packed into rows (each epoch's packing is
+:func:`~shapebucket.fit.packing.pack_epoch`; the state is
 :class:`~shapebucket.sampling.base.ResumableBatchSampler`'s)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from .._validate import check_int
+from ..fit.batches import SamplerReport
 from ..fit.buckets import Buckets
-from ..fit.packing import PackedEpoch, PackingReport, plan_packing, rows_by_length, rows_for_tokens
-from .base import RankBatches, ResumableBatchSampler, Setting, check_one_of
+from ..fit.packing import PackedEpoch, pack_epoch, rows_by_length, rows_for_tokens
+from ..plan.shapes import Shape
+from .base import ResumableBatchSampler
+from .common import RankBatches, Setting
 
 __all__ = ["PackedBatchSampler"]
 
+_KEEP = 2  # packed epochs kept: the one being iterated and the next (len() once it is done)
 
-class PackedBatchSampler(ResumableBatchSampler):
+
+class PackedBatchSampler(ResumableBatchSampler[int]):
     """Yield batches of indices to pack: each batch fills ``rows[L]`` rows of one row length
     ``L``, several whole samples per row (see :mod:`shapebucket.fit.packing`).
 
@@ -28,9 +33,8 @@ class PackedBatchSampler(ResumableBatchSampler):
     Args:
         lengths: one length per dataset index (ints >= 1, <= the longest row length).
         buckets: the row lengths (:func:`~shapebucket.fit_packing` chooses them).
-        rows: rows per batch, an int or ``{row length: rows}``. Or:
-        tokens_per_batch: a token budget: ``tokens_per_batch // L`` rows at length ``L``.
-            Exactly one of the two.
+        rows: rows per batch, an int or ``{row length: rows}``; :meth:`for_tokens`
+            sizes them from a token budget.
         shuffle: shuffle from ``seed`` and the epoch (``False``: dataset order, longest
             first within each window).
         window: samples packed together; larger windows pack a little tighter and
@@ -40,30 +44,32 @@ class PackedBatchSampler(ResumableBatchSampler):
             same shape at every step, and disjoint samples.
 
     The number of batches varies a little from epoch to epoch (it depends on how
-    the shuffled samples pack); ``len(sampler)`` is the current epoch's, and
-    ``sampler.stats`` its :class:`~shapebucket.fit.packing.PackingReport`. State,
-    resume and ``set_epoch``: see :mod:`shapebucket.sampling.base`.
+    the shuffled samples pack); ``len(sampler)`` and ``sampler.stats`` (a
+    :class:`~shapebucket.fit.batches.SamplerReport`, as for the other samplers) are
+    the current epoch's, and :meth:`packing` is an epoch's packing with its
+    :class:`~shapebucket.fit.packing.PackingReport`. State, resume and ``set_epoch``:
+    see :mod:`shapebucket.sampling.base`.
 
     >>> s = PackedBatchSampler([5, 3, 8, 2, 6], [8], rows=2, shuffle=False)
-    >>> list(s), s.stats.token_efficiency
+    >>> list(s), s.packing().report.token_efficiency
     ([[2, 4, 3], [0, 1]], 0.75)
     """
 
+    packs: ClassVar[bool] = True
     _LIMIT = "longest row length"
     _TOO_LONG = "packing never cuts a sample: add a row length >= {length}"
     _FINGERPRINT = ("window",)
 
     window = Setting[int]("Samples packed together.")
 
-    _cache: tuple[int, int, PackedEpoch] | None
+    _cache: dict[tuple[int, int], PackedEpoch]
 
     def __init__(
         self,
         lengths: Sequence[int] | np.ndarray,
         buckets: Buckets | Sequence[int],
         *,
-        rows: int | Mapping[int, int] | None = None,
-        tokens_per_batch: int | None = None,
+        rows: int | Mapping[int, int],
         shuffle: bool = True,
         seed: int = 0,
         window: int = 16384,
@@ -73,30 +79,44 @@ class PackedBatchSampler(ResumableBatchSampler):
         super().__init__(
             lengths, buckets, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank
         )
-        check_one_of(rows=rows, tokens_per_batch=tokens_per_batch)
-        self._rows = (
-            rows_by_length(self._buckets, rows)
-            if rows is not None
-            else rows_for_tokens(self._buckets, tokens_per_batch)  # type: ignore[arg-type]
-        )
+        self._rows = rows_by_length(self._buckets, rows)
         self._window = check_int("window", window, minimum=1)
-        self._cache = None
+        self._cache = {}
 
-    def plan(self, epoch: int | None = None) -> PackedEpoch:
-        """The packed plan of ``epoch`` (default: the current one), all ranks."""
-        e = self._epoch if epoch is None else check_int("epoch", epoch, minimum=0)
-        return self._plan_for(self._seed, e)
+    @classmethod
+    def for_tokens(
+        cls,
+        lengths: Sequence[int] | np.ndarray,
+        buckets: Buckets | Sequence[int],
+        tokens_per_batch: int,
+        **options: Any,
+    ) -> PackedBatchSampler:
+        """A sampler with a token budget per batch: ``tokens_per_batch // L`` rows at row
+        length ``L`` (:func:`~shapebucket.fit.packing.rows_for_tokens`); ``options`` are
+        the constructor's others.
 
-    def _plan_for(self, seed: int, epoch: int) -> PackedEpoch:
-        cached = self._cache
-        if cached is not None and cached[:2] == (seed, epoch):
-            return cached[2]
-        plan = self._pack(seed, epoch)
-        self._cache = (seed, epoch, plan)
-        return plan
+        >>> PackedBatchSampler.for_tokens([3, 9], [8, 16], 64).rows
+        {8: 8, 16: 4}
+        """
+        return cls(lengths, buckets, rows=rows_for_tokens(buckets, tokens_per_batch), **options)
+
+    def packing(self, epoch: int | None = None) -> PackedEpoch:
+        """The packed batches of ``epoch`` (default: the current one), all ranks, with their
+        :class:`~shapebucket.fit.packing.PackingReport` (``.report``)."""
+        e = self.epoch if epoch is None else check_int("epoch", epoch, minimum=0)
+        return self._packed(self._seed, e)
+
+    def _packed(self, seed: int, epoch: int) -> PackedEpoch:
+        packed = self._cache.get((seed, epoch))
+        if packed is None:
+            packed = self._pack(seed, epoch)
+            while len(self._cache) >= _KEEP:
+                del self._cache[next(iter(self._cache))]
+            self._cache[seed, epoch] = packed
+        return packed
 
     def _pack(self, seed: int, epoch: int) -> PackedEpoch:
-        return plan_packing(
+        return pack_epoch(
             self._lengths,
             self._buckets,
             self._rows,
@@ -108,23 +128,37 @@ class PackedBatchSampler(ResumableBatchSampler):
         )
 
     def _rank_batches(self, epoch: int) -> Sequence[list[int]]:
-        return RankBatches(self._plan_for(self._seed, epoch), self._rank)
+        return RankBatches(self._packed(self._seed, epoch), self._rank)
 
     def _count_for(self, seed: int, epoch: int) -> int:
-        return len(self._plan_for(seed, epoch))
+        return len(self._packed(seed, epoch))
 
     @property
-    def stats(self) -> PackingReport:
-        """The current epoch's accounting (all ranks)."""
-        return self.plan().report
+    def stats(self) -> SamplerReport:
+        """The current epoch's counts, as for the other samplers: this rank's batches, the
+        short ones (a step in which some rank's batch has empty rows), duplicated samples
+        and shapes; nothing is dropped or promoted. The packing's own accounting (token
+        and attention efficiency) is ``sampler.packing().report``."""
+        report = self.packing().report
+        return SamplerReport(
+            num_samples=report.num_samples,
+            batches=report.steps,
+            full_batches=report.steps - report.short_steps,
+            short_batches=report.short_steps,
+            dropped=0,
+            duplicated=report.duplicated,
+            promotions=0,
+            num_shapes=report.num_shapes,
+        )
 
     def batch_buckets(self, epoch: int | None = None) -> np.ndarray:
         """The row length of every batch of ``epoch`` (default: the current one), in order."""
-        return self.plan(epoch).row_length.copy()
+        return self.packing(epoch).row_length.copy()
 
-    def shapes(self) -> frozenset[tuple[int, int]]:
-        """Every ``(rows, row length)`` a batch of this rank can have, in any epoch: ``rows``
-        is ``self.rows[L]``, the rows of a packed batch once the collator has padded it.
+    def shapes(self) -> frozenset[Shape]:
+        """Every :class:`~shapebucket.plan.Shape` a batch of this rank can have, in any
+        epoch: ``rows`` is ``self.rows[L]``, the rows of a packed batch once the collator
+        has padded it, at row length ``L``.
 
         Every rank has a batch at every step, so the set is the same on every rank.
         When one window holds the whole dataset, packing depends only on the lengths,
@@ -135,7 +169,7 @@ class PackedBatchSampler(ResumableBatchSampler):
 
         >>> s = PackedBatchSampler([3, 8], [4, 8], rows={4: 4, 8: 2})
         >>> sorted(s.shapes())
-        [(2, 8), (4, 4)]
+        [Shape(rows=2, length=8), Shape(rows=4, length=4)]
         """
         if self._window >= len(self._lengths):
             used = np.unique(self._pack(0, 0).row_length)
@@ -143,11 +177,11 @@ class PackedBatchSampler(ResumableBatchSampler):
             used = np.asarray(self._buckets.lengths)[
                 np.unique(self._buckets.index_for_many(self._lengths))
             ]
-        return frozenset((self._rows[int(L)], int(L)) for L in used.tolist())
+        return frozenset(Shape(self._rows[int(L)], int(L)) for L in used.tolist())
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_cache"] = None  # a plan is rebuilt where it is needed, never pickled
+        state["_cache"] = {}  # packed epochs are rebuilt where they are needed, never pickled
         return state
 
     def __repr__(self) -> str:

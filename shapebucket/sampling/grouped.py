@@ -1,0 +1,186 @@
+"""``GroupedBatchSampler``: batches that each hold samples of one group, distributed and
+resumable: the shared part of the bucket and cell samplers.
+
+A group is what a batch is keyed by (``K``): a bucket length for
+:class:`~shapebucket.sampling.BucketBatchSampler`, a ``(source, target)`` cell for
+:class:`~shapebucket.sampling.CellBatchSampler`. Each sample belongs to one group;
+:func:`~shapebucket.fit.batches.cut_steps` cuts every group into global steps (the
+same every epoch) and :func:`~shapebucket.fit.batches.epoch_batches` orders one
+epoch from ``(seed, epoch)`` alone; the resumable state is
+:class:`~shapebucket.sampling.base.ResumableBatchSampler`'s. A subclass finds each
+sample's group and calls :meth:`GroupedBatchSampler._cut`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from .._validate import check_flag, check_int
+from ..errors import ShapeBucketError
+from ..fit.batches import (
+    EpochBatches,
+    GlobalSteps,
+    Leftovers,
+    SamplerReport,
+    cut_steps,
+    epoch_batches,
+)
+from ..plan.shapes import Shape
+from .base import K, ResumableBatchSampler
+from .common import RankBatches, Setting
+
+__all__ = ["GroupedBatchSampler", "rows_for_budget", "rows_per_key"]
+
+
+class GroupedBatchSampler(ResumableBatchSampler[K]):
+    """Batches of samples of one group each (see the module docstring).
+
+    ``stats`` is the :class:`~shapebucket.fit.batches.SamplerReport` of every
+    epoch (the steps are the same every epoch; only which samples fill them moves).
+    """
+
+    _TABLE: ClassVar[str] = "buckets"  # the setting that names the groups in repr()
+
+    drop_last = Setting[bool]("Whether each group's leftover samples are dropped.")
+
+    _steps: GlobalSteps
+    _group: np.ndarray  # each sample's group index (read-only)
+    _keys: list[K]  # the groups, in order (their index is the group index)
+    _key_array: np.ndarray  # the keys as ints: [groups] for buckets, [groups, 2] for cells
+
+    def _cut(
+        self,
+        group: np.ndarray,
+        keys: Sequence[K],
+        batch_size: int | Mapping[K, int],
+        drop_last: bool,
+        leftovers: Leftovers = "keep",
+    ) -> np.ndarray:
+        """Set the rows, the groups and the steps; the samples per group, returned."""
+        self._keys = list(keys)
+        self._rows = rows_per_key(self._keys, batch_size)
+        self._drop_last = check_flag("drop_last", drop_last)
+        group = group.astype(np.int32)
+        group.flags.writeable = False
+        self._group = group
+        self._key_array = np.asarray(self._keys, dtype=np.int64)
+        counts = np.bincount(group, minlength=len(self._keys))
+        self._steps = cut_steps(
+            counts,
+            [self._rows[k] for k in self._keys],
+            num_replicas=self._num_replicas,
+            drop_last=self._drop_last,
+            leftovers=leftovers,
+        )
+        return counts
+
+    def _epoch_batches(self, epoch: int, *, shuffle: bool | None = None) -> EpochBatches:
+        return epoch_batches(
+            self._steps,
+            self._group,
+            seed=self._seed,
+            epoch=epoch,
+            shuffle=self._shuffle if shuffle is None else shuffle,
+            num_replicas=self._num_replicas,
+        )
+
+    def _rank_batches(self, epoch: int) -> Sequence[list[int]]:
+        return RankBatches(self._epoch_batches(epoch), self._rank)
+
+    def _count_for(self, seed: int, epoch: int) -> int:
+        return self._steps.stats.batches
+
+    @property
+    def stats(self) -> SamplerReport:
+        """Counts for one epoch: batches, dropped and duplicated samples, shapes."""
+        return self._steps.stats
+
+    def batch_buckets(self, epoch: int | None = None) -> np.ndarray:
+        """The key of every batch of ``epoch`` (default: the current one), in order: a bucket
+        length each (``[batches]``), or a cell each (``[batches, 2]`` of ``(source, target)``)."""
+        e = self.epoch if epoch is None else check_int("epoch", epoch, minimum=0)
+        return self._key_array[self._epoch_batches(e).buckets]
+
+    def shapes(self) -> frozenset[Shape]:
+        """Every :class:`~shapebucket.plan.Shape` this rank's batches have, in every epoch:
+        ``rows`` is the batch's sample count before the collator pads rows, the lengths
+        those of the group the collator pads it to (the smallest that fits its longest
+        sample: with ``leftovers="promote"`` a batch of promoted samples only is smaller
+        than its step's bucket).
+
+        Exact for every epoch: an epoch shuffles which samples fill each batch, never
+        which group each position of the group-ordered samples holds, so epoch 0
+        unshuffled has the same shapes as any other.
+        """
+        ordered = self._epoch_batches(0, shuffle=False)
+        if not len(ordered):
+            return frozenset()
+        top = np.append(self._group[ordered.flat], 0)  # a sentinel past the end
+        lo = ordered.offsets + self._rank * ordered.sizes
+        ends = np.stack([lo, lo + ordered.sizes], axis=1).ravel()
+        group = np.maximum.reduceat(top, ends)[::2]
+        lengths = self._key_array[group].reshape(len(group), -1).tolist()
+        return frozenset(
+            Shape(rows, *axes) for rows, axes in zip(ordered.sizes.tolist(), lengths, strict=True)
+        )
+
+    def _repr_settings(self) -> list[str]:
+        return [f"drop_last={self._drop_last}"]
+
+    def __repr__(self) -> str:
+        settings = ", ".join(self._repr_settings())
+        return (
+            f"{type(self).__name__}({len(self._lengths):,} samples, "
+            f"{getattr(self, self._TABLE)!r}, rows={self._rows}, shuffle={self._shuffle}, "
+            f"{settings}, rank {self._rank}/{self._num_replicas}, {len(self)} batches)"
+        )
+
+
+def rows_per_key(keys: Sequence[K], batch_size: int | Mapping[K, int]) -> dict[K, int]:
+    """``batch_size`` (an int for every key, or ``{key: samples}`` naming every key and no
+    other) as ``{key: samples}``, checked.
+
+    >>> rows_per_key([8, 16], 4), rows_per_key([(8, 4)], {(8, 4): 2})
+    ({8: 4, 16: 4}, {(8, 4): 2})
+    """
+    if not isinstance(batch_size, Mapping):
+        size = check_int("batch_size", batch_size, minimum=1)
+        return {k: size for k in keys}
+    missing = [k for k in keys if k not in batch_size]
+    extra = [k for k in batch_size if k not in keys]
+    if missing or extra:
+        wrong = [f"lacks {missing}"] if missing else []
+        wrong += [f"names {extra}, which are not among them"] if extra else []
+        raise ShapeBucketError(
+            f"batch_size must give samples per batch for exactly the keys {list(keys)}; it "
+            + " and ".join(wrong)
+        )
+    return {k: check_int(f"batch_size[{k!r}]", batch_size[k], minimum=1) for k in keys}
+
+
+def rows_for_budget(
+    keys: Sequence[K], widths: Sequence[int], tokens_per_batch: int, batch_multiple: int, what: str
+) -> dict[K, int]:
+    """Samples per batch for a token budget: key ``k`` of row width ``w`` (its padded tokens
+    per sample) gets ``tokens_per_batch // w``, rounded down to a multiple of
+    ``batch_multiple``; ``what`` names the widest key in the error when it gets fewer than
+    ``batch_multiple``.
+
+    >>> rows_for_budget([8, 16], [8, 16], 64, 2, "largest bucket")
+    {8: 8, 16: 4}
+    """
+    budget = check_int("tokens_per_batch", tokens_per_batch, minimum=1)
+    multiple = check_int("batch_multiple", batch_multiple, minimum=1)
+    w = int(np.argmax(widths))
+    if budget // widths[w] < multiple:
+        raise ShapeBucketError(
+            f"tokens_per_batch={budget} gives the {what} {keys[w]!r} ({widths[w]} tokens a "
+            f"row) fewer than batch_multiple={multiple} samples; use tokens_per_batch >= "
+            f"{widths[w] * multiple}"
+        )
+    return {
+        k: (budget // width) // multiple * multiple for k, width in zip(keys, widths, strict=True)
+    }

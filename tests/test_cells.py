@@ -1,4 +1,4 @@
-"""Two-length buckets: the cell table and its fit (plan/cells.py, plan/cell_shapes.py)."""
+"""Two-length buckets: the cell table and its fit (fit/cells.py, fit/cell_report.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from shapebucket.errors import ShapeBucketError
 from shapebucket.fit import Cells, cells_lower_bound, fit_cells
-from shapebucket.plan import cells_report
+from shapebucket.fit import cells_report
 
 FAST = settings(max_examples=40, deadline=None, print_blob=True)
 

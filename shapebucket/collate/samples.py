@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from .engine import Key
 
 __all__ = [
     "SCALARS",
+    "KeyRoles",
     "Where",
     "at",
     "check_collisions",
@@ -32,6 +34,34 @@ __all__ = [
 ]
 
 SCALARS = (numbers.Number, np.generic)
+
+
+@dataclass(frozen=True)
+class KeyRoles:
+    """Which key of the samples plays which part (``None``: found as documented).
+
+    Args:
+        length: the key whose length is the sample's length (default: the first
+            sequence key). All sequence keys must have this length.
+        index: a key whose value is each sample's dataset index, so errors name the
+            dataset index of a bad sample (default: ``"idx"`` or ``"index"`` when the
+            samples have one).
+        labels: the keys holding labels: padded with -100 unless ``pad_values``
+            says otherwise, and shifted by ``PackedCollator(label_shift="model")``.
+
+    >>> KeyRoles(index="id").labels
+    ('labels',)
+    """
+
+    length: Key | None = None
+    index: Key | None = None
+    labels: tuple[Key, ...] = ("labels",)
+
+    def __post_init__(self) -> None:
+        labels = self.labels
+        if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence):
+            raise ShapeBucketError(f"KeyRoles(labels=...) must be a list of keys, got {labels!r}")
+        object.__setattr__(self, "labels", tuple(labels))
 
 
 def is_scalar(value: Any) -> bool:

@@ -14,6 +14,7 @@ Buckets([16, 32])
 from .batches import plan_epoch, plan_steps
 from .bucket_fit import fit_buckets
 from .buckets import Buckets
+from .cell_report import CellsReport, cells_report
 from .cells import Cells, cells_lower_bound, fit_cells
 from .packing import PackingReport, pack_rows, plan_packing, rows_for_tokens
 from .packing_fit import PackingFitReport, fit_packing, packing_report
@@ -22,10 +23,12 @@ from .padding import PaddingReport, padding_report
 __all__ = [
     "Buckets",
     "Cells",
+    "CellsReport",
     "PackingFitReport",
     "PackingReport",
     "PaddingReport",
     "cells_lower_bound",
+    "cells_report",
     "fit_buckets",
     "fit_cells",
     "fit_packing",

@@ -49,6 +49,7 @@ class PackedBatchSampler(ResumableBatchSampler):
     ([[2, 4, 3], [0, 1]], 0.75)
     """
 
+    packs = True  # its batches are packed rows (the collator protocol pairs by it)
     _LIMIT = "longest row length"
     _TOO_LONG = "packing never cuts a sample: add a row length >= {length}"
     _FINGERPRINT = ("window",)

@@ -45,7 +45,7 @@ from .samples import (
 )
 from .values import check_pad_fits, concat, stack_column
 
-__all__ = ["Collator", "Columns", "KeyRoles"]
+__all__ = ["Collator", "Columns", "KeyRoles", "check_key_list"]
 
 
 class Columns(NamedTuple):
@@ -60,7 +60,8 @@ class Columns(NamedTuple):
     where: Where
 
 
-def _check_key_list(name: str, value: Any) -> list[Key] | None:
+def check_key_list(name: str, value: Any) -> list[Key] | None:
+    """A list of keys (``None`` stays ``None``), refusing a string or an empty list."""
     if value is None:
         return None
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
@@ -89,7 +90,6 @@ class Collator:
     rows: int | Mapping[int, int] | None = None
     pad_values: Mapping[Any, Any] | None = None
     roles: KeyRoles = KeyRoles()
-    sequence_keys: Sequence[Key] | None = None
     mask_key: str | None = "attention_mask"
     seq_dim: int = 0
 
@@ -111,7 +111,6 @@ class Collator:
                 if isinstance(v, (torch.Tensor, np.ndarray)) or not isinstance(v, SCALARS):
                     raise ShapeBucketError(f"pad_values[{k!r}] must be a number, got {v!r}")
             self.pad_values = dict(self.pad_values)
-        self.sequence_keys = _check_key_list("sequence_keys", self.sequence_keys)
         self.rows = check_batch_sizes(self.rows, self._table)
         self._counters = SharedCounters(tuple(self._table))
 
@@ -209,7 +208,8 @@ class Collator:
         (:meth:`repad_rules`). Every tensor comes back contiguous, as a collated batch is.
         :func:`shapebucket.prewarm` builds its batches with this method.
 
-        >>> from shapebucket import BucketCollator, Shape
+        >>> from shapebucket import BucketCollator
+        >>> from shapebucket.plan import Shape
         >>> collate = BucketCollator([8, 16])
         >>> batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4] * 5}])
         >>> big = collate.repad(batch, Shape(3, 16))
@@ -235,11 +235,12 @@ class Collator:
             row_mask = len(items) - 1 if row_mask is not None else None
             masks = {len(items) - 1 - int(row_mask is not None)} if self.mask_key else set()
         rules: dict[Key, Rule] = {}
+        chosen = self.chosen_sequence_keys()
         for k, v in items:
             if not isinstance(v, torch.Tensor) or k == row_mask:
                 continue
             dim = 1 if k in masks and v.ndim == 2 else self.seq_dim + 1
-            listed = self.sequence_keys is None or k in self.sequence_keys or k in masks
+            listed = chosen is None or k in chosen or k in masks
             if v.ndim > dim and listed:
                 rules[k] = Rule("sequence", pad=0 if k in masks else self.pad_value(k), dim=dim)
         n = next((int(dict(items)[k].shape[0]) for k in rules), None)
@@ -255,6 +256,11 @@ class Collator:
 
     def _left_padded(self) -> bool:
         return False
+
+    def chosen_sequence_keys(self) -> Sequence[Key] | None:
+        """The keys named as sequences (``BucketCollator(sequence_keys=...)``); ``None``:
+        every value with a length is one (a packed batch packs every key)."""
+        return None
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -327,13 +333,14 @@ class Collator:
     def _sequence_keys(
         self, kind: str, keys: list[Key], columns: dict[Key, list[Any]]
     ) -> list[Key]:
-        if self.sequence_keys is not None:
-            for k in self.sequence_keys:
+        chosen = self.chosen_sequence_keys()
+        if chosen is not None:
+            for k in chosen:
                 if k not in columns:
                     raise ShapeBucketError(
                         f"sequence key {k!r} is not in the samples; sample 0 has keys {keys}"
                     )
-            return list(self.sequence_keys)
+            return list(chosen)
         seq = [k for k in keys if is_sequence(columns[k][0])]
         if not seq:
             raise ShapeBucketError(

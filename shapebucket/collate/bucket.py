@@ -32,10 +32,10 @@ import torch
 from .._validate import check_batch_sizes, check_fits_in_memory, check_int
 from ..errors import ShapeBucketError
 from ..plan.shapes import Shape
-from .base import Collator, Columns, KeyRoles
+from .base import Collator, Columns, KeyRoles, check_key_list
 from .counters import CollateReport
 from .device import FlatBatch
-from .engine import Layout, assemble
+from .engine import Key, Layout, assemble
 
 __all__ = [
     "BucketCollator",
@@ -90,6 +90,7 @@ class BucketCollator(Collator):
     (torch.Size([2, 16]), [3, 9])
     """
 
+    sequence_keys: Sequence[Key] | None = None
     padding_side: Literal["right", "left"] = "right"
     overflow: Literal["error", "truncate"] = "error"
     sample_mask_key: str | None = None
@@ -97,6 +98,7 @@ class BucketCollator(Collator):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.sequence_keys = check_key_list("sequence_keys", self.sequence_keys)
         if self.padding_side not in ("right", "left"):
             raise ShapeBucketError(
                 f"padding_side must be 'right' or 'left', got {self.padding_side!r}"
@@ -274,6 +276,10 @@ class BucketCollator(Collator):
 
     def _left_padded(self) -> bool:
         return self.padding_side == "left"
+
+    def chosen_sequence_keys(self) -> Sequence[Key] | None:
+        """``sequence_keys``: the keys to pad (``None``: every value with a length)."""
+        return self.sequence_keys
 
     def _overflow(self, cols: Columns) -> tuple[np.ndarray, tuple[int, int]]:
         """Lengths after truncation (the columns are cut in place), and how many samples

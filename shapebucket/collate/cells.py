@@ -16,7 +16,7 @@ keys on the shape's second axis.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import numpy as np
@@ -325,5 +325,5 @@ class CellCollator:
         tnames = {*self.target_keys, self.target_mask_key} - {None}
         rules = self._source.repad_rules({k: v for k, v in batch.items() if k not in tnames})
         target = self._target.repad_rules({k: v for k, v in batch.items() if k in tnames})
-        rules.update((k, r._replace(axis=1)) for k, r in target.items())
+        rules.update((k, replace(r, axis=1)) for k, r in target.items())
         return cast(dict, repad_batch(batch, shape, rules))

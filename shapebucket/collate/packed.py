@@ -18,7 +18,7 @@ position and document keys from it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -101,7 +101,6 @@ class PackedCollator(Collator):
     document_key: str | None = "document_ids"
     cu_seqlens_key: str | None = None
     label_shift: Literal["model", "none"] | None = None
-    sequence_keys: Sequence[Key] | None = field(default=None, init=False)  # every key packs
 
     def __post_init__(self) -> None:
         if self.rows is None:
@@ -263,7 +262,7 @@ class PackedCollator(Collator):
         of their own). The same :meth:`~shapebucket.collate.base.Collator.repad` as every
         collator's, by :meth:`repad_rules`. Not counted in ``stats``.
 
-        >>> from shapebucket import Shape
+        >>> from shapebucket.plan import Shape
         >>> collate = PackedCollator([8, 16], rows={8: 2, 16: 1})
         >>> batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}])
         >>> big = collate.repad(batch, Shape(1, 16))

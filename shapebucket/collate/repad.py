@@ -18,7 +18,8 @@ A collator says how each value of its batch is re-padded (its ``repad_rules``: a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -32,7 +33,8 @@ __all__ = ["Items", "Rule", "items_of", "repad_batch"]
 Items = list[tuple[Key, Any]]
 
 
-class Rule(NamedTuple):
+@dataclass(frozen=True)
+class Rule:
     """How one value of a batch is re-padded (see the module docstring).
 
     >>> Rule("sequence", pad=-100), Rule("row", pad=False).kind

@@ -97,7 +97,9 @@ def test_tokens_per_batch_counts_source_plus_target():
 
 
 def test_sampler_refuses_samples_outside_the_cells_naming_them():
-    with pytest.raises(ShapeBucketError, match=r"sample 1: source length 40 .* longest source of the cells is 8"):
+    with pytest.raises(
+        ShapeBucketError, match=r"sample 1: source length 40 .* longest source of the cells is 8"
+    ):
         CellBatchSampler([3, 40], [3, 3], [(8, 8)], batch_size=2)
     with pytest.raises(ShapeBucketError, match="sample 1: source length 3 and target length 9"):
         CellBatchSampler([3, 3], [3, 9], [(8, 8)], batch_size=2)
@@ -239,7 +241,9 @@ def test_repad_makes_each_cell_shape():
         assert (big["labels"][1:] == -100).all() and big["attention_mask"][1:].sum() == 0
     with pytest.raises(ShapeBucketError, match="not one of"):
         collate.repad(batch, Shape(1, 999, 8))
-    with pytest.raises(ShapeBucketError, match=r"must be a \(rows, source, target\) triple, got 16"):
+    with pytest.raises(
+        ShapeBucketError, match=r"must be a \(rows, source, target\) triple, got 16"
+    ):
         collate.repad(batch, 16)  # issue 30 (low): an int, as the one-length collators took
 
 

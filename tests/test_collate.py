@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
 from shapebucket import BucketCollator, ShapeBucketError
-from shapebucket.fit import Buckets
 from shapebucket.collate import KeyRoles
+from shapebucket.fit import Buckets
 from shapebucket.plan import Shape
 
 BUCKETS = Buckets([4, 8, 16, 32])

@@ -37,7 +37,9 @@ def token_samples(lengths, seed=0):
 def test_every_collator_implements_the_protocol_and_the_plan_asks_only_it():
     bucket = BucketBatchSampler(LENGTHS, [8, 16], batch_size=4)
     packed = PackedBatchSampler(LENGTHS, [8, 16], rows=2)
-    cells = CellBatchSampler(LENGTHS, [n // 2 + 1 for n in LENGTHS], [(8, 4), (16, 8)], batch_size=4)
+    cells = CellBatchSampler(
+        LENGTHS, [n // 2 + 1 for n in LENGTHS], [(8, 4), (16, 8)], batch_size=4
+    )
     pairs = [
         (BucketCollator([8, 16]), bucket),
         (PackedCollator([8, 16], rows=packed.rows), packed),
@@ -93,10 +95,15 @@ def test_cell_sampler_and_collator_with_other_weights_are_refused():
     tgt = [8, 2, 3, 7, 2, 8] * 4
     cells = Cells([(8, 8), (16, 4), (16, 8)], weights=(1, 4))
     sampler = CellBatchSampler(src, tgt, cells, batch_size=2)
-    with pytest.raises(ShapeBucketError, match=r"weights=\(1, 4\).*weights=\(1, 1\).*sampler\.cells"):
+    with pytest.raises(
+        ShapeBucketError, match=r"weights=\(1, 4\).*weights=\(1, 1\).*sampler\.cells"
+    ):
         ShapePlan.of(CellCollator(cells.cells), sampler)
     with pytest.raises(ShapeBucketError, match=r"cells are Cells.*CellCollator\(sampler.cells"):
-        ShapePlan.of(CellCollator([(8, 8), (16, 8)], rows=2), CellBatchSampler(src, tgt, [(16, 8)], batch_size=2))
+        ShapePlan.of(
+            CellCollator([(8, 8), (16, 8)], rows=2),
+            CellBatchSampler(src, tgt, [(16, 8)], batch_size=2),
+        )
     assert len(ShapePlan.of(CellCollator(sampler.cells), sampler)) >= 1
 
 
@@ -105,7 +112,9 @@ def test_cell_sampler_and_collator_with_other_weights_are_refused():
 
 def test_prewarm_takes_the_buckets_and_a_batch_of_a_plain_loader(fresh_compiler):
     buckets = [8, 16]
-    loader = DataLoader(token_samples(LENGTHS), batch_size=4, collate_fn=BucketCollator(buckets=buckets))
+    loader = DataLoader(
+        token_samples(LENGTHS), batch_size=4, collate_fn=BucketCollator(buckets=buckets)
+    )
     emb = torch.nn.Embedding(64, 4)
 
     def model(input_ids, attention_mask):
@@ -121,7 +130,9 @@ def test_prewarm_takes_the_buckets_and_a_batch_of_a_plain_loader(fresh_compiler)
 
 
 def test_prewarm_with_buckets_names_what_is_missing_or_wrong():
-    with pytest.raises(ShapeBucketError, match=r"prewarm\(model, buckets\) has nothing .* pass example="):
+    with pytest.raises(
+        ShapeBucketError, match=r"prewarm\(model, buckets\) has nothing .* pass example="
+    ):
         prewarm(None, [8, 16])
     packed = PackedCollator([8, 16], rows=2, cu_seqlens_key="cu_seqlens")
     batch = packed(token_samples([3, 4]))
@@ -176,7 +187,9 @@ def test_a_users_own_collator_is_planned_prewarmed_and_guarded(fresh_compiler):
     emb = torch.nn.Embedding(64, 4)
 
     def model(input_ids, position_ids, document_ids, weight):
-        return (emb(input_ids).sum(-1) * weight * (document_ids >= 0)).sum() + position_ids.sum() * 0
+        return (
+            emb(input_ids).sum(-1) * weight * (document_ids >= 0)
+        ).sum() + position_ids.sum() * 0
 
     compiled = torch.compile(model, **EAGER)
     example = next(iter(loader))

@@ -73,7 +73,9 @@ def test_row_buckets_give_every_length_at_every_row_bucket():
     assert ShapePlan.of(collate).shapes == ((1, 8), (4, 8), (1, 16), (4, 16))
     with pytest.warns(UserWarning, match=r"no shapes \[\(4, 16\)\]"):
         ShapePlan([(1, 8), (4, 8), (1, 16)], collate)  # serving would compile (4, 16) late
-    with pytest.raises(ShapeBucketError, match=r"row_buckets=\[1, 4\]\) makes .* a batch of 3 rows"):
+    with pytest.raises(
+        ShapeBucketError, match=r"row_buckets=\[1, 4\]\) makes .* a batch of 3 rows"
+    ):
         ShapePlan([(3, 8)], collate)
 
 
@@ -136,7 +138,9 @@ def test_bad_plans_name_the_value_and_the_fix():
         ShapePlan.from_function([], torch.ones)
     with pytest.raises(ShapeBucketError, match="make_batch must be a function"):
         ShapePlan.from_function([(2, 8)], 3)  # type: ignore[arg-type]
-    with pytest.raises(ShapeBucketError, match=r"shape \(2, 8\) never occurs: BucketCollator\(.*rows=4"):
+    with pytest.raises(
+        ShapeBucketError, match=r"shape \(2, 8\) never occurs: BucketCollator\(.*rows=4"
+    ):
         ShapePlan([(2, 8)], BucketCollator(BUCKETS, rows=4))
     with pytest.raises(ShapeBucketError, match="pass example=next"):
         ShapePlan([(2, 8)], collate).batch(None, (2, 8))

@@ -8,6 +8,8 @@ packing (positions, documents, varlen boundaries, shifted labels), two-length ce
 The checks look only at the tensors (which dims changed, the overlap, the pad values the
 test chose), not at the rules the collators give repad."""
 
+import itertools
+
 import numpy as np
 import torch
 from hypothesis import given, settings
@@ -172,8 +174,11 @@ def test_packed_repad_keeps_every_row_and_round_trips(case):
         assert (cu.diff() >= 0).all() and cu[-1] == shape.rows * shape.length
         if "document_ids" in out:  # each segment is one sample, or padding, inside one row
             docs, bounds = out["document_ids"].flatten(), torch.unique(cu).tolist()
-            for a, b in zip(bounds, bounds[1:]):
-                assert len(set(docs[a:b].tolist())) == 1 and a // shape.length == (b - 1) // shape.length
+            for a, b in itertools.pairwise(bounds):
+                assert (
+                    len(set(docs[a:b].tolist())) == 1
+                    and a // shape.length == (b - 1) // shape.length
+                )
     round_trip(collate, batch, Shape(used + 1, length), Shape(used + 1, 24))
 
 

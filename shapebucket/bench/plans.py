@@ -141,7 +141,6 @@ def plan_family(family: str, s: Setup, ids: np.ndarray | None = None) -> Family:
         collate = PackedCollator(
             fit.buckets,
             rows=fit.rows,
-            sequence_keys=SEQUENCE_KEYS,
             mask_key=None,
             label_shift="none",  # the bench samples carry labels aligned with their tokens
         )

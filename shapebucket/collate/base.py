@@ -32,7 +32,7 @@ from ..plan.protocol import sampler_shapes
 from ..plan.shapes import Shape, as_shape
 from .counters import CollateReport, Counts, SharedCounters
 from .engine import Key, Layout
-from .repad import Items, Rule, items_of, repad_batch
+from .repad import Rule, items_of, repad_batch
 from .samples import (
     SCALARS,
     KeyRoles,
@@ -89,7 +89,7 @@ class Collator:
     buckets: Buckets | Sequence[int] = field(kw_only=False)
     rows: int | Mapping[int, int] | None = None
     pad_values: Mapping[Any, Any] | None = None
-    roles: KeyRoles = KeyRoles()
+    roles: KeyRoles = field(default_factory=KeyRoles)
     mask_key: str | None = "attention_mask"
     seq_dim: int = 0
 
@@ -225,7 +225,7 @@ class Collator:
         ``seq_dim + 1``, limited to ``sequence_keys``) are sequences; other values with one
         entry per row are per-row values; the rest is kept."""
         items = items_of(batch)
-        row_mask = self._row_mask_key()
+        row_mask: Key | None = self._row_mask_key()
         masks: set[Key]
         if isinstance(batch, Mapping):
             masks = {self.mask_key}

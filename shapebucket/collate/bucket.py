@@ -261,8 +261,10 @@ class BucketCollator(Collator):
         if self.row_buckets is None:
             return super().shapes(sampler)
         sizes = self.row_buckets
-        lengths = list(self._table) if sampler is None else sorted(
-            {s.length for s in self.sampled(sampler)}
+        lengths = (
+            list(self._table)
+            if sampler is None
+            else sorted({s.length for s in self.sampled(sampler)})
         )
         for s in () if sampler is None else self.sampled(sampler):
             if s.rows > sizes[-1]:

@@ -30,7 +30,7 @@ from ..plan.shapes import Shape, as_shape
 from .base import Columns, KeyRoles
 from .bucket import BucketCollator
 from .engine import Key, Layout, assemble
-from .repad import Rule, repad_batch
+from .repad import repad_batch
 
 __all__ = ["DEFAULT_TARGET_KEYS", "CellCollator"]
 
@@ -80,7 +80,7 @@ class CellCollator:
     pad_values: Mapping[Any, Any] | None = None
     mask_key: str | None = "attention_mask"
     target_mask_key: str | None = None
-    roles: KeyRoles = KeyRoles()
+    roles: KeyRoles = field(default_factory=KeyRoles)
     sequence_keys: Sequence[Key] | None = None
     seq_dim: int = 0
     _source: BucketCollator = field(init=False, repr=False)
@@ -150,7 +150,7 @@ class CellCollator:
     def _table(self) -> Cells:
         return self.cells  # type: ignore[return-value]
 
-    def rows_for(self, cell: Cell) -> int | None:
+    def rows_for(self, cell: tuple[int, ...]) -> int | None:
         """The rows a batch in ``cell`` is padded to (``None``: as many as it has samples)."""
         if self.rows is None or isinstance(self.rows, int):
             return self.rows

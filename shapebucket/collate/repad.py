@@ -106,7 +106,7 @@ def _grid(items: Items, rules: Mapping[Key, Rule], shape: Shape) -> tuple[int, i
             "pass a batch this collator made"
         )
     first: dict[int, tuple[Key, torch.Tensor, int]] = {}
-    k0, v0, _ = seq[0]
+    _, v0, _ = seq[0]
     for k, v, rule in seq:
         if rule.axis >= len(shape.lengths):
             raise ShapeBucketError(

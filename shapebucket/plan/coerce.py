@@ -53,7 +53,9 @@ def as_plan(
             )
         return plan
     if not isinstance(plan, Buckets) and (
-        isinstance(plan, (str, bytes)) or not isinstance(plan, Sequence) or not plan
+        isinstance(plan, (str, bytes))
+        or not isinstance(plan, Sequence)
+        or not plan
         or not all(isinstance(b, int) and not isinstance(b, bool) for b in plan)
     ):
         raise ShapeBucketError(
@@ -90,7 +92,9 @@ def _rows_of(example: Any, buckets: Buckets, caller: str) -> int:
         )
     tensors = [(k, v) for k, v in items if isinstance(v, torch.Tensor) and v.ndim >= 1]
     if not tensors:
-        raise ShapeBucketError(f"{caller}: example has no tensor to re-pad (keys {[k for k, _ in items]})")
+        raise ShapeBucketError(
+            f"{caller}: example has no tensor to re-pad (keys {[k for k, _ in items]})"
+        )
     rows = int(tensors[0][1].shape[0])
     fix = "build the plan with ShapePlan.of(collator, sampler) from the loader's collator"
     for k, v in tensors:

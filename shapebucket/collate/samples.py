@@ -83,7 +83,8 @@ def short(value: Any) -> str:
 
 def namer(kind: str, columns: dict[Key, list[Any]], index_key: Key | None) -> Where:
     """How errors name sample ``i``: its place in the batch, and its dataset index when the
-    samples carry it (``index_key``, or a dict key named ``idx`` or ``index``)."""
+    samples carry it (``index_key``: ``KeyRoles.index``, or a dict key named ``idx`` or
+    ``index``)."""
     key = index_key
     if key is None and kind == "dict":
         key = next((k for k in ("idx", "index") if k in columns), None)
@@ -91,7 +92,7 @@ def namer(kind: str, columns: dict[Key, list[Any]], index_key: Key | None) -> Wh
         return at
     if key not in columns:
         raise ShapeBucketError(
-            f"index_key {key!r} is not in the samples; they have keys {list(columns)}"
+            f"KeyRoles(index={key!r}) is not in the samples; they have keys {list(columns)}"
         )
     column = columns[key]
 

@@ -213,3 +213,21 @@ def test_an_object_without_the_protocol_is_refused_naming_what_it_lacks():
     with pytest.raises(ShapeBucketError, match="OnlyCalls has no repad"):
         ShapePlan.of(OnlyCalls())
     assert KeyRoles().labels == ("labels",)
+
+
+def test_cell_target_mask_may_be_hugging_faces_decoder_attention_mask():
+    """Issue 30 (low): CellCollator(target_mask_key="decoder_attention_mask") was refused
+    with the default target_keys, although that is Hugging Face's name for it."""
+    collate = CellCollator([(8, 4)], target_mask_key="decoder_attention_mask")
+    made = collate([{"input_ids": [1, 2], "labels": [3, 4, 5]}, {"input_ids": [1], "labels": [6]}])
+    assert made["decoder_attention_mask"].tolist() == [[True] * 3 + [False], [True] + [False] * 3]
+    carried = collate([{"input_ids": [1], "labels": [3, 4], "decoder_attention_mask": [1, 0]}])
+    assert carried["decoder_attention_mask"].tolist() == [[1, 0, 0, 0]]
+    big = collate.repad(made, Shape(3, 8, 4))
+    assert (
+        big["decoder_attention_mask"].shape == (3, 4) and not big["decoder_attention_mask"][2].any()
+    )
+    with pytest.raises(
+        ShapeBucketError, match="target_mask_key='labels' is one of the target keys"
+    ):
+        CellCollator([(8, 4)], target_mask_key="labels")

@@ -54,7 +54,9 @@ class CellCollator:
         mask_key: the source token mask added (``None``: none).
         target_mask_key: a target token mask to add (default ``None``: a decoder is
             causal, so right padding never reaches a real token, and ``labels`` pad
-            with -100).
+            with -100). It may be one of ``target_keys``
+            (``"decoder_attention_mask"``, Hugging Face's name): a mask the samples
+            carry under it is padded with False, else the collator makes it.
         roles: the source's length key, the samples' index key (for error
             messages) and the label keys (:class:`~shapebucket.collate.KeyRoles`).
         sequence_keys: the source keys to pad (default: every source value with a
@@ -112,7 +114,12 @@ class CellCollator:
 
     def _check_mask_keys(self) -> None:
         """A mask named like a target key or like the other mask would replace it."""
-        for name, key in (("mask_key", self.mask_key), ("target_mask_key", self.target_mask_key)):
+        target_mask = self.target_mask_key
+        for name, key in (("mask_key", self.mask_key), ("target_mask_key", target_mask)):
+            # a target key may be the target mask (Hugging Face's decoder_attention_mask:
+            # the samples' own is padded, else one is made), never a value such as labels
+            if name == "target_mask_key" and key not in self.roles.labels:
+                continue
             if key is not None and key in self.target_keys:
                 raise ShapeBucketError(
                     f"{name}={key!r} is one of the target keys {list(self.target_keys)}: the "

@@ -109,7 +109,7 @@ def contenders(before: str | None) -> dict[str, Callable[[Batch], Any]]:
     if before is not None:
         sys.path.insert(0, before)
         old = importlib.import_module("shapebucket_before")
-        found["before"] = old.BucketCollator(old.Buckets.multiples(8, 256))
+        found["before"] = old.BucketCollator(list(Buckets.multiples(8, 256)))
     found["naive loop"] = naive_loop
     hf = hf_collator()
     if hf is not None:

@@ -34,7 +34,7 @@ def child(mode: str) -> None:
     from shapebucket.bench.model import GPT, GPTConfig
     from shapebucket.compile import compile_regions
     from shapebucket.data import mixture_lengths
-    from shapebucket.plan.shapes import ShapePlan
+    from shapebucket.plan.shapes import Shape, ShapePlan
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab=512, dim=128, layers=2, heads=4, max_len=256))
@@ -50,7 +50,8 @@ def child(mode: str) -> None:
 
         def make_batch(n: int) -> dict:
             ids = torch.randint(0, 512, (n,))
-            return collate.repad(collate([{"input_ids": ids, "labels": ids}]), n, rows[n])
+            batch = collate([{"input_ids": ids, "labels": ids}])
+            return collate.repad(batch, Shape(rows[n], n))
     else:
         buckets = shapebucket.fit_buckets(lengths, 8, align=8, batching="bucketed", max_len=256)
 

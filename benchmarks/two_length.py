@@ -45,8 +45,8 @@ import numpy as np
 
 from shapebucket import fit_buckets
 from shapebucket._validate import round_up
+from shapebucket.fit import cells_report
 from shapebucket.fit.cells import Cells, cells_lower_bound, fit_cells
-from shapebucket.plan.cell_shapes import cells_report
 
 ALIGN = 8
 

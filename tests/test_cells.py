@@ -1,4 +1,4 @@
-"""Two-length buckets: the cell table and its fit (plan/cells.py, plan/cell_shapes.py)."""
+"""Two-length buckets: the cell table and its fit (fit/cells.py, fit/cell_report.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapebucket.errors import ShapeBucketError
-from shapebucket.fit import Cells, cells_lower_bound, fit_cells
-from shapebucket.plan import cells_report
+from shapebucket.fit import Cells, cells_lower_bound, cells_report, fit_cells
 
 FAST = settings(max_examples=40, deadline=None, print_blob=True)
 
@@ -179,4 +178,7 @@ def test_a_huge_k_is_the_most_cells_that_help_not_a_hang():
     many = fit_cells(s, t, k=10**9)
     pairs = {(-(-a // 8) * 8, -(-b // 8) * 8) for a, b in zip(s.tolist(), t.tolist(), strict=True)}
     assert many == fit_cells(s, t, k=len(pairs)) and len(many) <= len(pairs)
-    assert cells_report(many, s, t).token_efficiency >= cells_report(fit_cells(s, t), s, t).token_efficiency
+    assert (
+        cells_report(many, s, t).token_efficiency
+        >= cells_report(fit_cells(s, t), s, t).token_efficiency
+    )

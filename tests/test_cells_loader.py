@@ -19,7 +19,7 @@ from shapebucket.collate import BucketCollator, CellCollator
 from shapebucket.compile import CompileCounter
 from shapebucket.errors import ShapeBucketError
 from shapebucket.fit import fit_cells
-from shapebucket.plan.shapes import CellShape
+from shapebucket.plan import Shape
 from shapebucket.sampling import BucketBatchSampler, CellBatchSampler
 
 FAST = settings(max_examples=30, deadline=None, print_blob=True)
@@ -202,7 +202,7 @@ def test_audio_features_pad_along_seq_dim_and_the_collator_pickles():
     batch = collate([sample])
     assert batch["input_features"].shape == (2, 4, 16) and batch["labels"].shape == (2, 8)
     assert batch["attention_mask"].sum().item() == 10 and batch["lang"].tolist() == [2, 0]
-    assert collate.repad(batch, (32, 4))["input_features"].shape == (2, 4, 32)
+    assert collate.repad(batch, Shape(2, 32, 4))["input_features"].shape == (2, 4, 32)
     fixed = CellCollator([(16, 8)], sequence_keys=["input_features"])
     assert fixed([{"input_features": [1, 2], "labels": [3], "pos": np.zeros(3)}])["pos"].shape == (
         1,
@@ -244,12 +244,16 @@ def test_repad_makes_each_cell_shape():
     collate = CellCollator(CELLS)
     batch = collate(samples()[:1])
     for S, T in CELLS:
-        big = collate.repad(batch, (S, T), rows=5)
+        big = collate.repad(batch, Shape(5, S, T))
         assert big["input_ids"].shape == big["attention_mask"].shape == (5, S)
         assert big["labels"].shape == (5, T) and big["idx"].shape == (5,)
         assert (big["labels"][1:] == -100).all() and big["attention_mask"][1:].sum() == 0
     with pytest.raises(ShapeBucketError, match="not one of"):
-        collate.repad(batch, (999, 8))
+        collate.repad(batch, Shape(1, 999, 8))
+    with pytest.raises(
+        ShapeBucketError, match=r"must be a \(rows, source, target\) triple, got 16"
+    ):
+        collate.repad(batch, 16)  # issue 30 (low): an int, as the one-length collators took
 
 
 # -- the shape plan and the compiler -------------------------------------------------------
@@ -259,18 +263,18 @@ def test_shape_plan_lists_every_rows_source_target_and_refuses_mismatches():
     sampler = CellBatchSampler(SRC, TGT, CELLS, batch_size=4)
     plan = ShapePlan.of(CellCollator(CELLS), sampler)
     assert {tuple(s) for s in plan} == sampler.shapes()
-    assert all(isinstance(s, CellShape) for s in plan)
+    assert all(isinstance(s, Shape) and len(s.lengths) == 2 for s in plan)
     padded = ShapePlan.of(CellCollator(CELLS, rows=sampler.rows), sampler)
     assert {tuple(s) for s in padded} == {(4, *c) for c in CELLS}
     assert ShapePlan.of(CellCollator(CELLS, rows=4)).shapes == padded.shapes
     assert all(str((4, *c)) in repr(padded) for c in CELLS)  # the target length shows
-    with pytest.raises(ShapeBucketError, match="need a CellCollator"):
+    with pytest.raises(ShapeBucketError, match="do not make one loader.*CellCollator"):
         ShapePlan.of(BucketCollator([64]), sampler)
-    with pytest.raises(ShapeBucketError, match="come from a CellBatchSampler"):
+    with pytest.raises(ShapeBucketError, match="do not make one loader.*CellBatchSampler"):
         ShapePlan.of(CellCollator(CELLS), BucketBatchSampler([3], [8], batch_size=1))
     with pytest.raises(ShapeBucketError, match="pads no rows"):
         ShapePlan.of(CellCollator(CELLS))
-    with pytest.raises(ShapeBucketError, match="not \\(rows, source, target\\) of a cell"):
+    with pytest.raises(ShapeBucketError, match=r"cells \[\(999, 8\)\], which the collator"):
         ShapePlan([(4, 999, 8)], CellCollator(CELLS))
     with pytest.raises(ShapeBucketError, match="mix"):
         ShapePlan.from_function([(4, 8), (4, 8, 8)], lambda s: None)
@@ -299,7 +303,7 @@ def test_prewarm_compiles_one_graph_per_cell_and_training_compiles_none(fresh_co
         pytest.raises(ShapeBucketError, match="the plan's shapes"),
         no_recompiles(plan),
     ):
-        compiled(**collate.repad(batch, CELLS.cells[0], rows=3))
+        compiled(**collate.repad(batch, Shape(3, *CELLS.cells[0])))
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, Dataset
 
 from shapebucket import BucketCollator, ShapeBucketError
+from shapebucket.collate import KeyRoles
 from shapebucket.fit import Buckets
+from shapebucket.plan import Shape
 
 BUCKETS = Buckets([4, 8, 16, 32])
 
@@ -289,7 +291,7 @@ def test_repad_equals_collating_the_samples_at_that_bucket(case):
     )
     kept = samples[: min(rows, n)]
     want = reference(kept)
-    got = collate.repad(batch, target, rows)
+    got = collate.repad(batch, Shape(rows, target))
     if rows > n and not with_rows and settings["sample_mask_key"] is not None:
         # the reference adds a row mask when it pads rows; repad keeps the batch's keys
         want = _drop_row_mask(want)
@@ -325,15 +327,17 @@ def test_repad_keeps_non_sequence_values_and_checks_its_input():
         2,
         4,
     )  # stacked, not padded: its 4 equals the bucket but is no sequence
-    big = collate.repad(batch, 16, rows=3)
+    big = collate.repad(batch, Shape(3, 16))
     assert big["input_ids"].shape == (3, 16) and big["feat"].shape == (3, 4)
     assert big["name"] == ["a", "b", None] and not big["attention_mask"][2].any()
     with pytest.raises(ShapeBucketError, match="no sequence tensor"):
-        collate.repad({"x": torch.ones(3)}, 8)
+        collate.repad({"x": torch.ones(3)}, Shape(3, 8))
     with pytest.raises(ShapeBucketError, match="rows must be >= 1"):
-        collate.repad(batch, 8, rows=0)
-    with pytest.raises(ShapeBucketError, match="bucket must be >= 1"):
-        collate.repad(batch, 0)
+        collate.repad(batch, (0, 8))
+    with pytest.raises(ShapeBucketError, match="length must be >= 1"):
+        collate.repad(batch, (2, 0))
+    with pytest.raises(ShapeBucketError, match=r"must be a \(rows, length\) pair, got 16"):
+        collate.repad(batch, 16)
     with pytest.raises(ShapeBucketError, match="sample 1: 'feat' is not a sequence key"):
         collate([samples[0], {"input_ids": [4], "feat": torch.zeros(5), "name": "b"}])
 
@@ -467,7 +471,7 @@ def test_errors_name_the_dataset_index():
     collate = BucketCollator([4])
     with pytest.raises(ShapeBucketError, match=r"sample 1 of the batch \(dataset index 907\)"):
         collate([{"idx": 3, "x": [1]}, {"idx": 907, "x": [1, 2**63]}])
-    named = BucketCollator([4], index_key="id")
+    named = BucketCollator([4], roles=KeyRoles(index="id"))
     with pytest.raises(ShapeBucketError, match=r"dataset index 'doc-9'\)"):
         named([{"id": "doc-1", "x": [1, 2]}, {"id": "doc-9", "x": [1, 2, 3, 4, 5]}])
 
@@ -577,7 +581,7 @@ def test_fixed_shape_tensors_next_to_sequences_are_stacked():
 
 
 def test_batch_buckets_pad_rows_to_the_smallest_size_that_holds_the_batch():
-    collate = BucketCollator([8], row_buckets=[4, 1, 2], sample_mask_key="sample_mask")
+    collate = BucketCollator.with_row_buckets([8], [4, 1, 2], sample_mask_key="sample_mask")
     assert collate.row_buckets == [1, 2, 4]
     for n, rows in [(1, 1), (2, 2), (3, 4), (4, 4)]:
         batch = collate([{"input_ids": [1, 2]}] * n)
@@ -586,8 +590,8 @@ def test_batch_buckets_pad_rows_to_the_smallest_size_that_holds_the_batch():
     with pytest.raises(ShapeBucketError, match="larger than the largest batch bucket 4"):
         collate([{"input_ids": [1]}] * 5)
     with pytest.raises(ShapeBucketError, match="not both"):
-        BucketCollator([8], row_buckets=[1], rows=2)
+        BucketCollator.with_row_buckets([8], [1], rows=2)
     with pytest.raises(ShapeBucketError, match="at least one size"):
-        BucketCollator([8], row_buckets=[])
+        BucketCollator.with_row_buckets([8], [])
     with pytest.raises(ShapeBucketError, match=r"row_buckets\[1\]"):
-        BucketCollator([8], row_buckets=[1, 0])
+        BucketCollator.with_row_buckets([8], [1, 0])

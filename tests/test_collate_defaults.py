@@ -10,6 +10,7 @@ from _collate_models import tiny_llama
 from torch import nn
 
 from shapebucket import BucketBatchSampler, BucketCollator, PackedCollator, ShapeBucketError
+from shapebucket.collate import KeyRoles
 from shapebucket.fit.packing import pack_rows
 
 
@@ -121,11 +122,11 @@ def test_labels_need_a_stated_shift():
 def test_a_label_key_typo_is_refused():
     samples = _samples([3, 2])
     with pytest.raises(ShapeBucketError, match="no key 'label'"):
-        PackedCollator([8], rows=1, label_shift="model", label_keys=("label",))(samples)
+        PackedCollator([8], rows=1, label_shift="model", roles=KeyRoles(labels=("label",)))(samples)
     both = [dict(s, label=s["labels"]) for s in samples]
-    with pytest.raises(ShapeBucketError, match="'labels', which label_keys=\\['label'\\]"):
-        PackedCollator([8], rows=1, label_shift="model", label_keys=("label",))(both)
+    with pytest.raises(ShapeBucketError, match="'labels', which the label keys \\['label'\\]"):
+        PackedCollator([8], rows=1, label_shift="model", roles=KeyRoles(labels=("label",)))(both)
     with pytest.raises(ShapeBucketError, match="label_shift"):
-        PackedCollator([8], rows=1, label_keys=("target",))(
+        PackedCollator([8], rows=1, roles=KeyRoles(labels=("target",)))(
             [{"input_ids": [1, 2], "target": [2, 3]}]
         )

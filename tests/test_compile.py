@@ -257,9 +257,11 @@ def test_prewarm_without_a_collator_uses_make_batch():
 def test_prewarm_bad_arguments():
     with pytest.raises(ShapeBucketError, match="pass example=next"):
         prewarm(None, PLAN, step=lambda b: None)
-    with pytest.raises(ShapeBucketError, match="prewarm takes a ShapePlan, got Buckets"):
-        prewarm(None, BUCKETS, batch_of([3]), step=lambda b: None)  # type: ignore[arg-type]
-    with pytest.raises(ShapeBucketError, match="collator must be a BucketCollator"):
+    with pytest.raises(ShapeBucketError, match="prewarm takes a ShapePlan .or the buckets"):
+        prewarm(None, "8,16", batch_of([3]), step=lambda b: None)  # type: ignore[arg-type]
+    with pytest.raises(ShapeBucketError, match=r"prewarm\(model, buckets\) .* pass example="):
+        prewarm(None, BUCKETS, step=lambda b: None)
+    with pytest.raises(ShapeBucketError, match="implements the ShapedCollator protocol"):
         ShapePlan([(2, 8)], lambda s: s)
     with pytest.raises(ShapeBucketError, match=r"shapes\[0\] rows must be >= 1, got 0"):
         ShapePlan([(0, 8)], COLLATE)

@@ -172,7 +172,8 @@ def _local_build():  # pragma: no cover - refused before it is called
 @pytest.mark.parametrize(
     "change, match",
     [
-        ({"plan": [8, 16]}, "takes a ShapePlan"),
+        ({"plan": "8,16"}, "takes a ShapePlan"),
+        ({"plan": [8, 16], "example": None}, r"compile_in_background\(build, buckets\).*example="),
         ({"build": "GPT"}, "build must be a function"),
         ({"build": lambda: GPT(CFG)}, "does not pickle"),
         ({"step": 3}, "step must be a function"),

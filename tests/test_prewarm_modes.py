@@ -140,7 +140,7 @@ def test_inference_prewarm_covers_every_length_and_batch_bucket():
         return model.logits(input_ids, attention_mask=attention_mask).sum(-1)
 
     compiled = torch.compile(serve, dynamic=False, backend="eager", fullgraph=True)
-    collate = BucketCollator(BUCKETS, sequence_keys=["input_ids"], row_buckets=[1, 4])
+    collate = BucketCollator.with_row_buckets(BUCKETS, [1, 4], sequence_keys=["input_ids"])
     example = collate([{"input_ids": [1, 2, 3]}])
     plan = ShapePlan.of(collate)  # every length at every row bucket
     assert len(plan) == len(BUCKETS) * 2

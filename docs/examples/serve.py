@@ -37,7 +37,9 @@ def main() -> None:
     args = p.parse_args()
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab=100, dim=32, layers=2, heads=4, max_len=64)).eval()
-    collate = shapebucket.BucketCollator(LENGTHS, sequence_keys=["input_ids"], row_buckets=BATCHES)
+    collate = shapebucket.BucketCollator.with_row_buckets(
+        LENGTHS, BATCHES, sequence_keys=["input_ids"]
+    )
 
     def serve(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         # the next token after each prompt's last real token (pad rows: an answer nobody reads)

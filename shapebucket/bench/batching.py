@@ -141,7 +141,6 @@ def epoch_batches(family: str, s: Setup, ids: np.ndarray | None = None) -> Famil
         collate = PackedCollator(
             fit.buckets,
             rows=fit.rows,
-            sequence_keys=SEQUENCE_KEYS,
             mask_key=None,
             label_shift="none",  # the bench samples carry labels aligned with their tokens
         )

@@ -1,8 +1,11 @@
 """Collation: padding batches to their bucket (or packing them), on the host or the device.
 
 One engine (:mod:`.engine`) turns flat values plus a layout into padded tensors and
-masks for every path: :class:`BucketCollator`, :class:`PackedCollator` and
-:meth:`FlatBatch.finish`.
+masks for every path: :class:`BucketCollator`, :class:`PackedCollator`,
+:class:`CellCollator`, :meth:`FlatBatch.finish` and re-padding (:mod:`.repad`).
+Every collator implements the collator protocol
+(:class:`~shapebucket.plan.ShapedCollator`): ``shapes(sampler)`` and
+``repad(batch, shape)``.
 """
 
 from .attention import document_block_mask, document_causal_mask
@@ -11,12 +14,14 @@ from .cells import CellCollator
 from .counters import CollateReport
 from .device import FlatBatch
 from .packed import PackedCollator
+from .samples import KeyRoles
 
 __all__ = [
     "BucketCollator",
     "CellCollator",
     "CollateReport",
     "FlatBatch",
+    "KeyRoles",
     "PackedCollator",
     "document_block_mask",
     "document_causal_mask",

@@ -1,19 +1,26 @@
-"""The settings and the reading that both collators share.
+"""The settings, the reading and the shape contract that the collators share.
 
 :class:`Collator` holds what :class:`~shapebucket.BucketCollator` and
 :class:`~shapebucket.PackedCollator` have in common: the bucket table, rows,
-pad values, which keys are sequences and how long a sample is, the token
-mask's name, ``seq_dim``, the index key, and the shared counters. Its
-:meth:`Collator._read` turns a list of samples into checked columns and
-lengths; each collator then describes its :class:`~.engine.Layout` and hands
-the values to the engine.
+pad values, which keys are sequences and which key plays which part
+(:class:`KeyRoles`), the token mask's name, ``seq_dim``, and the shared counters.
+
+Its public steps are the seam every collator (the two-length
+:class:`~shapebucket.collate.CellCollator` included) builds on:
+:meth:`Collator.read` turns a list of samples into checked columns and lengths,
+:meth:`Collator.sequences` concatenates each sequence key's values (with its pad
+value), :meth:`Collator.stacked` stacks the other keys; each collator then
+describes its :class:`~.engine.Layout` and hands the values to the engine. The
+collator protocol (:class:`~shapebucket.plan.ShapedCollator`) is implemented here
+once: :meth:`Collator.shapes` and :meth:`Collator.repad`, which re-pads through
+:func:`~.repad.repad_batch` by the rules of :meth:`Collator.repad_rules`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass
-from typing import Any, NamedTuple, cast
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple, cast
 
 import numpy as np
 import torch
@@ -21,10 +28,14 @@ import torch
 from .._validate import check_batch_sizes, check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
+from ..plan.protocol import sampler_shapes
+from ..plan.shapes import Shape, as_shape
 from .counters import CollateReport, Counts, SharedCounters
 from .engine import Key, Layout
+from .repad import Rule, items_of, repad_batch
 from .samples import (
     SCALARS,
+    KeyRoles,
     Where,
     check_collisions,
     is_sequence,
@@ -32,9 +43,9 @@ from .samples import (
     namer,
     to_columns,
 )
-from .values import check_pad_fits, concat
+from .values import check_pad_fits, concat, stack_column
 
-__all__ = ["Collator", "Columns"]
+__all__ = ["Collator", "Columns", "KeyRoles", "check_key_list"]
 
 
 class Columns(NamedTuple):
@@ -49,7 +60,8 @@ class Columns(NamedTuple):
     where: Where
 
 
-def _check_key_list(name: str, value: Any) -> list[Key] | None:
+def check_key_list(name: str, value: Any) -> list[Key] | None:
+    """A list of keys (``None`` stays ``None``), refusing a string or an empty list."""
     if value is None:
         return None
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
@@ -67,22 +79,26 @@ def _untyped(column: list[Any]) -> bool:
     return all(isinstance(v, (list, tuple)) for v in column)
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, kw_only=True)
 class Collator:
     """The shared settings of the collators (see :class:`~shapebucket.BucketCollator`)."""
 
-    buckets: Buckets | Sequence[int]
-    _: KW_ONLY
+    #: whether a row holds several samples (pairs the collator with a sampler that packs)
+    packs: ClassVar[bool] = False
+
+    buckets: Buckets | Sequence[int] = field(kw_only=False)
     rows: int | Mapping[int, int] | None = None
     pad_values: Mapping[Any, Any] | None = None
-    length_key: Key | None = None
-    sequence_keys: Sequence[Key] | None = None
+    roles: KeyRoles = field(default_factory=KeyRoles)
     mask_key: str | None = "attention_mask"
     seq_dim: int = 0
-    index_key: Key | None = None
 
     def __post_init__(self) -> None:
         self.buckets = as_buckets(self.buckets)
+        if not isinstance(self.roles, KeyRoles):
+            raise ShapeBucketError(
+                f"roles must be a KeyRoles(length=..., index=..., labels=...), got {self.roles!r}"
+            )
         self.seq_dim = check_int("seq_dim", self.seq_dim, minimum=0)
         if self.mask_key is not None and not isinstance(self.mask_key, str):
             raise ShapeBucketError(f"mask_key must be a str or None, got {self.mask_key!r}")
@@ -95,7 +111,6 @@ class Collator:
                 if isinstance(v, (torch.Tensor, np.ndarray)) or not isinstance(v, SCALARS):
                     raise ShapeBucketError(f"pad_values[{k!r}] must be a number, got {v!r}")
             self.pad_values = dict(self.pad_values)
-        self.sequence_keys = _check_key_list("sequence_keys", self.sequence_keys)
         self.rows = check_batch_sizes(self.rows, self._table)
         self._counters = SharedCounters(tuple(self._table))
 
@@ -130,19 +145,133 @@ class Collator:
         return target[bucket]
 
     def pad_value(self, key: Key) -> Any:
-        """The pad value used for ``key``: ``pad_values[key]``, else -100 for ``labels``, else 0."""
+        """The pad value used for ``key``: ``pad_values[key]``, else -100 for the label keys
+        (``roles.labels``), else 0."""
         if self.pad_values is not None and key in self.pad_values:
             return self.pad_values[key]
-        return -100 if key == "labels" else 0
+        return -100 if key in self.roles.labels else 0
 
     def _row_mask_key(self) -> str | None:
         """The key of the row mask this collator adds (None: none)."""
         return None
 
+    # -- the collator protocol (shapebucket.plan.ShapedCollator) ---------------------------
+
+    def shapes(self, sampler: Any = None) -> frozenset[Shape]:
+        """Every shape this collator makes for the batches of ``sampler``: with ``rows``,
+        ``Shape(rows_for(b), b)`` at each bucket ``b`` the sampler's batches use; without,
+        the sampler's own shapes. Without a sampler: every bucket at ``rows_for``.
+
+        >>> from shapebucket import BucketCollator
+        >>> sorted(BucketCollator([8, 16], rows=4).shapes())
+        [Shape(rows=4, length=8), Shape(rows=4, length=16)]
+        """
+        if sampler is None:
+            if self.rows is None:
+                raise ShapeBucketError(
+                    f"{type(self).__name__} pads no rows (no rows=), so a batch's row count "
+                    "comes from the sampler: pass ShapePlan.of(collator, sampler), give the "
+                    "collator rows=, or list the shapes: ShapePlan([(rows, length), ...], collator)"
+                )
+            return frozenset(Shape(int(cast(int, self.rows_for(b))), b) for b in self._table)
+        used = self.sampled(sampler)
+        if self.rows is None:
+            return used
+        for s in used:
+            if s.rows > cast(int, self.rows_for(s.length)):
+                raise ShapeBucketError(
+                    f"the sampler makes batches of {s.rows} rows at bucket {s.length}, more than "
+                    f"the collator's rows={self.rows_for(s.length)} there; pass "
+                    f"{type(self).__name__}(rows=sampler.rows)"
+                )
+        return frozenset(Shape(cast(int, self.rows_for(s.length)), s.length) for s in used)
+
+    def sampled(self, sampler: Any) -> frozenset[Shape]:
+        """The shapes of ``sampler``'s batches (:func:`~shapebucket.plan.protocol.sampler_shapes`),
+        refusing lengths that are not buckets of this collator."""
+        used = sampler_shapes(sampler, self)
+        unknown = sorted({s.length for s in used} - set(self._table))
+        if unknown:
+            raise ShapeBucketError(
+                f"the sampler makes batches at buckets {unknown}, which the collator "
+                f"({list(self._table)}) does not have (lengths {unknown} are not buckets of it, "
+                "so it never pads a batch to them); give the sampler and the collator the same "
+                "buckets"
+            )
+        return used
+
+    def repad(self, batch: Any, shape: Shape) -> Any:
+        """``batch`` (one this collator made) cut or padded to ``shape``: each row keeps the
+        places that fit on its padding side, sequences pad with their key's pad value and
+        masks with False, rows are added as all-pad rows (per-row values: the key's pad
+        value, lists ``None``). Which keys are sequences follows the collator's own rule
+        (:meth:`repad_rules`). Every tensor comes back contiguous, as a collated batch is.
+        :func:`shapebucket.prewarm` builds its batches with this method.
+
+        >>> from shapebucket import BucketCollator
+        >>> from shapebucket.plan import Shape
+        >>> collate = BucketCollator([8, 16])
+        >>> batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4] * 5}])
+        >>> big = collate.repad(batch, Shape(3, 16))
+        >>> big["input_ids"].shape, big["attention_mask"].sum(1).tolist()
+        (torch.Size([3, 16]), [3, 5, 0])
+        """
+        shape = as_shape(shape, 1, what="repad shape")
+        return repad_batch(batch, shape, self.repad_rules(batch), left=self._left_padded())
+
+    def repad_rules(self, batch: Any) -> dict[Key, Rule]:
+        """How :meth:`repad` re-pads each value of ``batch``: the token mask (``[rows,
+        length]`` whatever ``seq_dim`` is) and the sequence keys (tensors with a dim past
+        ``seq_dim + 1``, limited to ``sequence_keys``) are sequences; other values with one
+        entry per row are per-row values; the rest is kept."""
+        items = items_of(batch)
+        row_mask: Key | None = self._row_mask_key()
+        masks: set[Key]
+        if isinstance(batch, Mapping):
+            masks = {self.mask_key}
+        elif isinstance(batch, torch.Tensor):
+            masks, row_mask = set(), None
+        else:  # a tuple batch: the fields, the token mask, then the row mask (when made)
+            row_mask = len(items) - 1 if row_mask is not None else None
+            masks = {len(items) - 1 - int(row_mask is not None)} if self.mask_key else set()
+        rules: dict[Key, Rule] = {}
+        chosen = self.chosen_sequence_keys()
+        for k, v in items:
+            if not isinstance(v, torch.Tensor) or k == row_mask:
+                continue
+            dim = 1 if k in masks and v.ndim == 2 else self.seq_dim + 1
+            listed = chosen is None or k in chosen or k in masks
+            if v.ndim > dim and listed:
+                rules[k] = Rule("sequence", pad=0 if k in masks else self.pad_value(k), dim=dim)
+        n = next((int(dict(items)[k].shape[0]) for k in rules), None)
+        for k, v in items:
+            if k in rules:
+                continue
+            per_row = isinstance(v, list) or (isinstance(v, torch.Tensor) and v.ndim >= 1)
+            if per_row and len(v) == n:
+                rules[k] = Rule("row", pad=False if k == row_mask else self.pad_value(k))
+            else:
+                rules[k] = Rule("keep")
+        return rules
+
+    def _left_padded(self) -> bool:
+        return False
+
+    def chosen_sequence_keys(self) -> Sequence[Key] | None:
+        """The keys named as sequences (``BucketCollator(sequence_keys=...)``); ``None``:
+        every value with a length is one (a packed batch packs every key)."""
+        return None
+
     # -- reading -----------------------------------------------------------------------------
 
-    def _read(self, samples: Sequence[Any]) -> Columns:
-        """The samples as checked columns and lengths."""
+    def read(self, samples: Sequence[Any]) -> Columns:
+        """The samples as checked columns and each sample's length (the first step of every
+        collator: reading, key and length checks, the errors that name a sample).
+
+        >>> from shapebucket import BucketCollator
+        >>> BucketCollator([8]).read([{"input_ids": [1, 2]}, {"input_ids": [3]}]).lengths.tolist()
+        [2, 1]
+        """
         if (
             not isinstance(samples, Sequence)
             or isinstance(samples, (str, bytes))
@@ -152,7 +281,7 @@ class Collator:
                 f"{type(self).__name__} needs a non-empty list of samples, got {samples!r}"
             )
         kind, keys, columns = to_columns(samples)
-        where = namer(kind, columns, self.index_key)
+        where = namer(kind, columns, self.roles.index)
         seq_keys = self._sequence_keys(kind, keys, columns)
         check_collisions(
             kind,
@@ -162,10 +291,10 @@ class Collator:
             mask_key=self.mask_key,
             sample_mask_key=self._row_mask_key(),
         )
-        length_key = self.length_key if self.length_key is not None else seq_keys[0]
+        length_key = self.roles.length if self.roles.length is not None else seq_keys[0]
         if length_key not in seq_keys:
             raise ShapeBucketError(
-                f"length_key {length_key!r} is not a sequence key; sequence keys are {seq_keys}"
+                f"KeyRoles(length={length_key!r}) is not a sequence key; sequence keys are {seq_keys}"
             )
         lens = lengths_of(length_key, columns[length_key], self.seq_dim, where)
         for k in seq_keys:
@@ -204,13 +333,14 @@ class Collator:
     def _sequence_keys(
         self, kind: str, keys: list[Key], columns: dict[Key, list[Any]]
     ) -> list[Key]:
-        if self.sequence_keys is not None:
-            for k in self.sequence_keys:
+        chosen = self.chosen_sequence_keys()
+        if chosen is not None:
+            for k in chosen:
                 if k not in columns:
                     raise ShapeBucketError(
                         f"sequence key {k!r} is not in the samples; sample 0 has keys {keys}"
                     )
-            return list(self.sequence_keys)
+            return list(chosen)
         seq = [k for k in keys if is_sequence(columns[k][0])]
         if not seq:
             raise ShapeBucketError(
@@ -222,8 +352,16 @@ class Collator:
             seq.append(self.mask_key)
         return seq
 
-    def _values(self, cols: Columns) -> tuple[dict[Key, torch.Tensor], dict[Key, Any]]:
-        """Each sequence key's values concatenated, and its pad value (checked to fit)."""
+    def sequences(self, cols: Columns) -> tuple[dict[Key, torch.Tensor], dict[Key, Any]]:
+        """Each sequence key's values concatenated along the sequence dim (the engine's
+        input), and its pad value (checked to fit the dtype).
+
+        >>> from shapebucket import BucketCollator
+        >>> collate = BucketCollator([8])
+        >>> values, pads = collate.sequences(collate.read([{"labels": [1, 2]}, {"labels": [3]}]))
+        >>> values["labels"].tolist(), pads
+        ([1, 2, 3], {'labels': -100})
+        """
         values: dict[Key, torch.Tensor] = {}
         pads: dict[Key, Any] = {}
         for k in cols.seq_keys:
@@ -234,6 +372,15 @@ class Collator:
                 values[k] = values[k].to(_PY_DTYPES.get(type(pads[k]), values[k].dtype))
             check_pad_fits(k, pads[k], values[k].dtype)
         return values, pads
+
+    def stacked(self, cols: Columns, rows: int) -> dict[Key, Any]:
+        """The keys that are not padded, each stacked into one value of ``rows`` rows
+        (:func:`~.values.stack_column`: extra rows hold the key's pad value)."""
+        return {
+            k: stack_column(k, cols.columns[k], rows, self.pad_value(k), cols.where)
+            for k in cols.keys
+            if k not in cols.seq_keys
+        }
 
     def _count(self, layout: Layout, bucket: int, *, cut: tuple[int, int] = (0, 0)) -> None:
         real = int(layout.lengths.sum())

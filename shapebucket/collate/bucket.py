@@ -23,7 +23,7 @@ Conventions (all documented in ``docs/collate.md``):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -31,12 +31,11 @@ import torch
 
 from .._validate import check_batch_sizes, check_fits_in_memory, check_int
 from ..errors import ShapeBucketError
-from .base import Collator, Columns
+from ..plan.shapes import Shape
+from .base import Collator, Columns, KeyRoles, check_key_list
 from .counters import CollateReport
 from .device import FlatBatch
 from .engine import Key, Layout, assemble
-from .repad import repad_batch
-from .values import stack_column
 
 __all__ = [
     "BucketCollator",
@@ -45,16 +44,18 @@ __all__ = [
 ]  # compile/prewarm.py imports it here
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, kw_only=True)
 class BucketCollator(Collator):
     """Collate variable-length samples into a batch padded to its bucket length.
 
     Args:
         buckets: the bucket lengths (:class:`Buckets` or a sorted list of ints).
         pad_values: pad value per key (tuple samples: per position). Defaults:
-            ``labels`` -> -100, everything else 0.
-        length_key: the key whose length is the sample's length (default: the
-            first sequence key). All sequence keys must have this length.
+            the label keys (``roles.labels``, ``labels``) -> -100, everything else 0.
+        roles: which key is the sample's length, its dataset index and its labels
+            (:class:`~shapebucket.collate.KeyRoles`; by default the first
+            sequence key, ``idx``/``index``, and ``labels``). Errors name the
+            dataset index of a bad sample, not only its place in the batch.
         sequence_keys: the keys to pad; default: every value with a length
             (lists, tuples, arrays and tensors with ``ndim >= 1``). Values of
             other keys are stacked: numbers into a ``[B]`` tensor, tensors and
@@ -66,10 +67,8 @@ class BucketCollator(Collator):
         rows: rows per batch: pad a short batch with all-pad rows to
             this many rows (an int, or a mapping ``bucket length -> rows`` such
             as ``BucketBatchSampler.rows``) and add a bool row mask under
-            ``sample_mask_key``.
-        row_buckets: for inference: pad a batch's rows to the smallest of these
-            sizes that holds its samples (serving systems' capture sizes, such as
-            ``[1, 2, 4, 8, 16, 32]``), with the row mask; instead of ``rows``.
+            ``sample_mask_key``. For inference, :meth:`with_row_buckets` pads a
+            batch's rows to the smallest of a few sizes instead.
         sample_mask_key: ``None`` (default) or the key of a bool row mask
             (True on real rows) added to batches that get pad rows. The default
             adds none, so a batch feeds ``model(**batch)`` of a model that takes
@@ -78,9 +77,6 @@ class BucketCollator(Collator):
         overflow: ``"error"`` or ``"truncate"`` for samples longer than the
             largest bucket.
         seq_dim: the sequence dimension of each sample's value (0 for ``[T, F]``).
-        index_key: a key whose value is each sample's dataset index, so errors
-            name the dataset index of a bad sample, not only its place in the
-            batch; by default ``"idx"`` or ``"index"`` when the samples have one.
 
     Dtypes are kept exactly: a pad value that does not fit a key's dtype
     (``-100`` in ``uint8``), samples whose dtypes do not promote without loss
@@ -94,13 +90,15 @@ class BucketCollator(Collator):
     (torch.Size([2, 16]), [3, 9])
     """
 
+    sequence_keys: Sequence[Key] | None = None
     padding_side: Literal["right", "left"] = "right"
-    row_buckets: Sequence[int] | None = None
     overflow: Literal["error", "truncate"] = "error"
     sample_mask_key: str | None = None
+    row_buckets: list[int] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.sequence_keys = check_key_list("sequence_keys", self.sequence_keys)
         if self.padding_side not in ("right", "left"):
             raise ShapeBucketError(
                 f"padding_side must be 'right' or 'left', got {self.padding_side!r}"
@@ -116,24 +114,34 @@ class BucketCollator(Collator):
                 f"mask_key and sample_mask_key are both {self.mask_key!r}: the row mask would "
                 "replace the token mask; give them different names (or sample_mask_key=None)"
             )
-        if self.row_buckets is not None:
-            if self.rows is not None:
-                raise ShapeBucketError(
-                    "pass rows (rows per bucket, training) or row_buckets (row counts to "
-                    "pad to, inference), not both"
-                )
-            if isinstance(self.row_buckets, (str, bytes)) or not isinstance(
-                self.row_buckets, Sequence
-            ):
-                raise ShapeBucketError(
-                    f"row_buckets must be a list of ints >= 1, got {self.row_buckets!r}"
-                )
-            sizes = [
-                check_int(f"row_buckets[{i}]", v, minimum=1) for i, v in enumerate(self.row_buckets)
-            ]
-            if not sizes:
-                raise ShapeBucketError("row_buckets must hold at least one size, got []")
-            self.row_buckets = sorted(set(sizes))
+
+    @classmethod
+    def with_row_buckets(
+        cls, buckets: Any, row_buckets: Sequence[int], **options: Any
+    ) -> BucketCollator:
+        """A collator for inference: each batch's rows are padded to the smallest of
+        ``row_buckets`` that holds its samples (serving systems' capture sizes, such as
+        ``[1, 2, 4, 8, 16, 32]``), so a request batch of any size has one of
+        ``len(buckets) * len(row_buckets)`` shapes. ``options`` are the other settings
+        (not ``rows``).
+
+        >>> collate = BucketCollator.with_row_buckets([8, 16], [1, 4])
+        >>> collate([{"input_ids": [1, 2]}] * 3)["input_ids"].shape
+        torch.Size([4, 8])
+        """
+        if options.get("rows") is not None:
+            raise ShapeBucketError(
+                "pass rows (rows per bucket, training: BucketCollator(buckets, rows=...)) or "
+                "row_buckets (row counts to pad to, inference: with_row_buckets), not both"
+            )
+        if isinstance(row_buckets, (str, bytes)) or not isinstance(row_buckets, Sequence):
+            raise ShapeBucketError(f"row_buckets must be a list of ints >= 1, got {row_buckets!r}")
+        sizes = [check_int(f"row_buckets[{i}]", v, minimum=1) for i, v in enumerate(row_buckets)]
+        if not sizes:
+            raise ShapeBucketError("row_buckets must hold at least one size, got []")
+        collator = cls(buckets, **options)
+        collator.row_buckets = sorted(set(sizes))
+        return collator
 
     def __repr__(self) -> str:
         settings = [
@@ -144,14 +152,14 @@ class BucketCollator(Collator):
         ]
         if self.sample_mask_key is not None:
             settings.append(f"sample_mask_key={self.sample_mask_key!r}")
-        for name in ("pad_values", "length_key", "sequence_keys", "rows", "row_buckets"):
+        for name in ("pad_values", "sequence_keys", "rows", "row_buckets"):
             value = getattr(self, name)
             if value is not None:
                 settings.append(f"{name}={value!r}")
+        if self.roles != KeyRoles():
+            settings.append(f"roles={self.roles!r}")
         if self.seq_dim:
             settings.append(f"seq_dim={self.seq_dim}")
-        if self.index_key is not None:
-            settings.append(f"index_key={self.index_key!r}")
         return f"BucketCollator({', '.join(settings)})"
 
     def _row_mask_key(self) -> str | None:
@@ -161,8 +169,8 @@ class BucketCollator(Collator):
 
     def __call__(self, samples: Sequence[Any]) -> Any:
         cols, layout, cut = self._layout(samples)
-        values, pads = self._values(cols)
-        stacked = self._stacked(cols, layout.rows)
+        values, pads = self.sequences(cols)
+        stacked = self.stacked(cols, layout.rows)
         try:
             out = assemble(
                 cols.keys,
@@ -205,8 +213,8 @@ class BucketCollator(Collator):
                 f"BucketCollator.flat needs dict samples, got {type(samples[0]).__name__}; "
                 "call the collator itself for tuples and bare sequences"
             )
-        values, pads = self._values(cols)
-        stacked = self._stacked(cols, layout.rows)
+        values, pads = self.sequences(cols)
+        stacked = self.stacked(cols, layout.rows)
         self._count(layout, layout.length, cut=cut)
         return FlatBatch(
             values=values,
@@ -225,7 +233,7 @@ class BucketCollator(Collator):
     def _layout(self, samples: Sequence[Any]) -> tuple[Columns, Layout, tuple[int, int]]:
         """Read and check the samples, truncate (``overflow="truncate"``), choose the bucket
         and the rows: the layout, and how many samples and tokens were cut."""
-        cols = self._read(samples)
+        cols = self.read(samples)
         lens, cut = cols.lengths, (0, 0)
         if int(lens.max()) > self._table.max_len:
             lens, cut = self._overflow(cols)
@@ -241,35 +249,39 @@ class BucketCollator(Collator):
         )
         return cols, layout, cut
 
-    def _stacked(self, cols: Columns, rows: int) -> dict[Key, Any]:
-        return {
-            k: stack_column(k, cols.columns[k], rows, self.pad_value(k), cols.where)
-            for k in cols.keys
-            if k not in cols.seq_keys
-        }
+    def shapes(self, sampler: Any = None) -> frozenset[Shape]:
+        """Every shape this collator makes for the batches of ``sampler``: the sampler's
+        shapes; with ``rows``, each bucket used at ``rows_for(bucket)``; with
+        ``row_buckets``, each bucket used at every row bucket. Without a sampler every
+        bucket (at ``rows_for`` or every row bucket).
 
-    def repad(self, batch: Any, bucket: int, rows: int | None = None) -> Any:
-        """Re-pad a batch this collator made to ``bucket``, with ``rows`` rows: the batch
-        the collator would have made had its samples been collated at that bucket.
-
-        Sequence values are cut or padded along the sequence dim (``seq_dim + 1``
-        of the batch) on the padding side, with each key's pad value; masks get
-        ``False``. ``rows`` defaults to :meth:`rows_for` (``rows``), else
-        the batch's own row count; added rows are all-pad rows (masks ``False``,
-        stacked values the key's pad value, lists ``None``). Which keys are
-        sequences follows the collator's own rule, so values it did not pad
-        (``[B]`` scalars, stacked ``[B, F]`` features of keys outside
-        ``sequence_keys``) keep their shape. Every tensor comes back
-        contiguous, as a collated batch is (the compiler guards on strides).
-        :func:`shapebucket.prewarm` builds its batches with this method.
-
-        >>> collate = BucketCollator([8, 16])
-        >>> batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4] * 5}])
-        >>> big = collate.repad(batch, 16, rows=3)
-        >>> big["input_ids"].shape, big["attention_mask"].sum(1).tolist()
-        (torch.Size([3, 16]), [3, 5, 0])
+        >>> sorted(BucketCollator.with_row_buckets([8, 16], [1, 4]).shapes())[:2]
+        [Shape(rows=1, length=8), Shape(rows=1, length=16)]
         """
-        return repad_batch(self, batch, bucket, rows)
+        if self.row_buckets is None:
+            return super().shapes(sampler)
+        sizes = self.row_buckets
+        lengths = (
+            list(self._table)
+            if sampler is None
+            else sorted({s.length for s in self.sampled(sampler)})
+        )
+        for s in () if sampler is None else self.sampled(sampler):
+            if s.rows > sizes[-1]:
+                raise ShapeBucketError(
+                    f"the sampler makes batches of {s.rows} rows (at bucket {s.length}), more "
+                    f"than the collator's largest row bucket {sizes[-1]} (row_buckets={sizes}); "
+                    "every such batch would fail to collate: add a larger row bucket or make "
+                    "the batches smaller"
+                )
+        return frozenset(Shape(r, b) for b in lengths for r in sizes)
+
+    def _left_padded(self) -> bool:
+        return self.padding_side == "left"
+
+    def chosen_sequence_keys(self) -> Sequence[Key] | None:
+        """``sequence_keys``: the keys to pad (``None``: every value with a length)."""
+        return self.sequence_keys
 
     def _overflow(self, cols: Columns) -> tuple[np.ndarray, tuple[int, int]]:
         """Lengths after truncation (the columns are cut in place), and how many samples

@@ -3,16 +3,21 @@
 Source keys (``input_ids``, ``attention_mask``, audio features...) are padded to
 the cell's source length, target keys (``labels``, ``decoder_input_ids``,
 ``decoder_attention_mask``) to its target length. Each side is read, checked
-and padded by a :class:`~shapebucket.BucketCollator` of its own (the same
-dtype rules, pad values, errors and engine); this module only splits the
-samples, chooses the cell and the rows, and joins the two halves.
+and padded by a :class:`~shapebucket.BucketCollator` of its own, through its
+public steps (:meth:`~.base.Collator.read`, :meth:`~.base.Collator.sequences`,
+:meth:`~.base.Collator.stacked`: the same dtype rules, pad values, errors and
+engine); this module only splits the samples, chooses the cell and the rows, and
+joins the two halves. A cell is the two-length case of the one
+:class:`~shapebucket.plan.Shape` (``Shape(rows, source, target)``), and
+:meth:`CellCollator.repad` is the one :func:`~.repad.repad_batch` with the target
+keys on the shape's second axis.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -20,7 +25,9 @@ import torch
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.cells import Cells
-from .base import Columns
+from ..plan.protocol import sampler_shapes
+from ..plan.shapes import Shape, as_shape
+from .base import Columns, KeyRoles
 from .bucket import BucketCollator
 from .engine import Key, Layout, assemble
 from .repad import repad_batch
@@ -47,16 +54,21 @@ class CellCollator:
         mask_key: the source token mask added (``None``: none).
         target_mask_key: a target token mask to add (default ``None``: a decoder is
             causal, so right padding never reaches a real token, and ``labels`` pad
-            with -100).
-        index_key: a key holding each sample's dataset index, for error messages.
+            with -100). It may be one of ``target_keys``
+            (``"decoder_attention_mask"``, Hugging Face's name): a mask the samples
+            carry under it is padded with False, else the collator makes it.
+        roles: the source's length key, the samples' index key (for error
+            messages) and the label keys (:class:`~shapebucket.collate.KeyRoles`).
         sequence_keys: the source keys to pad (default: every source value with a
             length); other source values are stacked, as in ``BucketCollator``.
         seq_dim: the sequence dim of each source value (1 for audio features
             ``[n_mels, frames]``); target values are ``[T]``.
 
     The batch's cell is the cell of its longest source and longest target (the
-    edge rule of :class:`~shapebucket.fit.cells.Cells`; batches of a
-    :class:`~shapebucket.sampling.CellBatchSampler` land in their own cell).
+    edge rule of :class:`~shapebucket.fit.cells.Cells`, with its ``weights``;
+    batches of a :class:`~shapebucket.sampling.CellBatchSampler` with the same
+    cells, weights included, land in their own cell: :meth:`shapes` refuses a
+    sampler whose cells differ).
 
     >>> collate = CellCollator([(8, 4), (16, 8)])
     >>> batch = collate([{"input_ids": [1] * 10, "labels": [2, 3]}, {"input_ids": [4], "labels": [5]}])
@@ -70,7 +82,7 @@ class CellCollator:
     pad_values: Mapping[Any, Any] | None = None
     mask_key: str | None = "attention_mask"
     target_mask_key: str | None = None
-    index_key: Key | None = None
+    roles: KeyRoles = field(default_factory=KeyRoles)
     sequence_keys: Sequence[Key] | None = None
     seq_dim: int = 0
     _source: BucketCollator = field(init=False, repr=False)
@@ -83,12 +95,12 @@ class CellCollator:
         self.target_keys = tuple(self.target_keys)
         self._check_mask_keys()
         self.rows = self._check_rows(self.rows)
-        pads, index = self.pad_values, self.index_key
+        pads = self.pad_values
         self._source = BucketCollator(
             sorted({s for s, _ in self.cells}),
             mask_key=self.mask_key,
             pad_values=pads,
-            index_key=index,
+            roles=self.roles,
             sequence_keys=self.sequence_keys,
             seq_dim=self.seq_dim,
         )
@@ -97,12 +109,17 @@ class CellCollator:
             sorted({t for _, t in self.cells}),
             mask_key=self.target_mask_key,
             pad_values=pads,
-            index_key=index,
+            roles=KeyRoles(index=self.roles.index, labels=self.roles.labels),
         )
 
     def _check_mask_keys(self) -> None:
         """A mask named like a target key or like the other mask would replace it."""
-        for name, key in (("mask_key", self.mask_key), ("target_mask_key", self.target_mask_key)):
+        target_mask = self.target_mask_key
+        for name, key in (("mask_key", self.mask_key), ("target_mask_key", target_mask)):
+            # a target key may be the target mask (Hugging Face's decoder_attention_mask:
+            # the samples' own is padded, else one is made), never a value such as labels
+            if name == "target_mask_key" and key not in self.roles.labels:
+                continue
             if key is not None and key in self.target_keys:
                 raise ShapeBucketError(
                     f"{name}={key!r} is one of the target keys {list(self.target_keys)}: the "
@@ -140,7 +157,7 @@ class CellCollator:
     def _table(self) -> Cells:
         return self.cells  # type: ignore[return-value]
 
-    def rows_for(self, cell: Cell) -> int | None:
+    def rows_for(self, cell: tuple[int, ...]) -> int | None:
         """The rows a batch in ``cell`` is padded to (``None``: as many as it has samples)."""
         if self.rows is None or isinstance(self.rows, int):
             return self.rows
@@ -172,7 +189,7 @@ class CellCollator:
                 f"sample 0 has none of the target keys {list(self.target_keys)} (its keys: "
                 f"{list(samples[0])}); pass target_keys=[...] naming the decoder's keys"
             )
-        names = (self.index_key, "idx", "index")  # what names a sample's dataset index
+        names = (self.roles.index, "idx", "index")  # what names a sample's dataset index
         extra = [k for k in names if k is not None and k in samples[0]][:1]
         src = [{k: v for k, v in s.items() if k not in tkeys} for s in samples]
         if not any(k not in (*tkeys, *extra) for k in samples[0]):
@@ -206,8 +223,8 @@ class CellCollator:
 
     def __call__(self, samples: Sequence[Any]) -> dict[Key, Any]:
         src_samples, tgt_samples = self._split(samples)
-        src = self._source._read(src_samples)
-        tgt = self._target._read(tgt_samples)
+        src = self._source.read(src_samples)
+        tgt = self._target.read(tgt_samples)
         cell = self._cell(src, tgt)
         n = len(src.lengths)
         rows = self.rows_for(cell)
@@ -234,33 +251,86 @@ class CellCollator:
     ) -> dict[Key, Any]:
         lengths = torch.from_numpy(np.ascontiguousarray(cols.lengths))
         layout = Layout(lengths, rows=rows, length=length, seq_dim=collator.seq_dim)
-        values, pads = collator._values(cols)
-        stacked = collator._stacked(cols, rows)
+        values, pads = collator.sequences(cols)
+        stacked = collator.stacked(cols, rows)
         return assemble(cols.keys, values, pads, stacked, layout, mask_key=mask_key)
 
-    def repad(self, batch: Any, cell: Cell, rows: int | None = None) -> dict[Key, Any]:
-        """Re-pad a batch this collator made to ``cell`` with ``rows`` rows (default: the
-        collator's rows for it, else the batch's): source keys to ``cell[0]``, target keys
-        (and the target mask) to ``cell[1]``. :func:`shapebucket.prewarm` builds its
+    # -- the collator protocol (shapebucket.plan.ShapedCollator) ---------------------------
+
+    packs = False  # one sample per row
+
+    def shapes(self, sampler: Any = None) -> frozenset[Shape]:
+        """Every ``Shape(rows, source, target)`` this collator makes for the batches of a
+        :class:`~shapebucket.sampling.CellBatchSampler`: the sampler's cells at its rows,
+        or at ``rows_for(cell)`` when the collator pads rows. Without a sampler (only with
+        ``rows``): every cell. A sampler whose cells or weights differ is refused: the
+        collator's edge rule would put its batches in other cells.
+
+        >>> sorted(CellCollator([(8, 4), (16, 8)], rows=2).shapes())
+        [Shape(rows=2, lengths=(8, 4)), Shape(rows=2, lengths=(16, 8))]
+        """
+        table = self._table
+        if sampler is None:
+            if self.rows is None:
+                raise ShapeBucketError(
+                    "CellCollator pads no rows (no rows=), so a batch's row count comes from the "
+                    "sampler: pass ShapePlan.of(collator, sampler), or give the collator rows="
+                )
+            return frozenset(Shape(cast(int, self.rows_for(c)), *c) for c in table)
+        theirs = getattr(sampler, "cells", None)
+        if isinstance(theirs, Cells) and theirs != table:
+            what = (
+                f"weighs rows as weights={theirs.weights}, the collator's as "
+                f"weights={table.weights}"
+                if theirs.cells == table.cells
+                else f"are {theirs!r}, the collator's {table!r}"
+            )
+            raise ShapeBucketError(
+                f"the sampler's cells {what}: the collator's edge rule would put a batch in "
+                "another cell than the sampler planned (a shape the plan lacks); build both "
+                "from one table: CellCollator(sampler.cells, rows=sampler.rows)"
+            )
+        used = sampler_shapes(sampler, self, axes=2)
+        unknown = sorted({s.lengths for s in used} - set(table))
+        if unknown:
+            raise ShapeBucketError(
+                f"the sampler makes batches in cells {unknown}, which the collator "
+                f"({table!r}) does not have; give both the same cells"
+            )
+        if self.rows is None:
+            return used
+        for s in used:
+            if s.rows > cast(int, self.rows_for(s.lengths)):
+                raise ShapeBucketError(
+                    f"the sampler makes batches of {s.rows} rows in cell {s.lengths}, more than "
+                    f"the collator's rows={self.rows_for(s.lengths)}; pass "
+                    "CellCollator(rows=sampler.rows)"
+                )
+        return frozenset(Shape(cast(int, self.rows_for(s.lengths)), *s.lengths) for s in used)
+
+    def repad(self, batch: Any, shape: Shape) -> dict[Key, Any]:
+        """Re-pad a batch this collator made to ``shape`` (``Shape(rows, source, target)``
+        of a cell): source keys to the source length, target keys (and the target mask)
+        to the target length, rows to ``shape.rows``, in one
+        :func:`~.repad.repad_batch` (each side's keys by its collator's
+        :meth:`~.base.Collator.repad_rules`). :func:`shapebucket.prewarm` builds its
         batches with it.
 
         >>> collate = CellCollator([(8, 4), (16, 8)])
         >>> batch = collate([{"input_ids": [1, 2], "labels": [3]}])
-        >>> big = collate.repad(batch, (16, 8), rows=2)
+        >>> big = collate.repad(batch, Shape(2, 16, 8))
         >>> big["input_ids"].shape, big["labels"].shape
         (torch.Size([2, 16]), torch.Size([2, 8]))
         """
+        shape = as_shape(shape, 2, what="CellCollator.repad shape")
         if not isinstance(batch, Mapping):
             raise ShapeBucketError(
                 f"repad needs a dict batch this collator made, got {type(batch).__name__}"
             )
-        if tuple(cell) not in self._table:
-            raise ShapeBucketError(f"cell {cell} is not one of {self._table!r}")
-        S, T = (int(x) for x in cell)
-        rows = self.rows_for((S, T)) if rows is None else rows
+        if shape.lengths not in self._table:
+            raise ShapeBucketError(f"cell {shape.lengths} is not one of {self._table!r}")
         tnames = {*self.target_keys, self.target_mask_key} - {None}
-        src = {k: v for k, v in batch.items() if k not in tnames}
-        tgt = {k: v for k, v in batch.items() if k in tnames}
-        out = repad_batch(self._source, src, S, rows)
-        out.update(repad_batch(self._target, tgt, T, rows))
-        return {k: out[k] for k in batch}
+        rules = self._source.repad_rules({k: v for k, v in batch.items() if k not in tnames})
+        target = self._target.repad_rules({k: v for k, v in batch.items() if k in tnames})
+        rules.update((k, replace(r, axis=1)) for k, r in target.items())
+        return cast(dict, repad_batch(batch, shape, rules))

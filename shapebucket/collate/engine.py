@@ -9,7 +9,10 @@ sequence dim (``[sum(lengths), *trailing]``), to :func:`assemble`:
 * :class:`~shapebucket.PackedCollator`: several samples per row, each at its
   ``(row, start)`` from :func:`~shapebucket.fit.packing.pack_rows`;
 * :meth:`~shapebucket.collate.FlatBatch.finish`: the bucket collator's layout,
-  on the device the values were moved to.
+  on the device the values were moved to;
+* re-padding a batch to another shape (:mod:`.repad`): each row of the batch a
+  "sample" as long as the part of it that fits (:func:`regrid`), its rows by
+  :func:`pad_rows`, packed boundaries by :func:`regrid_boundaries`.
 
 The engine writes each key into one pre-allocated tensor (``masked_scatter_``
 through the token mask, or the triton kernel of :mod:`.kernel` on CUDA), and
@@ -30,7 +33,17 @@ import torch
 
 from . import kernel
 
-__all__ = ["SIGNED", "Key", "Layout", "assemble", "pad", "signed_view"]
+__all__ = [
+    "SIGNED",
+    "Key",
+    "Layout",
+    "assemble",
+    "pad",
+    "pad_rows",
+    "regrid",
+    "regrid_boundaries",
+    "signed_view",
+]
 
 Key = Hashable
 
@@ -248,3 +261,67 @@ def assemble(
     if row_mask_key is not None:
         out[row_mask_key] = layout.row_mask()
     return out
+
+
+# -- re-padding a padded batch value (the batches prewarm compiles for) ---------------------
+
+
+def regrid(
+    value: torch.Tensor, dim: int, rows: int, length: int, fill: Any, *, left: bool = False
+) -> torch.Tensor:
+    """A padded batch value (``[n, ..., L, ...]``, ``L`` at ``dim`` >= 1) laid out again in
+    ``rows`` rows of ``length``: each of the first ``min(n, rows)`` rows keeps its first
+    (``left``: last) ``min(L, length)`` places, written by :func:`pad` as one sample per
+    row; every other place is ``fill``.
+
+    >>> regrid(torch.tensor([[1, 2, 0], [3, 0, 0]]), 1, 3, 4, 0).tolist()
+    [[1, 2, 0, 0], [3, 0, 0, 0], [0, 0, 0, 0]]
+    """
+    n, old = int(value.shape[0]), int(value.shape[dim])
+    keep_rows, keep = min(n, rows), min(old, length)
+    kept = value[:keep_rows].narrow(dim, old - keep if left else 0, keep).movedim(dim, 1)
+    flat = kept.reshape(keep_rows * keep, *kept.shape[2:])
+    lengths = torch.full((keep_rows,), keep, dtype=torch.int64)
+    layout = Layout(lengths, rows=rows, length=length, left=left, seq_dim=dim - 1)
+    return pad(flat, layout, fill, use_triton=False)
+
+
+def pad_rows(value: torch.Tensor, rows: int, fill: Any) -> torch.Tensor:
+    """A per-row value (``[n, ...]``) cut or padded with ``fill`` to ``rows`` rows.
+
+    >>> pad_rows(torch.tensor([True, True]), 3, False).tolist()
+    [True, True, False]
+    """
+    out = torch.full((rows, *value.shape[1:]), fill, dtype=value.dtype, device=value.device)
+    keep = min(rows, int(value.shape[0]))
+    signed_view(out)[:keep] = signed_view(value[:keep])
+    return out
+
+
+def regrid_boundaries(
+    cu: torch.Tensor, grid: tuple[int, int], rows: int, length: int
+) -> torch.Tensor:
+    """Varlen boundaries over a ``grid = (rows, length)`` batch (:meth:`Layout.cu_seqlens`)
+    moved to ``rows`` rows of ``length``: a segment cut by a shorter row ends at the row's
+    end, a longer row's new places are one more padding segment, new rows one segment
+    each; padded with the total to ``rows * length + 1`` entries.
+
+    >>> cu = Layout(torch.tensor([2, 1]), rows=1, length=4, row=torch.tensor([0, 0]),
+    ...             start=torch.tensor([0, 2])).cu_seqlens()
+    >>> cu.tolist(), regrid_boundaries(cu, (1, 4), 2, 6).tolist()[:6]
+    ([0, 2, 3, 4, 4], [0, 2, 3, 4, 6, 12])
+    """
+    old_rows, old = grid
+    bounds = torch.unique(cu.to(torch.int64))
+    r = bounds.div(old, rounding_mode="floor")
+    c = bounds - r * old
+    inside = r < rows
+    moved = r[inside] * length + c[inside].clamp(max=length)
+    starts = torch.arange(rows + 1, dtype=torch.int64) * length
+    parts = [moved.cpu(), starts]
+    if length > old:  # the old row end: the new places are a padding segment of their own
+        parts.append(torch.arange(min(rows, old_rows), dtype=torch.int64) * length + old)
+    bounds = torch.unique(torch.cat(parts))
+    out = torch.full((rows * length + 1,), rows * length, dtype=torch.int32)
+    out[: len(bounds)] = bounds.to(torch.int32)
+    return out.to(cu.device)

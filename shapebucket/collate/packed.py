@@ -24,11 +24,13 @@ from typing import Any, Literal, cast
 import numpy as np
 import torch
 
-from .._validate import check_fits_in_memory, check_int
+from .._validate import check_fits_in_memory
 from ..errors import ShapeBucketError
 from ..fit.packing import pack_rows
-from .base import Collator, Columns
+from ..plan.shapes import Shape, as_shape
+from .base import Collator, Columns, KeyRoles
 from .engine import Key, Layout, assemble, signed_view
+from .repad import Rule, items_of
 
 __all__ = ["PackedCollator"]
 
@@ -36,17 +38,16 @@ __all__ = ["PackedCollator"]
 HF_MASK = "attention_mask"
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, kw_only=True)
 class PackedCollator(Collator):
     """Collate a packed batch: whole samples laid end to end in ``rows x row_length`` tokens.
 
     Args:
         buckets: the row lengths (as given to :class:`PackedBatchSampler`).
         rows: rows per batch, an int or ``{row length: rows}`` (``sampler.rows``).
-        pad_values, length_key, sequence_keys, seq_dim, index_key: as for
-            :class:`BucketCollator`. Every key of the samples must be a
-            sequence (per-token) key, except ``index_key``, whose values come
-            back as a list in packing order.
+        pad_values, roles, seq_dim: as for :class:`BucketCollator`. Every key
+            of the samples is a sequence (per-token) key and is packed, except
+            ``roles.index``, whose values come back as a list in packing order.
         mask_key: ``None`` (default) or the key of a bool mask that is True on
             real tokens. Never ``"attention_mask"``, and the samples may not
             carry one: a Hugging Face model reads ``attention_mask`` as a
@@ -65,14 +66,13 @@ class PackedCollator(Collator):
             segment, each row's padding another, and the tensor is padded to
             ``rows * row_length + 1`` entries by repeating the total, so its
             shape is static too. Use the row length as ``max_seqlen``.
-        label_keys: the keys holding labels (default ``("labels",)``).
         label_shift: required when the samples have labels (a key of
-            ``label_keys``, or ``labels``), since no default is right for both
+            ``roles.labels``, or ``labels``), since no default is right for both
             conventions: ``"model"`` (the model shifts labels by one, as Hugging
             Face causal LMs do: the first label of every sample is set to its pad
             value, so no token learns to predict the next sample) or ``"none"``
             (labels are already aligned with the next token: kept as they are).
-            With ``"model"`` every key of ``label_keys`` must be in the samples
+            With ``"model"`` every key of ``roles.labels`` must be in the samples
             (a typo would leave labels unshifted).
 
     Per-token losses equal those of the samples run one at a time, provided
@@ -93,12 +93,13 @@ class PackedCollator(Collator):
     ([0, 1, 2, 0, 1, 0, 0, 0], [0, 0, 0, 1, 1, -1, -1, -1])
     """
 
+    packs = True  # a row holds several samples: paired with PackedBatchSampler
+
     rows: int | Mapping[int, int]  # type: ignore[assignment]
     mask_key: str | None = None
     position_key: str | None = "position_ids"
     document_key: str | None = "document_ids"
     cu_seqlens_key: str | None = None
-    label_keys: Sequence[Key] = ("labels",)
     label_shift: Literal["model", "none"] | None = None
 
     def __post_init__(self) -> None:
@@ -118,9 +119,6 @@ class PackedCollator(Collator):
                 "position_ids; other models mask with document_causal_mask(batch['document_ids'])), "
                 "or name the real-token mask otherwise (mask_key='token_mask')"
             )
-        if isinstance(self.label_keys, (str, bytes)) or not isinstance(self.label_keys, Sequence):
-            raise ShapeBucketError(f"label_keys must be a list of keys, got {self.label_keys!r}")
-        self.label_keys = tuple(self.label_keys)
         added = [self.mask_key, self.position_key, self.document_key, self.cu_seqlens_key]
         for name, value in zip(
             ("mask_key", "position_key", "document_key", "cu_seqlens_key"), added, strict=True
@@ -141,28 +139,17 @@ class PackedCollator(Collator):
 
     def __repr__(self) -> str:
         settings = [f"buckets={self.buckets!r}", f"rows={self.rows!r}"]
-        names = (
-            "pad_values",
-            "length_key",
-            "sequence_keys",
-            "index_key",
-            "mask_key",
-            "cu_seqlens_key",
-        )
-        for name in names:
+        for name in ("pad_values", "mask_key", "cu_seqlens_key"):
             value = getattr(self, name)
             if value is not None:
                 settings.append(f"{name}={value!r}")
+        if self.roles != KeyRoles():
+            settings.append(f"roles={self.roles!r}")
         settings.append(f"label_shift={self.label_shift!r}")
         return f"PackedCollator({', '.join(settings)})"
 
     def __call__(self, samples: Sequence[Any]) -> dict[Key, Any]:
-        return self._collate(samples, count=True)
-
-    def _collate(
-        self, samples: Sequence[Any], *, count: bool, rows: int | None = None
-    ) -> dict[Key, Any]:
-        cols = self._read(samples)
+        cols = self.read(samples)
         index_key = self._check(cols)
         lens = cols.lengths
         longest = int(lens.max())
@@ -174,7 +161,7 @@ class PackedCollator(Collator):
                 f"add a row length >= {int(lens[i])}"
             )
         L = self._table.bucket_for(longest)
-        R = self.rows_for(L) if rows is None else rows
+        R = self.rows_for(L)
         row, start = pack_rows(lens, L)
         used = int(row[-1]) + 1
         if used > R:
@@ -188,11 +175,11 @@ class PackedCollator(Collator):
         layout = Layout(
             torch.from_numpy(lens), rows=R, length=L, row=row_t, start=start_t, seq_dim=self.seq_dim
         )
-        values, pads = self._values(cols)
+        values, pads = self.sequences(cols)
         stacked = {k: list(cols.columns[k]) for k in cols.keys if k == index_key}
         out = assemble(cols.keys, values, pads, stacked, layout, mask_key=self.mask_key)
         if self.label_shift == "model":
-            for k in self.label_keys:
+            for k in self.roles.labels:
                 view = signed_view(out[k].movedim(self.seq_dim + 1, 1))
                 view[row_t, start_t] = signed_view(torch.tensor(pads[k], dtype=out[k].dtype))
         if self.position_key is not None:
@@ -201,8 +188,7 @@ class PackedCollator(Collator):
             out[self.document_key] = layout.documents()
         if self.cu_seqlens_key is not None:
             out[self.cu_seqlens_key] = layout.cu_seqlens()
-        if count:
-            self._count(layout, L)
+        self._count(layout, L)
         return out
 
     def _check(self, cols: Columns) -> Key | None:
@@ -221,7 +207,7 @@ class PackedCollator(Collator):
                 f"datasets.Dataset: ds.remove_columns({HF_MASK!r})); the batch's position_ids "
                 "and document_ids say where each sample starts"
             )
-        index_key = self.index_key
+        index_key = self.roles.index
         if index_key is None:
             index_key = next((k for k in ("idx", "index") if k in cols.columns), None)
         others = [k for k in cols.keys if k not in cols.seq_keys and k != index_key]
@@ -229,7 +215,7 @@ class PackedCollator(Collator):
             raise ShapeBucketError(
                 f"sample 0 has per-sample values under {others}: packing puts several samples "
                 "in one row, so only per-token sequences have a place in the batch. Make them "
-                "per-token, drop them in the dataset, name a sample id as index_key, or use "
+                "per-token, drop them in the dataset, name a sample id as roles=KeyRoles(index=...), or use "
                 "BucketCollator (one sample per row)"
             )
         for name in (self.position_key, self.document_key, self.cu_seqlens_key):
@@ -242,7 +228,8 @@ class PackedCollator(Collator):
 
     def _check_labels(self, keys: list[Key]) -> None:
         """Refuse labels without a stated convention, and label keys the samples lack."""
-        labels = [k for k in keys if k in self.label_keys or k == "labels"]
+        label_keys = self.roles.labels
+        labels = [k for k in keys if k in label_keys or k == "labels"]
         if self.label_shift is None and labels:
             raise ShapeBucketError(
                 f"the samples have labels ({labels[0]!r}) but PackedCollator has no label_shift: "
@@ -251,60 +238,67 @@ class PackedCollator(Collator):
                 "sample), or label_shift='none' if each token's label already is the next token"
             )
         if self.label_shift == "model":
-            missing = [k for k in self.label_keys if k not in keys]
+            missing = [k for k in label_keys if k not in keys]
             if missing:
                 raise ShapeBucketError(
-                    f"label_shift='model' shifts label_keys={list(self.label_keys)}, but the "
-                    f"samples have no key {missing[0]!r} (they have {keys}); name the labels' "
-                    "key in label_keys"
+                    f"label_shift='model' shifts the label keys {list(label_keys)} "
+                    f"(roles.labels), but the samples have no key {missing[0]!r} (they have "
+                    f"{keys}); name the labels' key: roles=KeyRoles(labels=[...])"
                 )
-            stray = [k for k in labels if k not in self.label_keys]
+            stray = [k for k in labels if k not in label_keys]
             if stray:
                 raise ShapeBucketError(
-                    f"the samples have {stray[0]!r}, which label_keys={list(self.label_keys)} "
-                    "does not name, so it would not be shifted; add it to label_keys"
+                    f"the samples have {stray[0]!r}, which the label keys {list(label_keys)} "
+                    "(roles.labels) do not name, so it would not be shifted; add it: "
+                    "roles=KeyRoles(labels=[...])"
                 )
 
-    def repad(self, batch: Any, bucket: int, rows: int | None = None) -> dict[Key, Any]:
-        """A packed batch at row length ``bucket`` with ``rows`` rows (default
-        :meth:`rows_for`), each row one sample as long as the row whose values repeat
-        the first token of ``batch`` (a batch this collator made): the same keys,
-        dtypes and trailing dims, for :func:`~shapebucket.prewarm`. Not counted in
-        ``stats``.
+    def repad(self, batch: Any, shape: Shape) -> dict[Key, Any]:
+        """``batch`` (a packed batch this collator made) with ``shape.rows`` rows of row
+        length ``shape.length`` (a row length of the table): each row keeps its samples
+        where they fit (a sample past the new row end is cut there), added rows are empty;
+        positions, documents and the token mask are re-padded with the rest, varlen
+        boundaries moved to the new grid (a longer row's new places are a padding segment
+        of their own). The same :meth:`~shapebucket.collate.base.Collator.repad` as every
+        collator's, by :meth:`repad_rules`. Not counted in ``stats``.
 
+        >>> from shapebucket.plan import Shape
         >>> collate = PackedCollator([8, 16], rows={8: 2, 16: 1})
         >>> batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}])
-        >>> big = collate.repad(batch, 16)
-        >>> big["input_ids"].shape, big["position_ids"][0, -1].item()
-        (torch.Size([1, 16]), 15)
+        >>> big = collate.repad(batch, Shape(1, 16))
+        >>> big["input_ids"].tolist()[0][:6], big["document_ids"][0, :6].tolist()
+        ([1, 2, 3, 4, 5, 0], [0, 0, 0, 1, 1, -1])
         """
+        shape = as_shape(shape, 1, what="repad shape")
         if not isinstance(batch, Mapping):
             raise ShapeBucketError(
                 f"repad needs a batch this collator made (a dict), got {type(batch).__name__}"
             )
-        bucket = check_int("bucket", bucket, minimum=1)
-        if bucket not in self._table:
-            raise ShapeBucketError(f"{bucket} is not one of the row lengths {list(self._table)}")
-        rows = self.rows_for(bucket) if rows is None else check_int("rows", rows, minimum=1)
-        added = {self.position_key, self.document_key, self.cu_seqlens_key}
-        d = self.seq_dim + 1
-        sample: dict[Key, Any] = {}
-        for k, v in batch.items():
-            if k in added:
-                continue
-            if isinstance(v, list):  # the index key
-                sample[k] = 0
-                continue
-            if not isinstance(v, torch.Tensor) or v.ndim <= d:
+        if shape.length not in self._table:
+            raise ShapeBucketError(
+                f"{shape.length} is not one of the row lengths {list(self._table)}"
+            )
+        return cast(dict, super().repad(batch, shape))
+
+    def repad_rules(self, batch: Any) -> dict[Key, Rule]:
+        """How :meth:`repad` re-pads each value of a packed batch: the token mask, positions
+        and documents are ``[rows, row_length]`` sequences (padded with False, 0 and -1),
+        the varlen boundaries are moved, the index list is kept, and every other value is
+        a sequence with its length at ``seq_dim + 1``."""
+        fills = {self.mask_key: 0, self.position_key: 0, self.document_key: -1}
+        rules: dict[Key, Rule] = {}
+        for k, v in items_of(batch):
+            if k == self.cu_seqlens_key:
+                rules[k] = Rule("boundaries")
+            elif isinstance(v, list):  # the index key: one entry per sample, packing order
+                rules[k] = Rule("keep")
+            elif k in fills and isinstance(v, torch.Tensor) and v.ndim == 2:
+                rules[k] = Rule("sequence", pad=fills[k], dim=1)
+            elif isinstance(v, torch.Tensor) and v.ndim > self.seq_dim + 1:
+                rules[k] = Rule("sequence", pad=self.pad_value(k), dim=self.seq_dim + 1)
+            else:
                 raise ShapeBucketError(
-                    f"repad: {k!r} is not a value this collator made (a [rows, row_length, ...] tensor)"
+                    f"repad: {k!r} is not a value this collator made (a [rows, row_length, ...] "
+                    "tensor)"
                 )
-            if (
-                k == self.mask_key
-                and self.sequence_keys is not None
-                and k not in self.sequence_keys
-            ):
-                continue  # the collator's own token mask: made again
-            first = v.select(0, 0).narrow(self.seq_dim, 0, 1)
-            sample[k] = first.repeat_interleave(bucket, dim=self.seq_dim).contiguous()
-        return self._collate([dict(sample) for _ in range(rows)], count=False, rows=rows)
+        return rules

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from .engine import Key
 
 __all__ = [
     "SCALARS",
+    "KeyRoles",
     "Where",
     "at",
     "check_collisions",
@@ -32,6 +34,34 @@ __all__ = [
 ]
 
 SCALARS = (numbers.Number, np.generic)
+
+
+@dataclass(frozen=True)
+class KeyRoles:
+    """Which key of the samples plays which part (``None``: found as documented).
+
+    Args:
+        length: the key whose length is the sample's length (default: the first
+            sequence key). All sequence keys must have this length.
+        index: a key whose value is each sample's dataset index, so errors name the
+            dataset index of a bad sample (default: ``"idx"`` or ``"index"`` when the
+            samples have one).
+        labels: the keys holding labels: padded with -100 unless ``pad_values``
+            says otherwise, and shifted by ``PackedCollator(label_shift="model")``.
+
+    >>> KeyRoles(index="id").labels
+    ('labels',)
+    """
+
+    length: Key | None = None
+    index: Key | None = None
+    labels: tuple[Key, ...] = ("labels",)
+
+    def __post_init__(self) -> None:
+        labels = self.labels
+        if isinstance(labels, (str, bytes)) or not isinstance(labels, Sequence):
+            raise ShapeBucketError(f"KeyRoles(labels=...) must be a list of keys, got {labels!r}")
+        object.__setattr__(self, "labels", tuple(labels))
 
 
 def is_scalar(value: Any) -> bool:
@@ -53,7 +83,8 @@ def short(value: Any) -> str:
 
 def namer(kind: str, columns: dict[Key, list[Any]], index_key: Key | None) -> Where:
     """How errors name sample ``i``: its place in the batch, and its dataset index when the
-    samples carry it (``index_key``, or a dict key named ``idx`` or ``index``)."""
+    samples carry it (``index_key``: ``KeyRoles.index``, or a dict key named ``idx`` or
+    ``index``)."""
     key = index_key
     if key is None and kind == "dict":
         key = next((k for k in ("idx", "index") if k in columns), None)
@@ -61,7 +92,7 @@ def namer(kind: str, columns: dict[Key, list[Any]], index_key: Key | None) -> Wh
         return at
     if key not in columns:
         raise ShapeBucketError(
-            f"index_key {key!r} is not in the samples; they have keys {list(columns)}"
+            f"KeyRoles(index={key!r}) is not in the samples; they have keys {list(columns)}"
         )
     column = columns[key]
 

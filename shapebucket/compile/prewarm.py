@@ -28,8 +28,10 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from .. import _torch_compat as compat
 from .._progress import progress as progress_bar
 from .._validate import check_flag
+from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
 from ..errors import ShapeBucketError
+from ..plan.coerce import as_plan
 from ..plan.shapes import ShapePlan
 from .modes import Job, Mode, RecompileLimit
 from .recompiles import CompileCounter, no_recompiles
@@ -253,7 +255,7 @@ def _prewarm_job(job: Job, extra: list[Any], verify: bool, progress: bool) -> No
 
 def prewarm(
     model: Any,
-    plan: ShapePlan,
+    plan: ShapePlan | Iterable[int],
     example: Any = None,
     *,
     step: Callable[[Any], Any] | None = None,
@@ -263,6 +265,9 @@ def prewarm(
     progress: bool = True,
 ) -> PrewarmReport:
     """Compile every shape of ``plan`` before training, then put everything back as it was.
+
+    ``plan`` is a :class:`ShapePlan`, or the buckets with ``example=`` (a batch of the
+    loader): each bucket at the example's rows (:func:`~shapebucket.plan.as_plan`).
 
     For each shape, ``plan.batch(example, shape)`` (the collator re-pads
     ``example``, a real batch it made; or the plan's ``make_batch``) runs
@@ -292,15 +297,7 @@ def prewarm(
     >>> report.total_graphs, report.num_shapes
     (2, 2)
     """
-    if not isinstance(plan, ShapePlan):
-        raise ShapeBucketError(
-            f"prewarm takes a ShapePlan, got {type(plan).__name__}: build it with "
-            "ShapePlan.of(collator, sampler) or ShapePlan.from_function(shapes, make_batch)"
-        )
-    if plan.collator is not None and example is None:
-        raise ShapeBucketError(
-            "this plan re-pads an example to each shape: pass example=next(iter(loader))"
-        )
+    plan = as_plan(plan, example, BucketCollator)
     _check_callables(model, step)
     check_flag("verify", verify)
     check_flag("progress", progress)

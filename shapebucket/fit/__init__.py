@@ -14,6 +14,7 @@ Buckets([16, 32])
 from .batches import cut_steps, epoch_batches
 from .bucket_fit import fit_buckets
 from .buckets import Buckets
+from .cell_report import CellsReport, cells_report
 from .cells import Cells, cells_lower_bound, fit_cells
 from .packing import PackingReport, pack_epoch, pack_rows, rows_for_tokens
 from .packing_fit import PackingFitReport, PackingTrial, fit_packing, packing_report
@@ -22,11 +23,13 @@ from .padding import PaddingReport, padding_report
 __all__ = [
     "Buckets",
     "Cells",
+    "CellsReport",
     "PackingFitReport",
     "PackingReport",
     "PackingTrial",
     "PaddingReport",
     "cells_lower_bound",
+    "cells_report",
     "cut_steps",
     "epoch_batches",
     "fit_buckets",

@@ -21,7 +21,7 @@ strips. The result is exact over hierarchical tables on the candidate grid
 (every aligned length that occurs, or ``grid`` quantiles of them when there are
 more); the objective is every sample's padded ``source + target``, which the
 edge rule can only lower. :func:`cells_lower_bound` bounds what *any* ``k``
-cells can reach; :func:`~.cell_shapes.cells_report` says how much a table pads.
+cells can reach; :func:`~.cell_report.cells_report` says how much a table pads.
 The reasoning: ``docs/two_length.md``.
 """
 

@@ -1,20 +1,14 @@
-"""``ShapePlan``: every ``(rows, length)`` shape a loader will produce, and how to make each.
+"""``ShapePlan``: every batch shape a loader will produce, and how to make each.
 
-The sampler knows which rows and buckets its batches have, the collator knows
-how it pads rows and lengths; together they know every shape the model will
-see. :func:`shapebucket.prewarm` compiles each shape of a plan, and
+The sampler knows which batches it yields, the collator how it pads their rows
+and lengths; together they know every shape the model will see.
+:meth:`ShapePlan.of` asks the collator, through the collator protocol
+(:class:`~shapebucket.plan.ShapedCollator`): ``collator.shapes(sampler)``; each
+collator documents its rule (``BucketCollator``: the sampler's shapes, its own
+``rows`` or every ``row_buckets`` size; ``PackedCollator``: its rows per row
+length; ``CellCollator``: the sampler's cells). :func:`shapebucket.prewarm`
+compiles each shape of a plan from ``collator.repad(example, shape)``, and
 :func:`shapebucket.no_recompiles` names the plan when a batch falls outside it.
-
-Inference, in :meth:`ShapePlan.of`:
-
-* a collator with ``row_buckets`` (inference): every bucket at every row bucket;
-* a collator with ``rows`` (``BucketCollator(rows=...)``, every ``PackedCollator``):
-  ``(collator.rows_for(b), b)`` for each bucket ``b``;
-* otherwise the sampler's ``shapes()``: the ``(rows, bucket)`` of every batch it
-  can yield on this rank, short last batches included.
-
-With a sampler the lengths are the buckets its batches use on this rank (a
-bucket no sample falls into is not compiled).
 """
 
 from __future__ import annotations
@@ -28,9 +22,8 @@ import torch
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
-from .cell_shapes import cell_shapes, check_cell_shapes, two_length
 
-__all__ = ["CellShape", "Shape", "ShapePlan"]
+__all__ = ["Shape", "ShapePlan", "as_shape", "check_protocol"]
 
 
 class Shape(tuple):  # type: ignore[type-arg]
@@ -83,7 +76,29 @@ class Shape(tuple):  # type: ignore[type-arg]
         return f"Shape(rows={self[0]}, lengths={self.lengths})"
 
 
-CellShape = Shape  # removed by the shape-contract refactor: one Shape for every path
+def as_shape(shape: Any, axes: int | None = None, *, what: str = "shape") -> Shape:
+    """``shape`` as a :class:`Shape`: a ``Shape`` or a ``(rows, *lengths)`` tuple of ints
+    >= 1, with ``axes`` lengths when given (1: buckets and packing, 2: cells).
+
+    >>> as_shape((4, 128)), as_shape((2, 16, 8), 2)
+    (Shape(rows=4, length=128), Shape(rows=2, lengths=(16, 8)))
+    """
+    want = "(rows, source, target) triple" if axes == 2 else "(rows, length) pair"
+    if (
+        isinstance(shape, (str, bytes, Mapping, Set))
+        or not isinstance(shape, Iterable)
+        or len(shape) < 2  # type: ignore[arg-type]
+        or (axes is not None and len(shape) != axes + 1)  # type: ignore[arg-type]
+    ):
+        raise ShapeBucketError(
+            f"{what} must be a {want}, got {shape!r}; write Shape(4, 128) for 4 rows of 128 "
+            "(Shape(4, 128, 32): 4 rows of a two-length cell)"
+        )
+    rows, *lengths = shape
+    return Shape(
+        check_int(f"{what} rows", rows, minimum=1),
+        *(check_int(f"{what} length", n, minimum=1) for n in lengths),
+    )
 
 
 def _check_shapes(shapes: Iterable[Any]) -> tuple[Shape, ...]:
@@ -92,24 +107,10 @@ def _check_shapes(shapes: Iterable[Any]) -> tuple[Shape, ...]:
             f"shapes must be a list of (rows, length) pairs, got {shapes!r}; "
             "for one shape write [(rows, length)]"
         )
-    out: set[Any] = set()  # Shape, or CellShape for two-length plans
-    for i, pair in enumerate(shapes):
-        if (
-            isinstance(pair, (str, bytes, Mapping, Set))
-            or not isinstance(pair, Iterable)
-            or len(pair) not in (2, 3)  # type: ignore[arg-type]
-        ):
-            raise ShapeBucketError(
-                f"shapes[{i}] must be a (rows, length) pair, got {pair!r}; write (4, 128) for "
-                "4 rows of 128 tokens (or (rows, source, target) for two-length cells)"
-            )
-        rows, length, *target = pair
-        rows = check_int(f"shapes[{i}] rows", rows, minimum=1)
-        length = check_int(f"shapes[{i}] length", length, minimum=2)
-        if target:
-            out.add(Shape(rows, length, check_int(f"shapes[{i}] target", target[0], minimum=2)))
-        else:
-            out.add(Shape(rows, length))
+    out = {as_shape(s, what=f"shapes[{i}]") for i, s in enumerate(shapes)}
+    for i, s in enumerate(sorted(out)):
+        if min(s.lengths) < 2:  # dynamo specialises sizes 0 and 1: no bucket is that short
+            raise ShapeBucketError(f"shapes[{i}] length must be >= 2, got {min(s.lengths)}")
     if not out:
         raise ShapeBucketError("a ShapePlan needs at least one (rows, length) shape, got none")
     if len({len(s) for s in out}) > 1:
@@ -117,7 +118,7 @@ def _check_shapes(shapes: Iterable[Any]) -> tuple[Shape, ...]:
             "shapes mix (rows, length) pairs and (rows, source, target) triples; a plan is "
             "one-length or two-length"
         )
-    return tuple(sorted(out, key=lambda s: (s.length, *s[2:], s.rows)))
+    return tuple(sorted(out, key=lambda s: (s.lengths, s.rows)))
 
 
 def _tensor_shapes(batch: Any) -> list[tuple[int, ...]]:
@@ -147,21 +148,33 @@ def _checked(batch: Any, shape: Shape) -> Any:
     return batch
 
 
-def _packs(obj: Any) -> bool:
-    """Whether ``obj`` is a packed sampler or collator (by class: plan imports neither)."""
-    return any(c.__name__ in ("PackedBatchSampler", "PackedCollator") for c in type(obj).__mro__)
+class _Listed:
+    """A sampler whose batches have exactly the given shapes: how a plan built from a list
+    checks it through the collator protocol (``collator.shapes(_Listed(shapes))``)."""
+
+    def __init__(self, shapes: Iterable[Shape], packs: bool) -> None:
+        self._shapes, self.packs = frozenset(shapes), packs
+
+    def shapes(self) -> frozenset[Shape]:
+        return self._shapes
 
 
 class ShapePlan:
-    """The set of ``(rows, length)`` shapes a loader produces, and how to make a batch of each.
+    """The set of batch shapes a loader produces, and how to make a batch of each.
 
-    Build it with :meth:`of` (from the collator, and the sampler when the
-    collator does not pad rows), with :meth:`from_function` (a
-    ``make_batch(shape)`` of your own), or directly as
+    Build it with :meth:`of` (``collator.shapes(sampler)``: any collator that
+    implements :class:`~shapebucket.plan.ShapedCollator`), with
+    :meth:`from_function` (a ``make_batch(shape)`` of your own), or directly as
     ``ShapePlan([(rows, length), ...], collator)``; a two-length plan (a
-    :class:`~shapebucket.collate.CellCollator`) holds :class:`CellShape` triples
-    ``(rows, source, target)`` instead. ``plan.shapes`` is sorted by length, then rows; ``len(plan)`` counts them. A plan pickles when its
-    collator (or ``make_batch``) does.
+    :class:`~shapebucket.collate.CellCollator`) holds ``Shape(rows, source,
+    target)`` triples. ``plan.shapes`` is sorted by lengths, then rows;
+    ``len(plan)`` counts them. A plan pickles when its collator (or
+    ``make_batch``) does.
+
+    A plan given its shapes checks them through the protocol: ``collator.shapes``
+    of a sampler whose batches have exactly those shapes must contain every one
+    (a collator that pads rows makes its own row count; one with ``row_buckets``
+    makes every row bucket, and a warning names those the plan lacks).
 
     >>> from shapebucket.collate.bucket import BucketCollator
     >>> collate = BucketCollator([8, 16], rows=4)
@@ -177,7 +190,7 @@ class ShapePlan:
 
     def __init__(
         self,
-        shapes: Iterable[tuple[int, int]] | Iterable[tuple[int, int, int]],
+        shapes: Iterable[tuple[int, ...]],
         collator: Any = None,
         *,
         make_batch: Callable[[Shape], Any] | None = None,
@@ -188,11 +201,8 @@ class ShapePlan:
                 "and make_batch(shape); use ShapePlan.of(collator, sampler) or "
                 "ShapePlan.from_function(shapes, make_batch)"
             )
-        if collator is not None and not callable(getattr(collator, "repad", None)):
-            raise ShapeBucketError(
-                f"collator must be a BucketCollator or PackedCollator (it re-pads the example "
-                f"with repad), got {type(collator).__name__}"
-            )
+        if collator is not None:
+            check_protocol(collator, "ShapePlan")
         if make_batch is not None and not callable(make_batch):
             raise ShapeBucketError(
                 f"make_batch must be a function shape -> batch, got {make_batch!r}"
@@ -204,119 +214,43 @@ class ShapePlan:
             self._check_collator(collator)
 
     def _check_collator(self, collator: Any) -> None:
-        """Every shape must be one the collator can make, and with ``row_buckets`` every
-        row bucket should be there (a request batch of any size lands in one)."""
-        if two_length(collator):
-            check_cell_shapes(self._shapes, collator)
-            return
-        known = sorted(collator.buckets)
-        unknown = sorted({s.length for s in self._shapes} - set(known))
-        if unknown:
-            raise ShapeBucketError(
-                f"lengths {unknown} are not buckets of the collator ({known}): it never pads a "
-                "batch to them; give the sampler and the collator the same buckets"
-            )
-        row_buckets = getattr(collator, "row_buckets", None)
-        rows = getattr(collator, "rows", None)
+        """Every shape must be one the collator makes for batches of that shape; shapes it
+        makes beside them (``row_buckets``) are named in a warning."""
+        listed = _Listed(self._shapes, bool(getattr(collator, "packs", False)))
+        made = {as_shape(s) for s in collator.shapes(listed)}
         for s in self._shapes:
-            if row_buckets is not None and s.rows not in row_buckets:
+            if s not in made:
                 raise ShapeBucketError(
-                    f"shape {tuple(s)}: the collator pads rows to row_buckets={list(row_buckets)}, "
-                    f"so a batch of {s.rows} rows never occurs; use ShapePlan.of(collator)"
+                    f"shape {tuple(s)} never occurs: {collator!r} makes "
+                    f"{sorted(tuple(m) for m in made)} from batches of the plan's shapes, so a "
+                    f"batch of {s.rows} rows at {s.lengths} is not one it makes; use "
+                    "ShapePlan.of(collator, sampler)"
                 )
-            if rows is not None and s.rows != collator.rows_for(s.length):
-                raise ShapeBucketError(
-                    f"shape {tuple(s)}: the collator pads every batch at length {s.length} to "
-                    f"rows={collator.rows_for(s.length)}, so {s.rows} rows never occur; use "
-                    "ShapePlan.of(collator)"
-                )
-        if row_buckets is not None:
-            missing = sorted(
-                {(r, b) for r in row_buckets for b in {s.length for s in self._shapes}}
-                - set(self._shapes)
+        missing = sorted(tuple(m) for m in made - set(self._shapes))
+        if missing:
+            warnings.warn(
+                f"the collator makes shapes {missing} from batches of the plan's shapes too "
+                "(row_buckets pad a request batch of any size), but the plan has no shapes "
+                f"{missing}: such batches compile when they first come (no_recompiles() raises); "
+                "use ShapePlan.of(collator) for all of them",
+                stacklevel=3,
             )
-            if missing:
-                warnings.warn(
-                    f"the collator pads request batches to row_buckets={list(row_buckets)}, but the "
-                    f"plan has no shapes {missing}: such batches compile when they first come "
-                    "(no_recompiles() raises); use ShapePlan.of(collator) for all of them",
-                    stacklevel=3,
-                )
 
     @classmethod
     def of(cls, collator: Any, sampler: Any = None) -> ShapePlan:
-        """The plan of a loader made of ``collator`` and ``sampler``.
+        """The plan of a loader made of ``collator`` and ``sampler``:
+        ``ShapePlan(collator.shapes(sampler), collator)``.
 
         >>> from shapebucket.collate.bucket import BucketCollator
-        >>> ShapePlan.of(BucketCollator([8, 16], row_buckets=[1, 4])).shapes
+        >>> ShapePlan.of(BucketCollator.with_row_buckets([8, 16], [1, 4])).shapes
         (Shape(rows=1, length=8), Shape(rows=4, length=8), Shape(rows=1, length=16), Shape(rows=4, length=16))
         """
-        if two_length(collator) or two_length(sampler):
-            return cls(cell_shapes(collator, sampler), collator)
-        if not callable(getattr(collator, "repad", None)) or not hasattr(collator, "buckets"):
-            raise ShapeBucketError(
-                f"ShapePlan.of needs the BucketCollator or PackedCollator of the loader, got "
-                f"{type(collator).__name__}; without one use ShapePlan.from_function(shapes, make_batch)"
-            )
-        used = None
-        if sampler is not None:
-            if not callable(getattr(sampler, "shapes", None)):
-                raise ShapeBucketError(
-                    f"sampler must be a BucketBatchSampler or PackedBatchSampler (it lists its "
-                    f"shapes()), got {type(sampler).__name__}"
-                )
-            if _packs(sampler) != _packs(collator):
-                raise ShapeBucketError(
-                    f"a {type(sampler).__name__} and a {type(collator).__name__} do not make one "
-                    "loader: pair BucketBatchSampler with BucketCollator and PackedBatchSampler "
-                    "with PackedCollator (same buckets and rows)"
-                )
-            used = cls._sampler_shapes(sampler, collator)
-        row_buckets = getattr(collator, "row_buckets", None)
-        lengths = list(collator.buckets) if used is None else sorted({b for _, b in used})
-        if row_buckets is not None:
-            too_many = sorted({(r, b) for r, b in used or () if r > max(row_buckets)})
-            if too_many:
-                raise ShapeBucketError(
-                    f"the sampler makes batches of {too_many[0][0]} rows (at bucket "
-                    f"{too_many[0][1]}), more than the collator's largest row bucket "
-                    f"{max(row_buckets)} (row_buckets={list(row_buckets)}); every such batch "
-                    "would fail to collate: add a larger row bucket or make the batches smaller"
-                )
-            return cls([(r, b) for b in lengths for r in row_buckets], collator)
-        if getattr(collator, "rows", None) is not None:
-            shapes = [(int(collator.rows_for(b)), b) for b in lengths]
-            for rows, b in used or ():
-                if rows > collator.rows_for(b):
-                    raise ShapeBucketError(
-                        f"the sampler makes batches of {rows} rows at bucket {b}, more than the "
-                        f"collator's rows={collator.rows_for(b)} there; pass "
-                        "BucketCollator(rows=sampler.rows)"
-                    )
-            return cls(shapes, collator)
-        if used is None:
-            raise ShapeBucketError(
-                f"{type(collator).__name__} pads no rows (no rows= or row_buckets=), so a "
-                "batch's row count comes from the sampler: pass ShapePlan.of(collator, sampler), "
-                "give the collator rows=, or list the shapes: ShapePlan([(rows, length), ...], collator)"
-            )
-        return cls(used, collator)
-
-    @staticmethod
-    def _sampler_shapes(sampler: Any, collator: Any) -> set[tuple[int, int]]:
-        used = {(int(r), int(b)) for r, b in sampler.shapes()}
-        known = set(collator.buckets)
-        unknown = sorted({b for _, b in used} - known)
-        if unknown:
-            raise ShapeBucketError(
-                f"the sampler makes batches at buckets {unknown}, which the collator "
-                f"({list(known)}) does not have; give the sampler and the collator the same buckets"
-            )
-        return used
+        check_protocol(collator, "ShapePlan.of")
+        return cls(collator.shapes(sampler), collator)
 
     @classmethod
     def from_function(
-        cls, shapes: Iterable[tuple[int, int]], make_batch: Callable[[Shape], Any]
+        cls, shapes: Iterable[tuple[int, ...]], make_batch: Callable[[Shape], Any]
     ) -> ShapePlan:
         """A plan whose batches come from ``make_batch(shape)``, for code without a collator.
 
@@ -329,12 +263,12 @@ class ShapePlan:
 
     @property
     def shapes(self) -> tuple[Shape, ...]:
-        """Every shape, sorted by length, then rows."""
+        """Every shape, sorted by lengths, then rows."""
         return self._shapes
 
     @property
     def lengths(self) -> Buckets:
-        """The distinct lengths of the shapes."""
+        """The distinct lengths of the shapes' first axis."""
         return Buckets(sorted({s.length for s in self._shapes}))
 
     @property
@@ -348,27 +282,22 @@ class ShapePlan:
         batches have their length at dim ``seq_dim + 1``."""
         return int(getattr(self._collator, "seq_dim", 0))
 
-    def batch(self, example: Any, shape: tuple[int, int]) -> Any:
-        """A batch of ``shape`` (one of the plan's): ``collator.repad(example, length, rows)``,
+    def batch(self, example: Any, shape: tuple[int, ...]) -> Any:
+        """A batch of ``shape`` (one of the plan's): ``collator.repad(example, shape)``,
         or ``make_batch(shape)``, which must return tensors of ``shape``."""
-        if isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
-            raise ShapeBucketError(f"shape must be a (rows, length) pair, got {shape!r}")
-        pair = tuple(shape)
-        if pair not in self._shapes:
+        shape = as_shape(shape)
+        if shape not in self._shapes:
             raise ShapeBucketError(
-                f"shape {pair!r} is not in the plan {[tuple(s) for s in self._shapes]}; a "
-                "batch of it would compile a graph no loader batch uses: pass one of plan.shapes"
+                f"shape {tuple(shape)!r} is not in the plan {[tuple(s) for s in self._shapes]}; "
+                "a batch of it would compile a graph no loader batch uses: pass one of plan.shapes"
             )
-        shape = Shape(*pair) if len(pair) == 2 else CellShape(*pair)
         if self._make_batch is not None:
             return _checked(self._make_batch(shape), shape)
         if example is None:
             raise ShapeBucketError(
                 "this plan re-pads an example batch to each shape: pass example=next(iter(loader))"
             )
-        if len(shape) == 3:
-            return self._collator.repad(example, shape.lengths, shape.rows)
-        return self._collator.repad(example, shape.length, shape.rows)
+        return self._collator.repad(example, shape)
 
     def __len__(self) -> int:
         return len(self._shapes)
@@ -396,10 +325,24 @@ class ShapePlan:
         self._make_batch = state["make_batch"]
 
     def __repr__(self) -> str:
-        pairs = ", ".join(str(tuple(s)) for s in self._shapes)  # (rows, length[, target])
+        pairs = ", ".join(str(tuple(s)) for s in self._shapes)  # (rows, *lengths)
         source = (
             type(self._collator).__name__
             if self._collator is not None
             else getattr(self._make_batch, "__name__", "make_batch")
         )
         return f"ShapePlan([{pairs}], {source})"
+
+
+def check_protocol(collator: Any, where: str) -> None:
+    """Refuse an object that does not implement :class:`~shapebucket.plan.ShapedCollator`
+    (``shapes(sampler)`` and ``repad(batch, shape)``), naming what it lacks."""
+    lacks = [m for m in ("shapes", "repad") if not callable(getattr(collator, m, None))]
+    if lacks:
+        raise ShapeBucketError(
+            f"{where} needs a collator that implements the ShapedCollator protocol "
+            f"(shapes(sampler) and repad(batch, shape)); {type(collator).__name__} has no "
+            f"{' or '.join(lacks)}: use BucketCollator, PackedCollator or CellCollator, add "
+            "the two methods to your collator, or build the plan with "
+            "ShapePlan.from_function(shapes, make_batch)"
+        )

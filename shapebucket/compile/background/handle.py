@@ -33,7 +33,9 @@ from typing import Any
 import torch
 
 from ... import _torch_compat as compat
+from ...collate.bucket import BucketCollator
 from ...errors import ShapeBucketError
+from ...plan.coerce import as_plan
 from ...plan.shapes import Shape, ShapePlan
 from ..cache import MANIFEST, load_compile_cache
 from ..key import describe_batch, job_key
@@ -268,7 +270,7 @@ def _load(path: Path) -> bool:
 
 def compile_in_background(
     build: Callable[[], torch.nn.Module],
-    plan: ShapePlan,
+    plan: ShapePlan | list[int],
     example: Any = None,
     *,
     model: torch.nn.Module | None = None,
@@ -299,19 +301,11 @@ def compile_in_background(
     """
     from ..prewarm import _refuse_cached_decoder
 
-    if not isinstance(plan, ShapePlan):
-        raise ShapeBucketError(
-            f"compile_in_background takes a ShapePlan, got {type(plan).__name__}: build it with "
-            "ShapePlan.of(collator, sampler) or ShapePlan.from_function(shapes, make_batch)"
-        )
+    plan = as_plan(plan, example, BucketCollator, caller="compile_in_background")
     if not callable(build):
         raise ShapeBucketError(f"build must be a function () -> nn.Module, got {build!r}")
     if step is not None and not callable(step):
         raise ShapeBucketError(f"step must be a function (model, batch) -> None, got {step!r}")
-    if plan.collator is not None and example is None:
-        raise ShapeBucketError(
-            "this plan re-pads an example to each shape: pass example=next(iter(loader))"
-        )
     if isinstance(poll_seconds, bool) or not isinstance(poll_seconds, (int, float)):
         raise ShapeBucketError(f"poll_seconds must be a number of seconds, got {poll_seconds!r}")
     if not 0 <= poll_seconds <= 60:

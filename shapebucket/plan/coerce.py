@@ -1,0 +1,113 @@
+"""What :func:`shapebucket.prewarm` and :func:`~shapebucket.compile.compile_in_background`
+take as their plan: :func:`as_plan` owns the "takes a ShapePlan" and "pass example="
+checks, once.
+
+Besides a :class:`~shapebucket.plan.ShapePlan`, both take the bucket table and an
+example batch (the design card's ``prewarm(model, buckets, example=batch)``): the plan
+is then each bucket at the example's row count, re-padded by a collator with default
+settings (``BucketCollator(buckets)``: labels pad with -100, other keys with 0, masks
+with False). That is safe because the re-padded batches are only compiled for: their
+values are never trained on (prewarm restores every state it touched), and a graph
+depends on the batch's keys, shapes and dtypes, which re-padding keeps. An example the
+default collator cannot re-pad exactly is refused, naming the key and the fix: a
+tensor whose first dim is not the batch's rows (``cu_seqlens``), 2-D+ tensors whose
+dim 1 is not one bucket (``seq_dim=1`` features, two-length batches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..errors import ShapeBucketError
+from ..fit.buckets import Buckets, as_buckets
+from .shapes import ShapePlan, check_protocol
+
+__all__ = ["as_plan"]
+
+
+def as_plan(
+    plan: Any, example: Any, default: Callable[[Buckets], Any], *, caller: str = "prewarm"
+) -> ShapePlan:
+    """``plan`` as a :class:`ShapePlan`, checked to come with what its batches need.
+
+    ``plan`` is a ``ShapePlan`` (a collator's plan needs ``example``, a batch the
+    collator made), or buckets (a :class:`~shapebucket.fit.Buckets` or a list of ints)
+    with ``example``: then every bucket at the example's rows, re-padded by
+    ``default(buckets)`` (the caller passes ``BucketCollator``; ``plan/`` imports no
+    collator). ``caller`` names the function in the errors.
+
+    >>> from shapebucket import BucketCollator
+    >>> collate = BucketCollator([8, 16])
+    >>> batch = collate([{"input_ids": [1, 2]}, {"input_ids": [3]}])
+    >>> as_plan([8, 16], batch, BucketCollator).shapes
+    (Shape(rows=2, length=8), Shape(rows=2, length=16))
+    """
+    if isinstance(plan, ShapePlan):
+        if plan.collator is not None and example is None:
+            raise ShapeBucketError(
+                f"{caller}: this plan re-pads an example to each shape: pass "
+                "example=next(iter(loader))"
+            )
+        return plan
+    if not isinstance(plan, Buckets) and (
+        isinstance(plan, (str, bytes))
+        or not isinstance(plan, Sequence)
+        or not plan
+        or not all(isinstance(b, int) and not isinstance(b, bool) for b in plan)
+    ):
+        raise ShapeBucketError(
+            f"{caller} takes a ShapePlan (or the buckets and example=), got "
+            f"{type(plan).__name__}: build it with ShapePlan.of(collator, sampler) or "
+            "ShapePlan.from_function(shapes, make_batch)"
+        )
+    buckets = as_buckets(plan)
+    if example is None:
+        raise ShapeBucketError(
+            f"{caller}({'model' if caller == 'prewarm' else 'build'}, buckets) has nothing to "
+            "build a batch of each bucket from: pass example=next(iter(loader)) (a batch "
+            "your collator made), or a ShapePlan"
+        )
+    collator = default(buckets)
+    check_protocol(collator, caller)
+    rows = _rows_of(example, buckets, caller)
+    return ShapePlan([(rows, b) for b in buckets], collator)
+
+
+def _rows_of(example: Any, buckets: Buckets, caller: str) -> int:
+    """The example's row count, refusing a batch the default collator would re-pad to
+    shapes the loader never makes."""
+    if isinstance(example, Mapping):
+        items = list(example.items())
+    elif isinstance(example, (tuple, list)):
+        items = list(enumerate(example))
+    elif isinstance(example, torch.Tensor):
+        items = [(0, example)]
+    else:
+        raise ShapeBucketError(
+            f"{caller}: example must be a batch a BucketCollator made (a dict, a tuple or a "
+            f"tensor), got {type(example).__name__}"
+        )
+    tensors = [(k, v) for k, v in items if isinstance(v, torch.Tensor) and v.ndim >= 1]
+    if not tensors:
+        raise ShapeBucketError(
+            f"{caller}: example has no tensor to re-pad (keys {[k for k, _ in items]})"
+        )
+    rows = int(tensors[0][1].shape[0])
+    fix = "build the plan with ShapePlan.of(collator, sampler) from the loader's collator"
+    for k, v in tensors:
+        if v.shape[0] != rows:
+            raise ShapeBucketError(
+                f"{caller}: example[{k!r}] has shape {tuple(v.shape)} but {tensors[0][0]!r} "
+                f"has {rows} rows: a default BucketCollator re-pads per-row values only, so it "
+                f"would keep {k!r} as it is at every bucket; {fix}"
+            )
+        if v.ndim >= 2 and v.shape[1] not in buckets:
+            raise ShapeBucketError(
+                f"{caller}: example[{k!r}] has shape {tuple(v.shape)}: its dim 1 ({v.shape[1]}) "
+                f"is not a bucket of {list(buckets)}, so a default BucketCollator (sequences at "
+                f"dim 1, every 2-D value a sequence) would pad the wrong dim; {fix}"
+            )
+    return rows

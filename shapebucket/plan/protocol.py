@@ -1,0 +1,113 @@
+"""The collator protocol: what a :class:`~shapebucket.plan.ShapePlan` asks of a collator.
+
+A collator that implements :class:`ShapedCollator` is planned, prewarmed and guarded
+like the built-in ones (:class:`~shapebucket.BucketCollator`,
+:class:`~shapebucket.PackedCollator`, :class:`~shapebucket.collate.CellCollator`):
+
+* ``shapes(sampler=None)``: every :class:`~shapebucket.plan.Shape` the collator makes
+  for the batches of ``sampler`` (a :class:`ShapedSampler`; ``None``: the shapes it
+  makes on its own, or a :class:`~shapebucket.ShapeBucketError` when its row count
+  comes from the sampler);
+* ``repad(batch, shape)``: a batch of ``shape`` made from ``batch``, a batch the
+  collator made (:func:`shapebucket.prewarm` compiles each shape from one).
+
+A sampler (:class:`ShapedSampler`) lists ``shapes()``, the shape of each batch it
+yields on this rank, and says whether it ``packs`` samples into rows. Pairing is by
+that attribute, never by class name: :func:`sampler_shapes` refuses a packing sampler
+with a collator that does not pack, and the other way round.
+
+>>> from shapebucket import BucketCollator
+>>> isinstance(BucketCollator([8, 16]), ShapedCollator)
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import ShapeBucketError
+from .shapes import Shape, as_shape
+
+__all__ = ["ShapedCollator", "ShapedSampler", "sampler_shapes"]
+
+
+@runtime_checkable
+class ShapedCollator(Protocol):
+    """A collate function that lists the shapes it makes and re-pads its batches.
+
+    ``shapes(sampler)`` must contain the shape of every batch the collator makes
+    from the batches of ``sampler``; ``repad(batch, shape)`` must return a batch
+    of exactly ``shape`` (``shape.rows`` rows, ``shape.lengths`` on the padded
+    axes) with the keys, dtypes and trailing dims of ``batch``, whose real values
+    are ``batch``'s where they fit.
+    """
+
+    def __call__(self, samples: Sequence[Any]) -> Any:
+        """Collate a list of samples into a batch."""
+        ...
+
+    def shapes(self, sampler: Any = None) -> frozenset[Shape]:
+        """Every shape the collator makes for the batches of ``sampler``."""
+        ...
+
+    def repad(self, batch: Any, shape: Shape) -> Any:
+        """``batch`` (one the collator made) cut or padded to ``shape``."""
+        ...
+
+
+@runtime_checkable
+class ShapedSampler(Protocol):
+    """A batch sampler that lists the shape of each batch it yields on this rank.
+
+    ``packs`` (a class attribute) is True for a sampler whose batches are rows of
+    several samples each (their shapes' rows are packed rows).
+    """
+
+    packs: bool
+
+    def shapes(self) -> Iterable[Any]:
+        """``(rows, *lengths)`` of every batch this sampler yields on this rank."""
+        ...
+
+
+def sampler_shapes(sampler: Any, collator: Any, axes: int = 1) -> frozenset[Shape]:
+    """The shapes of ``sampler``'s batches, checked to suit ``collator``: the sampler
+    lists ``shapes()``, packs exactly when the collator does (the ``packs`` attribute,
+    default False), and its shapes have ``axes`` lengths. A collator's ``shapes()`` starts
+    from them.
+
+    >>> from shapebucket import BucketCollator
+    >>> class Listed:
+    ...     packs = False
+    ...     def shapes(self):
+    ...         return [(4, 8), (2, 16)]
+    >>> sorted(sampler_shapes(Listed(), BucketCollator([8, 16])))
+    [Shape(rows=2, length=16), Shape(rows=4, length=8)]
+    """
+    name, kind = type(collator).__name__, type(sampler).__name__
+    if not callable(getattr(sampler, "shapes", None)):
+        raise ShapeBucketError(
+            f"{name}.shapes(sampler) needs a batch sampler that lists its shapes() "
+            f"(BucketBatchSampler, PackedBatchSampler, CellBatchSampler), got {kind}"
+        )
+    packs, packed = bool(getattr(sampler, "packs", False)), bool(getattr(collator, "packs", False))
+    if packs != packed:
+        what = ("packs samples into rows", "does not pack")
+        raise ShapeBucketError(
+            f"a {kind} and a {name} do not make one loader: the sampler "
+            f"{what[0] if packs else what[1]} (packs={packs}) and the collator "
+            f"{what[0] if packed else what[1]} (packs={packed}); pair BucketBatchSampler with "
+            "BucketCollator, PackedBatchSampler with PackedCollator and CellBatchSampler with "
+            "CellCollator (same buckets and rows)"
+        )
+    shapes = [as_shape(s, what=f"{kind}.shapes()") for s in sampler.shapes()]
+    wrong = [s for s in shapes if len(s.lengths) != axes]
+    if wrong:
+        raise ShapeBucketError(
+            f"a {kind} and a {name} do not make one loader: the sampler's batches have "
+            f"{len(wrong[0].lengths)} length(s) ({tuple(wrong[0])}), the collator pads {axes}; "
+            "pair CellBatchSampler (source and target) with CellCollator, the one-length "
+            "samplers with BucketCollator or PackedCollator"
+        )
+    return frozenset(shapes)

@@ -1,0 +1,233 @@
+"""The collator protocol (shapebucket.plan.ShapedCollator): every collator lists its shapes
+and re-pads its batches, the plan asks nothing else, and a collator of the user's own
+joins the plan, prewarm and no_recompiles without a change to the package."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import shapebucket
+from shapebucket import (
+    BucketBatchSampler,
+    BucketCollator,
+    PackedBatchSampler,
+    PackedCollator,
+    ShapeBucketError,
+    ShapePlan,
+    no_recompiles,
+    prewarm,
+)
+from shapebucket.collate import CellCollator, KeyRoles
+from shapebucket.fit import Cells
+from shapebucket.plan import Shape, ShapedCollator, as_plan
+from shapebucket.sampling import CellBatchSampler
+
+EAGER = {"dynamic": False, "backend": "eager", "fullgraph": True}
+LENGTHS = [3, 5, 7, 9, 12, 15, 4, 6, 11, 2, 14, 8] * 3
+
+
+def token_samples(lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [{"input_ids": torch.randint(1, 50, (n,), generator=g)} for n in lengths]
+
+
+def test_every_collator_implements_the_protocol_and_the_plan_asks_only_it():
+    bucket = BucketBatchSampler(LENGTHS, [8, 16], batch_size=4)
+    packed = PackedBatchSampler(LENGTHS, [8, 16], rows=2)
+    cells = CellBatchSampler(
+        LENGTHS, [n // 2 + 1 for n in LENGTHS], [(8, 4), (16, 8)], batch_size=4
+    )
+    pairs = [
+        (BucketCollator([8, 16]), bucket),
+        (PackedCollator([8, 16], rows=packed.rows), packed),
+        (CellCollator([(8, 4), (16, 8)]), cells),
+    ]
+    for collator, sampler in pairs:
+        assert isinstance(collator, ShapedCollator)
+        assert collator.packs == getattr(sampler, "packs", False)  # ShapedSampler.packs
+        plan = ShapePlan.of(collator, sampler)
+        assert set(plan.shapes) == collator.shapes(sampler)
+        assert all(isinstance(s, Shape) for s in plan)
+        assert pickle.loads(pickle.dumps(plan)) == plan  # DataLoader workers, spawn
+
+
+def test_pairing_is_by_the_packs_attribute_not_by_class_name():
+    class MyPacked(PackedCollator):  # a subclass: still packs
+        pass
+
+    packed = PackedBatchSampler(LENGTHS, [16], rows=2)
+    assert len(ShapePlan.of(MyPacked([16], rows=packed.rows), packed)) == 1
+    with pytest.raises(ShapeBucketError, match=r"do not make one loader.*packs=True.*packs=False"):
+        ShapePlan.of(BucketCollator([16]), packed)
+
+
+# -- issue 30, defect 2 ----------------------------------------------------------------------
+
+
+def test_packed_seq_dim_1_with_a_token_mask_re_pads_its_own_batch():
+    """Issue 30 (2): repad took the collator's own [rows, L] token mask for a foreign
+    value, so ShapePlan.batch and prewarm could not run on audio features."""
+    collate = PackedCollator([8, 16], rows={8: 2, 16: 1}, seq_dim=1, mask_key="token_mask")
+    feats = [np.arange(3 * n, dtype=np.float32).reshape(3, n) for n in (5, 2, 6)]
+    batch = collate([{"feat": f} for f in feats])
+    assert batch["feat"].shape == (2, 3, 8) and batch["token_mask"].shape == (2, 8)
+    plan = ShapePlan.of(collate)
+    for shape in plan:
+        big = plan.batch(batch, shape)
+        assert big["feat"].shape == (shape.rows, 3, shape.length)
+        assert big["token_mask"].shape == big["position_ids"].shape == tuple(shape)
+    big = collate.repad(batch, Shape(2, 16))
+    assert torch.equal(big["feat"][:, :, :8], batch["feat"]) and not big["feat"][:, :, 8:].any()
+    assert torch.equal(big["token_mask"][:, :8], batch["token_mask"])
+    assert torch.equal(collate.repad(big, Shape(2, 8))["feat"], batch["feat"])
+
+
+# -- issue 30, defect 5 ----------------------------------------------------------------------
+
+
+def test_cell_sampler_and_collator_with_other_weights_are_refused():
+    """Issue 30 (5): a CellCollator built from the pairs alone put a batch of a weighted
+    sampler in another cell; ShapePlan.of compared the pairs only."""
+    src = [3, 5, 12, 14, 6, 15] * 4
+    tgt = [8, 2, 3, 7, 2, 8] * 4
+    cells = Cells([(8, 8), (16, 4), (16, 8)], weights=(1, 4))
+    sampler = CellBatchSampler(src, tgt, cells, batch_size=2)
+    with pytest.raises(
+        ShapeBucketError, match=r"weights=\(1, 4\).*weights=\(1, 1\).*sampler\.cells"
+    ):
+        ShapePlan.of(CellCollator(cells.cells), sampler)
+    with pytest.raises(ShapeBucketError, match=r"cells are Cells.*CellCollator\(sampler.cells"):
+        ShapePlan.of(
+            CellCollator([(8, 8), (16, 8)], rows=2),
+            CellBatchSampler(src, tgt, [(16, 8)], batch_size=2),
+        )
+    assert len(ShapePlan.of(CellCollator(sampler.cells), sampler)) >= 1
+
+
+# -- the design card: prewarm(model, buckets, example=batch) --------------------------------
+
+
+def test_prewarm_takes_the_buckets_and_a_batch_of_a_plain_loader(fresh_compiler):
+    buckets = [8, 16]
+    loader = DataLoader(
+        token_samples(LENGTHS), batch_size=4, collate_fn=BucketCollator(buckets=buckets)
+    )
+    emb = torch.nn.Embedding(64, 4)
+
+    def model(input_ids, attention_mask):
+        return (emb(input_ids) * attention_mask[..., None]).sum()
+
+    compiled = torch.compile(model, **EAGER)
+    batch = next(iter(loader))
+    report = shapebucket.prewarm(compiled, buckets, example=batch, progress=False)
+    assert report.total_graphs == 2 and report.num_shapes == 2
+    with no_recompiles(as_plan(buckets, batch, BucketCollator)):
+        for b in loader:
+            compiled(**b).backward()
+
+
+def test_prewarm_with_buckets_names_what_is_missing_or_wrong():
+    with pytest.raises(
+        ShapeBucketError, match=r"prewarm\(model, buckets\) has nothing .* pass example="
+    ):
+        prewarm(None, [8, 16])
+    packed = PackedCollator([8, 16], rows=2, cu_seqlens_key="cu_seqlens")
+    batch = packed(token_samples([3, 4]))
+    with pytest.raises(ShapeBucketError, match=r"example\['cu_seqlens'\] has shape \(17,\)"):
+        prewarm(None, [8, 16], example=batch)
+    audio = BucketCollator([8, 16], seq_dim=1)([{"x": np.ones((3, 5), np.float32)}])
+    with pytest.raises(ShapeBucketError, match=r"example\['x'\].*dim 1 \(3\) is not a bucket"):
+        prewarm(None, [8, 16], example=audio)
+    with pytest.raises(ShapeBucketError, match="takes a ShapePlan"):
+        prewarm(None, {8: 2}, example=audio)
+
+
+# -- a collator of the user's own -------------------------------------------------------------
+
+
+class WeightedPacked:
+    """A user's collator: PackedCollator's batch plus a per-token loss weight (1 / the
+    length of the token's sample). It implements the protocol by delegating."""
+
+    packs = True
+
+    def __init__(self, buckets, rows):
+        self.inner = PackedCollator(buckets, rows=rows)
+
+    def __call__(self, samples):
+        return self._weigh(self.inner(samples))
+
+    def shapes(self, sampler=None):
+        return self.inner.shapes(sampler)
+
+    def repad(self, batch, shape):
+        plain = {k: v for k, v in batch.items() if k != "weight"}
+        return self._weigh(self.inner.repad(plain, shape))
+
+    @staticmethod
+    def _weigh(batch):
+        docs = batch["document_ids"]
+        weight = torch.zeros(docs.shape, dtype=torch.float32)
+        for r in range(docs.shape[0]):
+            ids, counts = torch.unique(docs[r][docs[r] >= 0], return_counts=True)
+            for d, c in zip(ids.tolist(), counts.tolist(), strict=True):
+                weight[r][docs[r] == d] = 1.0 / c
+        return {**batch, "weight": weight}
+
+
+def test_a_users_own_collator_is_planned_prewarmed_and_guarded(fresh_compiler):
+    sampler = PackedBatchSampler(LENGTHS, [8, 16], rows={8: 3, 16: 2}, seed=3)
+    collate = WeightedPacked([8, 16], rows=sampler.rows)
+    loader = DataLoader(token_samples(LENGTHS), batch_sampler=sampler, collate_fn=collate)
+    plan = ShapePlan.of(collate, sampler)
+    assert plan.shapes == (Shape(3, 8), Shape(2, 16)) and plan.collator is collate
+    emb = torch.nn.Embedding(64, 4)
+
+    def model(input_ids, position_ids, document_ids, weight):
+        return (
+            emb(input_ids).sum(-1) * weight * (document_ids >= 0)
+        ).sum() + position_ids.sum() * 0
+
+    compiled = torch.compile(model, **EAGER)
+    example = next(iter(loader))
+    report = prewarm(compiled, plan, example=example, progress=False)
+    assert report.total_graphs == len(plan) == 2
+    with no_recompiles(plan):
+        for batch in loader:
+            compiled(**batch).backward()
+    with pytest.raises(ShapeBucketError, match="the plan's shapes"), no_recompiles(plan):
+        compiled(**collate.repad(example, Shape(1, 8)))
+
+
+def test_an_object_without_the_protocol_is_refused_naming_what_it_lacks():
+    class OnlyCalls:
+        def __call__(self, samples):
+            return samples
+
+        def shapes(self, sampler=None):
+            return frozenset({Shape(2, 8)})
+
+    with pytest.raises(ShapeBucketError, match="OnlyCalls has no repad"):
+        ShapePlan.of(OnlyCalls())
+    assert KeyRoles().labels == ("labels",)
+
+
+def test_cell_target_mask_may_be_hugging_faces_decoder_attention_mask():
+    """Issue 30 (low): CellCollator(target_mask_key="decoder_attention_mask") was refused
+    with the default target_keys, although that is Hugging Face's name for it."""
+    collate = CellCollator([(8, 4)], target_mask_key="decoder_attention_mask")
+    made = collate([{"input_ids": [1, 2], "labels": [3, 4, 5]}, {"input_ids": [1], "labels": [6]}])
+    assert made["decoder_attention_mask"].tolist() == [[True] * 3 + [False], [True] + [False] * 3]
+    carried = collate([{"input_ids": [1], "labels": [3, 4], "decoder_attention_mask": [1, 0]}])
+    assert carried["decoder_attention_mask"].tolist() == [[1, 0, 0, 0]]
+    big = collate.repad(made, Shape(3, 8, 4))
+    assert (
+        big["decoder_attention_mask"].shape == (3, 4) and not big["decoder_attention_mask"][2].any()
+    )
+    with pytest.raises(
+        ShapeBucketError, match="target_mask_key='labels' is one of the target keys"
+    ):
+        CellCollator([(8, 4)], target_mask_key="labels")

@@ -15,7 +15,8 @@ actually makes, pad rows of short batches included.
   (each row needs a length at least its real tokens; a row of length ``L`` costs ``L``,
   or ``L * (1 + L / (6 * model_dim))``): :func:`~shapebucket.fit.optimal.optimal_buckets`
   finds it. Then the lengths are re-packed with that set, which gives new rows, until
-  the set repeats. Last, a hill climb moves, adds or drops one row length at a time
+  the set repeats; every two-length set ``(b, top)`` is packed too while that costs no
+  more than ``PAIR_SEED_WORK``. Last, a hill climb moves, adds or drops one row length at a time
   while a budget of packings lasts, and from the best set the cheapest row length
   to drop is dropped, three times (so each smaller size has a good set). Each candidate is packed on a probe of at most
   ``PROBE`` lengths; on a probe smaller than the data the pad rows of the probe's
@@ -39,10 +40,19 @@ from .buckets import Buckets
 from .optimal import Cost, optimal_buckets
 from .packing import rows_for_tokens
 
-__all__ = ["EXHAUSTIVE_WORK", "PROBE", "SearchResult", "halving_sets", "search_row_lengths"]
+__all__ = [
+    "EXHAUSTIVE_WORK",
+    "PAIR_SEED_WORK",
+    "PROBE",
+    "SearchResult",
+    "halving_sets",
+    "search_row_lengths",
+]
 
 #: sets x samples up to which every set of the space is packed (exact search)
 EXHAUSTIVE_WORK = 300_000
+#: pairs x samples up to which every two-length set ``(b, top)`` seeds the search
+PAIR_SEED_WORK = 300_000
 #: the most lengths each candidate is packed on during the search
 PROBE = 8192
 #: packings the hill climb may spend (after the seeds and their alternations)
@@ -256,6 +266,9 @@ def search_row_lengths(
     seeds.append(tuple(optimal_buckets(checked, k, align=align, max_len=top, cost=ev.dp_cost)))
     for s in seeds:
         _alternate(ev, s, k, align, top)
+    if k > 1 and len(universe) * len(probe) <= PAIR_SEED_WORK:  # every pair, when affordable
+        for b in universe:
+            ev.score((b, top))
     _climb(ev, universe, top, k, CLIMB_BUDGET)
     _prune(ev, top, PRUNE_LEVELS)
     return ev.result

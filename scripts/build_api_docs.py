@@ -34,6 +34,7 @@ MODULES = [
     "shapebucket.sampling",
     "shapebucket.collate",
     "shapebucket.compile",
+    "shapebucket.bucketed",
     "shapebucket.hf",
     "shapebucket.hf_trl",
 ]

@@ -25,7 +25,7 @@ from ..collate import BucketCollator
 from ..errors import ShapeBucketError
 from ..plan import Shape, ShapePlan
 from .calls import MASK_KEYS, Call, Side, is_encoder_decoder, read_call, takes
-from .pad import cut_outputs, repad
+from .pad import cut_outputs, open_pad_rows, repad
 from .stats import BucketedStats
 
 __all__ = ["BucketedModel"]
@@ -204,10 +204,18 @@ class BucketedModel(torch.nn.Module):
             same = {k: Side(k, s.keys, s.length, s.length) for k, s in sides.items()}
             return kwargs, Call(rows, rows, same)
         self._refuse_batch_norm(call)
+        if call.left and "labels" in kwargs:
+            raise ShapeBucketError(
+                "BucketedModel(padding_side='left') got a call with labels: a left pad sits "
+                "before each row's first token, and a model that shifts its labels (a Hugging "
+                "Face causal LM) would predict that token's label from the pad, a loss term the "
+                "unpadded call does not have; pad right for training (left is for inference)"
+            )
         batch = self._add_inputs(kwargs, call)
         for name, side in call.sides.items():
             collator = self._collator_for(name, side.keys)
             batch = repad(collator, batch, side.bucket, call.padded_rows)
+        open_pad_rows(batch, call, MASK_KEYS)
         self.stats.count(call)
         return batch, call
 
@@ -292,14 +300,15 @@ class BucketedModel(torch.nn.Module):
             if mask in batch or not takes(self.model, mask):
                 continue
             lead = kwargs[side.keys[0]]
-            batch[mask] = torch.ones(call.rows, side.length, dtype=torch.long, device=lead.device)
+            size = (lead.shape[0], side.length)
+            batch[mask] = torch.ones(size, dtype=torch.long, device=lead.device)
             side.keys.append(mask)
         source = call.sides.get("source")
         wants_positions = call.left and takes(self.model, "position_ids")
         if wants_positions and source is not None and "position_ids" not in batch:
-            device = kwargs[source.keys[0]].device
-            positions = torch.arange(source.length, device=device)
-            batch["position_ids"] = positions.expand(call.rows, -1)
+            lead = kwargs[source.keys[0]]
+            positions = torch.arange(source.length, device=lead.device)
+            batch["position_ids"] = positions.expand(lead.shape[0], -1)
             source.keys.append("position_ids")
         return batch
 
@@ -346,12 +355,13 @@ class BucketedModel(torch.nn.Module):
     def _example_at(self, example: dict[str, Any], shape: Shape) -> dict[str, Any]:
         kwargs = dict(example)
         rows, sides = read_call(kwargs, self._enc_dec, self.sequence_keys)
-        call = Call(rows, max(rows, shape.rows), sides, left=self.padding_side == "left")
+        call = Call(min(rows, shape.rows), shape.rows, sides, left=self.padding_side == "left")
         batch = self._add_inputs(kwargs, call)
         lengths = {"source": shape[1], "target": shape[-1]}
         for name, side in sides.items():
             # a longer example is cut to the shape (repad keeps its first tokens)
             batch = repad(self._collator_for(name, side.keys), batch, lengths[name], shape.rows)
+        open_pad_rows(batch, call, MASK_KEYS)
         return batch
 
 

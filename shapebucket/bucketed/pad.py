@@ -15,12 +15,34 @@ import torch
 from ..collate import BucketCollator
 from .calls import Call
 
-__all__ = ["cut_outputs", "repad"]
+__all__ = ["cut_outputs", "open_pad_rows", "repad"]
 
 
 def repad(collator: BucketCollator, batch: dict[str, Any], bucket: int, rows: int) -> Any:
     """``batch`` padded by ``collator`` to ``bucket`` with ``rows`` rows."""
     return collator.repad(batch, bucket, rows)
+
+
+def open_pad_rows(batch: dict[str, Any], call: Call, masks: Mapping[str, str]) -> None:
+    """Give each all-pad row one unmasked token (its first; padding left, its last), in
+    place. A row whose mask is all 0 leaves every attention query of it with no key: an
+    attention that fills masked scores with -inf gives NaN (torch's SDPA gives 0), and its
+    backward NaN gradients, although the row's labels are all -100. The row's outputs are
+    cut off and carry no loss, so no real row sees the change.
+
+    >>> from shapebucket.bucketed.calls import Side
+    >>> call = Call(1, 2, {"source": Side("source", ["input_ids"], 2, 4)})
+    >>> batch = {"attention_mask": torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]])}
+    >>> open_pad_rows(batch, call, {"source": "attention_mask"})
+    >>> batch["attention_mask"].tolist()
+    [[1, 1, 0, 0], [1, 0, 0, 0]]
+    """
+    if call.padded_rows == call.rows:
+        return
+    for side in call.sides:
+        mask = batch.get(masks[side])
+        if isinstance(mask, torch.Tensor) and mask.ndim == 2:
+            mask[call.rows :, -1 if call.left else 0] = 1
 
 
 #: output names (Hugging Face ``ModelOutput`` fields) whose length is the source's

@@ -1,0 +1,232 @@
+"""BucketedModel: exact (outputs, losses, gradients) for every model the tests build, one
+graph per planned shape before or after torch.compile, and every refusal with its reason."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import warnings
+
+import _bucketed_models as bm
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import shapebucket
+from shapebucket import BucketedModel, ShapeBucketError
+from shapebucket.compile import CompileCounter, Inference
+
+HF = ["llama", "gpt2", "t5"]
+
+
+def _needs(name: str) -> None:
+    if name in HF:
+        pytest.importorskip("transformers")
+
+
+# -- exact ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["masked", "gpt", "llama", "gpt2", "t5"])
+@settings(max_examples=12, deadline=None)
+@given(rows=st.integers(1, 8), length=st.integers(2, 32), seed=st.integers(0, 2**16))
+def test_wrapped_call_equals_the_unwrapped_call(name, rows, length, seed):
+    _needs(name)
+    diff = bm.compare(name, rows, length, seed)
+    assert diff["nan"] == 0.0
+    assert diff["outputs"] <= 1e-5 and diff["loss"] <= 1e-5 and diff["grads"] <= 1e-5, diff
+
+
+@pytest.mark.parametrize("name", ["masked", "llama", "gpt2"])
+@settings(max_examples=8, deadline=None)
+@given(rows=st.integers(1, 8), length=st.integers(2, 32), seed=st.integers(0, 2**16))
+def test_left_padding_is_exact_for_a_model_that_takes_a_mask(name, rows, length, seed):
+    _needs(name)
+    diff = bm.compare(name, rows, length, seed, padding_side="left")
+    assert max(diff.values()) <= 1e-5, diff
+
+
+def test_outputs_come_back_at_the_callers_shape_and_pads_are_counted():
+    wrapped = BucketedModel(bm.model("masked"), bm.BUCKETS, row_buckets=bm.ROW_BUCKETS)
+    out = wrapped(**bm.call("masked", 3, 11, seed=0))
+    assert out["logits"].shape == (3, 11, bm.VOCAB)
+    assert out["token_losses"].shape == (3, 11) and out["loss"].ndim == 0
+    assert wrapped.stats.shapes == {(4, 16): 1}
+    assert wrapped.stats.tokens == 33 and wrapped.stats.padded_tokens == 64
+
+
+def test_positional_arguments_are_named_by_the_models_forward():
+    gpt = bm.model("gpt")
+    batch = bm.call("gpt", 2, 9, seed=1)
+    args = (batch["input_ids"], batch["labels"], batch["attention_mask"])
+    wrapped = BucketedModel(gpt, bm.BUCKETS)
+    assert torch.allclose(wrapped(*args), gpt(*args), atol=1e-6)
+
+
+def test_pixel_values_are_padded_along_rows_only():
+    class Captioner(nn.Module):
+        def forward(self, input_ids, pixel_values, attention_mask=None):
+            self.seen = (tuple(input_ids.shape), tuple(pixel_values.shape))
+            return input_ids.float() * pixel_values.mean((1, 2, 3))[:, None]
+
+    inner = Captioner()
+    wrapped = BucketedModel(inner, [8], row_buckets=[4])
+    ids, pixels = torch.ones(3, 5, dtype=torch.long), torch.rand(3, 3, 5, 5)
+    out = wrapped(input_ids=ids, pixel_values=pixels)
+    assert inner.seen == ((4, 8), (4, 3, 5, 5))
+    assert torch.equal(out, inner(input_ids=ids, pixel_values=pixels))
+
+
+# -- composes with compile, prewarm, no_recompiles, training ------------------------------
+
+
+@pytest.mark.parametrize("order", ["wrap compiled", "compile wrapped"])
+def test_prewarm_then_no_recompiles_over_random_calls(order, fresh_compiler):
+    gpt = bm.bench_gpt()
+    if order == "wrap compiled":
+        compiled = torch.compile(gpt, backend="eager", dynamic=False)
+        model = BucketedModel(compiled, bm.BUCKETS, row_buckets=bm.ROW_BUCKETS)
+    else:
+        wrapped = BucketedModel(gpt, bm.BUCKETS, row_buckets=bm.ROW_BUCKETS)
+        model = torch.compile(wrapped, backend="eager", dynamic=False)
+    plan = model.plan(bm.call("gpt", 2, 7, seed=0))
+    assert len(plan) == len(bm.BUCKETS) * len(bm.ROW_BUCKETS)
+    report = shapebucket.prewarm(model, plan, progress=False)
+    assert report.total_graphs == len(plan)
+    g = torch.Generator().manual_seed(1)
+    with CompileCounter() as cc, shapebucket.no_recompiles(plan):
+        for seed in range(25):
+            rows, length = (
+                int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 9), (2, 33))
+            )
+            batch = bm.call("gpt", rows, length, seed)
+            assert torch.allclose(model(**batch), gpt(**batch), atol=1e-5)
+    assert cc.graphs == 0
+
+
+def test_inference_mode_prewarm_and_calls(fresh_compiler):
+    gpt = bm.bench_gpt().eval()
+    model = BucketedModel(torch.compile(gpt, backend="eager", dynamic=False), [16, 32])
+    example = bm.call("gpt", 2, 5, seed=0)
+    plan = model.plan(example)
+    shapebucket.prewarm(model, plan, modes=[Inference()], progress=False)
+    with torch.inference_mode(), shapebucket.no_recompiles(plan):
+        out = model(**bm.call("gpt", 2, 20, seed=3))
+    assert out.ndim == 0 and torch.isfinite(out)
+
+
+def test_training_steps_equal_the_unwrapped_model():
+    torch.manual_seed(0)
+    plain = bm.MaskedEncoder()
+    twin = copy.deepcopy(plain)
+    wrapped = BucketedModel(twin, bm.BUCKETS, row_buckets=bm.ROW_BUCKETS)
+    # SGD: Adam divides by sqrt(v), so a gradient that is 0 up to float noise (the key
+    # bias's, softmax-invariant) would step by lr either way, and the twins drift apart
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (plain, wrapped)]
+    for seed, (rows, length) in enumerate([(3, 5), (7, 30), (1, 2), (4, 16)]):
+        batch = bm.call("masked", rows, length, seed)
+        for m, opt in zip((plain, wrapped), opts, strict=True):
+            opt.zero_grad()
+            m(**batch)["loss"].backward()
+            opt.step()
+    for (name, p), q in zip(plain.named_parameters(), twin.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-5), name
+
+
+def test_the_wrapper_deep_copies_and_pickles_with_its_own_forward():
+    wrapped = BucketedModel(bm.MaskedEncoder(), bm.BUCKETS)
+    for twin in (copy.deepcopy(wrapped), pickle.loads(pickle.dumps(wrapped))):
+        assert twin.forward.owner is twin
+        twin(**bm.call("masked", 2, 5, seed=0))
+        assert twin.stats.calls == 1 and wrapped.stats.calls == 0
+
+
+def test_the_wrapper_shows_the_models_signature_and_attributes():
+    import inspect
+
+    llama = (pytest.importorskip("transformers"), bm.model("llama"))[1]
+    wrapped = BucketedModel(llama, bm.BUCKETS)
+    assert list(inspect.signature(wrapped.forward).parameters)[:3] == [
+        "input_ids",
+        "attention_mask",
+        "position_ids",
+    ]
+    assert wrapped.config is llama.config
+
+
+# -- refusals ------------------------------------------------------------------------------
+
+
+def test_a_call_longer_than_the_largest_bucket_is_refused_naming_both():
+    wrapped = BucketedModel(bm.MaskedEncoder(), [8, 16])
+    with pytest.raises(ShapeBucketError, match=r"'input_ids' has length 20 > largest bucket 16"):
+        wrapped(**bm.call("masked", 2, 20, seed=0))
+
+
+def test_too_many_rows_are_refused_naming_the_largest_row_bucket():
+    wrapped = BucketedModel(bm.MaskedEncoder(), [8], row_buckets=[2, 4])
+    with pytest.raises(ShapeBucketError, match=r"5 rows > largest row bucket 4"):
+        wrapped(**bm.call("masked", 5, 6, seed=0))
+
+
+def test_overflow_unpadded_runs_at_the_calls_shape_and_counts_it():
+    inner = bm.MaskedEncoder()
+    wrapped = BucketedModel(inner, [8], overflow="unpadded")
+    batch = bm.call("masked", 2, 12, seed=0)
+    with pytest.warns(UserWarning, match="length 12 .largest bucket 8. ran unpadded"):
+        out = wrapped(**batch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once
+        wrapped(**batch)
+    assert torch.allclose(out["logits"], inner(**batch)["logits"])
+    assert wrapped.stats.unpadded_calls == 2 and wrapped.stats.calls == 2
+
+
+def test_left_padding_of_a_model_without_a_mask_is_refused():
+    class NoMask(nn.Module):
+        def forward(self, input_ids):
+            return input_ids.float()
+
+    with pytest.raises(ShapeBucketError, match="takes no attention_mask"):
+        BucketedModel(NoMask(), [8], padding_side="left")
+
+
+def test_padding_through_batch_norm_in_training_is_refused():
+    class Normed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.norm = nn.Embedding(10, 4), nn.BatchNorm1d(4)
+
+        def forward(self, input_ids, attention_mask=None):
+            return self.norm(self.emb(input_ids).transpose(1, 2))
+
+    wrapped = BucketedModel(Normed(), [8], row_buckets=[4])
+    with pytest.raises(ShapeBucketError, match="BatchNorm1d and is training"):
+        wrapped(input_ids=torch.ones(3, 8, dtype=torch.long))
+    wrapped.eval()
+    assert wrapped(input_ids=torch.ones(3, 8, dtype=torch.long)).shape == (3, 4, 8)
+
+
+def test_a_four_dim_mask_and_a_cache_are_refused():
+    wrapped = BucketedModel(bm.MaskedEncoder(), [8])
+    ids = torch.ones(2, 5, dtype=torch.long)
+    with pytest.raises(ShapeBucketError, match="'attention_mask' has shape .2, 1, 5, 5."):
+        wrapped(input_ids=ids, attention_mask=torch.ones(2, 1, 5, 5))
+    with pytest.raises(ShapeBucketError, match="use_cache=True"):
+        wrapped(input_ids=ids, use_cache=True)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"overflow": "cut"}, "overflow must be 'error' or 'unpadded'"),
+        ({"sequence_keys": "input_ids"}, r"for one key write \['input_ids'\]"),
+        ({"padding_side": "middle"}, "padding_side must be 'right' or 'left'"),
+        ({"row_buckets": [0]}, "row_buckets"),
+    ],
+)
+def test_bad_settings_are_refused(kwargs, match):
+    with pytest.raises(ShapeBucketError, match=match):
+        BucketedModel(bm.MaskedEncoder(), [8], **kwargs)

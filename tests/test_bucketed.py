@@ -230,3 +230,57 @@ def test_a_four_dim_mask_and_a_cache_are_refused():
 def test_bad_settings_are_refused(kwargs, match):
     with pytest.raises(ShapeBucketError, match=match):
         BucketedModel(bm.MaskedEncoder(), [8], **kwargs)
+
+
+# -- inside a Hugging Face Trainer -----------------------------------------------------------
+
+
+def _pad_to_longest(samples):
+    """What a reader's collator does with group_by_length: pad to the batch's longest."""
+    longest = max(len(s["input_ids"]) for s in samples)
+    out = {"input_ids": [], "attention_mask": [], "labels": []}
+    for s in samples:
+        pad = longest - len(s["input_ids"])
+        out["input_ids"].append(s["input_ids"] + [0] * pad)
+        out["attention_mask"].append([1] * len(s["input_ids"]) + [0] * pad)
+        out["labels"].append(s["input_ids"] + [-100] * pad)
+    return {k: torch.tensor(v) for k, v in out.items()}
+
+
+def _train(model, tmp_path, name):
+    from transformers import Trainer, TrainingArguments
+
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(3, 30, (64,), generator=g).tolist()  # 4 megabatches of 16
+    ds = [{"input_ids": torch.randint(1, bm.VOCAB, (n,), generator=g).tolist()} for n in lengths]
+    args = TrainingArguments(
+        output_dir=str(tmp_path / name),
+        per_device_train_batch_size=4,
+        max_steps=8,
+        logging_steps=1,
+        train_sampling_strategy="group_by_length",  # transformers 5: was group_by_length=True
+        optim="sgd",
+        learning_rate=0.1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=ds, data_collator=_pad_to_longest)
+    trainer.train()
+    return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+
+@pytest.mark.slow  # two short Trainer runs: ~6 s
+def test_inside_a_trainer_with_group_by_length_it_trains_as_the_plain_model(tmp_path):
+    pytest.importorskip("transformers")
+    plain, twin = bm.tiny_llama(), bm.tiny_llama()
+    twin.load_state_dict(plain.state_dict())
+    wrapped = BucketedModel(twin, bm.BUCKETS, row_buckets=bm.ROW_BUCKETS)
+    want = _train(plain, tmp_path, "plain")
+    got = _train(wrapped, tmp_path, "wrapped")
+    assert got == pytest.approx(want, abs=1e-5)
+    assert len(got) == 8 and wrapped.stats.calls == 8 and len(wrapped.stats.shapes) >= 2
+    for (name, p), q in zip(plain.named_parameters(), twin.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-5), name

@@ -4,6 +4,7 @@ graph per planned shape before or after torch.compile, and every refusal with it
 from __future__ import annotations
 
 import copy
+import functools
 import pickle
 import warnings
 
@@ -284,3 +285,23 @@ def test_inside_a_trainer_with_group_by_length_it_trains_as_the_plain_model(tmp_
     assert len(got) == 8 and wrapped.stats.calls == 8 and len(wrapped.stats.shapes) >= 2
     for (name, p), q in zip(plain.named_parameters(), twin.parameters(), strict=True):
         assert torch.allclose(p, q, atol=1e-5), name
+
+
+@pytest.mark.slow  # dynamo traces a Llama: ~10 s
+def test_the_readmes_block_with_a_hugging_face_model(monkeypatch):
+    """README's "Already have a loop?" block as pasted (eager backend), then calls of every
+    length of the dataset: the Llama's own logits, and no recompile."""
+    pytest.importorskip("transformers")
+    import test_docs_code as docs
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    block = next(b for b in docs.python_blocks("README.md") if "BucketedModel" in b)
+    namespace = docs.fresh_namespace("hf")
+    llama = namespace["model"].eval()
+    exec(compile(block, "README.md[BucketedModel]", "exec"), namespace)
+    model, ds = namespace["model"], namespace["ds"]
+    with shapebucket.no_recompiles(model.plan(namespace["example"])):
+        for sample in ds[:12]:
+            ids = torch.tensor([sample["input_ids"]])
+            got, want = model(input_ids=ids).logits, llama(input_ids=ids).logits
+            assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)

@@ -6,6 +6,7 @@ masks for every path: :class:`BucketCollator`, :class:`PackedCollator` and
 """
 
 from .attention import document_block_mask, document_causal_mask
+from .blocks import WithDocumentBlocks, block_mask_from_blocks, document_blocks
 from .bucket import BucketCollator
 from .cells import CellCollator
 from .counters import CollateReport
@@ -18,6 +19,9 @@ __all__ = [
     "CollateReport",
     "FlatBatch",
     "PackedCollator",
+    "WithDocumentBlocks",
+    "block_mask_from_blocks",
     "document_block_mask",
+    "document_blocks",
     "document_causal_mask",
 ]

@@ -172,17 +172,63 @@ def test_too_many_rows_are_refused_naming_the_largest_row_bucket():
         wrapped(**bm.call("masked", 5, 6, seed=0))
 
 
-def test_overflow_unpadded_runs_at_the_calls_shape_and_counts_it():
+def test_overflow_eager_runs_uncompiled_at_the_calls_shape_and_counts_it(fresh_compiler):
     inner = bm.MaskedEncoder()
-    wrapped = BucketedModel(inner, [8], overflow="unpadded")
+    compiled = torch.compile(inner, backend="eager", dynamic=False)
+    wrapped = BucketedModel(compiled, [8], overflow="eager")
+    plan = wrapped.plan(bm.call("masked", 2, 5, seed=0))
+    shapebucket.prewarm(wrapped, plan, progress=False)
     batch = bm.call("masked", 2, 12, seed=0)
-    with pytest.warns(UserWarning, match="length 12 .largest bucket 8. ran unpadded"):
-        out = wrapped(**batch)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # warned once
-        wrapped(**batch)
+    with CompileCounter() as cc, shapebucket.no_recompiles(plan):
+        with pytest.warns(UserWarning, match="length 12 .largest bucket 8. ran eagerly"):
+            out = wrapped(**batch)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # warned once
+            wrapped(**batch)
+    assert cc.graphs == 0  # never compiled: no graph, no CUDA graph for an unplanned shape
     assert torch.allclose(out["logits"], inner(**batch)["logits"])
-    assert wrapped.stats.unpadded_calls == 2 and wrapped.stats.calls == 2
+    assert wrapped.stats.eager_calls == 2 and wrapped.stats.calls == 2 + 2  # prewarm: 1 + verify 1
+
+
+def test_only_the_plans_shapes_ever_reach_the_compiler(fresh_compiler):
+    """What CUDA graphs would record: a backend that notes every graph's input shapes."""
+    seen = set()
+
+    def backend(gm, example_inputs):
+        ids = [x for x in example_inputs if x.dtype == torch.long and x.ndim == 2]
+        seen.add(tuple(ids[0].shape))  # input_ids (the parameters are float)
+        return gm.forward
+
+    gpt = bm.bench_gpt()
+    wrapped = BucketedModel(
+        torch.compile(gpt, backend=backend, dynamic=False),
+        [16, 32],
+        row_buckets=[2, 4],
+        overflow="eager",
+    )
+    plan = wrapped.plan(bm.call("gpt", 1, 3, seed=0))
+    g = torch.Generator().manual_seed(0)
+    for seed in range(30):
+        rows = int(torch.randint(1, 7, (1,), generator=g))  # some past the largest row bucket
+        wrapped(**bm.call("gpt", rows, int(torch.randint(2, 40, (1,), generator=g)), seed))
+    assert seen <= {tuple(s) for s in plan} and wrapped.stats.eager_calls > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_cuda_graphs_are_recorded_for_the_planned_shapes_only(fresh_compiler):
+    from shapebucket.compile import CudaGraphs
+
+    gpt = bm.bench_gpt().cuda()
+    compiled = torch.compile(gpt, mode="reduce-overhead", dynamic=False)
+    wrapped = BucketedModel(compiled, [16, 32], row_buckets=[2, 4], overflow="eager")
+    cuda = {k: v.cuda() for k, v in bm.call("gpt", 1, 3, seed=0).items()}
+    plan = wrapped.plan(cuda)
+    shapebucket.prewarm(wrapped, plan, modes=[CudaGraphs(), Inference()], progress=False)
+    with torch.inference_mode(), CompileCounter() as cc, shapebucket.no_recompiles(plan):
+        for seed, (rows, length) in enumerate([(1, 5), (3, 20), (6, 9), (2, 40)]):
+            batch = {k: v.cuda() for k, v in bm.call("gpt", rows, length, seed).items()}
+            wrapped(**batch)
+    assert cc.graphs == 0 and wrapped.stats.eager_calls == 2
 
 
 def test_left_padding_of_a_model_without_a_mask_is_refused():
@@ -222,7 +268,7 @@ def test_a_four_dim_mask_and_a_cache_are_refused():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"overflow": "cut"}, "overflow must be 'error' or 'unpadded'"),
+        ({"overflow": "cut"}, "overflow must be 'error' or 'eager'"),
         ({"sequence_keys": "input_ids"}, r"for one key write \['input_ids'\]"),
         ({"padding_side": "middle"}, "padding_side must be 'right' or 'left'"),
         ({"row_buckets": [0]}, "row_buckets"),

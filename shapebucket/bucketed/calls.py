@@ -66,6 +66,7 @@ class Call:
     padded_rows: int
     sides: dict[str, Side] = field(default_factory=dict)
     left: bool = False
+    planned: bool = True  # False: past the largest bucket, run eagerly at its own shape
 
     @property
     def pads(self) -> bool:

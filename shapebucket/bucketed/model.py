@@ -74,9 +74,10 @@ class BucketedModel(torch.nn.Module):
         padding_side: ``"right"`` or ``"left"`` (left needs a model that takes
             ``attention_mask``).
         overflow: a call longer than the largest bucket (or with more rows than the
-            largest row bucket): ``"error"`` refuses it; ``"unpadded"`` runs it at its
-            own shape (a new graph for a compiled model) and counts it in
-            ``stats.unpadded_calls``.
+            largest row bucket): ``"error"`` refuses it; ``"eager"`` runs it at its own
+            shape with the compiler off (``torch.compiler.set_stance("force_eager")``:
+            no graph compiled, no CUDA graph recorded for it), warns once and
+            counts it in ``stats.eager_calls``.
 
     The wrapper adds the token mask when the call has none and the model takes one
     (a padded call without it would attend to the pads), and ``position_ids`` when
@@ -101,15 +102,15 @@ class BucketedModel(torch.nn.Module):
         sequence_keys: Sequence[str] | None = None,
         pad_values: Mapping[str, Any] | None = None,
         padding_side: Literal["right", "left"] = "right",
-        overflow: Literal["error", "unpadded"] = "error",
+        overflow: Literal["error", "eager"] = "error",
     ) -> None:
         super().__init__()
         if not callable(model):
             raise ShapeBucketError(
                 f"BucketedModel wraps a model (a module or function), got {type(model).__name__}"
             )
-        if overflow not in ("error", "unpadded"):
-            raise ShapeBucketError(f"overflow must be 'error' or 'unpadded', got {overflow!r}")
+        if overflow not in ("error", "eager"):
+            raise ShapeBucketError(f"overflow must be 'error' or 'eager', got {overflow!r}")
         if isinstance(sequence_keys, (str, bytes)):
             raise ShapeBucketError(
                 f"sequence_keys must be a list of keys; for one key write [{sequence_keys!r}]"
@@ -185,7 +186,11 @@ class BucketedModel(torch.nn.Module):
         does). Not traced itself: ``torch.compile`` of the wrapper compiles ``model``'s
         call on the padded batch, one graph per planned shape."""
         batch, call = self.pad(*args, **kwargs)
-        out = self.model(**batch)
+        if call.planned:
+            out = self.model(**batch)
+        else:  # overflow="eager": never compiled, no CUDA graph recorded for its shape
+            with torch.compiler.set_stance("force_eager"):
+                out = self.model(**batch)
         return _cut_back(out, call)
 
     @torch.compiler.disable
@@ -200,9 +205,9 @@ class BucketedModel(torch.nn.Module):
         rows, sides = read_call(kwargs, self._enc_dec, self.sequence_keys)
         call = self._plan_call(rows, sides)
         if call is None:
-            self.stats.count_unpadded(rows, sides, largest=self.buckets[-1])
+            self.stats.count_eager(rows, sides, largest=self.buckets[-1])
             same = {k: Side(k, s.keys, s.length, s.length) for k, s in sides.items()}
-            return kwargs, Call(rows, rows, same)
+            return kwargs, Call(rows, rows, same, planned=False)
         self._refuse_batch_norm(call)
         if call.left and "labels" in kwargs:
             raise ShapeBucketError(
@@ -251,25 +256,25 @@ class BucketedModel(torch.nn.Module):
             kwargs["use_cache"] = False
 
     def _plan_call(self, rows: int, sides: dict[str, Side]) -> Call | None:
-        """The padded shape of the call; ``None`` when it overflows and runs unpadded."""
+        """The padded shape of the call; ``None`` when it overflows and runs eagerly."""
         table = self.buckets
         too_long = [s for s in sides.values() if s.length > table[-1]]
         row_buckets = self.row_buckets or []
         too_many = bool(row_buckets) and rows > row_buckets[-1]
         if too_long or too_many:
-            if self.overflow == "unpadded":
+            if self.overflow == "eager":
                 return None
             if too_long:
                 s = too_long[0]
                 raise ShapeBucketError(
                     f"BucketedModel: {s.keys[0]!r} has length {s.length} > largest bucket "
                     f"{table[-1]} (buckets {list(table)}); add a bucket >= {s.length}, cut the "
-                    "input, or pass overflow='unpadded' to run such calls at their own shape"
+                    "input, or pass overflow='eager' to run such calls eagerly at their own shape"
                 )
             raise ShapeBucketError(
                 f"BucketedModel: the call has {rows} rows > largest row bucket "
                 f"{row_buckets[-1]} (row_buckets {row_buckets}); add a row bucket >= {rows}, "
-                "split the batch, or pass overflow='unpadded'"
+                "split the batch, or pass overflow='eager'"
             )
         padded_rows = rows
         if row_buckets:

@@ -14,8 +14,8 @@ __all__ = ["BucketedStats"]
 class BucketedStats:
     """Counts of a wrapper's calls: ``calls``, ``tokens`` (the callers' rows x lengths),
     ``padded_tokens`` (what ran), ``shapes`` (``{(rows, length[, target]): calls}``) and
-    ``unpadded_calls`` (calls past the largest bucket run at their own shape, with
-    ``overflow="unpadded"``).
+    ``eager_calls`` (calls past the largest bucket run eagerly at their own shape,
+    with ``overflow="eager"``).
 
     >>> BucketedStats().token_efficiency
     1.0
@@ -24,7 +24,7 @@ class BucketedStats:
     calls: int = 0
     tokens: int = 0
     padded_tokens: int = 0
-    unpadded_calls: int = 0
+    eager_calls: int = 0
     shapes: dict[tuple[int, ...], int] = field(default_factory=dict)
 
     @property
@@ -41,18 +41,18 @@ class BucketedStats:
         key = (call.padded_rows, *(s.bucket for s in call.sides.values()))
         self.shapes[key] = self.shapes.get(key, 0) + 1
 
-    def count_unpadded(self, rows: int, sides: dict[str, Side], largest: int) -> None:
+    def count_eager(self, rows: int, sides: dict[str, Side], largest: int) -> None:
         """Count (and, the first time, warn about) a call run at its own shape."""
-        if self.unpadded_calls == 0:
+        if self.eager_calls == 0:
             longest = max(s.length for s in sides.values())
             warnings.warn(
                 f"BucketedModel: a call of {rows} rows and length {longest} (largest bucket "
-                f"{largest}) ran unpadded, at its own shape (overflow='unpadded'); such calls "
-                "are counted in stats.unpadded_calls",
+                f"{largest}) ran eagerly at its own shape (overflow='eager'): never compiled, "
+                "no CUDA graph recorded; such calls are counted in stats.eager_calls",
                 stacklevel=5,
             )
         self.calls += 1
-        self.unpadded_calls += 1
+        self.eager_calls += 1
         tokens = sum(rows * s.length for s in sides.values())
         self.tokens += tokens
         self.padded_tokens += tokens

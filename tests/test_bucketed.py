@@ -66,6 +66,16 @@ def test_positional_arguments_are_named_by_the_models_forward():
     assert torch.allclose(wrapped(*args), gpt(*args), atol=1e-6)
 
 
+def test_a_plain_function_is_wrapped_too():
+    def running_sum(input_ids, attention_mask=None):
+        return input_ids.float().cumsum(1) * attention_mask
+
+    wrapped = BucketedModel(running_sum, [8])
+    ids = torch.arange(1, 6)[None]
+    assert torch.equal(wrapped(ids), running_sum(ids, torch.ones_like(ids)))
+    assert wrapped.stats.shapes == {(1, 8): 1}
+
+
 def test_pixel_values_are_padded_along_rows_only():
     class Captioner(nn.Module):
         def forward(self, input_ids, pixel_values, attention_mask=None):

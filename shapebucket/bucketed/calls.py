@@ -22,7 +22,7 @@ import torch
 
 from ..errors import ShapeBucketError
 
-__all__ = ["Call", "Side", "read_call", "takes"]
+__all__ = ["Call", "Side", "forward_of", "read_call", "takes"]
 
 #: the key whose length is a side's length, in order of preference
 _LEADS = ("input_ids", "inputs_embeds", "decoder_input_ids", "decoder_inputs_embeds", "labels")
@@ -30,14 +30,20 @@ _LEADS = ("input_ids", "inputs_embeds", "decoder_input_ids", "decoder_inputs_emb
 MASK_KEYS = {"source": "attention_mask", "target": "decoder_attention_mask"}
 
 
-def takes(model: Any, name: str) -> bool:
-    """Whether ``model.forward`` names a parameter ``name`` (``**kwargs`` does not count).
+def forward_of(model: Any) -> Any:
+    """What a call of ``model`` runs: a module's ``forward``, else the function itself."""
+    return getattr(model, "forward", model)
 
-    >>> takes(torch.nn.Linear(2, 2), "input")
-    True
+
+def takes(model: Any, name: str) -> bool:
+    """Whether ``model.forward`` (or the function) names a parameter ``name``
+    (``**kwargs`` does not count).
+
+    >>> takes(torch.nn.Linear(2, 2), "input"), takes(lambda input_ids: input_ids, "input_ids")
+    (True, True)
     """
     try:
-        params = inspect.signature(model.forward).parameters
+        params = inspect.signature(forward_of(model)).parameters
     except (TypeError, ValueError):
         return False
     return name in params and params[name].kind is not inspect.Parameter.VAR_KEYWORD

@@ -24,7 +24,7 @@ from .. import _torch_compat as compat
 from ..collate import BucketCollator
 from ..errors import ShapeBucketError
 from ..plan import Shape, ShapePlan
-from .calls import MASK_KEYS, Call, Side, is_encoder_decoder, read_call, takes
+from .calls import MASK_KEYS, Call, Side, forward_of, is_encoder_decoder, read_call, takes
 from .pad import cut_outputs, open_pad_rows, repad
 from .stats import BucketedStats
 
@@ -53,7 +53,7 @@ class _Forward:
 
     @property
     def __signature__(self) -> inspect.Signature:
-        return inspect.signature(self.owner.model.forward)
+        return inspect.signature(forward_of(self.owner.model))
 
 
 class BucketedModel(torch.nn.Module):
@@ -167,10 +167,11 @@ class BucketedModel(torch.nn.Module):
         try:
             return super().__getattr__(name)
         except AttributeError:
-            if name.startswith("__") or name == "model":
+            inner = self.__dict__.get("_modules", {}).get("model")
+            if inner is None or name.startswith("__"):
                 raise
             # the wrapped model's attributes (config, generation_config, main_input_name, ...)
-            return getattr(self._modules["model"], name)
+            return getattr(inner, name)
 
     def __repr__(self) -> str:
         return (
@@ -228,7 +229,7 @@ class BucketedModel(torch.nn.Module):
         if not args:
             return kwargs
         try:
-            bound = inspect.signature(self.model.forward).bind_partial(*args, **kwargs)
+            bound = inspect.signature(forward_of(self.model)).bind_partial(*args, **kwargs)
         except TypeError as e:
             raise ShapeBucketError(
                 f"BucketedModel could not name the call's positional arguments by "
@@ -286,7 +287,8 @@ class BucketedModel(torch.nn.Module):
     def _refuse_batch_norm(self, call: Call) -> None:
         if not (call.pads and self.training):
             return
-        norms = [type(m).__name__ for m in self.model.modules() if isinstance(m, _BATCH_NORMS)]
+        modules = self.model.modules() if isinstance(self.model, torch.nn.Module) else ()
+        norms = [type(m).__name__ for m in modules if isinstance(m, _BATCH_NORMS)]
         if norms:
             raise ShapeBucketError(
                 f"BucketedModel: the model has {norms[0]} and is training, so padding this "

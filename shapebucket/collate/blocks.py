@@ -35,6 +35,10 @@ def _ordered(dense: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return dense.sum(-1).to(torch.int32), indices.to(torch.int32).contiguous()
 
 
+#: elements of the boolean mask made at once (query blocks are taken in chunks of this)
+_CHUNK = 1 << 24
+
+
 def document_blocks(
     document_ids: torch.Tensor, *, causal: bool = True, block_size: int = 128
 ) -> dict[str, torch.Tensor]:
@@ -42,9 +46,9 @@ def document_blocks(
 
     A ``(query block, key block)`` pair is *full* when every pair of tokens in it
     may attend, *partial* when some may; ``kv_num_blocks`` / ``kv_indices`` list the
-    partial ones per query block, ``full_kv_*`` the full ones. Made one query block
-    at a time (memory ``rows x block_size x length``); shapes depend only on the
-    batch's shape, so batches of one bucket stack and pin alike.
+    partial ones per query block, ``full_kv_*`` the full ones. Made a chunk of query
+    blocks at a time (at most 2**24 mask elements); shapes depend only on the batch's
+    shape, so batches of one bucket stack and pin alike.
 
     >>> doc = torch.tensor([[0, 0, 0, 0, 1, 1, -1, -1]])
     >>> blocks = document_blocks(doc, block_size=4)
@@ -55,35 +59,36 @@ def document_blocks(
     _check(document_ids)
     rows, length = document_ids.shape
     n = -(-length // block_size)
-    partial = torch.zeros(rows, n, n, dtype=torch.bool)
-    full = torch.zeros(rows, n, n, dtype=torch.bool)
-    padded = torch.nn.functional.pad(document_ids, (0, n * block_size - length), value=-2)
-    for i in range(n):
-        rows_mask = _query_block(padded, i, block_size, length, causal)
-        per_block = rows_mask.view(rows, block_size, n, block_size).sum((1, 3))
-        partial[:, i] = (per_block > 0) & (per_block < block_size * block_size)
-        full[:, i] = per_block == block_size * block_size
-    kv_num, kv_idx = _ordered(partial[:, None])
-    full_num, full_idx = _ordered(full[:, None])
+    padded = torch.nn.functional.pad(document_ids.cpu(), (0, n * block_size - length), value=-2)
+    step = max(1, _CHUNK // max(1, rows * block_size * n * block_size))
+    partial, full = [], []
+    for i in range(0, n, step):
+        allowed = _query_blocks(padded, i, min(n, i + step), block_size, length, causal)
+        blocks = allowed.view(rows, -1, block_size, n, block_size)
+        some, every = blocks.any(4).any(2), blocks.all(4).all(2)
+        partial.append(some & ~every)
+        full.append(every)
+    kv_num, kv_idx = _ordered(torch.cat(partial, 1)[:, None])
+    full_num, full_idx = _ordered(torch.cat(full, 1)[:, None])
     out = dict(zip(BLOCK_KEYS, (kv_num, kv_idx, full_num, full_idx), strict=True))
     return {k: v.to(document_ids.device) for k, v in out.items()}
 
 
-def _query_block(
-    padded: torch.Tensor, i: int, block_size: int, length: int, causal: bool
+def _query_blocks(
+    padded: torch.Tensor, first: int, end: int, block_size: int, length: int, causal: bool
 ) -> torch.Tensor:
-    """``[rows, block_size, n * block_size]``: the mask of query block ``i``, False
-    outside the batch's length (as ``create_block_mask`` pads it)."""
-    q = padded[:, i * block_size : (i + 1) * block_size]
-    total = padded.shape[1]
-    # document_block_mask's rule (tests pin the two equal), this block's queries x every key
-    q_pos = torch.arange(i * block_size, i * block_size + block_size)[:, None]
-    k_pos = torch.arange(total)[None, :]
-    same = (q[:, :, None] == padded[:, None, :]) & (q[:, :, None] >= 0)
-    allowed = (same & (k_pos <= q_pos)) if causal else same
-    allowed = allowed | (q_pos == k_pos)
-    inside = (q_pos < length) & (k_pos < length)
-    return allowed & inside
+    """``[rows, (end - first) * block_size, n * block_size]``: the mask of query blocks
+    ``first`` to ``end``, False outside the batch's length (as ``create_block_mask`` pads
+    it). document_block_mask's rule; tests pin the two equal."""
+    q = padded[:, first * block_size : end * block_size]
+    q_pos = torch.arange(first * block_size, end * block_size)[:, None]
+    k_pos = torch.arange(padded.shape[1])[None, :]
+    allowed = (q[:, :, None] == padded[:, None, :]) & (q[:, :, None] >= 0)
+    if causal:
+        allowed &= k_pos <= q_pos
+    allowed |= q_pos == k_pos
+    allowed &= (q_pos < length) & (k_pos < length)
+    return allowed
 
 
 def _check(document_ids: Any) -> None:

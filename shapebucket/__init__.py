@@ -5,13 +5,15 @@ few lengths), compile every shape before training, and prove nothing recompiles
 after. The top level holds the pipeline of the README; the rest lives by concern in
 :mod:`shapebucket.fit` (buckets, fits, reports), :mod:`shapebucket.plan` (the shape plan),
 :mod:`shapebucket.advise` (job estimates),
-:mod:`shapebucket.sampling`, :mod:`shapebucket.collate` and :mod:`shapebucket.compile`.
+:mod:`shapebucket.sampling`, :mod:`shapebucket.collate` and :mod:`shapebucket.compile`;
+:class:`BucketedModel` (:mod:`shapebucket.bucketed`) pads any loop's calls instead.
 
 >>> import shapebucket
 >>> shapebucket.fit_buckets([5, 9, 12, 30, 31], k=2, align=8)
 Buckets([16, 32])
 """
 
+from .bucketed import BucketedModel
 from .collate.attention import document_block_mask, document_causal_mask
 from .collate.bucket import BucketCollator
 from .collate.packed import PackedCollator
@@ -27,6 +29,7 @@ from .sampling.packed import PackedBatchSampler
 __all__ = [
     "BucketBatchSampler",
     "BucketCollator",
+    "BucketedModel",
     "PackedBatchSampler",
     "PackedCollator",
     "ShapeBucketError",

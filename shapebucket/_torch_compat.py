@@ -42,6 +42,7 @@ __all__ = [
     "save_cache_artifacts",
     "set_compile_threads",
     "set_recompile_limit",
+    "skip_frame_only",
     "stance",
     "unique_graphs",
 ]
@@ -118,6 +119,16 @@ def mark_dynamic_dim(
     else:
         # maybe_mark_dynamic takes no range in any supported torch release.
         d.maybe_mark_dynamic(t, dim)
+
+
+def skip_frame_only(fn: Any) -> Any:
+    """Mark ``fn``'s own frames never to be compiled, while the functions it calls still
+    are (``torch._dynamo.decorators.skip``; the public ``torch.compiler.disable(fn,
+    recursive=False)`` wraps ``fn`` in a skipped frame but compiles ``fn``'s own). Returns
+    ``fn``."""
+    from torch._dynamo.decorators import skip
+
+    return skip(fn)
 
 
 @functools.lru_cache(maxsize=64)

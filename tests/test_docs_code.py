@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = ["README.md", "docs/guide.md", "docs/packing.md", "docs/fit.md"]
+PAGES = ["README.md", "docs/guide.md", "docs/packing.md", "docs/fit.md", "docs/bucketed.md"]
 #: pages whose blocks are alternatives (each runs alone, on a fresh model); the others
 #: are steps that build on each other and run in order in one namespace
 STANDALONE = {"README.md"}

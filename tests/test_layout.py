@@ -127,7 +127,7 @@ print(json.dumps({
 
 #: ``import shapebucket`` loads the four concerns and the private core, nothing else:
 #: not the benchmark, the CLI, the lengths helpers or the Hugging Face integration
-CONCERNS = ("fit", "plan", "sampling", "collate", "compile")
+CONCERNS = ("fit", "plan", "sampling", "collate", "compile", "bucketed")
 CORE = ["shapebucket", "shapebucket._progress", "shapebucket._torch_compat"]
 CORE += ["shapebucket._validate", "shapebucket.errors"]
 #: loaded when first used: the triton kernels (the ``gpu`` extra)
@@ -182,6 +182,7 @@ ALLOWED = {  # concern -> what it may import besides itself and the core
     "collate": {"fit", "plan"},
     "compile": {"fit", "plan", "collate"},
     "advise": {"fit", "plan", "compile"},
+    "bucketed": {"fit", "plan", "collate", "compile"},
 }
 
 

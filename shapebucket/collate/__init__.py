@@ -9,6 +9,7 @@ Every collator implements the collator protocol
 """
 
 from .attention import document_block_mask, document_causal_mask
+from .blocks import WithDocumentBlocks, block_mask_from_blocks, document_blocks
 from .bucket import BucketCollator
 from .cells import CellCollator
 from .counters import CollateReport
@@ -23,6 +24,9 @@ __all__ = [
     "FlatBatch",
     "KeyRoles",
     "PackedCollator",
+    "WithDocumentBlocks",
+    "block_mask_from_blocks",
     "document_block_mask",
+    "document_blocks",
     "document_causal_mask",
 ]

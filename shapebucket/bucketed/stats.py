@@ -1,0 +1,58 @@
+"""``BucketedStats``: what a :class:`~shapebucket.bucketed.BucketedModel` padded."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+from .calls import Call, Side
+
+__all__ = ["BucketedStats"]
+
+
+@dataclass
+class BucketedStats:
+    """Counts of a wrapper's calls: ``calls``, ``tokens`` (the callers' rows x lengths),
+    ``padded_tokens`` (what ran), ``shapes`` (``{(rows, length[, target]): calls}``) and
+    ``eager_calls`` (calls past the largest bucket run eagerly at their own shape,
+    with ``overflow="eager"``).
+
+    >>> BucketedStats().token_efficiency
+    1.0
+    """
+
+    calls: int = 0
+    tokens: int = 0
+    padded_tokens: int = 0
+    eager_calls: int = 0
+    shapes: dict[tuple[int, ...], int] = field(default_factory=dict)
+
+    @property
+    def token_efficiency(self) -> float:
+        """Caller tokens over the tokens that ran (1.0 before any call)."""
+        return self.tokens / self.padded_tokens if self.padded_tokens else 1.0
+
+    def count(self, call: Call) -> None:
+        """Count one padded call."""
+        self.calls += 1
+        for side in call.sides.values():
+            self.tokens += call.rows * side.length
+            self.padded_tokens += call.padded_rows * side.bucket
+        key = (call.padded_rows, *(s.bucket for s in call.sides.values()))
+        self.shapes[key] = self.shapes.get(key, 0) + 1
+
+    def count_eager(self, rows: int, sides: dict[str, Side], largest: int) -> None:
+        """Count (and, the first time, warn about) a call run at its own shape."""
+        if self.eager_calls == 0:
+            longest = max(s.length for s in sides.values())
+            warnings.warn(
+                f"BucketedModel: a call of {rows} rows and length {longest} (largest bucket "
+                f"{largest}) ran eagerly at its own shape (overflow='eager'): never compiled, "
+                "no CUDA graph recorded; such calls are counted in stats.eager_calls",
+                stacklevel=5,
+            )
+        self.calls += 1
+        self.eager_calls += 1
+        tokens = sum(rows * s.length for s in sides.values())
+        self.tokens += tokens
+        self.padded_tokens += tokens

@@ -1,0 +1,186 @@
+"""The block structure of a packed batch's document mask, made in the DataLoader worker.
+
+:func:`~shapebucket.document_block_mask` calls ``create_block_mask`` on the training
+step: it evaluates the mask over every ``(query, key)`` pair of the batch. The
+structure it finds depends only on ``document_ids``, so a worker can find it
+instead: :func:`document_blocks` returns it as four tensors of static shapes
+(``[rows, 1, n]`` and ``[rows, 1, n, n]`` for ``n = ceil(length / block_size)``
+blocks), and :func:`block_mask_from_blocks` builds the same ``BlockMask`` from them
+on the step with ``BlockMask.from_kv_blocks``: no pass over the pairs.
+:class:`WithDocumentBlocks` adds them to each batch of a packed collator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .._validate import check_int
+from ..errors import ShapeBucketError
+
+__all__ = ["BLOCK_KEYS", "WithDocumentBlocks", "block_mask_from_blocks", "document_blocks"]
+
+#: the names of the four tensors, as ``BlockMask.from_kv_blocks`` takes them
+BLOCK_KEYS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
+
+
+def _ordered(dense: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Blocks per query block and their key-block indices, the used ones first in order
+    (the layout ``create_block_mask`` gives ``from_kv_blocks``)."""
+    dense = dense.to(torch.int32)
+    indices = torch.argsort(dense, dim=-1, descending=True, stable=True)
+    return dense.sum(-1).to(torch.int32), indices.to(torch.int32).contiguous()
+
+
+#: elements of the boolean mask made at once (query blocks are taken in chunks of this)
+_CHUNK = 1 << 24
+
+
+def document_blocks(
+    document_ids: torch.Tensor, *, causal: bool = True, block_size: int = 128
+) -> dict[str, torch.Tensor]:
+    """The block structure of :func:`~shapebucket.document_block_mask`'s mask, as tensors.
+
+    A ``(query block, key block)`` pair is *full* when every pair of tokens in it
+    may attend, *partial* when some may; ``kv_num_blocks`` / ``kv_indices`` list the
+    partial ones per query block, ``full_kv_*`` the full ones. Made a chunk of query
+    blocks at a time (at most 2**24 mask elements); shapes depend only on the batch's
+    shape, so batches of one bucket stack and pin alike.
+
+    >>> doc = torch.tensor([[0, 0, 0, 0, 1, 1, -1, -1]])
+    >>> blocks = document_blocks(doc, block_size=4)
+    >>> blocks["kv_num_blocks"].tolist(), blocks["full_kv_num_blocks"].tolist()
+    ([[[1, 1]]], [[[0, 0]]])
+    """
+    block_size = check_int("block_size", block_size, minimum=1)
+    _check(document_ids)
+    rows, length = document_ids.shape
+    n = -(-length // block_size)
+    padded = torch.nn.functional.pad(document_ids.cpu(), (0, n * block_size - length), value=-2)
+    step = max(1, _CHUNK // max(1, rows * block_size * n * block_size))
+    partial, full = [], []
+    for i in range(0, n, step):
+        allowed = _query_blocks(padded, i, min(n, i + step), block_size, length, causal)
+        blocks = allowed.view(rows, -1, block_size, n, block_size)
+        some, every = blocks.any(4).any(2), blocks.all(4).all(2)
+        partial.append(some & ~every)
+        full.append(every)
+    kv_num, kv_idx = _ordered(torch.cat(partial, 1)[:, None])
+    full_num, full_idx = _ordered(torch.cat(full, 1)[:, None])
+    out = dict(zip(BLOCK_KEYS, (kv_num, kv_idx, full_num, full_idx), strict=True))
+    return {k: v.to(document_ids.device) for k, v in out.items()}
+
+
+def _query_blocks(
+    padded: torch.Tensor, first: int, end: int, block_size: int, length: int, causal: bool
+) -> torch.Tensor:
+    """``[rows, (end - first) * block_size, n * block_size]``: the mask of query blocks
+    ``first`` to ``end``, False outside the batch's length (as ``create_block_mask`` pads
+    it). document_block_mask's rule; tests pin the two equal."""
+    q = padded[:, first * block_size : end * block_size]
+    q_pos = torch.arange(first * block_size, end * block_size)[:, None]
+    k_pos = torch.arange(padded.shape[1])[None, :]
+    allowed = (q[:, :, None] == padded[:, None, :]) & (q[:, :, None] >= 0)
+    if causal:
+        allowed &= k_pos <= q_pos
+    allowed |= q_pos == k_pos
+    allowed &= (q_pos < length) & (k_pos < length)
+    return allowed
+
+
+def _check(document_ids: Any) -> None:
+    if not isinstance(document_ids, torch.Tensor) or document_ids.ndim != 2:
+        shape = tuple(document_ids.shape) if hasattr(document_ids, "shape") else type(document_ids)
+        raise ShapeBucketError(
+            f"document_ids must be a [rows, length] tensor (PackedCollator's document_ids), got "
+            f"{shape}; for one row, pass document_ids[None]"
+        )
+
+
+def block_mask_from_blocks(
+    blocks: Mapping[str, torch.Tensor],
+    document_ids: torch.Tensor,
+    *,
+    causal: bool = True,
+    block_size: int = 128,
+) -> Any:
+    """The ``BlockMask`` :func:`~shapebucket.document_block_mask` makes, built from
+    :func:`document_blocks`' tensors (``BlockMask.from_kv_blocks``) without evaluating
+    the mask over every pair; partial blocks still read ``document_ids`` token by token.
+
+    >>> doc = torch.tensor([[0, 0, 0, 0, 1, 1, -1, -1]])
+    >>> mask = block_mask_from_blocks(document_blocks(doc, block_size=4), doc, block_size=4)
+    >>> mask.shape
+    (1, 1, 8, 8)
+    """
+    from torch.nn.attention.flex_attention import BlockMask
+
+    missing = [k for k in BLOCK_KEYS if k not in blocks]
+    if missing:
+        raise ShapeBucketError(
+            f"blocks lacks {missing}: pass the dict document_blocks(document_ids) returned "
+            "(WithDocumentBlocks puts it in the batch)"
+        )
+    _check(document_ids)
+    length = document_ids.shape[1]
+
+    def document_mask(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+        dq, dk = document_ids[b, q_idx], document_ids[b, kv_idx]
+        allowed = (dq == dk) & (dq >= 0)
+        if causal:
+            allowed = allowed & (kv_idx <= q_idx)
+        return allowed | (q_idx == kv_idx)
+
+    return BlockMask.from_kv_blocks(
+        blocks["kv_num_blocks"],
+        blocks["kv_indices"],
+        blocks["full_kv_num_blocks"],
+        blocks["full_kv_indices"],
+        BLOCK_SIZE=block_size,
+        mask_mod=document_mask,
+        seq_lengths=(length, length),
+    )
+
+
+@dataclass(frozen=True)
+class WithDocumentBlocks:
+    """A collate function: ``collator(samples)`` plus :func:`document_blocks` of its
+    ``document_ids`` under ``key`` (a dict of four tensors), made in the DataLoader
+    worker. Pickles when ``collator`` does.
+
+    >>> from shapebucket.collate.packed import PackedCollator
+    >>> collate = WithDocumentBlocks(PackedCollator([8], rows=1, label_shift="none"), block_size=4)
+    >>> batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}])
+    >>> batch["document_blocks"]["kv_indices"].shape
+    torch.Size([1, 1, 2, 2])
+    """
+
+    collator: Any
+    block_size: int = 128
+    causal: bool = True
+    key: str = "document_blocks"
+    document_key: str = "document_ids"
+
+    def __post_init__(self) -> None:
+        check_int("block_size", self.block_size, minimum=1)
+        if not callable(self.collator):
+            raise ShapeBucketError(
+                f"WithDocumentBlocks wraps a collate function (a PackedCollator), got "
+                f"{type(self.collator).__name__}"
+            )
+
+    def __call__(self, samples: Any) -> Any:
+        batch = self.collator(samples)
+        if not isinstance(batch, Mapping) or self.document_key not in batch:
+            raise ShapeBucketError(
+                f"WithDocumentBlocks needs batches with {self.document_key!r} (a PackedCollator "
+                f"with document_key={self.document_key!r}), got "
+                f"{sorted(batch) if isinstance(batch, Mapping) else type(batch).__name__}"
+            )
+        blocks = document_blocks(
+            batch[self.document_key], causal=self.causal, block_size=self.block_size
+        )
+        return {**batch, self.key: blocks}

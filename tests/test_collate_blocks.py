@@ -1,0 +1,96 @@
+"""document_blocks + block_mask_from_blocks build the BlockMask document_block_mask builds."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shapebucket import PackedCollator, ShapeBucketError, document_block_mask
+from shapebucket.collate.blocks import (
+    WithDocumentBlocks,
+    block_mask_from_blocks,
+    document_blocks,
+)
+
+FIELDS = (
+    "kv_num_blocks",
+    "kv_indices",
+    "full_kv_num_blocks",
+    "full_kv_indices",
+    "q_num_blocks",
+    "q_indices",
+    "full_q_num_blocks",
+    "full_q_indices",
+)
+
+
+@st.composite
+def packed_documents(draw):
+    """[rows, length] document ids as PackedCollator lays them: 0, 1, ... then -1 pads."""
+    rows, length = draw(st.integers(1, 3)), draw(st.integers(2, 80))
+    out = []
+    for _ in range(rows):
+        row, doc = [], 0
+        while len(row) < length and draw(st.booleans() | st.just(True)):
+            n = draw(st.integers(1, length))
+            row += [doc] * min(n, length - len(row))
+            doc += 1
+            if draw(st.integers(0, 4)) == 0:
+                break
+        out.append(row + [-1] * (length - len(row)))
+    return torch.tensor(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(doc=packed_documents(), block_size=st.sampled_from([4, 8, 16, 128]), causal=st.booleans())
+def test_the_block_mask_from_worker_tensors_equals_document_block_mask(doc, block_size, causal):
+    want = document_block_mask(doc, causal=causal, block_size=block_size)
+    blocks = document_blocks(doc, causal=causal, block_size=block_size)
+    got = block_mask_from_blocks(blocks, doc, causal=causal, block_size=block_size)
+    for name in FIELDS:
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
+    assert got.shape == want.shape and got.BLOCK_SIZE == want.BLOCK_SIZE
+    assert torch.equal(got.to_dense(), want.to_dense())
+
+
+def test_flex_attention_gives_the_same_output():
+    """Forward only: flex_attention has no backward on CPU (torch 2.13)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    doc = torch.tensor([[0] * 5 + [1] * 9 + [2] * 3 + [-1] * 7])
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, 24, 8)
+    want = flex_attention(q, q, q, block_mask=document_block_mask(doc, block_size=8))
+    mask = block_mask_from_blocks(document_blocks(doc, block_size=8), doc, block_size=8)
+    assert torch.equal(flex_attention(q, q, q, block_mask=mask), want)
+
+
+def test_the_collate_function_adds_static_shape_blocks_and_pickles():
+    collate = WithDocumentBlocks(PackedCollator([16], rows=2, label_shift="none"), block_size=8)
+    collate = pickle.loads(pickle.dumps(collate))
+    batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4] * 10}, {"input_ids": [5] * 6}])
+    shapes = {k: tuple(v.shape) for k, v in batch["document_blocks"].items()}
+    assert shapes == {
+        "kv_num_blocks": (2, 1, 2),
+        "kv_indices": (2, 1, 2, 2),
+        "full_kv_num_blocks": (2, 1, 2),
+        "full_kv_indices": (2, 1, 2, 2),
+    }
+    want = document_block_mask(batch["document_ids"], block_size=8)
+    got = block_mask_from_blocks(batch["document_blocks"], batch["document_ids"], block_size=8)
+    assert torch.equal(got.to_dense(), want.to_dense())
+
+
+def test_bad_input_is_refused_with_the_fix():
+    with pytest.raises(ShapeBucketError, match=r"document_ids must be a \[rows, length\] tensor"):
+        document_blocks(torch.zeros(5, dtype=torch.long))
+    with pytest.raises(ShapeBucketError, match="block_size"):
+        document_blocks(torch.zeros(1, 5, dtype=torch.long), block_size=0)
+    with pytest.raises(ShapeBucketError, match="lacks"):
+        block_mask_from_blocks({}, torch.zeros(1, 5, dtype=torch.long))
+    with pytest.raises(ShapeBucketError, match="document_ids"):
+        WithDocumentBlocks(lambda s: {"input_ids": torch.ones(1, 2)})([{}])

@@ -32,11 +32,13 @@ __all__ = [
     "get_recompile_limit",
     "inductor_cache_counts",
     "inductor_cache_dir",
+    "is_compiled_module",
     "is_recompile_error",
     "load_cache_artifacts",
     "mark_dynamic_dim",
     "mark_dynamic_specialized",
     "parse_recompile_error",
+    "raised_recompile_limit",
     "recompile_limit_hits",
     "reset_compiler",
     "save_cache_artifacts",
@@ -44,6 +46,7 @@ __all__ = [
     "set_recompile_limit",
     "stance",
     "unique_graphs",
+    "unwrap_compiled",
 ]
 
 
@@ -72,7 +75,8 @@ def get_recompile_limit() -> int:
 
 
 def set_recompile_limit(value: int) -> int:
-    """Set the global recompile limit; returns the previous value."""
+    """Set the global recompile limit; returns the previous value. Prefer
+    :func:`raised_recompile_limit`, which puts it back."""
     config = _dynamo().config
     old = int(config.recompile_limit)
     config.recompile_limit = int(value)
@@ -80,6 +84,47 @@ def set_recompile_limit(value: int) -> int:
     if config.accumulated_recompile_limit < value:
         config.accumulated_recompile_limit = int(value)
     return old
+
+
+@contextlib.contextmanager
+def raised_recompile_limit(at_least: int) -> Iterator[int | None]:
+    """Raise dynamo's global recompile limit to ``at_least`` for the block when it is lower
+    (torch sets a per-function limit only at ``torch.compile(..., recompile_limit=N)``);
+    yields the limit it raised from (``None``: it was high enough) and puts both limits
+    back on exit, also on error. The one place shapebucket changes the limit.
+
+    >>> with raised_recompile_limit(get_recompile_limit() + 1) as was:
+    ...     get_recompile_limit() == was + 1
+    True
+    >>> get_recompile_limit() == was
+    True
+    """
+    config = _dynamo().config
+    old, old_accumulated = int(config.recompile_limit), int(config.accumulated_recompile_limit)
+    if at_least <= old:
+        yield None
+        return
+    set_recompile_limit(at_least)
+    try:
+        yield old
+    finally:
+        config.recompile_limit = old
+        config.accumulated_recompile_limit = old_accumulated
+
+
+def is_compiled_module(obj: Any) -> bool:
+    """Whether ``obj`` is what ``torch.compile(module)`` returns (an ``OptimizedModule``)."""
+    return isinstance(obj, torch.nn.Module) and hasattr(obj, "_orig_mod")
+
+
+def unwrap_compiled(obj: Any) -> Any:
+    """The module a ``torch.compile``'d module wraps (its ``_orig_mod``); anything else as it is.
+
+    >>> m = torch.nn.Linear(2, 2)
+    >>> unwrap_compiled(torch.compile(m)) is m, unwrap_compiled(m) is m
+    (True, True)
+    """
+    return getattr(obj, "_orig_mod", obj) if is_compiled_module(obj) else obj
 
 
 def unique_graphs() -> int:

@@ -279,8 +279,26 @@ def test_recompile_limit_raised_or_refused():
     ):
         prewarm(fn, plan, modes=[RecompileLimit(raise_limit=False)], progress=False)
     report = prewarm(fn, plan, progress=False)
-    assert report.limit_raised_from == 2 and report.limit == 3 == compat.get_recompile_limit()
+    assert report.limit_raised_from == 2 and report.limit == 3
     assert "raised from 2 to 3" in str(report)
+    assert compat.get_recompile_limit() == 2  # put back: it caps new compiles only, so
+    with CompileCounter() as cc, no_recompiles(plan):  # the 3 prewarmed graphs still serve
+        for s in plan:
+            fn(*plan.batch(None, s))
+    assert cc.graphs == 0 and compat.recompile_limit_hits() == 0
+
+
+def test_the_recompile_limit_is_put_back_when_prewarm_fails():
+    compat.set_recompile_limit(2)
+    plan = ShapePlan.from_function([(2, n) for n in (4, 6, 10)], lambda s: (torch.ones(s),))
+
+    def step(batch):
+        if batch[0].shape[1] == 10:
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        prewarm(None, plan, step=step, progress=False)
+    assert compat.get_recompile_limit() == 2
 
 
 # -- state: snapshot and restore -------------------------------------------------------

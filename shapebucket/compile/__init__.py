@@ -5,7 +5,12 @@
 True
 """
 
-from .background import BackgroundCompile, BackgroundReport, compile_in_background
+from .background import (
+    BackgroundCompile,
+    BackgroundOptions,
+    BackgroundReport,
+    compile_in_background,
+)
 from .cache import load_compile_cache, save_compile_cache
 from .modes import Cache, CudaGraphs, Inference, Mode, RecompileLimit, Repeat, Specialize
 from .prewarm import prewarm
@@ -15,6 +20,7 @@ from .report import PrewarmReport
 
 __all__ = [
     "BackgroundCompile",
+    "BackgroundOptions",
     "BackgroundReport",
     "Cache",
     "CompileCounter",

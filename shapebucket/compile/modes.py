@@ -1,10 +1,12 @@
 """Modes: small parts that change how :func:`~shapebucket.prewarm` makes its graphs.
 
 ``prewarm(model, plan, example, modes=(Specialize(), Cache("compile-cache")))``.
-Each mode is a frozen dataclass with up to five hooks, all optional, each
+Each mode is a frozen dataclass with up to six hooks, all optional, each
 testable alone with a :class:`Job`:
 
-* ``setup(job)``: once, before the first shape (load a cache, raise the limit);
+* ``scope(job)``: the block the whole job (compiles and verify pass) runs in,
+  exited also on error (raise the recompile limit, put it back);
+* ``setup(job)``: once, before the first shape (load a cache);
 * ``prepare(batch, shape, job)``: each prewarm batch before it runs (mark dims);
 * ``context()``: the block every run of a batch happens in (``inference_mode``);
 * ``runs``: how many times each prewarm batch runs (CUDA graphs record on the third);
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -74,6 +76,11 @@ class Mode:
         """How many times each prewarm batch runs."""
         return 1
 
+    def scope(self, job: Job) -> contextlib.AbstractContextManager[Any]:
+        """The block the whole job runs in (entered before ``setup``, exited last, also
+        on error)."""
+        return contextlib.nullcontext()
+
     def setup(self, job: Job) -> None:
         """Called once before the first shape."""
 
@@ -94,13 +101,16 @@ class RecompileLimit(Mode):
     """The recompile-limit policy (the default one is ``RecompileLimit()``).
 
     A plan with more shapes than the compiler's recompile limit needs one graph
-    per shape, so the limit is raised globally to the number of shapes (torch
-    sets a per-function limit only at ``torch.compile(..., recompile_limit=N)``);
+    per shape, so the limit is raised globally to the number of shapes for the
+    prewarm (torch sets a per-function limit only at ``torch.compile(...,
+    recompile_limit=N)``) and put back afterwards, also on error: the graphs stay
+    usable (the limit caps new compiles, not the use of compiled ones).
     ``raise_limit=False`` raises :class:`ShapeBucketError` instead.
 
     >>> plan = ShapePlan.from_function([(1, 4), (1, 8)], lambda s: torch.ones(s.rows, s.length))
     >>> job = Job(None, None, plan, None, PrewarmReport(plan.shapes))
-    >>> RecompileLimit().setup(job); job.report.limit >= 2
+    >>> with RecompileLimit().scope(job):
+    ...     compat.get_recompile_limit() >= 2 and job.report.limit >= 2
     True
     """
 
@@ -112,19 +122,19 @@ class RecompileLimit(Mode):
                 f"RecompileLimit(raise_limit) must be True or False, got {self.raise_limit!r}"
             )
 
-    def setup(self, job: Job) -> None:
-        n = len(job.plan)
-        limit = compat.get_recompile_limit()
-        if n > limit:
-            if not self.raise_limit:
-                raise ShapeBucketError(
-                    f"{n} shapes exceed the compiler's recompile limit of {limit}; compile with "
-                    f"torch.compile(..., recompile_limit={n}), drop RecompileLimit(raise_limit=False), "
-                    "or use fewer buckets"
-                )
-            job.report.limit_raised_from = compat.set_recompile_limit(n)
-            limit = n
-        job.report.limit = limit
+    @contextlib.contextmanager
+    def scope(self, job: Job) -> Iterator[None]:
+        n, limit = len(job.plan), compat.get_recompile_limit()
+        if n > limit and not self.raise_limit:
+            raise ShapeBucketError(
+                f"{n} shapes exceed the compiler's recompile limit of {limit}; compile with "
+                f"torch.compile(..., recompile_limit={n}), drop RecompileLimit(raise_limit=False), "
+                "or use fewer buckets"
+            )
+        with compat.raised_recompile_limit(n) as raised_from:
+            job.report.limit_raised_from = raised_from
+            job.report.limit = max(n, limit)
+            yield
 
 
 @dataclass(frozen=True)

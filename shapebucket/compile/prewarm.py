@@ -36,7 +36,7 @@ from .report import PrewarmReport
 from .state import Snapshot, snapshot
 from .state import restore as restore_state
 
-__all__ = ["prewarm"]
+__all__ = ["packs", "prewarm", "refuse_cached_decoder", "run_batch"]
 
 
 def run_batch(model: Any, step: Callable[[Any], Any] | None, batch: Any) -> None:
@@ -79,24 +79,32 @@ def _call_with_keys(model: Any, batch: Mapping[str, Any]) -> Any:
         ) from error
 
 
-def _refuse_cached_decoder(model: Any, plan: ShapePlan) -> None:
-    """A packed plan and a Hugging Face decoder that keeps a cache mix samples silently.
+def refuse_cached_decoder(model: Any, who: str) -> None:
+    """Refuse a Hugging Face decoder that keeps a cache, for packed batches: the one
+    ``use_cache`` check of prewarm, compile_in_background and the Trainers.
 
     transformers finds packed samples from ``position_ids`` only when the model has no
     cache, and a decoder whose config says ``use_cache=True`` (Llama's default) makes
     one on every forward, in training too: every sample then attends to the samples
-    before it in its row. Refused here, on the documented path, before any step.
+    before it in its row. ``who`` names the caller in the error.
+
+    >>> refuse_cached_decoder(torch.nn.Linear(2, 2), "prewarm")  # no config: nothing to refuse
     """
-    if not isinstance(plan.collator, PackedCollator):
-        return
-    config = getattr(getattr(model, "_orig_mod", model), "config", None)
+    module = compat.unwrap_compiled(model)
+    config = getattr(module, "config", None)
     if getattr(config, "use_cache", False) is True:
         raise ShapeBucketError(
-            f"prewarm: a packed plan and {type(getattr(model, '_orig_mod', model)).__name__} "
-            "with config.use_cache=True: a Hugging Face decoder ignores packed position_ids "
-            "while it keeps a cache, so every sample would attend to the ones before it in its "
-            "row; set model.config.use_cache = False before training"
+            f"{who}: packed batches and {type(module).__name__} with config.use_cache=True: a "
+            "Hugging Face decoder ignores packed position_ids while it keeps a cache, so every "
+            "sample would attend to the ones before it in its row; set "
+            "model.config.use_cache = False before training (a Trainer: pass "
+            "TrainingArguments(use_cache=False), the default, which it copies into model.config)"
         )
+
+
+def packs(plan: ShapePlan) -> bool:
+    """Whether ``plan``'s batches are packed rows (its collator packs)."""
+    return isinstance(plan.collator, PackedCollator)
 
 
 _MODES = "Specialize(), Cache(dir), Inference(), CudaGraphs(), Repeat(n), RecompileLimit()"
@@ -216,6 +224,19 @@ def _prewarm_job(job: Job, extra: list[Any], verify: bool, progress: bool) -> No
             run_batch(job.model, job.step, batch)
 
     snap = snapshot(job.model, *extra)  # first: batches made from here on draw no lasting RNG
+    with contextlib.ExitStack() as scopes:  # the recompile limit, put back also on error
+        for m in job.modes:
+            scopes.enter_context(m.scope(job))
+        _run_job(job, run, snap, extra, (verify, progress))
+    for m in job.modes:
+        m.finish(job)
+
+
+def _run_job(
+    job: Job, run: Callable[[Any], None], snap: Snapshot, extra: list[Any], flags: tuple[bool, bool]
+) -> None:
+    """Inside the modes' scopes: set up, compile, restore; check the limit; verify, restore."""
+    verify, progress = flags
 
     def put_back(found: dict[int, Snapshot]) -> None:
         for other in found.values():
@@ -245,8 +266,6 @@ def _prewarm_job(job: Job, extra: list[Any], verify: bool, progress: bool) -> No
                 _verify(job, run)
             finally:
                 put_back(found)
-    for m in job.modes:
-        m.finish(job)
     job.report.optimizers_found = len(found)
 
 
@@ -281,7 +300,9 @@ def prewarm(
     ``modes`` change how graphs are made (:mod:`shapebucket.compile.modes`):
     ``Specialize()``, ``Cache(dir)``, ``Inference()``, ``CudaGraphs()``,
     ``Repeat(n)``, ``RecompileLimit(raise_limit=False)``. By default the
-    recompile limit is raised to the number of shapes when it is lower. A
+    recompile limit is raised to the number of shapes when it is lower, for the
+    prewarm, and put back afterwards (the graphs stay usable: the limit caps new
+    compiles, not the use of compiled ones). A
     function that hits the limit anyway raises :class:`ShapeBucketError`;
     compiling 0 graphs gives a warning.
 
@@ -304,7 +325,8 @@ def prewarm(
     for name, flag in (("verify", verify), ("progress", progress)):
         if not isinstance(flag, bool):
             raise ShapeBucketError(f"{name} must be True or False, got {flag!r}")
-    _refuse_cached_decoder(model, plan)
+    if packs(plan):
+        refuse_cached_decoder(model, "prewarm")
     if isinstance(restore, (str, bytes, torch.Tensor, torch.optim.Optimizer, torch.nn.Module)):
         restore = [restore]
     if not isinstance(restore, Iterable):

@@ -27,6 +27,7 @@ from .. import _torch_compat as compat
 from .._validate import check_lengths
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
+from ..compile.prewarm import refuse_cached_decoder
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
 from ..fit.packing_fit import PackingFitReport, fit_packing
@@ -91,9 +92,17 @@ class _ShapeTrainer(Trainer):
             self.add_callback(PrewarmCallback(self))
         return arr
 
-    def _train_source(self) -> tuple[Any, Any]:
-        """The dataset and collate function of the training DataLoader (with the
-        Trainer's removal of the columns the model does not take)."""
+    def train_source(self) -> tuple[Any, Any]:
+        """``(dataset, collate)``: what the training DataLoader reads, after the Trainer's
+        removal of the columns the model does not take (from the dataset, or by wrapping
+        the collator). The prewarm makes its example batch from these, so it sees exactly
+        the keys training does.
+
+        Example::
+
+            dataset, collate = trainer.train_source()
+            batch = collate([dataset[0]])
+        """
         if self.train_dataset is None:
             raise ShapeBucketError(f"{type(self).__name__}: training requires a train_dataset")
         dataset: Any = self.train_dataset
@@ -111,7 +120,7 @@ class _ShapeTrainer(Trainer):
         return dataset, collate
 
     def get_train_dataloader(self) -> DataLoader:
-        dataset, collate = self._train_source()
+        dataset, collate = self.train_source()
         args = self.args
         workers = args.dataloader_num_workers
         options: dict[str, Any] = {
@@ -342,13 +351,5 @@ class PackedTrainer(_ShapeTrainer):
         )
 
     def _training(self) -> contextlib.AbstractContextManager[Any]:
-        config = getattr(self.model, "config", None)
-        if getattr(config, "use_cache", False) is True:
-            raise ShapeBucketError(
-                f"PackedTrainer: {type(self.model).__name__} has config.use_cache=True; a Hugging "
-                "Face decoder that keeps a cache ignores packed position_ids, so every sample "
-                "would attend to the samples before it in its row. Pass "
-                "TrainingArguments(use_cache=False) (the default: the Trainer copies it into "
-                "model.config.use_cache) and leave model.config.use_cache False while training"
-            )
+        refuse_cached_decoder(self.model, "PackedTrainer")
         return super()._training()

@@ -18,6 +18,7 @@ from shapebucket.compile import (
     Cache,
     CompileCounter,
     RecompileLimit,
+    check_recompile_limit,
     compile_regions,
     load_compile_cache,
     mark_dynamic,
@@ -286,6 +287,21 @@ def test_recompile_limit_raised_or_refused():
         for s in plan:
             fn(*plan.batch(None, s))
     assert cc.graphs == 0 and compat.recompile_limit_hits() == 0
+
+
+def test_check_recompile_limit():
+    check_recompile_limit(Buckets(range(2, 10)), 8)
+    with pytest.raises(
+        ShapeBucketError, match=r"9 buckets exceed .* limit of 8.*recompile_limit=9"
+    ):
+        check_recompile_limit(Buckets(range(2, 11)), 8)
+    plan = ShapePlan.from_function([(2, 4), (4, 4), (2, 8)], lambda s: torch.ones(s))
+    compat.set_recompile_limit(2)  # the default: the compiler's
+    with pytest.raises(ShapeBucketError, match="3 shapes exceed .* limit of 2"):
+        check_recompile_limit(plan)
+    check_recompile_limit([8, 16])
+    with pytest.raises(ShapeBucketError, match="limit must be >= 1, got 0"):
+        check_recompile_limit([8], 0)
 
 
 def test_the_recompile_limit_is_put_back_when_prewarm_fails():

@@ -14,7 +14,7 @@ from .background import (
 from .cache import load_compile_cache, save_compile_cache
 from .modes import Cache, CudaGraphs, Inference, Mode, RecompileLimit, Repeat, Specialize
 from .prewarm import prewarm
-from .recompiles import CompileCounter, mark_dynamic, no_recompiles
+from .recompiles import CompileCounter, check_recompile_limit, mark_dynamic, no_recompiles
 from .regions import compile_regions
 from .report import PrewarmReport
 
@@ -31,6 +31,7 @@ __all__ = [
     "RecompileLimit",
     "Repeat",
     "Specialize",
+    "check_recompile_limit",
     "compile_in_background",
     "compile_regions",
     "load_compile_cache",

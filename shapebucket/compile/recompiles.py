@@ -266,14 +266,14 @@ def _limit_function(message: str) -> str:
 
 @contextlib.contextmanager
 def no_recompiles(
-    buckets: ShapePlan | Buckets | Sequence[int] | None = None,
+    plan: ShapePlan | Buckets | Sequence[int] | None = None,
 ) -> Iterator[None]:
     """Fail on any recompile inside the block, with a :class:`ShapeBucketError`.
 
     Uses the compiler's ``fail_on_recompile`` stance (restored on exit, also on
     error). The error names the input size that was not prewarmed and, when
-    ``buckets`` is given (the :class:`~shapebucket.ShapePlan` that was
-    prewarmed, or the bucket table), the shapes that were. Functions compiled
+    ``plan`` is given (the :class:`~shapebucket.ShapePlan` that was prewarmed,
+    or a bucket table), the shapes that were. Functions compiled
     for the first time inside the block still compile: only *re*compiles fail.
 
     Nothing is installed into torch: a function that hit the recompile limit
@@ -292,10 +292,10 @@ def no_recompiles(
     recompile inside no_recompiles(): input 'x' has size 16 at dim 1, a shape that w
     """
     table: Any = None
-    if isinstance(buckets, ShapePlan):
-        table = buckets
-    elif buckets is not None:
-        table = as_buckets(buckets)
+    if isinstance(plan, ShapePlan):
+        table = plan
+    elif plan is not None:
+        table = as_buckets(plan)
     hits = compat.recompile_limit_hits()
     if hits:
         names = sorted(set(_SEEN_LIMIT_HITS))

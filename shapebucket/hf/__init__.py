@@ -6,6 +6,6 @@ transformers.
 """
 
 from .prewarm import PrewarmCallback
-from .trainers import BucketTrainer, PackedTrainer
+from .trainers import BucketTrainer, PackedTrainer, Packing
 
-__all__ = ["BucketTrainer", "PackedTrainer", "PrewarmCallback"]
+__all__ = ["BucketTrainer", "PackedTrainer", "Packing", "PrewarmCallback"]

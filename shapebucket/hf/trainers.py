@@ -15,8 +15,9 @@ import contextlib
 import json
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from torch.utils.data import DataLoader
@@ -36,7 +37,7 @@ from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
 from .prewarm import PrewarmCallback, check_compile_cache
 
-__all__ = ["BucketTrainer", "PackedTrainer"]
+__all__ = ["BucketTrainer", "PackedTrainer", "Packing"]
 
 #: The file, in each Trainer checkpoint, that holds the sampler's state (one per rank).
 STATE_FILE = "shapebucket_sampler_rank{rank}.json"
@@ -252,44 +253,67 @@ class BucketTrainer(_ShapeTrainer):
         self.collator = BucketCollator(self.buckets, pad_values=pad_values, rows=self.sampler.rows)
 
 
-def _packing_args(
-    lengths: np.ndarray,
-    fit: PackingFitReport | None,
-    buckets: Buckets | Sequence[int] | None,
-    rows: int | Mapping[int, int] | None,
-    tokens_per_batch: int | None,
-) -> tuple[Buckets, Any, Any]:
-    """``(buckets, rows, tokens_per_batch)`` from a fit or from the explicit arguments."""
-    if fit is not None:
-        if not isinstance(fit, PackingFitReport):
+@dataclass(frozen=True)
+class Packing:
+    """Where a :class:`PackedTrainer` gets its row lengths and rows per batch: a fit
+    (``fit``), row lengths with rows per batch (``buckets``, ``rows``), or a token budget
+    per batch (``tokens_per_batch``, with the row lengths in ``buckets`` or, when
+    ``None``, fitted to the training set's lengths). Made by the trainer's constructors
+    (:meth:`PackedTrainer.from_fit`, :meth:`~PackedTrainer.from_rows`,
+    :meth:`~PackedTrainer.from_tokens`); ``trainer.packing`` is the one it was built with.
+
+    >>> Packing(buckets=Buckets([32]), rows=2).resolve([5, 9, 30])
+    (Buckets([32]), 2, None)
+    """
+
+    fit: PackingFitReport | None = None
+    buckets: Buckets | None = None
+    rows: int | Mapping[int, int] | None = None
+    tokens_per_batch: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.fit is not None and not isinstance(self.fit, PackingFitReport):
             raise ShapeBucketError(
-                f"fit must be what fit_packing(...) returned, got {type(fit).__name__}"
+                f"fit must be what fit_packing(...) returned, got {type(self.fit).__name__}"
             )
-        if (buckets, rows, tokens_per_batch) != (None, None, None):
+        given = [k for k in ("buckets", "rows", "tokens_per_batch") if getattr(self, k) is not None]
+        if self.fit is not None and given:
             raise ShapeBucketError(
-                "pass fit=fit_packing(...) or buckets= with rows= or tokens_per_batch=, not both: "
-                "the fit holds the buckets and rows"
+                f"Packing(fit=...) holds the row lengths and rows: pass it alone, not with {given}"
             )
-        return fit.buckets, fit.rows, None
-    if buckets is None and tokens_per_batch is not None and rows is None:
-        chosen = fit_packing(lengths, tokens_per_batch=tokens_per_batch)
-        return chosen.buckets, chosen.rows, None
-    if buckets is None:
-        raise ShapeBucketError(
-            "PackedTrainer needs fit=fit_packing(lengths, tokens_per_batch=...), buckets= "
-            "(the row lengths) with rows= or tokens_per_batch=, or tokens_per_batch= alone "
-            "(the row lengths are then fitted to the lengths)"
-        )
-    return as_buckets(buckets), rows, tokens_per_batch
+        if self.fit is None and (self.rows is None) == (self.tokens_per_batch is None):
+            raise ShapeBucketError(
+                "Packing needs fit=fit_packing(...), buckets= with rows=, or tokens_per_batch= "
+                f"(with or without buckets=), got {given or 'nothing'}; build the trainer with "
+                "PackedTrainer.from_fit, from_rows or from_tokens"
+            )
+        if self.rows is not None and self.buckets is None:
+            raise ShapeBucketError("Packing(rows=...) needs buckets= (the row lengths)")
+
+    def resolve(self, lengths: Any) -> tuple[Buckets, Any, Any]:
+        """``(buckets, rows, tokens_per_batch)`` for the sampler, fitting the row lengths
+        to ``lengths`` when only ``tokens_per_batch`` was given."""
+        if self.fit is not None:
+            return self.fit.buckets, self.fit.rows, None
+        if self.buckets is None:
+            chosen = fit_packing(lengths, tokens_per_batch=self.tokens_per_batch)
+            return chosen.buckets, chosen.rows, None
+        return self.buckets, self.rows, self.tokens_per_batch
+
+
+#: The keywords PackedTrainer took before its constructors (refused with the fix).
+_SHAPE_KEYWORDS = ("fit", "buckets", "rows", "tokens_per_batch")
+_T = TypeVar("_T", bound="PackedTrainer")
 
 
 class PackedTrainer(_ShapeTrainer):
     """A ``Trainer`` whose training batches are packed: :class:`PackedBatchSampler` and
     :class:`PackedCollator`, at most ``len(buckets)`` shapes.
 
-    Give it ``fit=fit_packing(lengths, tokens_per_batch=...)``, ``buckets`` (the
-    row lengths) with ``rows`` or ``tokens_per_batch``, or ``tokens_per_batch``
-    alone (then ``fit_packing`` chooses the row lengths); ``lengths=None`` reads
+    Build it with one of three constructors, each taking the ``Trainer``'s arguments
+    after its own: :meth:`from_fit` (``fit_packing``'s result), :meth:`from_rows` (row
+    lengths and rows per batch) or :meth:`from_tokens` (a token budget per batch; the
+    row lengths are fitted to the training set unless given). ``lengths=None`` reads
     ``len(sample["input_ids"])`` from the training set. ``per_device_train_batch_size``
     is not used: a batch is ``rows[L]`` rows of ``L`` tokens. The defaults are the
     safe ones for a Hugging Face causal LM:
@@ -316,22 +340,26 @@ class PackedTrainer(_ShapeTrainer):
     def __init__(
         self,
         *args: Any,
+        packing: Packing | None = None,
         lengths: Sequence[int] | np.ndarray | None = None,
-        fit: PackingFitReport | None = None,
-        buckets: Buckets | Sequence[int] | None = None,
-        rows: int | Mapping[int, int] | None = None,
-        tokens_per_batch: int | None = None,
         pad_values: Mapping[str, Any] | None = None,
         label_shift: str = "model",
         prewarm: bool = True,
         compile_cache: str | bool = True,
         **kwargs: Any,
     ) -> None:
+        old = [k for k in _SHAPE_KEYWORDS if k in kwargs]
+        if old or not isinstance(packing, Packing):
+            raise ShapeBucketError(
+                f"{type(self).__name__} gets its row lengths from one of its constructors"
+                f"{f' (got {old})' if old else ''}: {type(self).__name__}.from_fit(fit, ...), "
+                ".from_rows(buckets, rows, ...) or .from_tokens(tokens_per_batch, ...), each "
+                "followed by the Trainer's arguments"
+            )
         super().__init__(*args, **kwargs)
         arr = self._setup_shapes(lengths, prewarm, compile_cache)
-        self.buckets, rows, tokens_per_batch = _packing_args(
-            arr, fit, buckets, rows, tokens_per_batch
-        )
+        self.packing = packing
+        self.buckets, rows, tokens_per_batch = packing.resolve(arr)
         self.sampler = PackedBatchSampler(
             arr,
             self.buckets,
@@ -348,6 +376,58 @@ class PackedTrainer(_ShapeTrainer):
             pad_values=pad_values,
             document_key=None,
             label_shift=label_shift,  # type: ignore[arg-type]
+        )
+
+    @classmethod
+    def from_fit(cls: type[_T], fit: PackingFitReport, *args: Any, **kwargs: Any) -> _T:
+        """A trainer whose row lengths and rows per batch are ``fit``'s (what
+        :func:`~shapebucket.fit_packing` returned); ``args`` and ``kwargs`` are the
+        ``Trainer``'s and :class:`PackedTrainer`'s (``lengths``, ``pad_values``, ...).
+
+        Example::
+
+            trainer = PackedTrainer.from_fit(fit_packing(lengths, tokens_per_batch=8192),
+                                             model=model, args=args, train_dataset=ds)
+        """
+        return cls(*args, packing=Packing(fit=fit), **kwargs)
+
+    @classmethod
+    def from_rows(
+        cls: type[_T],
+        buckets: Buckets | Sequence[int],
+        rows: int | Mapping[int, int],
+        *args: Any,
+        **kwargs: Any,
+    ) -> _T:
+        """A trainer with these row lengths (``buckets``) and ``rows`` rows per batch (one
+        int, or one per row length).
+
+        Example::
+
+            trainer = PackedTrainer.from_rows([256, 512], {256: 8, 512: 4},
+                                              model=model, args=args, train_dataset=ds)
+        """
+        return cls(*args, packing=Packing(buckets=as_buckets(buckets), rows=rows), **kwargs)
+
+    @classmethod
+    def from_tokens(
+        cls: type[_T],
+        tokens_per_batch: int,
+        *args: Any,
+        buckets: Buckets | Sequence[int] | None = None,
+        **kwargs: Any,
+    ) -> _T:
+        """A trainer whose batches hold about ``tokens_per_batch`` tokens each, in rows of
+        ``buckets`` (the row lengths) or, when ``None``, of the lengths
+        :func:`~shapebucket.fit_packing` fits to the training set's lengths.
+
+        Example::
+
+            trainer = PackedTrainer.from_tokens(8192, model=model, args=args, train_dataset=ds)
+        """
+        chosen = None if buckets is None else as_buckets(buckets)
+        return cls(
+            *args, packing=Packing(buckets=chosen, tokens_per_batch=tokens_per_batch), **kwargs
         )
 
     def _training(self) -> contextlib.AbstractContextManager[Any]:

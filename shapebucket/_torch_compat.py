@@ -34,6 +34,7 @@ __all__ = [
     "inductor_cache_dir",
     "is_compiled_module",
     "is_recompile_error",
+    "is_specialization_source_error",
     "load_cache_artifacts",
     "mark_dynamic_dim",
     "mark_dynamic_specialized",
@@ -353,6 +354,22 @@ class GuardFailure:
 def is_recompile_error(error: BaseException) -> bool:
     """Whether ``error`` is what the ``fail_on_recompile`` stance raises."""
     return isinstance(error, RuntimeError) and "fail_on_recompile" in str(error)
+
+
+def is_specialization_source_error(error: BaseException) -> bool:
+    """Whether ``error`` is dynamo failing to find a ``specialize_on`` dim among its graph
+    inputs (``TensorPropertySource(...) is not in list``): torch keeps one source of equal
+    dynamic sizes as the graph's input, and which one depends on the model (a ``[B, L]``
+    mask's for ``x * mask[:, None]``, a ``[B, F, L]`` value's behind a transpose and a
+    ``Linear``); a specialisation on the other source is not found."""
+    from torch._dynamo.exc import InternalTorchDynamoError
+
+    text = str(error)
+    return (
+        isinstance(error, InternalTorchDynamoError)
+        and "TensorPropertySource" in text
+        and "is not in list" in text
+    )
 
 
 def parse_recompile_error(text: str) -> list[GuardFailure]:

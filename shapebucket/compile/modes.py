@@ -10,7 +10,9 @@ testable alone with a :class:`Job`:
 * ``prepare(batch, shape, job)``: each prewarm batch before it runs (mark dims);
 * ``context()``: the block every run of a batch happens in (``inference_mode``);
 * ``runs``: how many times each prewarm batch runs (CUDA graphs record on the third);
-* ``finish(job)``: once, after every shape compiled (save the cache).
+* ``finish(job)``: once, after every shape compiled (save the cache);
+* ``retry(error, job)``: a run of a prepared batch raised ``error``: return True to
+  prepare the batch again and rerun it (Specialize tries another marked dim).
 
 ``how`` (a class attribute) is what ``report.how`` says for every shape when
 the mode decides it.
@@ -94,6 +96,11 @@ class Mode:
 
     def finish(self, job: Job) -> None:
         """Called once after every shape compiled (not after an error)."""
+
+    def retry(self, error: BaseException, job: Job) -> bool:
+        """A run of a batch this mode prepared raised ``error``: True to prepare the batch
+        again and rerun it, False to let the error through."""
+        return False
 
 
 @dataclass(frozen=True)
@@ -243,6 +250,16 @@ class Specialize(Mode):
     compiles a kernel per length plus a generic one, so a length no bucket
     covers runs compiled code instead of recompiling. The training loop needs no
     marks; compile the model with ``dynamic=False`` or ``None``.
+
+    Which dim takes the predicates matters to torch: it keeps one source of the
+    equal sizes as the graph's input, and a specialisation on another source
+    fails inside dynamo (``TensorPropertySource(...) is not in list``). Which one
+    it keeps depends on the model (a ``[B, L]`` mask's for ``x * mask[:, None]``,
+    a ``[B, F, L]`` value's behind ``transpose`` and ``Linear``), so the first
+    shape tries a ``[B, L]`` dim first and, on that error, each other marked dim
+    (:meth:`retry`; the failed tries' graphs count in that shape's
+    ``report.graphs``). When none works, :class:`ShapeBucketError` says to
+    prewarm without ``Specialize()``.
     """
 
     how: ClassVar[str | None] = "specialised"
@@ -282,13 +299,29 @@ class Specialize(Mode):
         # keeps one symbol of the equal ones as the graph's input, and a [B, F, L] value's
         # loses to a [B, L] mask's (InternalTorchDynamoError otherwise), so a [B, L] first.
         order = sorted(range(len(marks)), key=lambda i: (marks[i][0].ndim, marks[i][1], i))
-        for n, i in enumerate(order):
-            leaf, dim = marks[i]
-            if n == 0:
+        job.memo["specialize_tries"] = len(order)
+        first = order[job.memo.get("specialize_on", 0) % len(order)]
+        for i, (leaf, dim) in enumerate(marks):
+            if i == first:
                 compat.mark_dynamic_specialized(leaf, dim, list(job.plan.lengths))
             else:
                 compat.mark_dynamic_dim(leaf, dim, strict=True, min=None, max=None)
         return batch
+
+    def retry(self, error: BaseException, job: Job) -> bool:
+        """On torch's ``is not in list`` error, put the predicates on the next marked dim."""
+        if not compat.is_specialization_source_error(error):
+            return False
+        tried = job.memo.get("specialize_on", 0) + 1
+        if tried >= job.memo.get("specialize_tries", 1):
+            raise ShapeBucketError(
+                f"Specialize: torch found none of the {tried} length dims it was given "
+                "among the graph's inputs (a torch limit of specialize_on, raised as "
+                f"{type(error).__name__}: {str(error).splitlines()[0][:160]}); prewarm this "
+                "model without Specialize() (one static graph per length)"
+            ) from error
+        job.memo["specialize_on"] = tried
+        return True
 
 
 @dataclass(frozen=True)

@@ -189,12 +189,7 @@ def _compile_shapes(job: Job, run: Callable[[Any], None], progress: bool) -> Non
         on_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         mem0 = torch.cuda.memory_allocated() if on_cuda else 0
         with CompileCounter() as cc:
-            batch = job.batch(shape)
-            for m in modes:
-                batch = m.prepare(batch, shape, job)
-            for _ in range(runs):
-                run(batch)
-            del batch
+            _run_prepared(job, shape, run, runs)
         if on_cuda:
             torch.cuda.synchronize()
             report.memory_mb[shape] = (torch.cuda.memory_allocated() - mem0) / 2**20
@@ -203,6 +198,22 @@ def _compile_shapes(job: Job, run: Callable[[Any], None], progress: bool) -> Non
         report.graphs[shape] = cc.graphs
         report.how[shape] = _how(modes, cc.graphs, hits - hits0, misses - misses0)
     report.total_seconds = time.perf_counter() - start
+
+
+def _run_prepared(job: Job, shape: Any, run: Callable[[Any], None], runs: int) -> None:
+    """Run a batch of ``shape`` that every mode prepared ``runs`` times; when it raises and
+    a mode asks for it (:meth:`Mode.retry`), prepare a fresh batch and run it again."""
+    while True:
+        batch = job.batch(shape)
+        for m in job.modes:
+            batch = m.prepare(batch, shape, job)
+        try:
+            for _ in range(runs):
+                run(batch)
+            return
+        except Exception as error:
+            if not any(m.retry(error, job) for m in job.modes):
+                raise
 
 
 def _verify(job: Job, run: Callable[[Any], None]) -> None:

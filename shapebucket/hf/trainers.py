@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -31,13 +30,14 @@ from ..collate.packed import PackedCollator
 from ..compile.prewarm import refuse_cached_decoder
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
-from ..fit.packing_fit import PackingFitReport, fit_packing
+from ..fit.packing_fit import PackingFitReport
 from ..sampling.base import ResumableBatchSampler
 from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
+from .packing import Packing
 from .prewarm import PrewarmCallback, check_compile_cache
 
-__all__ = ["BucketTrainer", "PackedTrainer", "Packing"]
+__all__ = ["BucketTrainer", "PackedTrainer"]
 
 #: The file, in each Trainer checkpoint, that holds the sampler's state (one per rank).
 STATE_FILE = "shapebucket_sampler_rank{rank}.json"
@@ -251,54 +251,6 @@ class BucketTrainer(_ShapeTrainer):
             rank=self.args.process_index,
         )
         self.collator = BucketCollator(self.buckets, pad_values=pad_values, rows=self.sampler.rows)
-
-
-@dataclass(frozen=True)
-class Packing:
-    """Where a :class:`PackedTrainer` gets its row lengths and rows per batch: a fit
-    (``fit``), row lengths with rows per batch (``buckets``, ``rows``), or a token budget
-    per batch (``tokens_per_batch``, with the row lengths in ``buckets`` or, when
-    ``None``, fitted to the training set's lengths). Made by the trainer's constructors
-    (:meth:`PackedTrainer.from_fit`, :meth:`~PackedTrainer.from_rows`,
-    :meth:`~PackedTrainer.from_tokens`); ``trainer.packing`` is the one it was built with.
-
-    >>> Packing(buckets=Buckets([32]), rows=2).resolve([5, 9, 30])
-    (Buckets([32]), 2, None)
-    """
-
-    fit: PackingFitReport | None = None
-    buckets: Buckets | None = None
-    rows: int | Mapping[int, int] | None = None
-    tokens_per_batch: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.fit is not None and not isinstance(self.fit, PackingFitReport):
-            raise ShapeBucketError(
-                f"fit must be what fit_packing(...) returned, got {type(self.fit).__name__}"
-            )
-        given = [k for k in ("buckets", "rows", "tokens_per_batch") if getattr(self, k) is not None]
-        if self.fit is not None and given:
-            raise ShapeBucketError(
-                f"Packing(fit=...) holds the row lengths and rows: pass it alone, not with {given}"
-            )
-        if self.fit is None and (self.rows is None) == (self.tokens_per_batch is None):
-            raise ShapeBucketError(
-                "Packing needs fit=fit_packing(...), buckets= with rows=, or tokens_per_batch= "
-                f"(with or without buckets=), got {given or 'nothing'}; build the trainer with "
-                "PackedTrainer.from_fit, from_rows or from_tokens"
-            )
-        if self.rows is not None and self.buckets is None:
-            raise ShapeBucketError("Packing(rows=...) needs buckets= (the row lengths)")
-
-    def resolve(self, lengths: Any) -> tuple[Buckets, Any, Any]:
-        """``(buckets, rows, tokens_per_batch)`` for the sampler, fitting the row lengths
-        to ``lengths`` when only ``tokens_per_batch`` was given."""
-        if self.fit is not None:
-            return self.fit.buckets, self.fit.rows, None
-        if self.buckets is None:
-            chosen = fit_packing(lengths, tokens_per_batch=self.tokens_per_batch)
-            return chosen.buckets, chosen.rows, None
-        return self.buckets, self.rows, self.tokens_per_batch
 
 
 #: The keywords PackedTrainer took before its constructors (refused with the fix).

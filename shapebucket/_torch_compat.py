@@ -331,7 +331,7 @@ def automatic_dynamic(enabled: bool) -> Iterator[None]:
 
 _FAILURE_LINE = re.compile(r"- \d+/\d+: (.*)")
 _SIZE_MISMATCH = re.compile(
-    r"tensor '([^']+)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)"
+    r"tensor '(.+?)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)"
 )
 
 
@@ -373,7 +373,13 @@ def is_specialization_source_error(error: BaseException) -> bool:
 
 
 def parse_recompile_error(text: str) -> list[GuardFailure]:
-    """The guard failures listed in a ``fail_on_recompile`` error (torch 2.13 wording)."""
+    """The guard failures listed in a ``fail_on_recompile`` error (torch 2.13 wording); a
+    name may hold quotes itself (``kwargs['input_ids']``, a Hugging Face model's input).
+
+    >>> [f.name for f in parse_recompile_error(
+    ...     "- 0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 8, actual 24")]
+    ["kwargs['input_ids']"]
+    """
     out = []
     for line in _FAILURE_LINE.findall(text):
         m = _SIZE_MISMATCH.search(line)

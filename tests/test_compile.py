@@ -515,6 +515,23 @@ def test_no_recompiles_names_a_guard_other_than_size():
         f(torch.ones(2, 8, dtype=torch.float64))
 
 
+class TakesKeywords(nn.Module):
+    def forward(self, **kwargs):  # a Hugging Face model's inputs: guarded as kwargs['...']
+        return kwargs["input_ids"] * 2
+
+
+def test_no_recompiles_names_the_size_of_a_keyword_input():
+    """Issue #30 item 11: the size pattern missed ``tensor 'kwargs['input_ids']'`` (the
+    nested quotes) and called a new size 'a guard other than its size'."""
+    m = torch.compile(TakesKeywords(), **EAGER)
+    m(input_ids=torch.ones(2, 8))
+    with (
+        pytest.raises(ShapeBucketError, match=r"input \"kwargs\['input_ids'\]\" has size 24"),
+        no_recompiles([8]),
+    ):
+        m(input_ids=torch.ones(2, 24))
+
+
 # -- the compile cache (inductor) ------------------------------------------------------
 
 

@@ -78,10 +78,6 @@ class BackgroundCompile:
     ``.close()`` (also a context manager). See :func:`compile_in_background`."""
 
     def __init__(self, model: torch.nn.Module, spec: Spec, poll_seconds: float, keep: bool):
-        # the recompile limit is raised for the handle's life (one graph per shape in this
-        # process too) and put back by close(), also when the start fails
-        self._limit = contextlib.ExitStack()
-        raised_from = self._limit.enter_context(compat.raised_recompile_limit(spec.limit))
         self._closed = False
         self.model = model
         self._spec = spec
@@ -100,7 +96,12 @@ class BackgroundCompile:
         self._process: Any = None
         self._warned = False
         self.report = BackgroundReport(tuple(spec.order))
-        self.report.limit_raised_from = raised_from
+        # the recompile limit is raised for the handle's life (one graph per shape in this
+        # process too) and put back by close(), also when the start fails
+        self._limit = contextlib.ExitStack()
+        self.report.limit_raised_from = self._limit.enter_context(
+            compat.raised_recompile_limit(spec.limit)
+        )
         install_forward(model, self._forward)
 
     # -- the training side ------------------------------------------------------------

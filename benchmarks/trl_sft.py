@@ -6,7 +6,7 @@ For each setup, STEPS training steps with the same token budget per batch:
 
 * ``trl-packing``: ``SFTConfig(packing=True)`` (strategy ``bfd``, which turns
   ``padding_free`` on: each batch is one flattened row of a new length);
-* ``shapebucket``: ``PackedSFTTrainer(tokens_per_batch=...)`` (rows of a few
+* ``shapebucket``: ``PackedSFTTrainer.from_tokens(...)`` (rows of a few
   fitted row lengths, every shape prewarmed before the first step when compiled).
 
 Every run starts with ``torch.compiler.reset()``. Measured: graphs compiled and
@@ -102,12 +102,12 @@ def run(setup, backend, steps, out):
         **({"torch_compile_backend": backend} if backend != "none" else {}),
     }
     if setup == "shapebucket":
-        trainer = PackedSFTTrainer(
+        trainer = PackedSFTTrainer.from_tokens(
+            TOKENS,
             model=model(),
             args=SFTConfig(**common),
             train_dataset=ds,
             processing_class=byte_tokenizer(),
-            tokens_per_batch=TOKENS,
             pad_values={"input_ids": PAD},
         )
     else:

@@ -32,11 +32,14 @@ __all__ = [
     "get_recompile_limit",
     "inductor_cache_counts",
     "inductor_cache_dir",
+    "is_compiled_module",
     "is_recompile_error",
+    "is_specialization_source_error",
     "load_cache_artifacts",
     "mark_dynamic_dim",
     "mark_dynamic_specialized",
     "parse_recompile_error",
+    "raised_recompile_limit",
     "recompile_limit_hits",
     "reset_compiler",
     "save_cache_artifacts",
@@ -45,6 +48,7 @@ __all__ = [
     "skip_frame_only",
     "stance",
     "unique_graphs",
+    "unwrap_compiled",
 ]
 
 
@@ -73,7 +77,8 @@ def get_recompile_limit() -> int:
 
 
 def set_recompile_limit(value: int) -> int:
-    """Set the global recompile limit; returns the previous value."""
+    """Set the global recompile limit; returns the previous value. Prefer
+    :func:`raised_recompile_limit`, which puts it back."""
     config = _dynamo().config
     old = int(config.recompile_limit)
     config.recompile_limit = int(value)
@@ -81,6 +86,47 @@ def set_recompile_limit(value: int) -> int:
     if config.accumulated_recompile_limit < value:
         config.accumulated_recompile_limit = int(value)
     return old
+
+
+@contextlib.contextmanager
+def raised_recompile_limit(at_least: int) -> Iterator[int | None]:
+    """Raise dynamo's global recompile limit to ``at_least`` for the block when it is lower
+    (torch sets a per-function limit only at ``torch.compile(..., recompile_limit=N)``);
+    yields the limit it raised from (``None``: it was high enough) and puts both limits
+    back on exit, also on error. The one place shapebucket changes the limit.
+
+    >>> with raised_recompile_limit(get_recompile_limit() + 1) as was:
+    ...     get_recompile_limit() == was + 1
+    True
+    >>> get_recompile_limit() == was
+    True
+    """
+    config = _dynamo().config
+    old, old_accumulated = int(config.recompile_limit), int(config.accumulated_recompile_limit)
+    if at_least <= old:
+        yield None
+        return
+    set_recompile_limit(at_least)
+    try:
+        yield old
+    finally:
+        config.recompile_limit = old
+        config.accumulated_recompile_limit = old_accumulated
+
+
+def is_compiled_module(obj: Any) -> bool:
+    """Whether ``obj`` is what ``torch.compile(module)`` returns (an ``OptimizedModule``)."""
+    return isinstance(obj, torch.nn.Module) and hasattr(obj, "_orig_mod")
+
+
+def unwrap_compiled(obj: Any) -> Any:
+    """The module a ``torch.compile``'d module wraps (its ``_orig_mod``); anything else as it is.
+
+    >>> m = torch.nn.Linear(2, 2)
+    >>> unwrap_compiled(torch.compile(m)) is m, unwrap_compiled(m) is m
+    (True, True)
+    """
+    return getattr(obj, "_orig_mod", obj) if is_compiled_module(obj) else obj
 
 
 def unique_graphs() -> int:
@@ -296,7 +342,7 @@ def automatic_dynamic(enabled: bool) -> Iterator[None]:
 
 _FAILURE_LINE = re.compile(r"- \d+/\d+: (.*)")
 _SIZE_MISMATCH = re.compile(
-    r"tensor '([^']+)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)"
+    r"tensor '(.+?)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)"
 )
 
 
@@ -321,8 +367,30 @@ def is_recompile_error(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and "fail_on_recompile" in str(error)
 
 
+def is_specialization_source_error(error: BaseException) -> bool:
+    """Whether ``error`` is dynamo failing to find a ``specialize_on`` dim among its graph
+    inputs (``TensorPropertySource(...) is not in list``): torch keeps one source of equal
+    dynamic sizes as the graph's input, and which one depends on the model (a ``[B, L]``
+    mask's for ``x * mask[:, None]``, a ``[B, F, L]`` value's behind a transpose and a
+    ``Linear``); a specialisation on the other source is not found."""
+    from torch._dynamo.exc import InternalTorchDynamoError
+
+    text = str(error)
+    return (
+        isinstance(error, InternalTorchDynamoError)
+        and "TensorPropertySource" in text
+        and "is not in list" in text
+    )
+
+
 def parse_recompile_error(text: str) -> list[GuardFailure]:
-    """The guard failures listed in a ``fail_on_recompile`` error (torch 2.13 wording)."""
+    """The guard failures listed in a ``fail_on_recompile`` error (torch 2.13 wording); a
+    name may hold quotes itself (``kwargs['input_ids']``, a Hugging Face model's input).
+
+    >>> [f.name for f in parse_recompile_error(
+    ...     "- 0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 8, actual 24")]
+    ["kwargs['input_ids']"]
+    """
     out = []
     for line in _FAILURE_LINE.findall(text):
         m = _SIZE_MISMATCH.search(line)

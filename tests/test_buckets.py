@@ -143,18 +143,24 @@ def test_overflow_and_bad_lengths():
         b.bucket_for_many(np.array([3.0]))
 
 
-def test_check_limit():
-    Buckets(range(2, 10)).check_limit(8)
-    with pytest.raises(
-        ShapeBucketError, match=r"9 buckets exceed .* limit of 8.*recompile_limit=9"
-    ):
-        Buckets(range(2, 11)).check_limit(8)
-    import torch._dynamo
+def test_the_fitting_layer_reads_no_compiler_state():
+    """``shapebucket.fit`` is pure: no module of it imports torch or ``_torch_compat``
+    (``Buckets.check_limit`` read dynamo's config; it is ``compile.check_recompile_limit``,
+    tested in tests/test_compile.py)."""
+    import ast
+    from pathlib import Path
 
-    old = torch._dynamo.config.recompile_limit
-    try:
-        torch._dynamo.config.recompile_limit = 3
-        with pytest.raises(ShapeBucketError, match="limit of 3"):
-            Buckets([2, 4, 8, 16]).check_limit()
-    finally:
-        torch._dynamo.config.recompile_limit = old
+    import shapebucket.fit
+
+    wrong = []
+    for path in Path(shapebucket.fit.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or "", *(a.name for a in node.names)]
+            else:
+                continue
+            if any(n.split(".")[0] == "torch" or "_torch_compat" in n for n in names):
+                wrong.append(f"{path.name}:{node.lineno}")
+    assert wrong == []

@@ -18,6 +18,7 @@ from shapebucket.compile import (
     Cache,
     CompileCounter,
     RecompileLimit,
+    check_recompile_limit,
     compile_regions,
     load_compile_cache,
     mark_dynamic,
@@ -281,8 +282,41 @@ def test_recompile_limit_raised_or_refused():
     ):
         prewarm(fn, plan, modes=[RecompileLimit(raise_limit=False)], progress=False)
     report = prewarm(fn, plan, progress=False)
-    assert report.limit_raised_from == 2 and report.limit == 3 == compat.get_recompile_limit()
+    assert report.limit_raised_from == 2 and report.limit == 3
     assert "raised from 2 to 3" in str(report)
+    assert compat.get_recompile_limit() == 2  # put back: it caps new compiles only, so
+    with CompileCounter() as cc, no_recompiles(plan):  # the 3 prewarmed graphs still serve
+        for s in plan:
+            fn(*plan.batch(None, s))
+    assert cc.graphs == 0 and compat.recompile_limit_hits() == 0
+
+
+def test_check_recompile_limit():
+    check_recompile_limit(Buckets(range(2, 10)), 8)
+    with pytest.raises(
+        ShapeBucketError, match=r"9 buckets exceed .* limit of 8.*recompile_limit=9"
+    ):
+        check_recompile_limit(Buckets(range(2, 11)), 8)
+    plan = ShapePlan.from_function([(2, 4), (4, 4), (2, 8)], lambda s: torch.ones(s))
+    compat.set_recompile_limit(2)  # the default: the compiler's
+    with pytest.raises(ShapeBucketError, match="3 shapes exceed .* limit of 2"):
+        check_recompile_limit(plan)
+    check_recompile_limit([8, 16])
+    with pytest.raises(ShapeBucketError, match="limit must be >= 1, got 0"):
+        check_recompile_limit([8], 0)
+
+
+def test_the_recompile_limit_is_put_back_when_prewarm_fails():
+    compat.set_recompile_limit(2)
+    plan = ShapePlan.from_function([(2, n) for n in (4, 6, 10)], lambda s: (torch.ones(s),))
+
+    def step(batch):
+        if batch[0].shape[1] == 10:
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        prewarm(None, plan, step=step, progress=False)
+    assert compat.get_recompile_limit() == 2
 
 
 # -- state: snapshot and restore -------------------------------------------------------
@@ -481,6 +515,23 @@ def test_no_recompiles_names_a_guard_other_than_size():
     f(torch.ones(2, 8))
     with pytest.raises(ShapeBucketError, match="guard other than its size"), no_recompiles():
         f(torch.ones(2, 8, dtype=torch.float64))
+
+
+class TakesKeywords(nn.Module):
+    def forward(self, **kwargs):  # a Hugging Face model's inputs: guarded as kwargs['...']
+        return kwargs["input_ids"] * 2
+
+
+def test_no_recompiles_names_the_size_of_a_keyword_input():
+    """Issue #30 item 11: the size pattern missed ``tensor 'kwargs['input_ids']'`` (the
+    nested quotes) and called a new size 'a guard other than its size'."""
+    m = torch.compile(TakesKeywords(), **EAGER)
+    m(input_ids=torch.ones(2, 8))
+    with (
+        pytest.raises(ShapeBucketError, match=r"input \"kwargs\['input_ids'\]\" has size 24"),
+        no_recompiles([8]),
+    ):
+        m(input_ids=torch.ones(2, 24))
 
 
 # -- the compile cache (inductor) ------------------------------------------------------

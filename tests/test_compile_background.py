@@ -4,16 +4,27 @@ inductor and a spawned process."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from shapebucket import BucketBatchSampler, BucketCollator, ShapePlan, no_recompiles
 from shapebucket import _torch_compat as compat
 from shapebucket.bench.model import GPT, CaptionConfig, Captioner, GPTConfig
-from shapebucket.compile import BackgroundCompile, CompileCounter, compile_in_background
+from shapebucket.compile import (
+    BackgroundCompile,
+    BackgroundOptions,
+    CompileCounter,
+    compile_in_background,
+)
 from shapebucket.compile.background.worker import ERROR, compile_shapes
 from shapebucket.errors import ShapeBucketError
 
@@ -67,10 +78,9 @@ def publish(bg: BackgroundCompile, *shapes, tmp_path) -> None:
         compile_shapes(dataclasses.replace(bg._spec, skip=skip | bg._spec.skip))
 
 
-def _start(build, collate, example, **kw):
-    return compile_in_background(
-        build, ShapePlan.of(collate), example, compile_options=EAGER, poll_seconds=0, **kw
-    )
+def _start(build, collate, example, cache_dir=None, **kw):
+    options = BackgroundOptions(compile_options=EAGER, poll_seconds=0, cache_dir=cache_dir)
+    return compile_in_background(build, ShapePlan.of(collate), example, options=options, **kw)
 
 
 @pytest.mark.parametrize(
@@ -178,21 +188,43 @@ def _local_build():  # pragma: no cover - refused before it is called
         ({"build": lambda: GPT(CFG)}, "does not pickle"),
         ({"step": 3}, "step must be a function"),
         ({"example": None}, "pass example="),
-        ({"compile_options": {"dynamic": True}}, "dynamic=True"),
-        ({"compile_options": "eager"}, "dict of torch.compile"),
         ({"model": torch.compile(GPT(CFG))}, "plain torch.nn.Module"),
         ({"sampler": [1, 2]}, "batch_buckets"),
-        ({"poll_seconds": -1}, "poll_seconds"),
-        ({"poll_seconds": True}, "poll_seconds must be a number"),
-        ({"cache_dir": __file__}, "cache_dir=.* cannot hold .*Not a directory"),
+        ({"options": {"poll_seconds": 0}}, "options must be a BackgroundOptions"),
+        (
+            {"options": BackgroundOptions(cache_dir=__file__)},
+            "cache_dir=.* cannot hold .*Not a directory",
+        ),
     ],
 )
 def test_bad_input_is_refused(change, match, no_launch):
     collate = BucketCollator([8], sequence_keys=KEYS, rows=2)
     kw = {"build": build_gpt, "plan": ShapePlan.of(collate), "example": collate(samples(2, 5, 0))}
     kw.update(change)
+    before = compat.get_recompile_limit()
     with pytest.raises(ShapeBucketError, match=match):
         compile_in_background(**kw)
+    assert compat.get_recompile_limit() == before
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"compile_options": {"dynamic": True}}, "dynamic=True"),
+        ({"compile_options": "eager"}, "dict of torch.compile"),
+        ({"poll_seconds": -1}, "poll_seconds must be between 0 and 60, got -1"),
+        ({"poll_seconds": True}, "poll_seconds must be a number"),
+        ({"cache_dir": ""}, "cache_dir must be a directory path"),
+        ({"cache_dir": 3}, "cache_dir must be a directory path, got 3"),
+    ],
+)
+def test_bad_options_are_refused(options, match):
+    with pytest.raises(ShapeBucketError, match=match):
+        BackgroundOptions(**options)
+    assert (
+        BackgroundOptions(compile_options={"backend": "eager", "dynamic": False}).compile_options
+        == EAGER
+    )
 
 
 def test_a_model_whose_forward_is_replaced_is_refused(no_launch, fresh_compiler):
@@ -237,7 +269,8 @@ def test_compile_while_training_end_to_end(fresh_compiler):
     model = Tiny()
     model.load_state_dict(reference.state_dict())
     opt_ref = torch.optim.SGD(reference.parameters(), lr=0.1)
-    with compile_in_background(build_tiny, plan, batches[0], model=model, poll_seconds=0) as bg:
+    options = BackgroundOptions(poll_seconds=0)
+    with compile_in_background(build_tiny, plan, batches[0], model=model, options=options) as bg:
         opt = torch.optim.SGD(bg.model.parameters(), lr=0.1)
         losses, expected, i = [], [], 0
         while not bg.done or i < 2 * len(batches):
@@ -261,3 +294,146 @@ def test_compile_while_training_end_to_end(fresh_compiler):
         assert report.num_switched == 2
         assert set(report.how.values()) == {"cache"}, report.how  # the background's code was used
     assert max(abs(x - y) for x, y in zip(losses, expected, strict=True)) < 1e-4
+
+
+# -- every call a training loop and its evaluation loop make --------------------------------
+
+
+class Flat(torch.nn.Module):
+    """Tiny's layers with a plain output: cheap to trace, no dropout (eager == compiled)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(32, 8)
+        self.out = torch.nn.Linear(8, 32)
+
+    def forward(self, input_ids, labels, attention_mask):
+        logits = self.out(torch.tanh(self.emb(input_ids)) * attention_mask[..., None])
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+
+def build_flat() -> torch.nn.Module:
+    torch.manual_seed(3)
+    return Flat()
+
+
+def _call(model, batch, *, grad: bool, train: bool, inference: bool = False):
+    model.train(train)
+    mode = torch.inference_mode() if inference else torch.set_grad_enabled(grad)
+    with mode:
+        loss = model(**batch)
+    if grad and not inference:
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters()]
+    return loss, []
+
+
+def test_evaluation_calls_of_a_switched_shape_run_eagerly(no_launch, fresh_compiler, tmp_path):
+    """Issue #30 defect 1: once a training step switched a shape, ``bg.model(**batch)``
+    under ``torch.no_grad()`` raised 'Detected recompile when torch.compile stance is
+    fail_on_recompile' (the no-grad call needs another graph)."""
+    collate = BucketCollator([8, 16], sequence_keys=KEYS, rows=2)
+    batch = collate(samples(2, 5, 1))
+    reference = build_flat()
+    with _start(build_flat, collate, batch) as bg:
+        bg.model.load_state_dict(reference.state_dict())
+        publish(bg, *bg._spec.order, tmp_path=tmp_path)
+        with no_recompiles(bg._spec.plan):
+            _call(bg.model, batch, grad=True, train=True)  # the switch
+            for grad, train, inference in [(False, False, False), (False, True, False),
+                                           (True, False, False), (False, False, True)]:  # fmt: skip
+                got = _call(bg.model, batch, grad=grad, train=train, inference=inference)
+                want = _call(reference, batch, grad=grad, train=train, inference=inference)
+                assert torch.equal(got[0], want[0])
+                bg.model.zero_grad(), reference.zero_grad()
+            _call(bg.model, batch, grad=True, train=True)  # training again: compiled
+        shape = bg._spec.order[0]
+        assert bg.report.compiled_calls[shape] == 2 and bg.report.eval_calls[shape] == 4
+
+
+def test_the_recompile_limit_is_raised_while_open_and_put_back(no_launch, fresh_compiler):
+    compat.set_recompile_limit(1)
+    collate = BucketCollator([8, 16], sequence_keys=KEYS, rows=2)
+    example = collate(samples(2, 5, 0))
+    with _start(build_flat, collate, example) as bg:
+        assert compat.get_recompile_limit() == 2 and bg.report.limit_raised_from == 1
+    assert compat.get_recompile_limit() == 1  # closed
+    with pytest.raises(KeyError), _start(build_flat, collate, example):
+        raise KeyError("an error in the training loop")
+    assert compat.get_recompile_limit() == 1
+
+    def fail(self):
+        raise OSError("cannot spawn")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(BackgroundCompile, "_launch", fail)
+        with pytest.raises(OSError, match="cannot spawn"):
+            _start(build_flat, collate, example)
+    assert compat.get_recompile_limit() == 1  # the start failed: put back too
+
+
+class TrainAndEvaluate(RuleBasedStateMachine):
+    """A training loop and its evaluation loop around the switches: every call kind
+    (grad or not, train or eval mode, inference mode, inside no_recompiles or not), on
+    shapes not ready, ready, and switched, gives the eager model's loss and gradients."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        compat.reset_compiler()
+        self._patch = pytest.MonkeyPatch()
+        self._patch.setattr(BackgroundCompile, "_launch", lambda self: None)
+        self.collate = BucketCollator([8, 16], sequence_keys=KEYS, rows=2)
+        self.reference = build_flat()
+        self.bg = _start(build_flat, self.collate, self.collate(samples(2, 5, 0)))
+        self.bg.model.load_state_dict(self.reference.state_dict())
+        self.published: set[int] = set()
+        self.calls = 0
+        self.seed = 0
+
+    @rule(which=st.sampled_from([0, 1]))
+    def publish(self, which):
+        if which not in self.published:
+            self.published.add(which)
+            with tempfile.TemporaryDirectory() as d:
+                publish(self.bg, self.bg._spec.order[which], tmp_path=Path(d))
+
+    @rule(
+        length=st.sampled_from([5, 12]),
+        grad=st.booleans(),
+        train=st.booleans(),
+        inference=st.booleans(),
+        guarded=st.booleans(),
+    )
+    def call(self, length, grad, train, inference, guarded):
+        self.seed += 1
+        batch = self.collate(samples(2, length, self.seed))
+        guard = no_recompiles(self.bg._spec.plan) if guarded else contextlib.nullcontext()
+        with guard:
+            got = _call(self.bg.model, batch, grad=grad, train=train, inference=inference)
+        want = _call(self.reference, batch, grad=grad, train=train, inference=inference)
+        assert torch.allclose(got[0], want[0], atol=1e-6)
+        for g, w in zip(got[1], want[1], strict=True):
+            assert torch.allclose(g, w, atol=1e-6)
+        self.bg.model.zero_grad(set_to_none=True)
+        self.reference.zero_grad(set_to_none=True)
+        self.calls += 1
+
+    @invariant()
+    def every_call_is_counted_once(self):
+        r = self.bg.report
+        counted = sum(r.eager_calls.values()) + sum(r.compiled_calls.values())
+        assert counted + sum(r.eval_calls.values()) + r.unplanned_calls == self.calls
+        assert set(r.switched_at) <= set(r.ready_at)
+
+    def teardown(self) -> None:
+        limit = self.bg.report.limit_raised_from
+        self.bg.close()
+        self._patch.undo()
+        assert limit is None or compat.get_recompile_limit() == limit
+        compat.reset_compiler()
+
+
+TrainAndEvaluate.TestCase.settings = settings(
+    max_examples=25, stateful_step_count=10, deadline=None
+)
+test_train_and_evaluate_around_the_switches = TrainAndEvaluate.TestCase

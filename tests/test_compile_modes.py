@@ -119,12 +119,18 @@ def test_recompile_limit_alone():
     compat.set_recompile_limit(2)
     plan = ShapePlan.from_function([(1, n) for n in (4, 6, 8)], torch.ones)
     job = job_of(plan)
-    RecompileLimit().setup(job)
-    assert job.report.limit_raised_from == 2 and job.report.limit == 3
-    RecompileLimit(raise_limit=False).setup(job_of(plan))  # 3 <= the raised limit: no error
-    compat.set_recompile_limit(2)
-    with pytest.raises(ShapeBucketError, match="3 shapes exceed the compiler's recompile limit"):
-        RecompileLimit(raise_limit=False).setup(job_of(plan))
+    with RecompileLimit().scope(job):
+        assert job.report.limit_raised_from == 2 and job.report.limit == 3
+        assert compat.get_recompile_limit() == 3
+        with RecompileLimit(raise_limit=False).scope(job_of(plan)):  # 3 <= the raised limit
+            pass
+    assert compat.get_recompile_limit() == 2  # put back
+    refused = pytest.raises(ShapeBucketError, match="3 shapes exceed the compiler's recompile limit")
+    with refused, RecompileLimit(raise_limit=False).scope(job_of(plan)):
+        pass
+    with pytest.raises(KeyError), RecompileLimit().scope(job_of(plan)):
+        raise KeyError("an error inside the scope")
+    assert compat.get_recompile_limit() == 2  # put back on error too
 
 
 def test_cache_key_follows_extra_and_the_other_modes(tmp_path):

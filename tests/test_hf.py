@@ -5,6 +5,7 @@ uninterrupted one, and with torch_compile=True every shape compiles before the f
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from transformers import TrainerCallback, TrainingArguments
 
 from shapebucket import ShapeBucketError, ShapePlan, fit_packing
 from shapebucket.compile import CompileCounter
-from shapebucket.hf import BucketTrainer, PackedTrainer
+from shapebucket.hf import BucketTrainer, PackedTrainer, Packing
 from shapebucket.hf.prewarm import prewarm_trainer
 
 LENGTHS = np.random.default_rng(3).integers(2, 30, 45)
@@ -97,13 +98,13 @@ def trainer(out, seed=0, workers=0, packed=False, **kwargs):
     )
     if packed:
         model = PackedRecorder()
-        return model, PackedTrainer(
+        return model, PackedTrainer.from_tokens(
+            64,
             model=model,
             args=args,
             train_dataset=Ids(packed=True),
             lengths=LENGTHS,
             buckets=[16, 32],
-            tokens_per_batch=64,
             **kwargs,
         )
     model = Recorder()
@@ -185,13 +186,13 @@ def compiled(out, packed, steps=5, **kwargs):
         disable_tqdm=True,
     )
     if packed:
-        return PackedTrainer(
+        return PackedTrainer.from_tokens(
+            64,
             model=PackedRecorder(),
             args=args,
             train_dataset=Ids(packed=True, idx=False),
             lengths=LENGTHS,
             buckets=[16, 32],  # two row lengths: fit_packing may need only one here
-            tokens_per_batch=64,
             **kwargs,
         )
     return BucketTrainer(
@@ -235,7 +236,7 @@ def test_packed_trainer_refuses_what_would_mix_samples(tmp_path):
     model = PackedRecorder()
     model.config = type("Config", (), {"use_cache": True})()
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
-    t = PackedTrainer(model=model, args=args, train_dataset=Ids(packed=True), buckets=[32], rows=2)
+    t = PackedTrainer.from_rows([32], 2, model=model, args=args, train_dataset=Ids(packed=True))
     assert t.sampler.stats.num_samples == len(LENGTHS)  # read from the dataset's input_ids
     assert t.collator.label_shift == "model" and t.collator.mask_key is None
     model.config.use_cache = True  # after the Trainer copied args.use_cache into it
@@ -244,14 +245,23 @@ def test_packed_trainer_refuses_what_would_mix_samples(tmp_path):
     ):
         t.train()
     fit = fit_packing(LENGTHS, tokens_per_batch=64)
-    for bad, match in (
-        ({"fit": fit, "buckets": [32]}, "not both"),
-        ({}, "needs fit=fit_packing"),
-        ({"fit": [32]}, "what fit_packing"),
-        ({"buckets": [32], "rows": 2, "compile_cache": ""}, "compile_cache must be"),
+    kw = {"model": model, "args": args, "train_dataset": Ids(packed=True)}
+    for build, match in (
+        (lambda: PackedTrainer.from_fit([32], **kw), "what fit_packing"),
+        (lambda: PackedTrainer(**kw), "from_fit\\(fit, ...\\), .from_rows"),
+        (lambda: PackedTrainer(fit=fit, **kw), "constructors \\(got \\['fit'\\]\\)"),
+        (lambda: PackedTrainer.from_fit(fit, buckets=[32], **kw), "got \\['buckets'\\]"),
+        (lambda: PackedTrainer.from_rows([32], 2, compile_cache="", **kw), "compile_cache must"),
+        (lambda: PackedTrainer(packing=Packing(fit=fit, rows=2), **kw), "pass it alone"),
+        (lambda: PackedTrainer(packing=Packing(), **kw), "Packing needs fit="),
+        (lambda: PackedTrainer(packing=Packing(rows=2), **kw), "needs buckets="),
     ):
         with pytest.raises(ShapeBucketError, match=match):
-            PackedTrainer(model=model, args=args, train_dataset=Ids(packed=True), **bad)
+            build()
+    t = PackedTrainer.from_fit(fit, **kw)
+    assert t.packing.fit is fit and t.buckets == fit.buckets and t.sampler.rows == fit.rows
+    t = PackedTrainer.from_tokens(64, **kw)  # the row lengths fitted to the lengths
+    assert t.buckets == fit_packing(LENGTHS, tokens_per_batch=64).buckets
 
 
 @pytest.mark.slow
@@ -295,12 +305,10 @@ def test_example_packs_prewarms_and_the_second_run_loads_the_cache(tmp_path):
 def test_lengths_that_are_not_a_list_are_refused(tmp_path, trainer, lengths, match):
     # a scalar or a generator was a TypeError (len() of unsized object)
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    build = (
+        partial(PackedTrainer.from_rows, [32], 2)
+        if trainer is PackedTrainer
+        else partial(BucketTrainer, buckets=[32])
+    )
     with pytest.raises(ShapeBucketError, match=match):
-        trainer(
-            model=PackedRecorder(),
-            args=args,
-            train_dataset=Ids(packed=True),
-            lengths=lengths,
-            buckets=[32],
-            **({"rows": 2} if trainer is PackedTrainer else {}),
-        )
+        build(model=PackedRecorder(), args=args, train_dataset=Ids(packed=True), lengths=lengths)

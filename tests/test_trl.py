@@ -77,13 +77,13 @@ def test_sft_trains_on_packed_shapes_prewarmed(tmp_path, form, fresh_compiler):
     # compiled (eager backend: the bookkeeping) for "text"; the other format trains eagerly
     compiled = form == "text"
     args = config(tmp_path, **({"torch_compile_backend": "eager"} if compiled else {}))
-    trainer = PackedSFTTrainer(
+    trainer = PackedSFTTrainer.from_tokens(
+        512,
         model=tiny_llama(),
         args=args,
         train_dataset=ds,
         processing_class=tok,
         buckets=[256],
-        tokens_per_batch=512,
         pad_values={"input_ids": 257},
     )
     # the lengths were read from the dataset SFTTrainer tokenised
@@ -107,12 +107,12 @@ def test_sft_trains_on_packed_shapes_prewarmed(tmp_path, form, fresh_compiler):
 def test_trl_packing_or_padding_free_is_refused(tmp_path):
     for flag in ("packing", "padding_free"):
         with pytest.raises(ShapeBucketError, match=f"SFTConfig\\({flag}=False\\)"):
-            PackedSFTTrainer(
+            PackedSFTTrainer.from_tokens(
+                512,
                 model=tiny_llama(),
                 args=config(tmp_path, **{flag: True}),
                 train_dataset=Dataset.from_dict({"text": TEXTS}),
                 processing_class=byte_tokenizer(),
-                tokens_per_batch=512,
             )
 
 

@@ -93,8 +93,8 @@ def main():
         )
         if opts.packing:  # 3 row lengths, 512 tokens per batch
             fit = shapebucket.fit_packing(lengths, k=opts.k or 3, tokens_per_batch=512)
-            trainer = PackedTrainer(
-                model=model, args=args, train_dataset=ds, lengths=lengths, fit=fit
+            trainer = PackedTrainer.from_fit(
+                fit, model=model, args=args, train_dataset=ds, lengths=lengths
             )
         else:
             buckets = shapebucket.fit_buckets(lengths, k=opts.k or 4, align=8)

@@ -83,12 +83,12 @@ def main():
             logging_steps=opts.steps,
             seed=0,
         )
-        trainer = PackedSFTTrainer(
+        trainer = PackedSFTTrainer.from_tokens(
+            1024,  # tokens per batch: the row lengths are fitted to the tokenised lengths
             model=model,
             args=args,
             train_dataset=ds,
             processing_class=byte_tokenizer(),
-            tokens_per_batch=1024,  # the row lengths are fitted to the tokenised lengths
             pad_values={"input_ids": 257},
         )
         with CompileCounter() as cc:

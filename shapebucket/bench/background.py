@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from ..compile.background.handle import compile_in_background
+from ..compile.background.handle import BackgroundOptions, compile_in_background
 from ..compile.recompiles import CompileCounter, no_recompiles
 from ..plan.shapes import ShapePlan
 from .batching import Family, Setup
@@ -89,7 +89,7 @@ def prepare_background(name: str, s: Setup, fam: Family) -> Runner:
             fam.warmup[0],
             model=model,
             sampler=_by_frequency(fam),
-            compile_options=options,
+            options=BackgroundOptions(compile_options=options),
         )
         with bg:
             i, passes_after_done = 0, 0

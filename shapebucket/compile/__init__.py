@@ -5,16 +5,22 @@
 True
 """
 
-from .background import BackgroundCompile, BackgroundReport, compile_in_background
+from .background import (
+    BackgroundCompile,
+    BackgroundOptions,
+    BackgroundReport,
+    compile_in_background,
+)
 from .cache import load_compile_cache, save_compile_cache
 from .modes import Cache, CudaGraphs, Inference, Mode, RecompileLimit, Repeat, Specialize
 from .prewarm import prewarm
-from .recompiles import CompileCounter, mark_dynamic, no_recompiles
+from .recompiles import CompileCounter, check_recompile_limit, mark_dynamic, no_recompiles
 from .regions import compile_regions
 from .report import PrewarmReport
 
 __all__ = [
     "BackgroundCompile",
+    "BackgroundOptions",
     "BackgroundReport",
     "Cache",
     "CompileCounter",
@@ -25,6 +31,7 @@ __all__ = [
     "RecompileLimit",
     "Repeat",
     "Specialize",
+    "check_recompile_limit",
     "compile_in_background",
     "compile_regions",
     "load_compile_cache",

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from .. import _torch_compat as compat
+
 __all__ = ["describe_batch", "job_key"]
 
 
@@ -46,7 +48,7 @@ def _code_of(obj: Any) -> list[str]:
     out: list[str] = []
     modules = []
     if isinstance(obj, torch.nn.Module):
-        modules = [getattr(m, "_orig_mod", m) for m in obj.modules()]
+        modules = [compat.unwrap_compiled(m) for m in obj.modules()]
     targets: list[Any] = [type(m) for m in modules] if modules else [obj]
     for t in targets:
         try:

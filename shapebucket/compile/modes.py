@@ -1,14 +1,18 @@
 """Modes: small parts that change how :func:`~shapebucket.prewarm` makes its graphs.
 
 ``prewarm(model, plan, example, modes=(Specialize(), Cache("compile-cache")))``.
-Each mode is a frozen dataclass with up to five hooks, all optional, each
+Each mode is a frozen dataclass with up to six hooks, all optional, each
 testable alone with a :class:`Job`:
 
-* ``setup(job)``: once, before the first shape (load a cache, raise the limit);
+* ``scope(job)``: the block the whole job (compiles and verify pass) runs in,
+  exited also on error (raise the recompile limit, put it back);
+* ``setup(job)``: once, before the first shape (load a cache);
 * ``prepare(batch, shape, job)``: each prewarm batch before it runs (mark dims);
 * ``context()``: the block every run of a batch happens in (``inference_mode``);
 * ``runs``: how many times each prewarm batch runs (CUDA graphs record on the third);
-* ``finish(job)``: once, after every shape compiled (save the cache).
+* ``finish(job)``: once, after every shape compiled (save the cache);
+* ``retry(error, job)``: a run of a prepared batch raised ``error``: return True to
+  prepare the batch again and rerun it (Specialize tries another marked dim).
 
 ``how`` (a class attribute) is what ``report.how`` says for every shape when
 the mode decides it.
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -74,6 +78,11 @@ class Mode:
         """How many times each prewarm batch runs."""
         return 1
 
+    def scope(self, job: Job) -> contextlib.AbstractContextManager[Any]:
+        """The block the whole job runs in (entered before ``setup``, exited last, also
+        on error)."""
+        return contextlib.nullcontext()
+
     def setup(self, job: Job) -> None:
         """Called once before the first shape."""
 
@@ -88,19 +97,27 @@ class Mode:
     def finish(self, job: Job) -> None:
         """Called once after every shape compiled (not after an error)."""
 
+    def retry(self, error: BaseException, job: Job) -> bool:
+        """A run of a batch this mode prepared raised ``error``: True to prepare the batch
+        again and rerun it, False to let the error through."""
+        return False
+
 
 @dataclass(frozen=True)
 class RecompileLimit(Mode):
     """The recompile-limit policy (the default one is ``RecompileLimit()``).
 
     A plan with more shapes than the compiler's recompile limit needs one graph
-    per shape, so the limit is raised globally to the number of shapes (torch
-    sets a per-function limit only at ``torch.compile(..., recompile_limit=N)``);
+    per shape, so the limit is raised globally to the number of shapes for the
+    prewarm (torch sets a per-function limit only at ``torch.compile(...,
+    recompile_limit=N)``) and put back afterwards, also on error: the graphs stay
+    usable (the limit caps new compiles, not the use of compiled ones).
     ``raise_limit=False`` raises :class:`ShapeBucketError` instead.
 
     >>> plan = ShapePlan.from_function([(1, 4), (1, 8)], lambda s: torch.ones(s.rows, s.length))
     >>> job = Job(None, None, plan, None, PrewarmReport(plan.shapes))
-    >>> RecompileLimit().setup(job); job.report.limit >= 2
+    >>> with RecompileLimit().scope(job):
+    ...     compat.get_recompile_limit() >= 2 and job.report.limit >= 2
     True
     """
 
@@ -109,19 +126,19 @@ class RecompileLimit(Mode):
     def __post_init__(self) -> None:
         check_flag("RecompileLimit(raise_limit)", self.raise_limit)
 
-    def setup(self, job: Job) -> None:
-        n = len(job.plan)
-        limit = compat.get_recompile_limit()
-        if n > limit:
-            if not self.raise_limit:
-                raise ShapeBucketError(
-                    f"{n} shapes exceed the compiler's recompile limit of {limit}; compile with "
-                    f"torch.compile(..., recompile_limit={n}), drop RecompileLimit(raise_limit=False), "
-                    "or use fewer buckets"
-                )
-            job.report.limit_raised_from = compat.set_recompile_limit(n)
-            limit = n
-        job.report.limit = limit
+    @contextlib.contextmanager
+    def scope(self, job: Job) -> Iterator[None]:
+        n, limit = len(job.plan), compat.get_recompile_limit()
+        if n > limit and not self.raise_limit:
+            raise ShapeBucketError(
+                f"{n} shapes exceed the compiler's recompile limit of {limit}; compile with "
+                f"torch.compile(..., recompile_limit={n}), drop RecompileLimit(raise_limit=False), "
+                "or use fewer buckets"
+            )
+        with compat.raised_recompile_limit(n) as raised_from:
+            job.report.limit_raised_from = raised_from
+            job.report.limit = max(n, limit)
+            yield
 
 
 @dataclass(frozen=True)
@@ -230,6 +247,16 @@ class Specialize(Mode):
     compiles a kernel per length plus a generic one, so a length no bucket
     covers runs compiled code instead of recompiling. The training loop needs no
     marks; compile the model with ``dynamic=False`` or ``None``.
+
+    Which dim takes the predicates matters to torch: it keeps one source of the
+    equal sizes as the graph's input, and a specialisation on another source
+    fails inside dynamo (``TensorPropertySource(...) is not in list``). Which one
+    it keeps depends on the model (a ``[B, L]`` mask's for ``x * mask[:, None]``,
+    a ``[B, F, L]`` value's behind ``transpose`` and ``Linear``), so the first
+    shape tries a ``[B, L]`` dim first and, on that error, each other marked dim
+    (:meth:`retry`; the failed tries' graphs count in that shape's
+    ``report.graphs``). When none works, :class:`ShapeBucketError` says to
+    prewarm without ``Specialize()``.
     """
 
     how: ClassVar[str | None] = "specialised"
@@ -269,13 +296,29 @@ class Specialize(Mode):
         # keeps one symbol of the equal ones as the graph's input, and a [B, F, L] value's
         # loses to a [B, L] mask's (InternalTorchDynamoError otherwise), so a [B, L] first.
         order = sorted(range(len(marks)), key=lambda i: (marks[i][0].ndim, marks[i][1], i))
-        for n, i in enumerate(order):
-            leaf, dim = marks[i]
-            if n == 0:
+        job.memo["specialize_tries"] = len(order)
+        first = order[job.memo.get("specialize_on", 0) % len(order)]
+        for i, (leaf, dim) in enumerate(marks):
+            if i == first:
                 compat.mark_dynamic_specialized(leaf, dim, list(job.plan.lengths))
             else:
                 compat.mark_dynamic_dim(leaf, dim, strict=True, min=None, max=None)
         return batch
+
+    def retry(self, error: BaseException, job: Job) -> bool:
+        """On torch's ``is not in list`` error, put the predicates on the next marked dim."""
+        if not compat.is_specialization_source_error(error):
+            return False
+        tried = job.memo.get("specialize_on", 0) + 1
+        if tried >= job.memo.get("specialize_tries", 1):
+            raise ShapeBucketError(
+                f"Specialize: torch found none of the {tried} length dims it was given "
+                "among the graph's inputs (a torch limit of specialize_on, raised as "
+                f"{type(error).__name__}: {str(error).splitlines()[0][:160]}); prewarm this "
+                "model without Specialize() (one static graph per length)"
+            ) from error
+        job.memo["specialize_on"] = tried
+        return True
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ from .. import _torch_compat as compat
 from .._progress import progress as progress_bar
 from .._validate import check_flag
 from ..collate.bucket import BucketCollator
-from ..collate.packed import PackedCollator
 from ..errors import ShapeBucketError
 from ..plan.coerce import as_plan
 from ..plan.shapes import ShapePlan
@@ -39,7 +38,7 @@ from .report import PrewarmReport
 from .state import Snapshot, snapshot
 from .state import restore as restore_state
 
-__all__ = ["prewarm"]
+__all__ = ["packs", "prewarm", "refuse_cached_decoder", "run_batch"]
 
 
 def run_batch(model: Any, step: Callable[[Any], Any] | None, batch: Any) -> None:
@@ -82,24 +81,33 @@ def _call_with_keys(model: Any, batch: Mapping[str, Any]) -> Any:
         ) from error
 
 
-def _refuse_cached_decoder(model: Any, plan: ShapePlan) -> None:
-    """A packed plan and a Hugging Face decoder that keeps a cache mix samples silently.
+def refuse_cached_decoder(model: Any, who: str) -> None:
+    """Refuse a Hugging Face decoder that keeps a cache, for packed batches: the one
+    ``use_cache`` check of prewarm, compile_in_background and the Trainers.
 
     transformers finds packed samples from ``position_ids`` only when the model has no
     cache, and a decoder whose config says ``use_cache=True`` (Llama's default) makes
     one on every forward, in training too: every sample then attends to the samples
-    before it in its row. Refused here, on the documented path, before any step.
+    before it in its row. ``who`` names the caller in the error.
+
+    >>> refuse_cached_decoder(torch.nn.Linear(2, 2), "prewarm")  # no config: nothing to refuse
     """
-    if not isinstance(plan.collator, PackedCollator):
-        return
-    config = getattr(getattr(model, "_orig_mod", model), "config", None)
+    module = compat.unwrap_compiled(model)
+    config = getattr(module, "config", None)
     if getattr(config, "use_cache", False) is True:
         raise ShapeBucketError(
-            f"prewarm: a packed plan and {type(getattr(model, '_orig_mod', model)).__name__} "
-            "with config.use_cache=True: a Hugging Face decoder ignores packed position_ids "
-            "while it keeps a cache, so every sample would attend to the ones before it in its "
-            "row; set model.config.use_cache = False before training"
+            f"{who}: packed batches and {type(module).__name__} with config.use_cache=True: a "
+            "Hugging Face decoder ignores packed position_ids while it keeps a cache, so every "
+            "sample would attend to the ones before it in its row; set "
+            "model.config.use_cache = False before training (a Trainer: pass "
+            "TrainingArguments(use_cache=False), the default, which it copies into model.config)"
         )
+
+
+def packs(plan: ShapePlan) -> bool:
+    """Whether ``plan``'s batches are packed rows (its collator says so with ``packs``, the
+    collator protocol's marker, so a user's collator that packs is asked too)."""
+    return bool(getattr(plan.collator, "packs", False))
 
 
 _MODES = "Specialize(), Cache(dir), Inference(), CudaGraphs(), Repeat(n), RecompileLimit()"
@@ -184,12 +192,7 @@ def _compile_shapes(job: Job, run: Callable[[Any], None], progress: bool) -> Non
         on_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         mem0 = torch.cuda.memory_allocated() if on_cuda else 0
         with CompileCounter() as cc:
-            batch = job.batch(shape)
-            for m in modes:
-                batch = m.prepare(batch, shape, job)
-            for _ in range(runs):
-                run(batch)
-            del batch
+            _run_prepared(job, shape, run, runs)
         if on_cuda:
             torch.cuda.synchronize()
             report.memory_mb[shape] = (torch.cuda.memory_allocated() - mem0) / 2**20
@@ -198,6 +201,22 @@ def _compile_shapes(job: Job, run: Callable[[Any], None], progress: bool) -> Non
         report.graphs[shape] = cc.graphs
         report.how[shape] = _how(modes, cc.graphs, hits - hits0, misses - misses0)
     report.total_seconds = time.perf_counter() - start
+
+
+def _run_prepared(job: Job, shape: Any, run: Callable[[Any], None], runs: int) -> None:
+    """Run a batch of ``shape`` that every mode prepared ``runs`` times; when it raises and
+    a mode asks for it (:meth:`Mode.retry`), prepare a fresh batch and run it again."""
+    while True:
+        batch = job.batch(shape)
+        for m in job.modes:
+            batch = m.prepare(batch, shape, job)
+        try:
+            for _ in range(runs):
+                run(batch)
+            return
+        except Exception as error:
+            if not any(m.retry(error, job) for m in job.modes):
+                raise
 
 
 def _verify(job: Job, run: Callable[[Any], None]) -> None:
@@ -219,6 +238,19 @@ def _prewarm_job(job: Job, extra: list[Any], verify: bool, progress: bool) -> No
             run_batch(job.model, job.step, batch)
 
     snap = snapshot(job.model, *extra)  # first: batches made from here on draw no lasting RNG
+    with contextlib.ExitStack() as scopes:  # the recompile limit, put back also on error
+        for m in job.modes:
+            scopes.enter_context(m.scope(job))
+        _run_job(job, run, snap, extra, (verify, progress))
+    for m in job.modes:
+        m.finish(job)
+
+
+def _run_job(
+    job: Job, run: Callable[[Any], None], snap: Snapshot, extra: list[Any], flags: tuple[bool, bool]
+) -> None:
+    """Inside the modes' scopes: set up, compile, restore; check the limit; verify, restore."""
+    verify, progress = flags
 
     def put_back(found: dict[int, Snapshot]) -> None:
         for other in found.values():
@@ -248,8 +280,6 @@ def _prewarm_job(job: Job, extra: list[Any], verify: bool, progress: bool) -> No
                 _verify(job, run)
             finally:
                 put_back(found)
-    for m in job.modes:
-        m.finish(job)
     job.report.optimizers_found = len(found)
 
 
@@ -287,7 +317,9 @@ def prewarm(
     ``modes`` change how graphs are made (:mod:`shapebucket.compile.modes`):
     ``Specialize()``, ``Cache(dir)``, ``Inference()``, ``CudaGraphs()``,
     ``Repeat(n)``, ``RecompileLimit(raise_limit=False)``. By default the
-    recompile limit is raised to the number of shapes when it is lower. A
+    recompile limit is raised to the number of shapes when it is lower, for the
+    prewarm, and put back afterwards (the graphs stay usable: the limit caps new
+    compiles, not the use of compiled ones). A
     function that hits the limit anyway raises :class:`ShapeBucketError`;
     compiling 0 graphs gives a warning.
 
@@ -301,7 +333,8 @@ def prewarm(
     _check_callables(model, step)
     check_flag("verify", verify)
     check_flag("progress", progress)
-    _refuse_cached_decoder(model, plan)
+    if packs(plan):
+        refuse_cached_decoder(model, "prewarm")
     if isinstance(restore, (str, bytes, torch.Tensor, torch.optim.Optimizer, torch.nn.Module)):
         restore = [restore]
     if not isinstance(restore, Iterable):

@@ -27,9 +27,39 @@ from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
 from ..plan.shapes import ShapePlan
 
-__all__ = ["CompileCounter", "mark_dynamic", "no_recompiles", "walk_batch"]
+__all__ = ["CompileCounter", "check_recompile_limit", "mark_dynamic", "no_recompiles", "walk_batch"]
 
 _warned_keys: set[str] = set()
+
+
+def check_recompile_limit(
+    shapes: ShapePlan | Buckets | Sequence[int], limit: int | None = None
+) -> None:
+    """Raise if ``shapes`` (a plan, or a bucket table) need more graphs than the compiler's
+    per-function recompile limit.
+
+    ``limit`` defaults to torch's ``recompile_limit`` (8 unless changed). With
+    ``dynamic=False`` each shape is one graph; past the limit dynamo silently
+    runs the function eagerly. :func:`~shapebucket.prewarm` raises the limit for
+    you; this check is for compiling without it.
+
+    >>> check_recompile_limit(Buckets([16, 32]), limit=8)
+    >>> check_recompile_limit([8, 16, 24], limit=2)
+    Traceback (most recent call last):
+    ...
+    shapebucket.errors.ShapeBucketError: 3 buckets exceed the compiler's recompile limit of 2 per function: past it torch.compile silently runs eagerly. Use at most 2 buckets (e.g. shapebucket.fit_buckets(lengths, k=2)), or raise the limit with torch.compile(..., recompile_limit=3) or shapebucket.prewarm(...), which does it for you
+    """
+    n = len(shapes) if isinstance(shapes, ShapePlan) else len(as_buckets(shapes))
+    what = "shapes" if isinstance(shapes, ShapePlan) else "buckets"
+    limit = compat.get_recompile_limit() if limit is None else check_int("limit", limit, minimum=1)
+    if n > limit:
+        raise ShapeBucketError(
+            f"{n} {what} exceed the compiler's recompile limit of {limit} per function: "
+            f"past it torch.compile silently runs eagerly. Use at most {limit} {what} "
+            f"(e.g. shapebucket.fit_buckets(lengths, k={limit})), or raise the limit with "
+            f"torch.compile(..., recompile_limit={n}) or shapebucket.prewarm(...), which does "
+            "it for you"
+        )
 
 
 # -- mark_dynamic ---------------------------------------------------------------------
@@ -236,14 +266,14 @@ def _limit_function(message: str) -> str:
 
 @contextlib.contextmanager
 def no_recompiles(
-    buckets: ShapePlan | Buckets | Sequence[int] | None = None,
+    plan: ShapePlan | Buckets | Sequence[int] | None = None,
 ) -> Iterator[None]:
     """Fail on any recompile inside the block, with a :class:`ShapeBucketError`.
 
     Uses the compiler's ``fail_on_recompile`` stance (restored on exit, also on
     error). The error names the input size that was not prewarmed and, when
-    ``buckets`` is given (the :class:`~shapebucket.ShapePlan` that was
-    prewarmed, or the bucket table), the shapes that were. Functions compiled
+    ``plan`` is given (the :class:`~shapebucket.ShapePlan` that was prewarmed,
+    or a bucket table), the shapes that were. Functions compiled
     for the first time inside the block still compile: only *re*compiles fail.
 
     Nothing is installed into torch: a function that hit the recompile limit
@@ -262,10 +292,10 @@ def no_recompiles(
     recompile inside no_recompiles(): input 'x' has size 16 at dim 1, a shape that w
     """
     table: Any = None
-    if isinstance(buckets, ShapePlan):
-        table = buckets
-    elif buckets is not None:
-        table = as_buckets(buckets)
+    if isinstance(plan, ShapePlan):
+        table = plan
+    elif plan is not None:
+        table = as_buckets(plan)
     hits = compat.recompile_limit_hits()
     if hits:
         names = sorted(set(_SEEN_LIMIT_HITS))

@@ -6,13 +6,17 @@ they were; this module is that job, usable (and tested) alone.
 
 What :func:`snapshot` sees: of the model (and of every ``nn.Module`` passed),
 parameters with their ``.grad`` and ``requires_grad``, buffers, tensors kept as
-plain module attributes (``self.step_count = torch.zeros(())``) and every
+plain module attributes (``self.step_count = torch.zeros(())``), Python numbers,
+bools and strings kept as public module attributes (``self.steps += 1``) and every
 module's train flag; the state and hyper-parameters of each optimizer passed;
 any other object with ``state_dict``/``load_state_dict`` (a ``GradScaler``, an
 LR scheduler); plain tensors passed (values and ``requires_grad``); and the
-torch, CUDA, numpy and Python RNG states. What it cannot see: Python numbers
-and containers kept on objects (``self.steps += 1``), globals, and objects it
-was not given (an EMA model or a scaler that ``step`` closes over).
+torch, CUDA, numpy and Python RNG states. Module state is put back *by name*: a
+parameter, buffer or attribute the step replaced (``self.avg = 0.9 * self.avg +
+...``) gets its original tensor object back, holding its original value. What
+it cannot see: containers kept on objects (a list it appends to), attributes and
+buffers the step added, globals, and objects it was not given (an EMA model or a
+scaler that ``step`` closes over).
 """
 
 from __future__ import annotations
@@ -44,7 +48,9 @@ class Snapshot:
     ``params`` holds ``(parameter, value, grad, requires_grad)``; ``attributes``
     ``(module, name, tensor, value, requires_grad)`` for tensors kept as plain
     module attributes; ``tensors`` ``(tensor, value, requires_grad)``;
-    ``stateful`` ``(object, state_dict)``.
+    ``stateful`` ``(object, state_dict)``; ``names`` ``(module, name, object)``:
+    what each module held under each name (parameters, buffers, attributes), put
+    back first, so a value replaced by another object is restored by name.
     """
 
     params: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, bool]]
@@ -57,6 +63,7 @@ class Snapshot:
     )
     tensors: list[tuple[torch.Tensor, torch.Tensor, bool]] = field(default_factory=list)
     stateful: list[tuple[Any, Any]] = field(default_factory=list)
+    names: list[tuple[torch.nn.Module, str, Any]] = field(default_factory=list)
 
 
 def _clone(value: Any) -> Any:
@@ -68,6 +75,19 @@ def _clone(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_clone(v) for v in value)
     return copy.deepcopy(value)
+
+
+#: Module attributes put back by name (immutable values: a rebinding is the only change).
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+_MISSING = object()
+
+
+def _put(t: torch.Tensor, value: torch.Tensor) -> None:
+    """``t`` takes ``value`` bitwise, in place (resized first if a step resized it)."""
+    if t.shape != value.shape:
+        t.data = value.clone()
+    else:
+        t.copy_(value)
 
 
 def _copy_optimizer(opt: torch.optim.Optimizer) -> _Optimizer:
@@ -143,12 +163,17 @@ def snapshot(model: Any, *others: Any) -> Snapshot:
     params: dict[int, torch.Tensor] = {}
     buffers: dict[int, torch.Tensor] = {}
     attributes = []
+    names: list[tuple[torch.nn.Module, str, Any]] = []
     for m in modules.values():
         params.update((id(p), p) for p in m.parameters(recurse=False))
         buffers.update((id(b), b) for b in m.buffers(recurse=False))
+        names += [(m, n, p) for n, p in m.named_parameters(recurse=False)]
+        names += [(m, n, b) for n, b in m.named_buffers(recurse=False)]
         for name, value in vars(m).items():
             if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
                 attributes.append((m, name, value, value.detach().clone(), value.requires_grad))
+            elif isinstance(value, _SCALARS) and not name.startswith("_") and name != "training":
+                names.append((m, name, value))
     for opt in optimizers:
         for group in opt.param_groups:
             params.update((id(p), p) for p in group["params"])
@@ -176,15 +201,20 @@ def snapshot(model: Any, *others: Any) -> Snapshot:
         attributes=attributes,
         tensors=[(t, t.detach().clone(), t.requires_grad) for t in tensors.values()],
         stateful=[(obj, _clone(obj.state_dict())) for obj in stateful],
+        names=names,
     )
 
 
 @torch.no_grad()
 def restore(snap: Snapshot) -> None:
     """Put everything :func:`snapshot` copied back, bitwise and in place (the same tensor
-    objects, so compiled guards on them still hold). Can be called more than once."""
+    objects, under the same names, so compiled guards on them still hold). Can be called
+    more than once."""
+    for m, name, obj in snap.names:
+        if getattr(m, name, _MISSING) is not obj:
+            setattr(m, name, obj)
     for p, value, grad, requires_grad in snap.params:
-        p.copy_(value)
+        _put(p, value)
         p.requires_grad_(requires_grad)
         if grad is None:
             p.grad = None
@@ -193,7 +223,7 @@ def restore(snap: Snapshot) -> None:
         else:
             p.grad = grad.clone()
     for b, value in snap.buffers:
-        b.copy_(value)
+        _put(b, value)
     for m, name, tensor, value, requires_grad in snap.attributes:
         if tensor.shape != value.shape or tensor.is_inference():
             # resized, or made under inference_mode (no in-place update outside it): a copy

@@ -192,28 +192,6 @@ class Buckets:
         """
         return self._array[self.index_for_many(lengths)]
 
-    def check_limit(self, limit: int | None = None) -> None:
-        """Raise if there are more buckets than the compiler's per-function recompile limit.
-
-        ``limit`` defaults to torch's ``recompile_limit`` (8 unless changed). With
-        ``dynamic=False`` each bucket is one graph; past the limit dynamo silently
-        runs the function eagerly.
-
-        >>> Buckets([16, 32]).check_limit(8)
-        """
-        if limit is None:
-            from .._torch_compat import get_recompile_limit
-
-            limit = get_recompile_limit()
-        limit = check_int("limit", limit, minimum=1)
-        if len(self) > limit:
-            raise ShapeBucketError(
-                f"{len(self)} buckets exceed the compiler's recompile limit of {limit} per function: "
-                f"past it torch.compile silently runs eagerly. Use at most {limit} buckets "
-                f"(e.g. shapebucket.fit_buckets(lengths, k={limit})), or raise the limit with "
-                f"torch.compile(..., recompile_limit={len(self)}) or shapebucket.prewarm(...), which does it for you"
-            )
-
     def _overflow_message(self, length: int) -> str:
         return (
             f"length {length} > largest bucket {self.max_len} in {self!r}; add a bucket >= {length} "

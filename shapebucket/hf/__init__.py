@@ -5,7 +5,8 @@ holds ``PackedSFTTrainer`` (needs ``trl``). The top-level package never imports
 transformers.
 """
 
+from .packing import Packing
 from .prewarm import PrewarmCallback
 from .trainers import BucketTrainer, PackedTrainer
 
-__all__ = ["BucketTrainer", "PackedTrainer", "PrewarmCallback"]
+__all__ = ["BucketTrainer", "PackedTrainer", "Packing", "PrewarmCallback"]

@@ -21,6 +21,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from .. import _torch_compat as compat
 from ..compile.modes import Cache, Mode
 from ..compile.prewarm import prewarm
 from ..compile.report import PrewarmReport
@@ -58,7 +59,7 @@ _COUNTED = ("_metrics", "_total_train_tokens")
 def _example(trainer: Any) -> Any:
     """A real batch of one sample, made by a copy of the trainer's collate function (a
     copy starts its counters at zero, so ``collator.stats`` counts training batches only)."""
-    dataset, collate = trainer._train_source()
+    dataset, collate = trainer.train_source()
     return copy.deepcopy(collate)([dataset[0]])
 
 
@@ -72,7 +73,7 @@ def prewarm_trainer(trainer: Any) -> PrewarmReport | None:
     model = trainer.model_wrapped
     if not args.torch_compile:
         return None
-    if not hasattr(model, "_orig_mod"):
+    if not compat.is_compiled_module(model):
         raise ShapeBucketError(
             f"{type(trainer).__name__}: torch_compile=True, but the model the Trainer trains "
             f"({type(model).__name__}) is not a torch.compile'd module, so there is nothing to "

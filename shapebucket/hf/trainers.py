@@ -16,7 +16,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from torch.utils.data import DataLoader
@@ -27,13 +27,14 @@ from .. import _torch_compat as compat
 from .._validate import check_flag, check_lengths
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
+from ..compile.prewarm import refuse_cached_decoder
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
-from ..fit.packing import rows_for_tokens
-from ..fit.packing_fit import PackingFitReport, fit_packing
+from ..fit.packing_fit import PackingFitReport
 from ..sampling.base import ResumableBatchSampler
 from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
+from .packing import Packing
 from .prewarm import PrewarmCallback, check_compile_cache
 
 __all__ = ["BucketTrainer", "PackedTrainer"]
@@ -91,9 +92,17 @@ class _ShapeTrainer(Trainer):
             self.add_callback(PrewarmCallback(self))
         return arr
 
-    def _train_source(self) -> tuple[Any, Any]:
-        """The dataset and collate function of the training DataLoader (with the
-        Trainer's removal of the columns the model does not take)."""
+    def train_source(self) -> tuple[Any, Any]:
+        """``(dataset, collate)``: what the training DataLoader reads, after the Trainer's
+        removal of the columns the model does not take (from the dataset, or by wrapping
+        the collator). The prewarm makes its example batch from these, so it sees exactly
+        the keys training does.
+
+        Example::
+
+            dataset, collate = trainer.train_source()
+            batch = collate([dataset[0]])
+        """
         if self.train_dataset is None:
             raise ShapeBucketError(f"{type(self).__name__}: training requires a train_dataset")
         dataset: Any = self.train_dataset
@@ -111,7 +120,7 @@ class _ShapeTrainer(Trainer):
         return dataset, collate
 
     def get_train_dataloader(self) -> DataLoader:
-        dataset, collate = self._train_source()
+        dataset, collate = self.train_source()
         args = self.args
         workers = args.dataloader_num_workers
         options: dict[str, Any] = {
@@ -243,44 +252,19 @@ class BucketTrainer(_ShapeTrainer):
         self.collator = BucketCollator(self.buckets, pad_values=pad_values, rows=self.sampler.rows)
 
 
-def _packing_args(
-    lengths: np.ndarray,
-    fit: PackingFitReport | None,
-    buckets: Buckets | Sequence[int] | None,
-    rows: int | Mapping[int, int] | None,
-    tokens_per_batch: int | None,
-) -> tuple[Buckets, Any, Any]:
-    """``(buckets, rows, tokens_per_batch)`` from a fit or from the explicit arguments."""
-    if fit is not None:
-        if not isinstance(fit, PackingFitReport):
-            raise ShapeBucketError(
-                f"fit must be what fit_packing(...) returned, got {type(fit).__name__}"
-            )
-        if (buckets, rows, tokens_per_batch) != (None, None, None):
-            raise ShapeBucketError(
-                "pass fit=fit_packing(...) or buckets= with rows= or tokens_per_batch=, not both: "
-                "the fit holds the buckets and rows"
-            )
-        return fit.buckets, fit.rows, None
-    if buckets is None and tokens_per_batch is not None and rows is None:
-        chosen = fit_packing(lengths, tokens_per_batch=tokens_per_batch)
-        return chosen.buckets, chosen.rows, None
-    if buckets is None:
-        raise ShapeBucketError(
-            "PackedTrainer needs fit=fit_packing(lengths, tokens_per_batch=...), buckets= "
-            "(the row lengths) with rows= or tokens_per_batch=, or tokens_per_batch= alone "
-            "(the row lengths are then fitted to the lengths)"
-        )
-    return as_buckets(buckets), rows, tokens_per_batch
+#: The keywords PackedTrainer took before its constructors (refused with the fix).
+_SHAPE_KEYWORDS = ("fit", "buckets", "rows", "tokens_per_batch")
+_T = TypeVar("_T", bound="PackedTrainer")
 
 
 class PackedTrainer(_ShapeTrainer):
     """A ``Trainer`` whose training batches are packed: :class:`PackedBatchSampler` and
     :class:`PackedCollator`, at most ``len(buckets)`` shapes.
 
-    Give it ``fit=fit_packing(lengths, tokens_per_batch=...)``, ``buckets`` (the
-    row lengths) with ``rows`` or ``tokens_per_batch``, or ``tokens_per_batch``
-    alone (then ``fit_packing`` chooses the row lengths); ``lengths=None`` reads
+    Build it with one of three constructors, each taking the ``Trainer``'s arguments
+    after its own: :meth:`from_fit` (``fit_packing``'s result), :meth:`from_rows` (row
+    lengths and rows per batch) or :meth:`from_tokens` (a token budget per batch; the
+    row lengths are fitted to the training set unless given). ``lengths=None`` reads
     ``len(sample["input_ids"])`` from the training set. ``per_device_train_batch_size``
     is not used: a batch is ``rows[L]`` rows of ``L`` tokens. The defaults are the
     safe ones for a Hugging Face causal LM:
@@ -307,24 +291,26 @@ class PackedTrainer(_ShapeTrainer):
     def __init__(
         self,
         *args: Any,
+        packing: Packing | None = None,
         lengths: Sequence[int] | np.ndarray | None = None,
-        fit: PackingFitReport | None = None,
-        buckets: Buckets | Sequence[int] | None = None,
-        rows: int | Mapping[int, int] | None = None,
-        tokens_per_batch: int | None = None,
         pad_values: Mapping[str, Any] | None = None,
         label_shift: str = "model",
         prewarm: bool = True,
         compile_cache: str | bool = True,
         **kwargs: Any,
     ) -> None:
+        old = [k for k in _SHAPE_KEYWORDS if k in kwargs]
+        if old or not isinstance(packing, Packing):
+            raise ShapeBucketError(
+                f"{type(self).__name__} gets its row lengths from one of its constructors"
+                f"{f' (got {old})' if old else ''}: {type(self).__name__}.from_fit(fit, ...), "
+                ".from_rows(buckets, rows, ...) or .from_tokens(tokens_per_batch, ...), each "
+                "followed by the Trainer's arguments"
+            )
         super().__init__(*args, **kwargs)
         arr = self._setup_shapes(lengths, prewarm, compile_cache)
-        self.buckets, rows, tokens_per_batch = _packing_args(
-            arr, fit, buckets, rows, tokens_per_batch
-        )
-        if rows is None:  # a token budget (_packing_args gives one of the two)
-            rows = rows_for_tokens(self.buckets, tokens_per_batch)  # type: ignore[arg-type]
+        self.packing = packing
+        self.buckets, rows = packing.resolve(arr)
         self.sampler = PackedBatchSampler(
             arr,
             self.buckets,
@@ -342,14 +328,58 @@ class PackedTrainer(_ShapeTrainer):
             label_shift=label_shift,  # type: ignore[arg-type]
         )
 
+    @classmethod
+    def from_fit(cls: type[_T], fit: PackingFitReport, *args: Any, **kwargs: Any) -> _T:
+        """A trainer whose row lengths and rows per batch are ``fit``'s (what
+        :func:`~shapebucket.fit_packing` returned); ``args`` and ``kwargs`` are the
+        ``Trainer``'s and :class:`PackedTrainer`'s (``lengths``, ``pad_values``, ...).
+
+        Example::
+
+            trainer = PackedTrainer.from_fit(fit_packing(lengths, tokens_per_batch=8192),
+                                             model=model, args=args, train_dataset=ds)
+        """
+        return cls(*args, packing=Packing(fit=fit), **kwargs)
+
+    @classmethod
+    def from_rows(
+        cls: type[_T],
+        buckets: Buckets | Sequence[int],
+        rows: int | Mapping[int, int],
+        *args: Any,
+        **kwargs: Any,
+    ) -> _T:
+        """A trainer with these row lengths (``buckets``) and ``rows`` rows per batch (one
+        int, or one per row length).
+
+        Example::
+
+            trainer = PackedTrainer.from_rows([256, 512], {256: 8, 512: 4},
+                                              model=model, args=args, train_dataset=ds)
+        """
+        return cls(*args, packing=Packing(buckets=as_buckets(buckets), rows=rows), **kwargs)
+
+    @classmethod
+    def from_tokens(
+        cls: type[_T],
+        tokens_per_batch: int,
+        *args: Any,
+        buckets: Buckets | Sequence[int] | None = None,
+        **kwargs: Any,
+    ) -> _T:
+        """A trainer whose batches hold about ``tokens_per_batch`` tokens each, in rows of
+        ``buckets`` (the row lengths) or, when ``None``, of the lengths
+        :func:`~shapebucket.fit_packing` fits to the training set's lengths.
+
+        Example::
+
+            trainer = PackedTrainer.from_tokens(8192, model=model, args=args, train_dataset=ds)
+        """
+        chosen = None if buckets is None else as_buckets(buckets)
+        return cls(
+            *args, packing=Packing(buckets=chosen, tokens_per_batch=tokens_per_batch), **kwargs
+        )
+
     def _training(self) -> contextlib.AbstractContextManager[Any]:
-        config = getattr(self.model, "config", None)
-        if getattr(config, "use_cache", False) is True:
-            raise ShapeBucketError(
-                f"PackedTrainer: {type(self.model).__name__} has config.use_cache=True; a Hugging "
-                "Face decoder that keeps a cache ignores packed position_ids, so every sample "
-                "would attend to the samples before it in its row. Pass "
-                "TrainingArguments(use_cache=False) (the default: the Trainer copies it into "
-                "model.config.use_cache) and leave model.config.use_cache False while training"
-            )
+        refuse_cached_decoder(self.model, "PackedTrainer")
         return super()._training()

@@ -34,11 +34,11 @@ DOCUMENT_KEY = "document_ids"
 class PackedSFTTrainer(PackedTrainer, SFTTrainer):
     """``SFTTrainer`` whose training batches are shapebucket's packed batches.
 
-    Takes ``SFTTrainer``'s arguments (``model``, ``args=SFTConfig(...)``,
-    ``train_dataset``, ``processing_class``, ...) and :class:`PackedTrainer`'s
-    keywords: ``fit=fit_packing(...)``, ``buckets`` with ``rows`` or
-    ``tokens_per_batch``, or ``tokens_per_batch`` alone (the row lengths are then
-    fitted to the tokenised training set). ``lengths`` defaults to the lengths of
+    Built with :class:`PackedTrainer`'s constructors (``from_fit``, ``from_rows``,
+    ``from_tokens``), followed by ``SFTTrainer``'s arguments (``model``,
+    ``args=SFTConfig(...)``, ``train_dataset``, ``processing_class``, ...):
+    ``from_tokens(tokens_per_batch, ...)`` fits the row lengths to the tokenised
+    training set. ``lengths`` defaults to the lengths of
     the dataset ``SFTTrainer`` prepared (its ``input_ids``, truncated to
     ``max_length``), so it need not be known before tokenisation.
 
@@ -50,9 +50,9 @@ class PackedSFTTrainer(PackedTrainer, SFTTrainer):
 
     Example (``docs/examples/trl_sft.py`` runs one)::
 
-        trainer = PackedSFTTrainer(model=model, args=SFTConfig(..., torch_compile=True),
-                                   train_dataset=ds, processing_class=tokenizer,
-                                   tokens_per_batch=4096)
+        trainer = PackedSFTTrainer.from_tokens(4096, model=model,
+                                               args=SFTConfig(..., torch_compile=True),
+                                               train_dataset=ds, processing_class=tokenizer)
         trainer.train()
     """
 

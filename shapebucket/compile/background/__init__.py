@@ -3,7 +3,7 @@ shape of the plan; each shape switches to its compiled graph when its cache is
 published (:func:`compile_in_background`).
 """
 
-from .handle import BackgroundCompile, compile_in_background
+from .handle import BackgroundCompile, BackgroundOptions, compile_in_background
 from .report import BackgroundReport
 
-__all__ = ["BackgroundCompile", "BackgroundReport", "compile_in_background"]
+__all__ = ["BackgroundCompile", "BackgroundOptions", "BackgroundReport", "compile_in_background"]

@@ -16,17 +16,23 @@ each into its compiler cache, and from then on runs that shape through
 ``torch.compile(type(model).forward)``, whose first call traces the graph and
 finds its compiled forward and backward in the cache. A shape that was switched
 runs under the ``fail_on_recompile`` stance: it never recompiles.
+
+Only training calls switch and run compiled: grad enabled, outside
+``inference_mode``, the model in training mode, the call the background compiled.
+Evaluation calls (``torch.no_grad()``, ``inference_mode``, or ``model.eval()``) run
+eagerly before, during and after the switches (``report.eval_calls``): their graph
+would differ, and compiling it here is what the background is for.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-import tempfile
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +44,21 @@ from ...errors import ShapeBucketError
 from ...plan.coerce import as_plan
 from ...plan.shapes import Shape, ShapePlan
 from ..cache import MANIFEST, load_compile_cache
-from ..key import describe_batch, job_key
+from ..prewarm import packs, refuse_cached_decoder
 from ..recompiles import CompileCounter, walk_batch
 from .report import BackgroundReport
-from .setup import check_model, check_options, check_picklable, order_shapes, yield_to_training
+from .setup import (
+    BackgroundOptions,
+    check_model,
+    check_picklable,
+    order_shapes,
+    output_dir,
+    published_shapes,
+    yield_to_training,
+)
 from .worker import DONE, ERROR, Spec, compiled_forward, install_forward, main
 
-__all__ = ["BackgroundCompile", "compile_in_background"]
+__all__ = ["BackgroundCompile", "BackgroundOptions", "compile_in_background"]
 
 
 def _signature(args: Any) -> tuple[tuple[int, ...], ...]:
@@ -66,6 +80,7 @@ class BackgroundCompile:
     ``.close()`` (also a context manager). See :func:`compile_in_background`."""
 
     def __init__(self, model: torch.nn.Module, spec: Spec, poll_seconds: float, keep: bool):
+        self._closed = False
         self.model = model
         self._spec = spec
         self._out = Path(spec.out)
@@ -83,6 +98,12 @@ class BackgroundCompile:
         self._process: Any = None
         self._warned = False
         self.report = BackgroundReport(tuple(spec.order))
+        # the recompile limit is raised for the handle's life (one graph per shape in this
+        # process too) and put back by close(), also when the start fails
+        self._limit = contextlib.ExitStack()
+        self.report.limit_raised_from = self._limit.enter_context(
+            compat.raised_recompile_limit(spec.limit)
+        )
         install_forward(model, self._forward)
 
     # -- the training side ------------------------------------------------------------
@@ -101,25 +122,36 @@ class BackgroundCompile:
             self._memo[sig] = found[0] if len(found) == 1 and sig else None
         return self._memo[sig]
 
+    def _training_call(self) -> bool:
+        """A call the background compiled: grad on, no inference mode, training mode."""
+        return (
+            torch.is_grad_enabled()
+            and not torch.is_inference_mode_enabled()
+            and self.model.training
+        )
+
     def _forward(self, *args: Any, **kwargs: Any) -> Any:
         now = time.perf_counter()
         if self.report.first_call_seconds is None:
             self.report.first_call_seconds = now - self._start
-        if now >= self._next_poll:
+        if now >= self._next_poll and not self._closed:
             self.poll()
         shape = self._shape_of(args, kwargs)
         rep = self.report
-        if shape is None or shape not in self._loaded:
-            if shape is None:
-                rep.unplanned_calls += 1
-            else:
-                rep.eager_calls[shape] += 1
-            return self._eager(self.model, *args, **kwargs)
-        rep.compiled_calls[shape] += 1
-        if shape in self._switched:
+        if shape is None:
+            rep.unplanned_calls += 1
+        elif not self._training_call():
+            rep.eval_calls[shape] += 1  # its graph is not the background's: eager
+        elif shape in self._switched:
+            rep.compiled_calls[shape] += 1
             with compat.stance("fail_on_recompile"):
                 return self._fn(self.model, *args, **kwargs)
-        return self._switch(shape, args, kwargs)
+        elif shape in self._loaded and not self._closed:
+            rep.compiled_calls[shape] += 1
+            return self._switch(shape, args, kwargs)
+        else:
+            rep.eager_calls[shape] += 1
+        return self._eager(self.model, *args, **kwargs)
 
     def _switch(self, shape: Shape, args: Any, kwargs: Any) -> Any:
         """The first compiled call of ``shape``: trace it and load its code from the cache."""
@@ -220,13 +252,16 @@ class BackgroundCompile:
         return self.report
 
     def close(self) -> None:
-        """Stop the background process (if running) and remove its files unless
-        ``cache_dir`` was given. Shapes already switched stay compiled."""
+        """Stop the background process (if running), remove its files unless
+        ``cache_dir`` was given, and put the recompile limit back. Shapes already
+        switched stay compiled; the others run eagerly from now on."""
+        self._closed = True
         if self._process is not None and self._process.is_alive():
             self._process.terminate()
             self._process.join(10)
         if not self._keep:
             shutil.rmtree(self._out, ignore_errors=True)
+        self._limit.close()
 
     def __enter__(self) -> BackgroundCompile:
         return self
@@ -276,9 +311,7 @@ def compile_in_background(
     model: torch.nn.Module | None = None,
     step: Callable[[torch.nn.Module, Any], Any] | None = None,
     sampler: Any = None,
-    compile_options: Mapping[str, Any] | None = None,
-    cache_dir: str | Path | None = None,
-    poll_seconds: float = 0.5,
+    options: BackgroundOptions | None = None,
 ) -> BackgroundCompile:
     """Start training at once: every shape of ``plan`` compiles in a background process
     while ``.model`` runs eagerly, and each shape switches to its compiled graph when ready.
@@ -288,67 +321,45 @@ def compile_in_background(
     parameters are graph inputs). The background process is *spawned* on one core and
     runs, per shape (most frequent first with ``sampler=``), ``model(**batch)`` and
     ``backward()``, or ``step(model, batch)``: pass the call your training step makes
-    (the same keys, autocast, grad mode), else the graphs differ and the training
-    process compiles them itself (a warning says so). ``build``, ``step``, ``plan``
-    and ``example`` must pickle; both processes must run the same code and torch.
-    ``compile_options`` go to ``torch.compile`` in both (``dynamic=False`` is set).
-    ``cache_dir`` keeps the compiled shapes in ``cache_dir/<key>`` for the next run
-    (default: a temporary directory, removed by ``close()``).
+    (the same keys, autocast), else the graphs differ and the training process
+    compiles them itself (a warning says so). Evaluation calls (no grad, inference
+    mode, ``model.eval()``) run eagerly. ``build``, ``step``, ``plan`` and ``example``
+    must pickle; both processes must run the same code and torch. ``options``
+    (:class:`BackgroundOptions`): the ``torch.compile`` arguments, a ``cache_dir`` that
+    keeps the compiled shapes for the next run, and ``poll_seconds``.
 
-    >>> bg = compile_in_background(lambda: torch.nn.Linear(2, 2), plan=None)  # doctest: +SKIP
-    >>> bg.model(torch.ones(4, 2)).shape  # doctest: +SKIP
-    torch.Size([4, 2])
+    >>> opts = BackgroundOptions(compile_options={"backend": "eager"})
+    >>> bg = compile_in_background(build_model, plan, example, options=opts)  # doctest: +SKIP
+    >>> bg.model(**example).shape  # doctest: +SKIP
+    torch.Size([])
     """
-    from ..prewarm import _refuse_cached_decoder
-
     plan = as_plan(plan, example, BucketCollator, caller="compile_in_background")
     if not callable(build):
         raise ShapeBucketError(f"build must be a function () -> nn.Module, got {build!r}")
     if step is not None and not callable(step):
         raise ShapeBucketError(f"step must be a function (model, batch) -> None, got {step!r}")
-    if isinstance(poll_seconds, bool) or not isinstance(poll_seconds, (int, float)):
-        raise ShapeBucketError(f"poll_seconds must be a number of seconds, got {poll_seconds!r}")
-    if not 0 <= poll_seconds <= 60:
-        raise ShapeBucketError(f"poll_seconds must be between 0 and 60, got {poll_seconds!r}")
-    options = check_options(compile_options)
+    if options is None:
+        options = BackgroundOptions()
+    if not isinstance(options, BackgroundOptions):
+        raise ShapeBucketError(
+            f"options must be a BackgroundOptions(compile_options=, cache_dir=, poll_seconds=), "
+            f"got {type(options).__name__}"
+        )
     check_picklable(build=build, step=step, plan=plan, example=example)
     model = check_model(model, build)
-    _refuse_cached_decoder(model, plan)
+    if packs(plan):
+        refuse_cached_decoder(model, "compile_in_background")
     order = order_shapes(plan, sampler)
+    out = output_dir(options, model, step, (plan, example, order))
     limit = max(compat.get_recompile_limit(), len(plan))
-    raised_from = (
-        compat.set_recompile_limit(limit) if limit > compat.get_recompile_limit() else None
-    )
-    keep = cache_dir is not None
-    if cache_dir is None:
-        out = tempfile.mkdtemp(prefix="shapebucket-background-")
-    else:
-        described = {f"{s.rows}x{s.length}": describe_batch(plan.batch(example, s)) for s in order}
-        extra = f"background threads={torch.get_num_threads()} {sorted(options.items())!r}"
-        out = str(Path(cache_dir) / job_key(model, step, described, extra, described=True))
-        try:
-            Path(out).mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise ShapeBucketError(
-                f"cache_dir={str(cache_dir)!r} cannot hold the compiled shapes ({e.strerror}); pass a directory (created if "
-                "missing) or leave cache_dir out"
-            ) from None
-    done = {Shape(*json.loads(p.read_text())["shape"]) for p in Path(out).glob("[0-9]*.json")}
-    spec = Spec(
-        build,
-        plan,
-        example,
-        step,
-        options,
-        order,
-        torch.get_num_threads(),
-        limit,
-        out,
-        frozenset(done),
-    )
-    bg = BackgroundCompile(model, spec, float(poll_seconds), keep)
-    bg.report.limit_raised_from = raised_from
-    bg.poll()
-    if not bg.done:
-        bg._launch()
+    spec = Spec(build, plan, example, step, dict(options.compile_options), order,
+                torch.get_num_threads(), limit, out, published_shapes(out))  # fmt: skip
+    bg = BackgroundCompile(model, spec, float(options.poll_seconds), options.cache_dir is not None)
+    try:
+        bg.poll()
+        if not bg.done:
+            bg._launch()
+    except BaseException:
+        bg.close()
+        raise
     return bg

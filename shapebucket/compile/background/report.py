@@ -17,7 +17,9 @@ class BackgroundReport:
     ``ready_at`` and ``switched_at`` (seconds since the start: loaded, first compiled call),
     ``switch_seconds`` (that first call: trace plus cache load), ``graphs`` compiled by it,
     ``how`` (``"cache"``: the background's code was used; ``"compiled here"``: it missed),
-    and the calls that ran ``eager_calls`` / ``compiled_calls``. ``first_call_seconds``
+    and the training calls that ran ``eager_calls`` / ``compiled_calls``; ``eval_calls``
+    counts evaluation calls (no grad, inference mode or ``model.eval()``: always eager,
+    the background compiled the training step's graph). ``first_call_seconds``
     and ``all_ready_seconds`` are since the start; ``unplanned_calls`` counts calls whose
     tensors match no shape of the plan (run eagerly); ``error`` is the background's.
 
@@ -35,6 +37,7 @@ class BackgroundReport:
     how: dict[Shape, str] = field(default_factory=dict)
     eager_calls: Counter[Shape] = field(default_factory=Counter)
     compiled_calls: Counter[Shape] = field(default_factory=Counter)
+    eval_calls: Counter[Shape] = field(default_factory=Counter)
     unplanned_calls: int = 0
     first_call_seconds: float | None = None
     all_ready_seconds: float | None = None
@@ -63,6 +66,7 @@ class BackgroundReport:
             "how": per(self.how),
             "eager_calls": per(self.eager_calls),
             "compiled_calls": per(self.compiled_calls),
+            "eval_calls": per(self.eval_calls),
             "unplanned_calls": self.unplanned_calls,
             "first_call_seconds": self.first_call_seconds,
             "all_ready_seconds": self.all_ready_seconds,

@@ -1,21 +1,37 @@
 """Checks and choices made before the background compile starts: what must pickle, the
-compile options, the model, the order of the shapes, and the background's CPU share."""
+options (:class:`BackgroundOptions`), the model, the order of the shapes, where the
+compiled shapes go, and the background's CPU share."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import sys
+import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from ... import _torch_compat as compat
 from ...errors import ShapeBucketError
 from ...plan.shapes import Shape, ShapePlan
+from ..key import describe_batch, job_key
 
-__all__ = ["check_model", "check_options", "check_picklable", "order_shapes", "yield_to_training"]
+__all__ = [
+    "BackgroundOptions",
+    "check_model",
+    "check_options",
+    "check_picklable",
+    "order_shapes",
+    "output_dir",
+    "published_shapes",
+    "yield_to_training",
+]
 
 _NEEDS = (
     "the background process is spawned: it imports {what} by name, so define it at module "
@@ -65,6 +81,7 @@ def check_picklable(**objects: Any) -> None:
 
 
 def check_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``torch.compile`` arguments without ``dynamic`` (refused unless False)."""
     if options is None:
         return {}
     if not isinstance(options, Mapping):
@@ -79,9 +96,72 @@ def check_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in options.items() if k != "dynamic"}
 
 
+@dataclass(frozen=True)
+class BackgroundOptions:
+    """How :func:`~shapebucket.compile.compile_in_background` compiles and publishes: the
+    ``torch.compile`` arguments of both processes (``compile_options``; ``dynamic=False``
+    is set for you), ``cache_dir`` (keep the compiled shapes in ``cache_dir/<key>`` for
+    the next run; default: a temporary directory that ``close()`` removes) and
+    ``poll_seconds`` (how often, at most, a training call looks for new shapes).
+
+    >>> BackgroundOptions(compile_options={"backend": "eager"}, poll_seconds=0).poll_seconds
+    0
+    """
+
+    compile_options: Mapping[str, Any] = field(default_factory=dict)
+    cache_dir: str | Path | None = None
+    poll_seconds: float = 0.5
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compile_options", check_options(self.compile_options))
+        if self.cache_dir is not None and (
+            not isinstance(self.cache_dir, (str, os.PathLike)) or not str(self.cache_dir).strip()
+        ):
+            raise ShapeBucketError(
+                f"cache_dir must be a directory path, got {self.cache_dir!r}; pass a directory "
+                "(created if missing) or leave cache_dir out"
+            )
+        poll = self.poll_seconds
+        if isinstance(poll, bool) or not isinstance(poll, (int, float)):
+            raise ShapeBucketError(f"poll_seconds must be a number of seconds, got {poll!r}")
+        if not 0 <= poll <= 60:
+            raise ShapeBucketError(f"poll_seconds must be between 0 and 60, got {poll!r}")
+
+
+def output_dir(
+    options: BackgroundOptions, model: torch.nn.Module, step: Any, job: tuple[Any, ...]
+) -> str:
+    """Where the background publishes: a new temporary directory, or ``cache_dir/<key>``
+    (created) where the key hashes the job: ``(plan, example, order)``, the model's and
+    the step's code, the options and the thread count."""
+    if options.cache_dir is None:
+        return tempfile.mkdtemp(prefix="shapebucket-background-")
+    plan, example, order = job
+    described = {f"{s.rows}x{s.length}": describe_batch(plan.batch(example, s)) for s in order}
+    extra = (
+        f"background threads={torch.get_num_threads()} {sorted(options.compile_options.items())!r}"
+    )
+    out = Path(options.cache_dir) / job_key(model, step, described, extra, described=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ShapeBucketError(
+            f"cache_dir={str(options.cache_dir)!r} cannot hold the compiled shapes ({e.strerror}); "
+            "pass a directory (created if missing) or leave cache_dir out"
+        ) from None
+    return str(out)
+
+
+def published_shapes(out: str) -> frozenset[Shape]:
+    """The shapes an earlier run published into ``out`` (a kept ``cache_dir``)."""
+    return frozenset(
+        Shape(*json.loads(p.read_text())["shape"]) for p in Path(out).glob("[0-9]*.json")
+    )
+
+
 def check_model(model: Any, build: Any) -> torch.nn.Module:
     model = build() if model is None else model
-    if not isinstance(model, torch.nn.Module) or hasattr(model, "_orig_mod"):
+    if not isinstance(model, torch.nn.Module) or compat.is_compiled_module(model):
         raise ShapeBucketError(
             f"compile_in_background trains a plain torch.nn.Module (it compiles it itself), got "
             f"{type(model).__name__}; pass model=None (build() makes it) or the uncompiled module"

@@ -94,8 +94,6 @@ def compile_shapes(spec: Spec) -> None:
     """Build the model and compile every shape of ``spec.order``, publishing each to
     ``spec.out`` as soon as it is compiled. Runs in the background process (or, for
     tests, in this one)."""
-    from ..prewarm import run_batch
-
     out = Path(spec.out)
     start = time.perf_counter()
     model = spec.build()
@@ -103,10 +101,18 @@ def compile_shapes(spec: Spec) -> None:
         raise TypeError(f"build() returned a {type(model).__name__}, not a torch.nn.Module")
     params = list(model.parameters())
     device = params[0].device if params else torch.device("cpu")
-    if spec.limit > compat.get_recompile_limit():
-        compat.set_recompile_limit(spec.limit)
     fn = compiled_forward(model, spec.compile_options)
     install_forward(model, lambda *a, **k: fn(model, *a, **k))
+    with compat.raised_recompile_limit(spec.limit):
+        _compile_each(spec, model, device)
+    _atomic_write(out / DONE, json.dumps({"seconds": time.perf_counter() - start}))
+
+
+def _compile_each(spec: Spec, model: torch.nn.Module, device: torch.device) -> None:
+    """Compile and publish each shape of ``spec.order`` not in ``spec.skip``."""
+    from ..prewarm import run_batch
+
+    out = Path(spec.out)
     exported: set[str] = set()
     for i, shape in enumerate(spec.order):
         if shape in spec.skip:
@@ -124,7 +130,6 @@ def compile_shapes(spec: Spec) -> None:
         sizes = save_new_compile_cache(out / name, exported)
         info = {"shape": list(shape), "seconds": seconds, "graphs": compat.unique_graphs() - graphs}
         _atomic_write(out / f"{name}.json", json.dumps({**info, **sizes}))
-    _atomic_write(out / DONE, json.dumps({"seconds": time.perf_counter() - start}))
 
 
 def _pin_to_one_core() -> None:

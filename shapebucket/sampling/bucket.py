@@ -9,11 +9,11 @@ and :func:`~shapebucket.fit.batches.plan_epoch` (the order of one epoch, from
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .._validate import check_flag, check_int
+from .._validate import check_batch_sizes, check_flag, check_int
 from ..errors import ShapeBucketError
 from ..fit.batches import EpochPlan, Leftovers, SamplerReport, StepPlan, plan_epoch, plan_steps
 from ..fit.buckets import Buckets
@@ -31,7 +31,9 @@ class BucketBatchSampler(ResumableBatchSampler):
     Args:
         lengths: one length per dataset index (ints >= 1, <= ``buckets.max_len``).
         buckets: the bucket lengths.
-        batch_size: samples per batch (per rank), the same for every bucket. Or:
+        batch_size: samples per batch (per rank): an int for every bucket, or a
+            mapping ``{bucket: samples}`` with every bucket (such as
+            :func:`shapebucket.calibrate.calibrate_rows`' ``rows``). Or:
         tokens_per_batch: a token budget per batch: bucket ``b`` gets
             ``tokens_per_batch // b`` samples, rounded down to a multiple of
             ``batch_multiple``. Exactly one of the two.
@@ -59,7 +61,7 @@ class BucketBatchSampler(ResumableBatchSampler):
     )
     _FINGERPRINT = ("drop_last", "leftovers")
 
-    batch_size = Setting[int | None]("``batch_size=`` as given.")
+    batch_size = Setting[int | Mapping[int, int] | None]("``batch_size=`` as given.")
     tokens_per_batch = Setting[int | None]("``tokens_per_batch=`` as given.")
     batch_multiple = Setting[int]("``batch_multiple=``.")
     drop_last = Setting[bool]("Whether leftovers are dropped.")
@@ -73,7 +75,7 @@ class BucketBatchSampler(ResumableBatchSampler):
         lengths: Sequence[int] | np.ndarray,
         buckets: Buckets | Sequence[int],
         *,
-        batch_size: int | None = None,
+        batch_size: int | Mapping[int, int] | None = None,
         tokens_per_batch: int | None = None,
         batch_multiple: int = 1,
         shuffle: bool = True,
@@ -90,7 +92,8 @@ class BucketBatchSampler(ResumableBatchSampler):
             raise ShapeBucketError(f"leftovers must be 'keep' or 'promote', got {leftovers!r}")
         table = self._buckets
         self._rows = _rows_per_bucket(table, batch_size, tokens_per_batch, batch_multiple)
-        self._batch_size, self._tokens_per_batch = batch_size, tokens_per_batch
+        self._batch_size = dict(batch_size) if isinstance(batch_size, Mapping) else batch_size
+        self._tokens_per_batch = tokens_per_batch
         self._batch_multiple = batch_multiple
         self._drop_last, self._leftovers = check_flag("drop_last", drop_last), leftovers
         index = table.index_for_many(self._lengths).astype(np.int32)
@@ -195,13 +198,16 @@ def _warn_unseen_buckets(
 
 
 def _rows_per_bucket(
-    buckets: Buckets, batch_size: int | None, tokens_per_batch: int | None, batch_multiple: int
+    buckets: Buckets,
+    batch_size: int | Mapping[int, int] | None,
+    tokens_per_batch: int | None,
+    batch_multiple: int,
 ) -> dict[int, int]:
     check_one_of(batch_size=batch_size, tokens_per_batch=tokens_per_batch)
     multiple = check_int("batch_multiple", batch_multiple, minimum=1)
     if batch_size is not None:
-        size = check_int("batch_size", batch_size, minimum=1)
-        return {b: size for b in buckets}
+        size = check_batch_sizes(batch_size, buckets.lengths, name="batch_size")
+        return {b: size[b] if isinstance(size, dict) else int(size or 0) for b in buckets}
     budget = check_int("tokens_per_batch", tokens_per_batch, minimum=1)
     largest = buckets.max_len
     if budget // largest < multiple:

@@ -180,3 +180,17 @@ def test_bucket_sampler_takes_rows_per_bucket():
         BucketBatchSampler([3], [8, 16], batch_size={8: 3})
     with pytest.raises(ShapeBucketError, match=r"batch_size\[16\] must be >= 1"):
         BucketBatchSampler([3], [8, 16], batch_size={8: 3, 16: 0})
+
+
+@pytest.mark.slow  # measures ~15 whole steps of a GPT through the profiler: 10-20 s here
+def test_the_docs_page_runs_as_pasted(capsys):
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "calibrate.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    assert blocks
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/calibrate.md", "exec"), namespace)
+    assert "rows within" in capsys.readouterr().out

@@ -144,6 +144,11 @@ class StrategyResult:
     compiled_steps: list[int] = field(default_factory=list)  # indices into step_times
     losses: list[float] = field(default_factory=list)
     background: dict[str, Any] | None = None  # compile_in_background's report, per shape
+    # the physical limit (bench.limit): its own row's grid and costs; a strategy's share of
+    # it and where the rest of its time goes
+    limit: dict[str, Any] | None = None
+    of_limit: float | None = None
+    limit_gap: dict[str, float] | None = None
     error: str | None = None
 
     def job_seconds(self, epochs: int, epoch_s: float | None = None) -> float:

@@ -15,7 +15,8 @@ from .._validate import MAX_BUCKET, check_int, check_lengths, round_up
 from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .packing import PackingReport, plan_packing, rows_for_tokens
-from .packing_search import halving_sets, search_row_lengths
+from .packing_search import halving_sets, row_cost, search_row_lengths
+from .step_cost import StepCost
 
 __all__ = ["MAX_TOKENS_PER_BATCH", "PackingFitReport", "fit_packing", "packing_report"]
 
@@ -67,7 +68,18 @@ class PackingFitReport:
     report: PackingReport
     candidates: list[tuple[Buckets, PackingReport]]
     tokens_per_batch: int
-    model_dim: int | None = None
+    model_dim: int | StepCost | None = None
+
+    @property
+    def cost_model(self) -> str:
+        """What chose among the candidates: ``"measured step times"`` (a
+        :class:`~shapebucket.fit.step_cost.StepCost`), ``"formula 1 + L/(6*d)"`` (an int
+        ``model_dim``) or ``"token efficiency"``."""
+        if isinstance(self.model_dim, StepCost):
+            return self.model_dim.source
+        return (
+            "token efficiency" if self.model_dim is None else f"formula 1 + L/(6*{self.model_dim})"
+        )
 
     @property
     def num_samples(self) -> int:
@@ -126,7 +138,7 @@ def _check_tolerance(tolerance: Any) -> float:
 def _choose(
     candidates: list[tuple[Buckets, PackingReport]],
     tokens_per_batch: int,
-    model_dim: int | None,
+    model_dim: int | StepCost | None,
     tolerance: float,
 ) -> tuple[Buckets, PackingReport]:
     if model_dim is not None:
@@ -146,7 +158,7 @@ def fit_packing(
     tokens_per_batch: int,
     align: int = 8,
     tolerance: float = 0.01,
-    model_dim: int | None = None,
+    model_dim: int | StepCost | None = None,
     max_len: int | None = None,
     window: int = 16384,
     max_samples: int = 200_000,
@@ -170,6 +182,9 @@ def fit_packing(
     ``1 + L / (6 * model_dim)`` (a transformer block's linear layers do about
     ``24 * d**2`` multiply-adds per token, dense attention ``4 * L * d``), and among
     sets within 0.5% of the cheapest the one with the fewest buckets (compiles).
+    ``model_dim`` can instead be a :class:`~shapebucket.fit.step_cost.StepCost`: the
+    seconds per token measured at some lengths replace the formula
+    (``report.cost_model`` says which was used).
     Without it, the choice is the set with the best attention efficiency whose
     token efficiency is within ``tolerance`` (a number in [0, 1)) of the best
     candidate's. Rows per batch come from ``tokens_per_batch`` (:func:`rows_for_tokens`).
@@ -185,7 +200,7 @@ def fit_packing(
         "tokens_per_batch", tokens_per_batch, minimum=1, maximum=MAX_TOKENS_PER_BATCH
     )
     tolerance = _check_tolerance(tolerance)
-    if model_dim is not None:
+    if model_dim is not None and not isinstance(model_dim, StepCost):
         model_dim = check_int("model_dim", model_dim, minimum=1)
     max_samples = check_int("max_samples", max_samples, minimum=1)
     seed = check_int("seed", seed, minimum=0)
@@ -223,7 +238,7 @@ def _finalists(
     top: int,
     align: int,
     tokens_per_batch: int,
-    model_dim: int | None,
+    model_dim: int | StepCost | None,
     seed: int,
     window: int,
 ) -> list[Buckets]:
@@ -246,10 +261,10 @@ def _finalists(
     return out
 
 
-def _relative_cost(buckets: Buckets, rep: PackingReport, tokens: int, model_dim: int) -> float:
+def _relative_cost(
+    buckets: Buckets, rep: PackingReport, tokens: int, model_dim: int | StepCost
+) -> float:
     """Estimated compute per real token (1.0: every computed token real, no attention)."""
-    rows = rows_for_tokens(buckets, tokens)
-    work = sum(
-        n * rows[L] * L * (1 + L / (6 * model_dim)) for L, n in rep.batches_per_bucket.items()
-    )
+    rows, cost = rows_for_tokens(buckets, tokens), row_cost(model_dim)
+    work = sum(n * rows[L] * cost(L) for L, n in rep.batches_per_bucket.items())
     return work / rep.real_tokens

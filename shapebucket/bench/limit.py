@@ -203,8 +203,10 @@ def add_limit(
 ) -> None:
     """Append the ``limit`` row, from ``runners`` (:func:`limit_runners`, timed in the
     rounds), to ``results``: per round, each grid length's cost per token is the faster of
-    eager and compiled, and the rate is :func:`limit_rate` over the timed set; the row has
-    the median and the min-max of the rounds. Every strategy gets its share of it
+    eager and compiled; the row's rate is :func:`limit_rate` over the timed set at each
+    length's median cost over the rounds (the costs :func:`gap` uses, so a strategy's
+    ``of_limit`` is its gap's ``limit`` share), and its min-max are the rounds' own rates.
+    Every strategy gets its share of it
     (``of_limit``) and its :func:`gap`."""
     ok = [r for r in runners if r.result.error is None and r.result.step_times]
     if not ok:
@@ -223,7 +225,9 @@ def add_limit(
     rates = [limit_rate(lengths, c) for c in costs]
     median = {L: statistics.median(c[L] for c in costs) for L in grid}
     row = StrategyResult(name=LIMIT, family=LIMIT, round_tokens_per_sec=[])
-    row.useful_tokens_per_sec = statistics.median(rates)
+    # at each length's median cost (what gap() uses, so a share and its gap agree); the
+    # min-max are the rounds' own rates
+    row.useful_tokens_per_sec = limit_rate(lengths, median)
     row.tokens_per_sec_min, row.tokens_per_sec_max = min(rates), max(rates)
     row.warmup_s = sum(r.result.warmup_s for r in ok)
     row.limit = {

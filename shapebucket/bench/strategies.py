@@ -22,7 +22,7 @@ class Strategy:
     batches in the same order, so their per-step losses must agree.
     """
 
-    family: str  # "grouped", "fixed", "buckets", "tokens" or "packed"
+    family: str  # "grouped", "fixed", "buckets", "tokens", "packed" or "calibrated"
     compile: dict[str, Any] | None  # torch.compile kwargs; None runs eagerly
     mark: str | None = None  # "maybe" (maybe_mark_dynamic) or "specialize" (specialize_on)
     prewarm: bool = False
@@ -86,6 +86,14 @@ STRATEGIES: dict[str, Strategy] = {
         prewarm=True,
         about="fit_packing row lengths, PackedBatchSampler(tokens_per_batch=...), "
         "PackedCollator, document mask, prewarmed",
+    ),
+    "shapebucket-calibrated": Strategy(
+        "calibrated",
+        {"dynamic": False},
+        prewarm=True,
+        about="packing's row lengths, rows calibrated to memory (calibrate_rows: the largest "
+        "rows per row length within the peak shapebucket-packed's token budget needs at its "
+        "longest row length), prewarmed",
     ),
     "shapebucket-packed-background": Strategy(
         "packed",

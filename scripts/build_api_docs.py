@@ -37,6 +37,7 @@ MODULES = [
     "shapebucket.collate",
     "shapebucket.compile",
     "shapebucket.compile.background",
+    "shapebucket.calibrate",
     "shapebucket.hf",
     "shapebucket.hf.trl",
 ]

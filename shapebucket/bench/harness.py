@@ -274,6 +274,15 @@ def _config(
             "token_efficiency": packing.report.token_efficiency,
             "attention_efficiency": packing.report.attention_efficiency,
         },
+        "calibrated": None
+        if s.calibrated is None
+        else {
+            "rows": {str(k): v for k, v in s.calibrated.rows.items()},
+            "peak_bytes": {str(k): v for k, v in s.calibrated.peak.items()},
+            "budget_bytes": s.calibrated.budget,
+            "seconds": s.calibrated.seconds,
+            "measured": s.calibrated.measured,
+        },
         "rounds": args.rounds,
         "timed_samples": len(s.timed_ids),
         "timed_real_tokens": int(s.lengths[s.timed_ids].sum()),

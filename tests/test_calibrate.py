@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from shapebucket import BucketBatchSampler, BucketCollator, PackedBatchSampler, ShapeBucketError
 from shapebucket.calibrate import calibrate_rows, live_tensor_bytes, step_peak_bytes
 from shapebucket.calibrate.rows import largest_fitting
+from shapebucket.plan import Shape
 
 D = 32
 LENGTHS = [16, 32, 64]
@@ -40,7 +41,7 @@ def make_batch(shape):
 
 def one_row_peak(length):
     model, opt, step = _setup()
-    x = make_batch(type("S", (), {"rows": 1, "length": length})())
+    x = make_batch(Shape(1, length))
     return live_tensor_bytes(model, opt, x, device=x.device) + step_peak_bytes(
         lambda: step(x), x.device
     )

@@ -38,6 +38,7 @@ MODULES = [
     "shapebucket.compile",
     "shapebucket.compile.background",
     "shapebucket.bucketed",
+    "shapebucket.calibrate",
     "shapebucket.hf",
     "shapebucket.hf.trl",
 ]

@@ -63,7 +63,11 @@ def test_quick_run_writes_table_json_and_plot(tmp_path):
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["config"]["torch"] and data["config"]["batch_size"] == 16
     results = {r["name"]: r for r in data["results"]}
-    assert list(results) == list(DEFAULT)
+    assert list(results) == [*DEFAULT, "limit"]  # the physical limit: a reference row, last
+    limit = results.pop("limit")
+    assert limit["error"] is None and limit["useful_tokens_per_sec"] > 0 and not limit["peer"]
+    assert all(r["of_limit"] > 0 for r in results.values())
+    assert "limit (reference)" in out.stdout and "of the limit" in out.stdout
     timed = data["config"]["timed_real_tokens"]
     for r in results.values():
         assert r["error"] is None, r

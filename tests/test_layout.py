@@ -182,6 +182,7 @@ ALLOWED = {  # concern -> what it may import besides itself and the core
     "collate": {"fit", "plan"},
     "compile": {"fit", "plan", "collate"},
     "advise": {"fit", "plan", "compile"},
+    "calibrate": {"fit", "plan", "compile"},
     "bucketed": {"fit", "plan", "collate", "compile"},
 }
 

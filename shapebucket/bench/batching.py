@@ -14,12 +14,14 @@ import numpy as np
 import torch
 
 from .._validate import round_up
+from ..calibrate import RowsReport
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
 from ..fit.buckets import Buckets
 from ..fit.packing_fit import PackingFitReport, fit_packing
 from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
+from .calibrated import calibrated_rows
 from .peers import FixedLengthCollator, fixed_length_packs, length_grouped_indices
 
 __all__ = [
@@ -50,6 +52,7 @@ class Setup:
     get_samples: Callable[[Sequence[int]], list[dict[str, torch.Tensor]]]
     timed_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     fits: dict[str, PackingFitReport] = field(default_factory=dict)  # fit once, reused
+    calibrated: RowsReport | None = None  # the calibrated strategy's rows, measured once
 
 
 @dataclass
@@ -113,7 +116,11 @@ def epoch_batches(family: str, s: Setup, ids: np.ndarray | None = None) -> Famil
         local = [order[i : i + a.batch_size] for i in range(0, len(order), a.batch_size)]
         shapes = [(len(b), round_up(int(L[b].max()), 8)) for b in local]
         return Family(_collator(Buckets.multiples(8, a.max_len)), [ids[b] for b in local], shapes)
-    if family in ("packed", "fixed") and a.workload == "captioning" and a.lengths is None:
+    if (
+        family in ("packed", "fixed", "calibrated")
+        and a.workload == "captioning"
+        and a.lengths is None
+    ):
         raise RuntimeError(
             "skipped: packing puts several samples in a row, and the captioning model "
             "has one image per sample"
@@ -125,7 +132,7 @@ def epoch_batches(family: str, s: Setup, ids: np.ndarray | None = None) -> Famil
         sizes = [[len(r) for r in b] for b in packs]
         shapes = [(rows, a.max_len)] * len(packs)
         return Family(FixedLengthCollator(a.max_len, rows), epoch, shapes, sizes=sizes, rows=rows)
-    if family == "packed":
+    if family in ("packed", "calibrated"):
         if "packed" not in s.fits:  # row lengths fitted on the whole dataset
             s.fits["packed"] = fit_packing(
                 s.lengths,
@@ -135,16 +142,21 @@ def epoch_batches(family: str, s: Setup, ids: np.ndarray | None = None) -> Famil
                 model_dim=a.model_dim,
             )
         fit = s.fits["packed"]
-        packer = PackedBatchSampler(L, fit.buckets, rows=fit.rows, seed=a.seed)
+        rows = fit.rows
+        if family == "calibrated":  # rows calibrated to memory (bench.calibrated), once
+            if s.calibrated is None:
+                s.calibrated = calibrated_rows(s, fit)
+            rows = s.calibrated.rows
+        packer = PackedBatchSampler(L, fit.buckets, rows=rows, seed=a.seed)
         epoch = [ids[np.asarray(b, dtype=np.int64)] for b in packer]
-        shapes = [(fit.rows[n], n) for n in packer.batch_buckets().tolist()]
+        shapes = [(rows[n], n) for n in packer.batch_buckets().tolist()]
         collate = PackedCollator(
             fit.buckets,
-            rows=fit.rows,
+            rows=rows,
             mask_key=None,
             label_shift="none",  # the bench samples carry labels aligned with their tokens
         )
-        return Family(collate, epoch, shapes, buckets=fit.buckets, rows=fit.rows, packing=fit)
+        return Family(collate, epoch, shapes, buckets=fit.buckets, rows=rows, packing=fit)
     if family == "buckets":
         sampler = BucketBatchSampler(L, s.buckets, batch_size=a.batch_size, seed=a.seed)
     else:

@@ -48,6 +48,7 @@ from .._validate import round_up
 from ..fit.bucket_fit import fit_buckets
 from .background import prepare_background
 from .batching import Family, Setup, build_family, epoch_batches, make_samples, timed_sample_set
+from .limit import add_limit, limit_runners
 from .model import GPT, CaptionConfig, Captioner, GPTConfig
 from .runner import Runner, finish, prepare, time_round
 from .strategies import PEERS, STRATEGIES, StrategyResult
@@ -177,12 +178,15 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult],
     names_run = [n for n in names if n not in results]
     with contextlib.ExitStack() as keep:  # compiled kernels live in these dirs until the end
         runners = _warm_up(names_run, s, families, results, keep)
-        _timed_rounds(runners, s.device, args.rounds)
+        limits = limit_runners(s)  # the physical limit, timed in the same rounds
+        _timed_rounds([*runners, *limits], s.device, args.rounds)
         for runner in runners:
             if runner.result.error is None:
                 finish(runner, s.device)
             results[runner.name] = runner.result
-    return _config(args, s, families, names), [results[n] for n in names], problems
+    rows = [results[n] for n in names]
+    add_limit(s, families, rows, limits)  # the reference row, last
+    return _config(args, s, families, names), rows, problems
 
 
 def _build_families(s: Setup, names: list[str]) -> tuple[dict[str, Family], dict[str, str]]:
@@ -269,6 +273,15 @@ def _config(
             "rows": {str(k): v for k, v in packing.rows.items()},
             "token_efficiency": packing.report.token_efficiency,
             "attention_efficiency": packing.report.attention_efficiency,
+        },
+        "calibrated": None
+        if s.calibrated is None
+        else {
+            "rows": {str(k): v for k, v in s.calibrated.rows.items()},
+            "peak_bytes": {str(k): v for k, v in s.calibrated.peak.items()},
+            "budget_bytes": s.calibrated.budget,
+            "seconds": s.calibrated.seconds,
+            "measured": s.calibrated.measured,
         },
         "rounds": args.rounds,
         "timed_samples": len(s.timed_ids),

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .limit import LIMIT, limit_headline, limit_line
 from .strategies import StrategyResult
 
 __all__ = ["Headline", "check_losses", "format_table", "headline", "plot", "run_payload"]
@@ -195,10 +196,14 @@ def format_table(results: Sequence[StrategyResult]) -> str:
         f"{'strategy':<29s} {'useful tok/s':>12s} {'rounds min-max':>15s} {'vs peer':>7s} "
         f"{'peak MB':>7s} {'1st step s':>10s} {'warm-up s':>9s} {'epoch s':>7s} {'job 1 s':>7s} "
         f"{'job 10 s':>8s} "
-        f"{'graphs':>6s} {'timed re':>8s} {'tok eff':>7s} {'timed':>5s} {'shapes':>6s}"
+        f"{'graphs':>6s} {'timed re':>8s} {'tok eff':>7s} {'timed':>5s} {'shapes':>6s} "
+        f"{'of limit':>8s}"
     )
     lines = [head, "-" * len(head)]
     for r in ranked:
+        if r.family == LIMIT:
+            lines.append(limit_line(r))
+            continue
         if r.error is not None:
             lines.append(f"{r.name:<29s} {r.error}")
             continue
@@ -209,7 +214,8 @@ def format_table(results: Sequence[StrategyResult]) -> str:
             f"{r.peak_mem_mb:>7,.0f} {r.first_step_s:>10.1f} {r.warmup_s:>9.1f} {r.epoch_s:>7.0f} "
             f"{r.job_s:>7.0f} "
             f"{r.job10_s:>8.0f} {r.graphs:>6d} {r.timed_recompiles:>8d} "
-            f"{r.token_efficiency:>7.1%} {r.timed_token_efficiency:>5.0%} {r.shapes:>6d}"
+            f"{r.token_efficiency:>7.1%} {r.timed_token_efficiency:>5.0%} {r.shapes:>6d} "
+            f"{'-' if r.of_limit is None else f'{r.of_limit:.0%}':>8s}"
         )
     lines.append(
         "useful tok/s: real tokens per second, median of the rounds (each one whole epoch of the "
@@ -220,10 +226,15 @@ def format_table(results: Sequence[StrategyResult]) -> str:
         "epoch of the whole dataset at the median speed; job 1/10 s: warm-up + the 1/10 epochs "
         "its training steps have not covered yet; timed re: "
         "graphs compiled while timed; tok eff and shapes: over the whole dataset's epoch; timed: "
-        "real-token share of the timed set's batches"
+        "real-token share of the timed set's batches; of limit: useful tok/s over the limit's "
+        "(a reference, not a peer: the same real tokens with no padding and no attention across "
+        "samples)"
     )
     if head_ is not None:
         lines.append(str(head_))
+    line = limit_headline(results)
+    if line is not None:
+        lines.append(line)
     return "\n".join(lines)
 
 

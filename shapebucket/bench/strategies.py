@@ -22,7 +22,7 @@ class Strategy:
     batches in the same order, so their per-step losses must agree.
     """
 
-    family: str  # "grouped", "fixed", "buckets", "tokens" or "packed"
+    family: str  # "grouped", "fixed", "buckets", "tokens", "packed" or "calibrated"
     compile: dict[str, Any] | None  # torch.compile kwargs; None runs eagerly
     mark: str | None = None  # "maybe" (maybe_mark_dynamic) or "specialize" (specialize_on)
     prewarm: bool = False
@@ -87,6 +87,14 @@ STRATEGIES: dict[str, Strategy] = {
         about="fit_packing row lengths, PackedBatchSampler.for_tokens(...), "
         "PackedCollator, document mask, prewarmed",
     ),
+    "shapebucket-calibrated": Strategy(
+        "calibrated",
+        {"dynamic": False},
+        prewarm=True,
+        about="packing's row lengths, rows calibrated to memory (calibrate_rows: the largest "
+        "rows per row length within the peak shapebucket-packed's token budget needs at its "
+        "longest row length), prewarmed",
+    ),
     "shapebucket-packed-background": Strategy(
         "packed",
         {"dynamic": False},
@@ -144,6 +152,11 @@ class StrategyResult:
     compiled_steps: list[int] = field(default_factory=list)  # indices into step_times
     losses: list[float] = field(default_factory=list)
     background: dict[str, Any] | None = None  # compile_in_background's report, per shape
+    # the physical limit (bench.limit): its own row's grid and costs; a strategy's share of
+    # it and where the rest of its time goes
+    limit: dict[str, Any] | None = None
+    of_limit: float | None = None
+    limit_gap: dict[str, float] | None = None
     error: str | None = None
 
     def job_seconds(self, epochs: int, epoch_s: float | None = None) -> float:

@@ -35,6 +35,7 @@ from ..errors import ShapeBucketError
 from ..plan.shapes import Shape, ShapePlan
 from .cache import load_compile_cache, save_compile_cache
 from .key import describe_batch, job_key
+from .lock import cache_lock
 from .recompiles import walk_batch
 from .report import PrewarmReport
 
@@ -331,7 +332,9 @@ class Cache(Mode):
     shape's batch (shapes, dtypes, strides), the other modes, and ``extra``
     (put the compile options there: ``"mode=max-autotune fullgraph=True"``).
     A damaged or foreign cache is refused with a warning
-    (:func:`~shapebucket.compile.load_compile_cache`).
+    (:func:`~shapebucket.compile.load_compile_cache`). Processes sharing ``dir``
+    take turns on a key (:func:`~shapebucket.compile.lock.cache_lock`): the first
+    compiles and saves, the others wait (``report.cache_wait_s``) and load it.
     """
 
     dir: str | Path = "compile-cache"
@@ -382,6 +385,11 @@ class Cache(Mode):
         job.memo["cache_path"] = path
         job.memo["cache_counts"] = compat.inductor_cache_counts()
         job.report.cache_path = str(path)
+        # one builder per cache: other processes wait here, then load what it saved (the
+        # lock goes when the job does, also after an error; see compile.lock)
+        lock = contextlib.ExitStack()
+        job.memo["cache_lock"] = lock
+        job.report.cache_wait_s = lock.enter_context(cache_lock(path))
         job.report.cache_loaded = load_compile_cache(path)
 
     def finish(self, job: Job) -> None:
@@ -390,6 +398,9 @@ class Cache(Mode):
         # save what inductor compiled anew, and also graphs this machine's own inductor
         # cache served when this directory held nothing: otherwise a run on a warm
         # machine leaves the directory empty and the next machine starts cold
-        if misses > misses_before or (hits > hits_before and not job.report.cache_loaded):
-            save_compile_cache(job.memo["cache_path"])
-            job.report.cache_saved = True
+        try:
+            if misses > misses_before or (hits > hits_before and not job.report.cache_loaded):
+                save_compile_cache(job.memo["cache_path"])
+                job.report.cache_saved = True
+        finally:
+            job.memo["cache_lock"].close()

@@ -43,6 +43,7 @@ class PrewarmReport:
     cache_path: str | None = None
     cache_loaded: bool = False
     cache_saved: bool = False
+    cache_wait_s: float = 0.0  # waiting for another process building the same cache
 
     @property
     def num_shapes(self) -> int:
@@ -80,6 +81,7 @@ class PrewarmReport:
             "cache_path": self.cache_path,
             "cache_loaded": self.cache_loaded,
             "cache_saved": self.cache_saved,
+            "cache_wait_s": self.cache_wait_s,
         }
 
     def __str__(self) -> str:

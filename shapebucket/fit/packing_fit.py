@@ -12,7 +12,8 @@ from .._validate import MAX_BUCKET, MIN_LENGTH, CheckedLengths, check_int, check
 from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .packing import PackingReport, pack_epoch, rows_for_tokens
-from .packing_search import halving_sets, search_row_lengths
+from .packing_search import halving_sets, row_cost, search_row_lengths
+from .step_cost import StepCost
 
 __all__ = [
     "MAX_TOKENS_PER_BATCH",
@@ -70,7 +71,18 @@ class PackingFitReport:
     report: PackingReport
     candidates: list[tuple[Buckets, PackingReport]]
     tokens_per_batch: int
-    model_dim: int | None = None
+    model_dim: int | StepCost | None = None
+
+    @property
+    def cost_model(self) -> str:
+        """What chose among the candidates: ``"measured step times"`` (a
+        :class:`~shapebucket.fit.step_cost.StepCost`), ``"formula 1 + L/(6*d)"`` (an int
+        ``model_dim``) or ``"token efficiency"``."""
+        if isinstance(self.model_dim, StepCost):
+            return self.model_dim.source
+        return (
+            "token efficiency" if self.model_dim is None else f"formula 1 + L/(6*{self.model_dim})"
+        )
 
     @property
     def num_samples(self) -> int:
@@ -141,7 +153,7 @@ _TOLERANCE_HINT = "; for example tolerance=0.01 (one percentage point of token e
 def _choose(
     candidates: list[tuple[Buckets, PackingReport]],
     tokens_per_batch: int,
-    model_dim: int | None,
+    model_dim: int | StepCost | None,
     tolerance: float,
 ) -> tuple[Buckets, PackingReport]:
     if model_dim is not None:
@@ -161,7 +173,7 @@ def fit_packing(
     tokens_per_batch: int,
     align: int = 8,
     tolerance: float = 0.01,
-    model_dim: int | None = None,
+    model_dim: int | StepCost | None = None,
     max_len: int | None = None,
     trial: PackingTrial = PackingTrial(),
 ) -> PackingFitReport:
@@ -184,6 +196,9 @@ def fit_packing(
     ``1 + L / (6 * model_dim)`` (a transformer block's linear layers do about
     ``24 * d**2`` multiply-adds per token, dense attention ``4 * L * d``), and among
     sets within 0.5% of the cheapest the one with the fewest buckets (compiles).
+    ``model_dim`` can instead be a :class:`~shapebucket.fit.step_cost.StepCost`: the
+    seconds per token measured at some lengths replace the formula
+    (``report.cost_model`` says which was used).
     Without it, the choice is the set with the best attention efficiency whose
     token efficiency is within ``tolerance`` (a number in [0, 1)) of the best
     candidate's. Rows per batch come from ``tokens_per_batch`` (:func:`rows_for_tokens`).
@@ -200,24 +215,14 @@ def fit_packing(
         "tokens_per_batch", tokens_per_batch, minimum=1, maximum=MAX_TOKENS_PER_BATCH
     )
     tolerance = check_number("tolerance", tolerance, at_least=0, below=1, hint=_TOLERANCE_HINT)
-    if model_dim is not None:
+    if model_dim is not None and not isinstance(model_dim, StepCost):
         model_dim = check_int("model_dim", model_dim, minimum=1)
     if not isinstance(trial, PackingTrial):
         raise ShapeBucketError(
             f"trial must be a PackingTrial(window=, max_samples=, seed=), got {trial!r}"
         )
     window, max_samples, seed = trial.window, trial.max_samples, trial.seed
-    longest = int(arr.max())
-    top = (
-        round_up(max(longest, 2), align)  # a row holds at least 2 tokens (Buckets)
-        if max_len is None
-        else check_int("max_len", max_len, minimum=2, maximum=MAX_BUCKET)
-    )
-    if top < longest:
-        raise ShapeBucketError(
-            f"max_len={top} is shorter than the longest sample ({longest}); packing never "
-            "cuts a sample: pass max_len >= the longest length"
-        )
+    top = _longest_row(int(arr.max()), max_len, align)
     sub = checked
     if len(arr) > max_samples:  # a sample of checked lengths: passed on checked
         drawn = np.random.default_rng(seed).choice(arr, size=max_samples, replace=False)
@@ -236,13 +241,27 @@ def fit_packing(
     return PackingFitReport(chosen, rows, report, candidates, tokens_per_batch, model_dim)
 
 
+def _longest_row(longest: int, max_len: int | None, align: int) -> int:
+    """The longest row length: ``max_len``, or the longest sample rounded up to ``align``
+    (a row holds at least 2 tokens, as a bucket does); never shorter than a sample."""
+    if max_len is None:
+        return round_up(max(longest, 2), align)
+    top = check_int("max_len", max_len, minimum=2, maximum=MAX_BUCKET)
+    if top < longest:
+        raise ShapeBucketError(
+            f"max_len={top} is shorter than the longest sample ({longest}); packing never "
+            "cuts a sample: pass max_len >= the longest length"
+        )
+    return top
+
+
 def _finalists(
     sub: np.ndarray,
     k: int,
     top: int,
     align: int,
     tokens_per_batch: int,
-    model_dim: int | None,
+    model_dim: int | StepCost | None,
     seed: int,
     window: int,
 ) -> list[Buckets]:
@@ -265,10 +284,10 @@ def _finalists(
     return out
 
 
-def _relative_cost(buckets: Buckets, rep: PackingReport, tokens: int, model_dim: int) -> float:
+def _relative_cost(
+    buckets: Buckets, rep: PackingReport, tokens: int, model_dim: int | StepCost
+) -> float:
     """Estimated compute per real token (1.0: every computed token real, no attention)."""
-    rows = rows_for_tokens(buckets, tokens)
-    work = sum(
-        n * rows[L] * L * (1 + L / (6 * model_dim)) for L, n in rep.batches_per_bucket.items()
-    )
+    rows, cost = rows_for_tokens(buckets, tokens), row_cost(model_dim)
+    work = sum(n * rows[L] * cost(L) for L, n in rep.batches_per_bucket.items())
     return work / rep.real_tokens

@@ -39,6 +39,7 @@ from ._packer import Packer
 from .buckets import Buckets
 from .optimal import Cost, optimal_buckets
 from .packing import rows_for_tokens
+from .step_cost import StepCost
 
 __all__ = [
     "EXHAUSTIVE_WORK",
@@ -79,12 +80,14 @@ def halving_sets(top: int, k: int, align: int) -> list[Buckets]:
     return out
 
 
-def row_cost(model_dim: int | None) -> Callable[[int], float]:
+def row_cost(model_dim: int | StepCost | None) -> Callable[[int], float]:
     """The estimated cost of one row of length ``L`` (in token units): ``L``, or with a
     model width ``L * (1 + L / (6 * model_dim))`` (linear layers ``24 d^2`` per token,
-    dense attention ``4 L d``)."""
+    dense attention ``4 L d``), or measured (:class:`~shapebucket.fit.step_cost.StepCost`)."""
     if model_dim is None:
         return float
+    if isinstance(model_dim, StepCost):
+        return model_dim.row
     return lambda L: L * (1 + L / (6 * model_dim))
 
 
@@ -123,7 +126,7 @@ class _Evaluator:
         self,
         probe: np.ndarray,
         tokens: int,
-        model_dim: int | None,
+        model_dim: int | StepCost | None,
         pad_rows: bool,
         seed: int,
         window: int,
@@ -244,7 +247,7 @@ def search_row_lengths(
     top: int,
     align: int,
     tokens_per_batch: int,
-    model_dim: int | None,
+    model_dim: int | StepCost | None,
     seed: int,
     window: int,
 ) -> SearchResult:

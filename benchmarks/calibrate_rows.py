@@ -1,0 +1,125 @@
+"""Rows calibrated to memory against the rows a token budget gives, on the bench GPT and
+on a small Hugging Face Llama built from a config (no download).
+
+    python benchmarks/calibrate_rows.py [--model gpt|llama|both] [--k 8]
+
+The lengths are the bench's fitted buckets of the mixture workload (k buckets, up to
+256). The token budget is the bench's: ``tokens_per_batch = 64 x 32 = 2,048`` gives
+bucket ``L`` ``2048 // L`` rows. The memory budget is the measured peak of the token
+budget's longest bucket (its rows at 256), with no margin: the calibration then keeps
+every shape within what the token budget already needs at its worst, and shows how
+many rows fit at the shorter lengths under that same peak. Prints each length's
+calibrated rows, peak, the bracketing row count and its peak, the token budget's rows
+and its peak, the calibration's seconds and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+
+from shapebucket.bench.model import GPT, GPTConfig
+from shapebucket.bench.workloads import load_workload
+from shapebucket.calibrate import calibrate_rows, live_tensor_bytes, step_peak_bytes
+from shapebucket.calibrate.report import size
+from shapebucket.fit import fit_buckets
+from shapebucket.plan import Shape
+
+TOKENS = 64 * 32
+
+
+def gpt() -> torch.nn.Module:
+    return GPT(GPTConfig(vocab=512, dim=128, layers=2, heads=4, max_len=256))
+
+
+def llama() -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=256,
+        use_cache=False,
+    )
+    return LlamaForCausalLM(cfg)
+
+
+def make_batch(shape: Shape) -> dict[str, torch.Tensor]:
+    ids = torch.randint(0, 512, (shape.rows, shape.length))
+    return {"input_ids": ids, "labels": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def setup(name: str):
+    torch.manual_seed(0)
+    model = gpt() if name == "gpt" else llama()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step(batch):
+        out = model(**batch)
+        loss = out if isinstance(out, torch.Tensor) else out.loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return model, opt, step
+
+
+def peak_of(name: str, rows: int, length: int) -> int:
+    model, opt, step = setup(name)
+    batch = make_batch(Shape(rows, length))
+    base = live_tensor_bytes(model, opt, batch, device=torch.device("cpu"))
+    return base + step_peak_bytes(lambda: step(batch), torch.device("cpu"))
+
+
+def run(name: str, buckets: list[int]) -> None:
+    load0 = os.getloadavg()
+    token_rows = {L: TOKENS // L for L in buckets}
+    token_peak = {L: peak_of(name, token_rows[L], L) for L in buckets}
+    budget = token_peak[max(buckets)]
+    model, opt, step = setup(name)
+    t0 = time.perf_counter()
+    report = calibrate_rows(
+        model, buckets, budget, make_batch, step=step, restore=[opt], margin=0.0
+    )
+    wall = time.perf_counter() - t0
+    load1 = os.getloadavg()
+    print(
+        f"\n== {name}: budget {size(budget)} (the token budget's peak at {max(buckets)}), margin 0"
+    )
+    print(report)
+    print(f"{'length':>8} {'token rows':>10} {'token peak':>11} {'calibrated':>10} {'x':>6}")
+    for L in buckets:
+        print(
+            f"{L:>8} {token_rows[L]:>10} {size(token_peak[L]):>11} {report.rows[L]:>10} "
+            f"{report.rows[L] / token_rows[L]:>5.2f}x"
+        )
+    tok = sum(token_rows[L] * L for L in buckets) / len(buckets)
+    cal = sum(report.rows[L] * L for L in buckets) / len(buckets)
+    print(f"mean tokens per batch over the lengths: token budget {tok:,.0f}, calibrated {cal:,.0f}")
+    print(
+        f"calibration {wall:.1f} s, {report.steps()} steps; load average before {load0}, after {load1}"
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", choices=["gpt", "llama", "both"], default="both")
+    p.add_argument("--k", type=int, default=8)
+    a = p.parse_args()
+    lengths = load_workload("mixture", n=200_000, max_len=256, seed=0)[0]
+    buckets = list(fit_buckets(lengths, a.k, align=8, batching="bucketed", max_len=256))
+    print(f"buckets {buckets}; torch {torch.__version__}; {os.cpu_count()} cpus")
+    for name in ("gpt", "llama") if a.model == "both" else (a.model,):
+        run(name, buckets)
+
+
+if __name__ == "__main__":
+    main()

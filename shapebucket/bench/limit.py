@@ -1,0 +1,297 @@
+"""The physical limit: the rate this machine reaches on the benchmark's real tokens with
+no padding and no attention across samples at all, a reference row for the table.
+
+Each sample length's cost per token is measured on full batches of that exact length
+(every row one sample, no pad, attention over the sample only), eagerly and compiled
+(``dynamic=False``), the faster kept. Lengths are measured on a grid (geometric,
+multiples of 8, from the timed set's shortest to its longest sample) and a sample's
+cost per token is interpolated linearly between grid lengths (held at the nearest end
+outside them). The limit is the timed set's real tokens over the sum of each sample's
+tokens times its cost per token. Every batch holds the packed strategy's token budget
+(``rows = max(1, T // L)``), so a step's fixed costs are spread as thinly as packing's.
+
+Where a strategy falls short of it, :func:`gap` splits the difference using the same
+grid: ``padding`` (pad tokens at their batch length's cost), ``longer rows`` (real
+tokens at their row's length instead of their own: attention across a packed row's
+other samples, or a bucket's padded length) and ``per step`` (what is left: the
+measured time over what its batches would take at the limit's costs; smaller
+batches pay the optimizer and launch overheads more often).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .._validate import round_up
+from .batching import Family
+from .runner import Runner, fresh_forward
+from .strategies import StrategyResult
+
+__all__ = [
+    "LIMIT",
+    "add_limit",
+    "gap",
+    "limit_grid",
+    "limit_headline",
+    "limit_line",
+    "limit_rate",
+    "limit_runners",
+]
+
+LIMIT = "limit"
+
+
+def limit_grid(lengths: np.ndarray, points: int) -> list[int]:
+    """``points`` grid lengths, geometric from the shortest to the longest length, each
+    rounded up to a multiple of 8.
+
+    >>> limit_grid(np.array([3, 40, 250]), 4)
+    [8, 32, 80, 256]
+    """
+    lo, hi = max(8, int(lengths.min())), max(8, int(lengths.max()))
+    raw = np.geomspace(lo, hi, num=max(2, points)) if hi > lo else np.array([hi])
+    return sorted({int(round_up(int(np.ceil(x)), 8)) for x in raw})
+
+
+def limit_rate(lengths: np.ndarray, cost: dict[int, float]) -> float:
+    """Real tokens per second over ``lengths`` at ``cost[L]`` seconds per token, linear
+    between grid lengths.
+
+    >>> limit_rate(np.array([8, 16]), {8: 1.0, 16: 2.0})  # 24 tokens in 8 + 32 s
+    0.6
+    """
+    grid = sorted(cost)
+    per_token = np.interp(lengths, grid, [cost[L] for L in grid])
+    return float(lengths.sum() / float((lengths * per_token).sum()))
+
+
+def gap(
+    lengths: np.ndarray,
+    cost: dict[int, float],
+    batches: Sequence[tuple[int, int, int]],
+    rate: float,
+) -> dict[str, float]:
+    """Where a strategy's seconds go beyond the limit's, as shares of its measured time:
+    ``batches`` are ``(rows, length, real tokens)`` of its timed epoch, ``rate`` its useful
+    tokens/sec over the real ``lengths``. Keys: ``limit``, ``padding``, ``longer rows``,
+    ``per step`` (sum 1; ``per step`` can be negative where its batches ran faster than
+    the grid's full batches predict).
+
+    >>> g = gap(np.array([8, 8]), {8: 1.0, 16: 1.5}, [(1, 16, 16)], rate=16 / 32)
+    >>> {k: round(v, 3) for k, v in g.items()}
+    {'limit': 0.5, 'padding': 0.0, 'longer rows': 0.25, 'per step': 0.25}
+    """
+    grid = sorted(cost)
+    c = dict(zip(grid, [cost[L] for L in grid], strict=True))
+
+    def at(L: int) -> float:
+        return float(np.interp(L, grid, [c[g] for g in grid]))
+
+    ideal = float(lengths.sum()) / limit_rate(lengths, cost)
+    padding = sum((rows * L - real) * at(L) for rows, L, real in batches)
+    longer = sum(real * at(L) for _, L, real in batches) - ideal
+    measured = float(lengths.sum()) / rate
+    return {
+        "limit": ideal / measured,
+        "padding": padding / measured,
+        "longer rows": longer / measured,
+        "per step": (measured - ideal - padding - longer) / measured,
+    }
+
+
+def _limit_step(how: str, s: Any) -> Callable[[dict[str, Any]], torch.Tensor]:
+    """One whole step (forward, backward, AdamW) of a fresh copy of the run's model, eager
+    or compiled (``dynamic=False``: one graph per grid length)."""
+    torch.manual_seed(s.args.seed)
+    model = s.make_model().to(s.device)
+    model.load_state_dict(s.init_state)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    fwd: Any = fresh_forward(f"{LIMIT}_{how}")
+    if how == "compiled":
+        fwd = torch.compile(fwd, fullgraph=True, dynamic=False, mode=s.args.mode)
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if s.device.type == "cuda"
+        else contextlib.nullcontext()
+    )
+
+    def step(batch: dict[str, Any]) -> torch.Tensor:
+        with autocast:
+            loss = fwd(model, batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step
+
+
+def _grid_batches(s: Any, grid: list[int], rows: dict[int, int]) -> list[dict[str, Any]]:
+    """Full batches at each grid length, as many at each as hold about the timed set's
+    tokens nearest that length (at least one), ordered by length."""
+    lengths = s.lengths[s.timed_ids]
+    nearest = np.abs(lengths[:, None] - np.asarray(grid)[None, :]).argmin(axis=1)
+    tokens = np.bincount(nearest, weights=lengths, minlength=len(grid))
+    g = torch.Generator().manual_seed(s.args.seed)
+    batches = []
+    for i, L in enumerate(grid):
+        for _ in range(max(1, round(float(tokens[i]) / (rows[L] * L)))):
+            ids = torch.randint(0, int(s.model_config["vocab"]), (rows[L], L), generator=g)
+            batches.append(
+                {
+                    "input_ids": ids.to(s.device),
+                    "labels": ids.roll(-1, 1).to(s.device),
+                    "attention_mask": torch.ones_like(ids, dtype=torch.bool).to(s.device),
+                }
+            )
+    return batches
+
+
+def limit_runners(s: Any, hows: Sequence[str] = ("eager", "compiled")) -> list[Runner]:
+    """A runner per way of running (``hows``: eager and compiled) for the harness'
+    interleaved rounds, each timing
+    full batches of the packed strategy's token budget (``rows = max(1, T // L)``) at the
+    grid lengths: the limit is measured under the same load as the strategies. Warmed up
+    here (every grid length compiled). None for the captioning workload."""
+    if s.args.workload == "captioning" and s.args.lengths is None:
+        return []
+    grid = limit_grid(s.lengths[s.timed_ids], 3 if getattr(s.args, "quick", False) else 5)
+    rows = {L: max(1, int(s.args.packed_tokens_per_batch) // L) for L in grid}
+    runners = []
+    for how in hows:
+        name = f"{LIMIT}-{how}"
+        batches = _grid_batches(s, grid, rows)
+        family = Family(collate=None, epoch=[], shapes=[], timed=batches)  # type: ignore[arg-type]
+        family.timed_real = [int(b["input_ids"].numel()) for b in batches]
+        result = StrategyResult(name=name, family=LIMIT)
+        result.limit = {"grid": grid, "rows": rows}
+        step = _limit_step(how, s)
+        t0 = time.perf_counter()
+        for L in grid:  # compile each grid length before the rounds
+            step(next(b for b in batches if b["input_ids"].shape[1] == L))
+        result.warmup_s = time.perf_counter() - t0
+        runners.append(Runner(name, family, step, contextlib.nullcontext, result, 0))
+    return runners
+
+
+def _round_costs(r: Runner) -> list[dict[int, float]]:
+    """Seconds per token at each grid length, one dict per timed round."""
+    batches = r.family.timed
+    n = len(batches)
+    out = []
+    for k in range(len(r.result.step_times) // n):
+        times = r.result.step_times[k * n : (k + 1) * n]
+        seconds: dict[int, float] = {}
+        tokens: dict[int, int] = {}
+        for b, t in zip(batches, times, strict=True):
+            L = int(b["input_ids"].shape[1])
+            seconds[L] = seconds.get(L, 0.0) + t
+            tokens[L] = tokens.get(L, 0) + int(b["input_ids"].numel())
+        out.append({L: seconds[L] / tokens[L] for L in seconds})
+    return out
+
+
+def add_limit(
+    s: Any, families: dict[str, Any], results: list[StrategyResult], runners: list[Runner]
+) -> None:
+    """Append the ``limit`` row, from ``runners`` (:func:`limit_runners`, timed in the
+    rounds), to ``results``: per round, each grid length's cost per token is the faster of
+    eager and compiled; the row's rate is :func:`limit_rate` over the timed set at each
+    length's median cost over the rounds (the costs :func:`gap` uses, so a strategy's
+    ``of_limit`` is its gap's ``limit`` share), and its min-max are the rounds' own rates.
+    Every strategy gets its share of it
+    (``of_limit``) and its :func:`gap`."""
+    ok = [r for r in runners if r.result.error is None and r.result.step_times]
+    if not ok:
+        error = next((r.result.error for r in runners if r.result.error), None)
+        results.append(
+            StrategyResult(
+                name=LIMIT, family=LIMIT, error=error or "skipped: the limit runs the GPT"
+            )
+        )
+        return
+    lengths = s.lengths[s.timed_ids].astype(np.int64)
+    per_round = {r.name.split("-", 1)[1]: _round_costs(r) for r in ok}
+    rounds = min(len(v) for v in per_round.values())
+    grid = ok[0].result.limit["grid"]  # type: ignore[index]
+    costs = [{L: min(v[k][L] for v in per_round.values()) for L in grid} for k in range(rounds)]
+    rates = [limit_rate(lengths, c) for c in costs]
+    median = {L: statistics.median(c[L] for c in costs) for L in grid}
+    row = StrategyResult(name=LIMIT, family=LIMIT, round_tokens_per_sec=[])
+    # at each length's median cost (what gap() uses, so a share and its gap agree); the
+    # min-max are the rounds' own rates
+    row.useful_tokens_per_sec = limit_rate(lengths, median)
+    row.tokens_per_sec_min, row.tokens_per_sec_max = min(rates), max(rates)
+    row.warmup_s = sum(r.result.warmup_s for r in ok)
+    row.limit = {
+        **ok[0].result.limit,  # type: ignore[dict-item]
+        **{
+            how: {L: statistics.median(c[L] for c in v[:rounds]) for L in grid}
+            for how, v in per_round.items()
+        },
+        "cost": median,
+    }
+    for r in results:
+        fam = families.get(r.family)
+        if r.error is not None or fam is None or not r.useful_tokens_per_sec:
+            continue
+        r.of_limit = r.useful_tokens_per_sec / row.useful_tokens_per_sec
+        shapes = [
+            (int(b["input_ids"].shape[0]), int(b["input_ids"].shape[1]), real)
+            for b, real in zip(fam.timed, fam.timed_real, strict=True)
+        ]
+        r.limit_gap = gap(lengths, median, shapes, r.useful_tokens_per_sec)
+    results.append(row)
+
+
+def limit_line(r: StrategyResult) -> str:
+    """The limit's row in the table: its rate and how it was measured."""
+    if r.error is not None:
+        return f"{LIMIT + ' (reference)':<29s} {r.error}"
+    info = r.limit or {}
+    grid = info.get("grid", [])
+    eager, compiled = info.get("eager", {}), info.get("compiled", {})
+    faster = [
+        "compiled"
+        if compiled.get(L, compiled.get(str(L), 0)) < eager.get(L, eager.get(str(L), 0))
+        else "eager"
+        for L in grid
+    ]
+    return (
+        f"{LIMIT + ' (reference)':<29s} {r.useful_tokens_per_sec:>12,.0f} "
+        f"{f'{r.tokens_per_sec_min / 1e3:,.1f}k-{r.tokens_per_sec_max / 1e3:,.1f}k':>15s}  no "
+        f"padding, no attention across samples: full batches at lengths {grid} (faster: "
+        f"{', '.join(faster)}), interpolated, weighted by the timed set's tokens"
+    )
+
+
+def limit_headline(results: Sequence[StrategyResult]) -> str | None:
+    """How far the fastest shapebucket strategy is from the limit, and where the rest goes."""
+    limit = next((r for r in results if r.family == LIMIT and r.error is None), None)
+    ours = [r for r in results if not r.peer and r.of_limit is not None and r.family != LIMIT]
+    if limit is None or not ours:
+        return None
+    best = max(ours, key=lambda r: r.useful_tokens_per_sec)
+    g = best.limit_gap or {}
+    share = best.of_limit or 0.0
+    line = (
+        f"limit: {best.name} reaches {share:.0%} of the limit "
+        f"({limit.useful_tokens_per_sec:,.0f} useful tok/s on this machine); of its time, "
+        f"{g.get('limit', 0):.0%} is the limit's own work, {g.get('padding', 0):.0%} padding, "
+        f"{g.get('longer rows', 0):.0%} attention across a row's other samples (its real tokens "
+        f"at their row's cost per token instead of their own), {g.get('per step', 0):.0%} "
+        "per-step overhead (the rest)"
+    )
+    if share > 1:
+        line += (
+            "; above the limit: here a token costs less in a longer row than in a batch of its "
+            "own length (per-row costs outweigh attention), so the limit is a reference, not a bound"
+        )
+    return line

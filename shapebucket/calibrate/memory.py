@@ -1,0 +1,121 @@
+"""How much memory one call of a training step peaks at, on the device it runs on.
+
+CUDA: the caching allocator's own counters (``reset_peak_memory_stats``, then
+``max_memory_allocated``), which include every tensor live during the step (the
+model, the optimizer state, the batch). CPU: torch's CPU allocator seen through
+``torch.profiler`` (``profile_memory=True``): the running sum of every allocation
+and free during the step, in time order, compiled kernels' buffers included; the
+tensors live before the step (parameters, gradients, buffers, optimizer state,
+the batch) are counted from the objects and added, so both devices report the
+whole process's tensor peak during the step.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from .._validate import physical_memory
+from ..errors import ShapeBucketError
+
+__all__ = ["collect", "device_memory", "live_tensor_bytes", "step_peak_bytes"]
+
+
+def step_peak_bytes(step: Callable[[], Any], device: torch.device) -> int:
+    """Bytes of tensor memory allocated on top of what was live before ``step()``, at the
+    step's peak (CPU: through the profiler; CUDA: the allocator's peak minus what was
+    allocated before the call).
+
+    >>> step_peak_bytes(lambda: torch.zeros(2**18), torch.device("cpu"))  # 1 MiB
+    1048576
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        step()
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device) - before)
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    # every allocation and free in time order (the processed event list attributes most of
+    # them to their ops and would hide the peak inside a compiled graph)
+    events = sorted(
+        (e.start_ns(), e.nbytes())
+        for e in prof.profiler.kineto_results.events()  # type: ignore[union-attr]
+        if e.name() == "[memory]" and "CPU" in str(e.device_type())
+    )
+    peak = live = 0
+    for _, delta in events:
+        live += delta
+        peak = max(peak, live)
+    return peak
+
+
+def _tensors(obj: Any) -> Iterable[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, torch.nn.Module):
+        for p in obj.parameters():
+            yield p
+            if p.grad is not None:
+                yield p.grad
+        yield from obj.buffers()
+    elif isinstance(obj, torch.optim.Optimizer):
+        for state in obj.state.values():
+            yield from (v for v in state.values() if isinstance(v, torch.Tensor))
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors(v)
+
+
+def live_tensor_bytes(*objects: Any, device: torch.device) -> int:
+    """Bytes of the distinct storages on ``device`` held by ``objects`` (modules: their
+    parameters, gradients and buffers; optimizers: their state; tensors, and dicts, lists
+    and tuples of them). CUDA: the allocator's ``memory_allocated`` (everything live).
+
+    >>> live_tensor_bytes(torch.nn.Linear(4, 4), {"x": torch.zeros(8)}, device=torch.device("cpu"))
+    112
+    """
+    if device.type == "cuda":
+        return int(torch.cuda.memory_allocated(device))
+    seen: dict[int, int] = {}
+    for obj in objects:
+        for t in _tensors(obj):
+            if t.device.type == device.type and t.numel() > 0:
+                storage = t.untyped_storage()
+                seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def device_memory(device: torch.device) -> int:
+    """The device's memory in bytes: the GPU's total memory, or this machine's physical
+    memory for the CPU.
+
+    >>> device_memory(torch.device("cpu")) > 0
+    True
+    """
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    total = physical_memory()
+    if total is None:
+        raise ShapeBucketError(
+            "this platform does not report its physical memory, so a budget given as a fraction "
+            "of it cannot be turned into bytes; pass budget as bytes (an int)"
+        )
+    return total
+
+
+def collect(device: torch.device) -> None:
+    """Free what Python still holds from the last probe before measuring the next."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

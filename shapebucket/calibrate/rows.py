@@ -1,0 +1,233 @@
+"""``calibrate_rows``: the largest rows per length whose whole training step fits a
+memory budget, measured on the job's device by a binary search.
+
+A token budget (``tokens_per_batch // length`` rows) is a guess: attention and
+activations do not scale with tokens alone, so a budget safe for the longest length
+leaves the short ones far below what fits. This measures instead (NeMo's
+OOMptimizer does the same per bucket): for each length, real steps (forward,
+backward, optimizer) at a starting row count, then 1, 2, 4, ... rows away from it
+until a step peaks over the limit and one does not, then bisecting between them
+(:func:`largest_fitting`). Lengths run longest first, from 1 row; each shorter
+length starts at the rows that hold as many tokens as the longer one got.
+Everything the steps change is put back after each step
+(:mod:`shapebucket.compile.state`), so the search leaves no trace.
+"""
+
+from __future__ import annotations
+
+import numbers
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from .._validate import check_int
+from ..compile.prewarm import run_batch
+from ..compile.recompiles import CompileCounter
+from ..compile.state import restore as restore_state
+from ..compile.state import snapshot
+from ..errors import ShapeBucketError
+from ..plan.shapes import Shape, ShapePlan
+from .memory import collect, device_memory, live_tensor_bytes, step_peak_bytes
+from .report import Probe, RowsReport
+
+__all__ = ["calibrate_rows", "largest_fitting"]
+
+EAGER_WHY = (
+    "eager steps keep every intermediate that autograd saves; a compiled step of the same "
+    "shape saves a subset (inductor's partitioner recomputes cheap ones and fuses the rest), "
+    "so it peaks at or below the eager one in the usual case, and the margin covers the "
+    "allocator's differences; measuring eagerly compiles no graph for the probed shapes"
+)
+COMPILED_WHY = (
+    "the steps ran the compiled model itself, so the peak is the compiled step's; each probed "
+    "shape compiled its own graph ({graphs} in all), which training reuses only at the "
+    "chosen rows"
+)
+
+
+def _budget_bytes(budget: Any, device: torch.device) -> int:
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Real):
+        raise ShapeBucketError(
+            f"budget must be bytes (an int) or a fraction of the device's memory in (0, 1], "
+            f"got {budget!r}"
+        )
+    if isinstance(budget, numbers.Integral):
+        return check_int("budget", budget, minimum=1)
+    if not 0 < float(budget) <= 1:
+        raise ShapeBucketError(
+            f"budget={budget} as a float is a fraction of the device's memory and must be in "
+            "(0, 1]; pass bytes as an int"
+        )
+    return int(float(budget) * device_memory(device))
+
+
+def _lengths(lengths: Any) -> list[int]:
+    if isinstance(lengths, ShapePlan):
+        lengths = list(lengths.lengths)
+    if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Iterable):
+        raise ShapeBucketError(f"lengths must be ints >= 1 or a ShapePlan, got {lengths!r}")
+    out = sorted({check_int("length", L, minimum=1) for L in lengths}, reverse=True)
+    if not out:
+        raise ShapeBucketError("lengths is empty: pass the plan's lengths (plan.lengths)")
+    return out
+
+
+def _device_of(batch: Any) -> torch.device:
+    if isinstance(batch, torch.Tensor):
+        return batch.device
+    values = batch.values() if isinstance(batch, dict) else batch
+    if isinstance(values, Iterable) and not isinstance(values, (str, bytes)):
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                return v.device
+    raise ShapeBucketError(
+        f"make_batch returned a {type(batch).__name__} with no tensor in it; return a tensor, "
+        "or a dict, list or tuple of tensors, on the device the job trains on"
+    )
+
+
+def largest_fitting(fits: Callable[[int], bool], start: int, max_rows: int) -> int:
+    """The largest ``rows`` in ``[1, max_rows]`` with ``fits(rows)`` (0 if 1 does not fit),
+    for a ``fits`` that is true up to some row count and false above it: measure
+    ``start``, step away from it by 1, 2, 4, ... rows (up while it fits, down while it
+    does not) until the answer is bracketed, then bisect the bracket. With the answer
+    ``k`` rows from ``start``, about ``2 * log2(k)`` calls of ``fits`` (one measured
+    step each): a good ``start`` saves most of them.
+
+    >>> calls = []
+    >>> largest_fitting(lambda r: calls.append(r) or r <= 37, 1, 1024), calls
+    (37, [1, 2, 4, 8, 16, 32, 64, 48, 40, 36, 38, 37])
+    >>> calls = []
+    >>> largest_fitting(lambda r: calls.append(r) or r <= 37, 40, 1024), calls
+    (37, [40, 39, 37, 38])
+    """
+    start = min(max(start, 1), max_rows)
+    jump = 1
+    if fits(start):
+        lo, hi = start, None
+        while hi is None and lo < max_rows:
+            nxt = min(lo + jump, max_rows)
+            lo, hi = (nxt, None) if fits(nxt) else (lo, nxt)
+            jump *= 2
+    else:
+        lo, hi = 0, start
+        while lo == 0 and hi > 1:
+            nxt = max(hi - jump, 1)
+            lo, hi = (nxt, hi) if fits(nxt) else (0, nxt)
+            jump *= 2
+    while hi is not None and hi - lo > 1 and lo > 0:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def calibrate_rows(
+    model: Any,
+    lengths: Iterable[int] | ShapePlan,
+    budget: int | float,
+    make_batch: Callable[[Shape], Any],
+    *,
+    step: Callable[[Any], Any] | None = None,
+    restore: Iterable[Any] = (),
+    margin: float = 0.1,
+    max_rows: int = 1024,
+) -> RowsReport:
+    """For each length, the largest rows whose whole step peaks within the budget.
+
+    ``make_batch(Shape(rows, length))`` makes a batch on the job's device;
+    ``step(batch)`` runs one whole training step (forward, backward, the
+    optimizer), or without ``step`` ``model(**batch)`` and ``backward()`` as in
+    :func:`~shapebucket.prewarm`. ``budget`` is bytes (an int) or a fraction of
+    the device's memory (a float in (0, 1]); a step fits when its peak (see
+    :mod:`shapebucket.calibrate.memory`) is at most ``budget * (1 - margin)``.
+    The model and everything in ``restore`` (optimizers, a ``GradScaler``, an
+    EMA model) are put back bitwise after every step. A length whose single
+    row does not fit raises :class:`ShapeBucketError`. Pass the eager model
+    (see :class:`RowsReport` ``why``).
+
+    >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16))
+    >>> batch = lambda s: torch.randn(s.rows, s.length, 16)
+    >>> report = calibrate_rows(model, [8], 2**14, batch, max_rows=32)
+    >>> report.peak[8] <= report.limit < report.over_peak(8), report.over[8] - report.rows[8]
+    (True, 1)
+    """
+    order = _lengths(lengths)
+    max_rows = check_int("max_rows", max_rows, minimum=1)
+    if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or not 0 <= margin < 1:
+        raise ShapeBucketError(f"margin must be a fraction in [0, 1), got {margin!r}")
+    restore = list(restore)
+    snap = snapshot(model, *restore)
+    t0 = time.perf_counter()
+    device = _device_of(make_batch(Shape(1, order[-1])))
+    restore_state(snap)
+    total = _budget_bytes(budget, device)
+    limit = int(total * (1 - margin))
+    probes: dict[int, list[Probe]] = {}
+
+    def measure(length: int, rows: int) -> bool:
+        collect(device)
+        try:
+            batch = make_batch(Shape(rows, length))
+            base = live_tensor_bytes(model, *restore, batch, device=device)
+            peak: int | None = base + step_peak_bytes(lambda: run_batch(model, step, batch), device)
+        except torch.OutOfMemoryError:
+            peak = None
+        finally:
+            batch = None
+            restore_state(snap)
+        probes[length].append(Probe(rows, peak, peak is not None and peak <= limit))
+        return probes[length][-1].fits
+
+    tokens = 0  # of the last length's rows: the next (shorter) length starts at as many
+    with CompileCounter() as cc:
+        for L in order:
+            probes[L] = []
+            largest_fitting(lambda r, L=L: measure(L, r), max(1, tokens // L), max_rows)
+            fitted = [p.rows for p in probes[L] if p.fits]
+            if not fitted:
+                _refuse(L, probes[L], total, margin, limit)
+            tokens = max(fitted) * L
+    collect(device)
+    return _report(probes, total, margin, limit, time.perf_counter() - t0, cc.graphs, device)
+
+
+def _refuse(length: int, probes: list[Probe], budget: int, margin: float, limit: int) -> None:
+    one = next(p for p in probes if p.rows == 1)
+    said = "ran out of memory" if one.peak is None else f"peaks at {one.peak / 2**20:.1f} MiB"
+    raise ShapeBucketError(
+        f"length {length}: one row {said}, over the budget of {budget / 2**20:.1f} MiB less the "
+        f"{margin:.0%} margin ({limit / 2**20:.1f} MiB); raise the budget or lower the margin, "
+        f"or leave length {length} out (a smaller largest bucket, truncating its samples)"
+    )
+
+
+def _report(
+    probes: dict[int, list[Probe]],
+    budget: int,
+    margin: float,
+    limit: int,
+    seconds: float,
+    graphs: int,
+    device: torch.device,
+) -> RowsReport:
+    rows, peak, over = {}, {}, {}
+    for L, found in probes.items():
+        best = max((p for p in found if p.fits), key=lambda p: p.rows)
+        rows[L], peak[L] = best.rows, int(best.peak or 0)
+        above = [p.rows for p in found if not p.fits and p.rows > best.rows]
+        over[L] = min(above) if above else None
+    return RowsReport(
+        rows=dict(sorted(rows.items())),
+        peak=dict(sorted(peak.items())),
+        over=dict(sorted(over.items())),
+        probes={L: tuple(probes[L]) for L in sorted(probes)},
+        budget=budget,
+        margin=float(margin),
+        limit=limit,
+        seconds=seconds,
+        measured="compiled" if graphs else "eager",
+        why=COMPILED_WHY.format(graphs=graphs) if graphs else EAGER_WHY,
+        device=str(device),
+    )

@@ -1,0 +1,197 @@
+"""Rows calibrated to memory: a binary search over measured whole steps, within the
+budget, one more row over it, the state put back bitwise, and a refusal for a length
+whose one row does not fit."""
+
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shapebucket import BucketBatchSampler, BucketCollator, PackedBatchSampler, ShapeBucketError
+from shapebucket.calibrate import calibrate_rows, live_tensor_bytes, step_peak_bytes
+from shapebucket.calibrate.rows import largest_fitting
+from shapebucket.plan import Shape
+
+D = 32
+LENGTHS = [16, 32, 64]
+
+
+def _setup(seed=0):
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(D, 4 * D), torch.nn.GELU(), torch.nn.Linear(4 * D, D)
+    )
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    def step(x):
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return model, opt, step
+
+
+def make_batch(shape):
+    return torch.randn(shape.rows, shape.length, D)
+
+
+def one_row_peak(length):
+    model, opt, step = _setup()
+    x = make_batch(Shape(1, length))
+    return live_tensor_bytes(model, opt, x, device=x.device) + step_peak_bytes(
+        lambda: step(x), x.device
+    )
+
+
+@pytest.fixture(scope="module")
+def budget():
+    return 8 * one_row_peak(64)
+
+
+@pytest.fixture(scope="module")
+def report(budget):
+    model, opt, step = _setup()
+    return calibrate_rows(model, LENGTHS, budget, make_batch, step=step, restore=[opt], margin=0.1)
+
+
+@given(answer=st.integers(0, 300), start=st.integers(1, 300), max_rows=st.integers(1, 300))
+@settings(max_examples=200, deadline=None)
+def test_the_search_is_a_binary_search(answer, start, max_rows):
+    start = min(start, max_rows)
+    calls = []
+    found = largest_fitting(lambda r: calls.append(r) or r <= answer, start, max_rows)
+    assert found == min(answer, max_rows)
+    assert len(calls) == len(set(calls))  # no row count measured twice
+    # a search, not a sweep: logarithmic in the distance from the start to the answer
+    assert len(calls) <= 2 * math.ceil(math.log2(abs(start - found) + 1)) + 3
+
+
+def test_every_length_within_the_limit_and_one_more_row_over(report, budget):
+    assert report.limit == int(budget * 0.9)
+    assert report.measured == "eager"
+    for L in LENGTHS:
+        assert report.peak[L] <= report.limit
+        assert report.over[L] == report.rows[L] + 1  # bracketed: one more row is over
+        assert report.over_peak(L) > report.limit
+        # a search, not a sweep: the longest length from 1 row, the others from as many
+        # tokens as the next longer one got
+        start = report.probes[L][0].rows
+        assert start == (1 if L == 64 else report.rows[2 * L] * 2)
+        assert (
+            len(report.probes[L]) <= 2 * math.ceil(math.log2(abs(report.rows[L] - start) + 1)) + 3
+        )
+    assert report.rows[16] > report.rows[32] > report.rows[64] >= 1
+    assert report.seconds > 0 and "eager" in str(report)
+
+
+def test_the_chosen_rows_measured_again_stay_within(report):
+    for L in LENGTHS:
+        model, opt, step = _setup()
+        x = torch.randn(report.rows[L], L, D)
+        peak = live_tensor_bytes(model, opt, x, device=x.device)
+        peak += step_peak_bytes(lambda x=x, step=step: step(x), x.device)
+        assert peak <= report.limit
+
+
+def test_state_is_restored_bitwise(budget):
+    model, opt, step = _setup()
+    step(torch.randn(2, 8, D))  # the optimizer has state, the RNGs have moved
+    params = {k: v.clone() for k, v in model.state_dict().items()}
+    state = {k: {n: t.clone() for n, t in s.items()} for k, s in opt.state_dict()["state"].items()}
+    rng = (torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate())
+    calibrate_rows(model, [16, 64], budget, make_batch, step=step, restore=[opt])
+    assert all(torch.equal(v, params[k]) for k, v in model.state_dict().items())
+    after = opt.state_dict()["state"]
+    assert after.keys() == state.keys()
+    for k, s in state.items():
+        assert all(torch.equal(t, after[k][n]) for n, t in s.items())
+    assert torch.equal(torch.get_rng_state(), rng[0])
+    assert np.array_equal(np.random.get_state()[1], rng[1]) and random.getstate() == rng[2]
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_a_length_that_cannot_fit_one_row_is_refused():
+    model, opt, step = _setup()
+    budget = one_row_peak(64)  # fits 64 x 1 without a margin, not with 10 % off
+    with pytest.raises(ShapeBucketError, match=r"length 64: one row peaks at .* over the budget"):
+        calibrate_rows(model, [16, 64], budget, make_batch, step=step, restore=[opt])
+    assert all(p.grad is None for p in model.parameters())
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"budget": 0}, "budget must be >= 1"),
+        ({"budget": 1.5}, r"\(0, 1\]"),
+        ({"budget": "1GB"}, "budget must be bytes"),
+        ({"margin": 1.0}, r"margin must be a fraction in \[0, 1\)"),
+        ({"lengths": []}, "lengths is empty"),
+        ({"lengths": [0]}, "length must be >= 1"),
+        ({"max_rows": 0}, "max_rows must be >= 1"),
+    ],
+)
+def test_bad_arguments_are_refused(kwargs, match):
+    model, _, step = _setup()
+    args = {"lengths": [16], "budget": 2**20, "margin": 0.1, "max_rows": 8, **kwargs}
+    with pytest.raises(ShapeBucketError, match=match):
+        calibrate_rows(
+            model, args.pop("lengths"), args.pop("budget"), make_batch, step=step, **args
+        )
+
+
+def test_a_fraction_of_memory_and_max_rows():
+    model, opt, step = _setup()
+    report = calibrate_rows(model, [16], 0.5, make_batch, step=step, restore=[opt], max_rows=4)
+    assert report.rows == {16: 4} and report.over == {16: None}
+    assert report.budget > 2**20
+
+
+def test_the_rows_feed_the_samplers_and_collators(report):
+    lengths = [random.Random(i).randint(1, 64) for i in range(500)]
+    bucket = BucketBatchSampler(lengths, LENGTHS, batch_size=report.rows, shuffle=False)
+    assert bucket.rows == report.rows
+    assert {tuple(s) for s in bucket.shapes()} <= set(report.shapes()) | {
+        (n, L) for L in LENGTHS for n in range(1, report.rows[L])
+    }
+    packed = PackedBatchSampler(lengths, LENGTHS, rows=report.rows, shuffle=False)
+    assert set(packed.shapes()) <= set(report.shapes())
+    assert BucketCollator(LENGTHS, rows=report.rows).rows == report.rows
+
+
+def test_a_compiled_step_is_reported_as_compiled():
+    model, opt, _ = _setup()
+    compiled = torch.compile(model, backend="eager", dynamic=False)
+
+    def step(x):
+        compiled(x).sum().backward()
+        opt.zero_grad(set_to_none=True)
+
+    report = calibrate_rows(compiled, [8], 2**30, make_batch, step=step, restore=[opt], max_rows=2)
+    assert report.measured == "compiled" and "compiled its own graph" in report.why
+
+
+def test_bucket_sampler_takes_rows_per_bucket():
+    s = BucketBatchSampler([3, 5, 9, 12, 4], [8, 16], batch_size={8: 3, 16: 1}, shuffle=False)
+    assert list(s) == [[0, 1, 4], [2], [3]] and s.rows == {8: 3, 16: 1}
+    with pytest.raises(ShapeBucketError, match=r"batch_size has no batch size for buckets \[16\]"):
+        BucketBatchSampler([3], [8, 16], batch_size={8: 3})
+    with pytest.raises(ShapeBucketError, match=r"batch_size\[16\] must be >= 1"):
+        BucketBatchSampler([3], [8, 16], batch_size={8: 3, 16: 0})
+
+
+@pytest.mark.slow  # measures ~15 whole steps of a GPT through the profiler: 10-20 s here
+def test_the_docs_page_runs_as_pasted(capsys):
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "calibrate.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    assert blocks
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/calibrate.md", "exec"), namespace)
+    assert "rows within" in capsys.readouterr().out

@@ -1,0 +1,141 @@
+"""Processes sharing a compile cache take turns: one builds, the others wait and load;
+a builder killed mid-save leaves nothing a later run trusts, and no lock behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+from shapebucket import ShapeBucketError
+from shapebucket.compile import load_compile_cache
+from shapebucket.compile.lock import LOCKS, cache_lock
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not LOCKS, reason="no fcntl.flock on this platform")
+
+
+def python(code: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_held_lock_makes_the_other_wait_and_times_out(tmp_path):
+    with (
+        cache_lock(tmp_path / "cache"),
+        pytest.raises(ShapeBucketError, match=r"cache\.lock for more than 0\.2 s"),
+        cache_lock(tmp_path / "cache", timeout=0.2),
+    ):
+        pass
+    with cache_lock(tmp_path / "cache", timeout=1.0) as waited:  # free again
+        assert waited < 1.0
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch: 5-15 s on this loaded machine
+def test_a_killed_holder_leaves_no_lock(tmp_path):
+    p = python(
+        f"""
+        import os, signal
+        from shapebucket.compile.lock import cache_lock
+        with cache_lock({str(tmp_path / "cache")!r}):
+            print("held", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    out, _ = p.communicate(timeout=60)
+    assert out.strip() == "held" and p.returncode == -signal.SIGKILL
+    with cache_lock(tmp_path / "cache", timeout=2.0) as waited:
+        assert waited < 2.0
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch: 5-15 s on this loaded machine
+def test_a_save_killed_midway_is_not_trusted(tmp_path):
+    """SIGKILL (no cleanup runs) while the save writes its second file: the next run finds
+    no cache (the half-written temporary directory is never read), and saves one."""
+    live = tmp_path / "live"
+    (live / "ab").mkdir(parents=True)
+    (live / "ab" / "kernel.py").write_text("x = 1\n" * 100)
+    (live / "graph.bin").write_bytes(bytes(range(256)) * 8)
+    p = python(
+        f"""
+        import os, signal
+        from pathlib import Path
+        from shapebucket import _torch_compat as compat
+        from shapebucket.compile import cache, save_compile_cache
+        compat.save_cache_artifacts = lambda: b"artifacts" * 10
+        calls = [0]
+        def copy(src, dst):
+            calls[0] += 1
+            if calls[0] == 2:
+                Path(dst).write_bytes(Path(src).read_bytes()[:10])
+                os.kill(os.getpid(), signal.SIGKILL)
+            Path(dst).write_bytes(Path(src).read_bytes())
+        cache._copy_file = copy
+        save_compile_cache({str(tmp_path / "cache")!r})
+        """,
+        env={"TORCHINDUCTOR_CACHE_DIR": str(live)},
+    )
+    p.communicate(timeout=120)
+    assert p.returncode == -signal.SIGKILL
+    assert not (tmp_path / "cache").exists()
+    assert [d.name.startswith(".cache.saving-") for d in tmp_path.iterdir() if d != live] == [True]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_compile_cache(tmp_path / "cache") is False  # nothing, and nothing refused
+
+
+BUILD = """
+import json, sys, torch
+from shapebucket import prewarm
+from shapebucket.compile import Cache
+from shapebucket.plan import ShapePlan
+torch.manual_seed(0)
+model = torch.compile(torch.nn.Linear(8, 8), dynamic=False)
+plan = ShapePlan.from_function([(2, 8)], lambda s: torch.randn(s.rows, s.length))
+r = prewarm(model, plan, modes=[Cache(sys.argv[1])], progress=False)
+print(json.dumps({"how": sorted(set(r.how.values())), "loaded": r.cache_loaded,
+                  "saved": r.cache_saved, "wait": r.cache_wait_s}))
+"""
+
+
+@pytest.mark.slow  # two inductor compiles of a tiny model in fresh processes: 20-60 s here
+def test_two_processes_on_one_empty_cache_one_builds_one_loads(tmp_path):
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", BUILD, str(tmp_path / "cache")],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "PYTHONPATH": str(ROOT),
+                "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"live{i}"),  # each its own
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outs = []
+    for p in runs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-2000:]
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    built = [o for o in outs if o["saved"]]
+    loaded = [o for o in outs if o["loaded"]]
+    assert len(built) == 1 and len(loaded) == 1, outs
+    assert built[0]["how"] == ["compiled"] and not built[0]["loaded"]
+    assert loaded[0]["how"] == ["cache"] and not loaded[0]["saved"]
+    assert loaded[0]["wait"] > 0.05  # it waited for the builder

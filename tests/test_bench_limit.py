@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from shapebucket.bench import cli, harness, plans
+from shapebucket.bench import batching, cli, harness
 from shapebucket.bench.limit import LIMIT, add_limit, gap, limit_grid, limit_rate, limit_runners
 from shapebucket.bench.report import format_table
 from shapebucket.bench.runner import time_round
@@ -20,7 +20,7 @@ def quick_setup():
 
 def test_the_limit_row_is_computed_and_printed():
     s = quick_setup()
-    families = {"packed": plans.build_family("packed", s)}
+    families = {"packed": batching.build_family("packed", s)}
     ours = StrategyResult("shapebucket-packed", family="packed", useful_tokens_per_sec=1.0)
     ours.round_tokens_per_sec = [1.0]
     runners = limit_runners(s, hows=("eager",))  # compiled: the same code with torch.compile
@@ -82,7 +82,7 @@ def test_captioning_gets_an_error_row_not_a_limit():
 @pytest.mark.slow  # calibrates the quick GPT at two row lengths through the profiler: ~30 s
 def test_the_calibrated_strategy_packs_at_least_the_token_budgets_rows():
     s = quick_setup()
-    fam = plans.build_family("calibrated", s)
+    fam = batching.build_family("calibrated", s)
     fit, report = s.fits["packed"], s.calibrated
     assert fam.rows == report.rows and set(report.rows) == set(fit.buckets)
     longest = max(fit.buckets)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +159,14 @@ def _check_strategy_flags(args: argparse.Namespace) -> None:
         )
 
 
+def _print_suggested(report: object, buckets: object) -> None:
+    """Print ``report``, then the ``Buckets(...)`` line to paste."""
+    print(report)
+    print()
+    print("Suggested (paste into your code):")
+    print(f"    buckets = shapebucket.fit.{buckets!r}")
+
+
 def _strategy(args: argparse.Namespace, lengths: np.ndarray) -> list[int]:
     """``--model-dim``: print the strategy report and the lines to paste; return the buckets."""
     rows, length = args.step_shape
@@ -182,10 +190,7 @@ def _strategy(args: argparse.Namespace, lengths: np.ndarray) -> list[int]:
         k=args.k,
         align=args.align,
     )
-    print(report)
-    print()
-    print("Suggested (paste into your code):")
-    print(f"    buckets = shapebucket.fit.{report.chosen.buckets!r}")
+    _print_suggested(report, report.chosen.buckets)
     if report.chosen.layout == "packing":
         print(f"    rows = {report.chosen.rows}  # PackedBatchSampler / PackedCollator(rows=rows)")
     return list(report.chosen.buckets)
@@ -220,10 +225,7 @@ def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int
         batch_size=args.batch_size,
         batching=args.batching,
     )
-    print(table)
-    print()
-    print("Suggested (paste into your code):")
-    print(f"    buckets = shapebucket.fit.{table.fitted!r}")
+    _print_suggested(table, table.fitted)
     if plot is not None:
         title = f"fitted buckets (k={k}, align={args.align})"
         plot_lengths(lengths, list(table.fitted), plot, title)
@@ -248,44 +250,47 @@ def _bench(argv: list[str]) -> int:
     return int(bench_main(argv))
 
 
-def _strategy_flags(p: argparse.ArgumentParser) -> None:
-    """The flags of ``--model-dim`` (the strategy from the job)."""
-    p.add_argument(
-        "--model-dim",
-        type=positive_int,
-        help="the model's width (hidden size): recommend the whole strategy",
-    )
-    p.add_argument(
-        "--step-seconds", type=positive_float, help="--model-dim: one eager training step, s"
-    )
-    p.add_argument(
-        "--compiled-step-seconds",
-        type=positive_float,
-        help="--model-dim: the same step compiled, s",
-    )
-    p.add_argument(
-        "--step-shape", type=_step_shape, help="--model-dim: ROWSxLENGTH of the timed step"
-    )
-    p.add_argument(
+# the optional flags without a default, in --help's order: (flag, type, help)
+_K_AUTO_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
+    ("--compile-seconds", positive_float, "--k auto: one bucket's compile"),
+    ("--job-samples", positive_int, "--k auto: samples the job trains on"),
+    ("--tokens-per-second", positive_float, "--k auto: computed tokens/s of the step"),
+    ("--max-k", positive_int, "--k auto: the largest K tried (default 32)"),
+]
+_MODEL_DIM_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
+    ("--model-dim", positive_int, "the model's width (hidden size): recommend the whole strategy"),
+    ("--step-seconds", positive_float, "--model-dim: one eager training step, s"),
+    ("--compiled-step-seconds", positive_float, "--model-dim: the same step compiled, s"),
+    ("--step-shape", _step_shape, "--model-dim: ROWSxLENGTH of the timed step"),
+    (
         "--tokens-per-batch",
-        type=positive_int,
-        help="--model-dim: a packed batch's tokens (default: auto)",
-    )
-    p.add_argument(
+        positive_int,
+        "--model-dim: a packed batch's tokens (default: auto)",
+    ),
+    (
         "--contention",
-        type=positive_float,
-        help="--model-dim: training slowdown while a background compile runs (default 1)",
-    )
-    p.add_argument(
+        positive_float,
+        "--model-dim: training slowdown while a background compile runs (default 1)",
+    ),
+    (
         "--background-compile-seconds",
-        type=positive_float,
-        help="--model-dim: one shape's compile in the background (default --compile-seconds)",
-    )
-    p.add_argument(
+        positive_float,
+        "--model-dim: one shape's compile in the background (default --compile-seconds)",
+    ),
+    (
         "--load-seconds",
-        type=non_negative_float,
-        help="--model-dim: pause to switch a shape to its compiled graph (default 0)",
-    )
+        non_negative_float,
+        "--model-dim: pause to switch a shape to its compiled graph (default 0)",
+    ),
+]
+
+
+def _add_flags(
+    p: argparse.ArgumentParser, flags: list[tuple[str, Callable[[str], Any], str]]
+) -> None:
+    """Add each ``(flag, type, help)`` of ``flags`` to ``p``, without a default."""
+    for flag, kind, text in flags:
+        p.add_argument(flag, type=kind, help=text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -304,20 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             help="number of buckets (default 8, the recompile limit), or 'auto' to choose it "
             "from the job (with --compile-seconds, --job-samples, --tokens-per-second)",
         )
-        p.add_argument(
-            "--compile-seconds", type=positive_float, help="--k auto: one bucket's compile"
-        )
-        p.add_argument(
-            "--job-samples", type=positive_int, help="--k auto: samples the job trains on"
-        )
-        p.add_argument(
-            "--tokens-per-second",
-            type=positive_float,
-            help="--k auto: computed tokens/s of the step",
-        )
-        p.add_argument(
-            "--max-k", type=positive_int, help="--k auto: the largest K tried (default 32)"
-        )
+        _add_flags(p, _K_AUTO_FLAGS)
         p.add_argument(
             "--align",
             type=int,
@@ -331,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             default="bucketed",
             help="how batches are formed: inside buckets (BucketBatchSampler) or at random",
         )
-        _strategy_flags(p)
+        _add_flags(p, _MODEL_DIM_FLAGS)
         p.add_argument(
             "--plot",
             metavar="FILE",

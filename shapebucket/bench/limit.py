@@ -31,7 +31,7 @@ import torch
 
 from .._validate import round_up
 from .batching import Family
-from .runner import Runner, fresh_forward
+from .runner import Runner, fresh_forward, training_step
 from .strategies import StrategyResult
 
 __all__ = [
@@ -109,28 +109,10 @@ def gap(
 def _limit_step(how: str, s: Any) -> Callable[[dict[str, Any]], torch.Tensor]:
     """One whole step (forward, backward, AdamW) of a fresh copy of the run's model, eager
     or compiled (``dynamic=False``: one graph per grid length)."""
-    torch.manual_seed(s.args.seed)
-    model = s.make_model().to(s.device)
-    model.load_state_dict(s.init_state)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     fwd: Any = fresh_forward(f"{LIMIT}_{how}")
     if how == "compiled":
         fwd = torch.compile(fwd, fullgraph=True, dynamic=False, mode=s.args.mode)
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if s.device.type == "cuda"
-        else contextlib.nullcontext()
-    )
-
-    def step(batch: dict[str, Any]) -> torch.Tensor:
-        with autocast:
-            loss = fwd(model, batch)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-
-    return step
+    return training_step(s, fwd)[0]
 
 
 def _grid_batches(s: Any, grid: list[int], rows: dict[int, int]) -> list[dict[str, Any]]:

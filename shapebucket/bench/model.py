@@ -84,11 +84,7 @@ class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.tok = nn.Embedding(cfg.vocab, cfg.dim)
-        self.pos = nn.Embedding(cfg.max_len, cfg.dim)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
-        self.ln = nn.LayerNorm(cfg.dim)
-        self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
+        self.tok, self.pos, self.blocks, self.ln, self.head = _decoder_layers(cfg, Block)
 
     def logits(
         self,
@@ -159,6 +155,20 @@ class CrossBlock(Block):
         return x + self.mlp(self.ln2(x))
 
 
+def _decoder_layers(
+    cfg: GPTConfig, block: type[Block]
+) -> tuple[nn.Embedding, nn.Embedding, nn.ModuleList, nn.LayerNorm, nn.Linear]:
+    """A GPT-style decoder's layers, made in this order (the seeded initial weights depend on
+    it): token and position embeddings, ``cfg.layers`` blocks, the final norm, the head."""
+    return (
+        nn.Embedding(cfg.vocab, cfg.dim),
+        nn.Embedding(cfg.max_len, cfg.dim),
+        nn.ModuleList(block(cfg) for _ in range(cfg.layers)),
+        nn.LayerNorm(cfg.dim),
+        nn.Linear(cfg.dim, cfg.vocab, bias=False),
+    )
+
+
 @dataclass(frozen=True)
 class CaptionConfig(GPTConfig):
     image: int = 32
@@ -185,11 +195,7 @@ class Captioner(nn.Module):
         self.patchify = nn.Conv2d(cfg.channels, cfg.dim, cfg.patch, stride=cfg.patch)
         self.patch_pos = nn.Parameter(torch.zeros(1, patches, cfg.dim))
         self.encoder = nn.ModuleList(Block(cfg) for _ in range(cfg.encoder_layers))
-        self.tok = nn.Embedding(cfg.vocab, cfg.dim)
-        self.pos = nn.Embedding(cfg.max_len, cfg.dim)
-        self.decoder = nn.ModuleList(CrossBlock(cfg) for _ in range(cfg.layers))
-        self.ln = nn.LayerNorm(cfg.dim)
-        self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
+        self.tok, self.pos, self.decoder, self.ln, self.head = _decoder_layers(cfg, CrossBlock)
 
     def forward(
         self,

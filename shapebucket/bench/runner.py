@@ -36,6 +36,7 @@ __all__ = [
     "new_result",
     "prepare",
     "time_round",
+    "training_step",
 ]
 
 
@@ -101,6 +102,38 @@ def _marker(strategy: Strategy, buckets: Buckets | None) -> Callable[[dict[str, 
     return None
 
 
+def training_step(
+    s: Setup,
+    fwd: Callable[[Any, dict[str, Any]], Any],
+    mark: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[Callable[[dict[str, Any]], torch.Tensor], torch.optim.Optimizer]:
+    """One whole step (forward through ``fwd``, backward, AdamW) of a fresh copy of the run's
+    model (seeded with ``--seed``, its initial weights), under bf16 autocast on CUDA;
+    ``mark``, if given, sees each batch first. The step returns the detached loss;
+    returned with its optimizer (for prewarm to restore)."""
+    torch.manual_seed(s.args.seed)
+    model = s.make_model().to(s.device)
+    model.load_state_dict(s.init_state)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if s.device.type == "cuda"
+        else contextlib.nullcontext()
+    )
+
+    def step(batch: dict[str, Any]) -> torch.Tensor:
+        if mark is not None:
+            mark(batch)
+        with autocast:
+            loss = fwd(model, batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step, opt
+
+
 def new_result(name: str, s: Setup, fam: Family) -> StrategyResult:
     """The strategy's record with what its family's batches say (shapes, efficiencies)."""
     strategy = STRATEGIES[name]
@@ -120,30 +153,10 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
     strategy = STRATEGIES[name]
     a = s.args
     result = new_result(name, s, fam)
-    torch.manual_seed(a.seed)
-    model = s.make_model().to(s.device)
-    model.load_state_dict(s.init_state)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     fwd: Any = fresh_forward(name)
     if strategy.compile is not None:
         fwd = torch.compile(fwd, fullgraph=True, mode=a.mode, **strategy.compile)
-    mark = _marker(strategy, fam.buckets)
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if s.device.type == "cuda"
-        else contextlib.nullcontext()
-    )
-
-    def step(batch: dict[str, Any]) -> torch.Tensor:
-        if mark is not None:
-            mark(batch)
-        with autocast:
-            loss = fwd(model, batch)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-
+    step, opt = training_step(s, fwd, _marker(strategy, fam.buckets))
     guard = (lambda: no_recompiles(fam.buckets)) if strategy.prewarm else contextlib.nullcontext
     # its own copies of the family's batches: marks (mark_dynamic) live on tensor objects,
     # and one strategy's marks must not change how another strategy's compiler sees them

@@ -25,7 +25,7 @@ def document_causal_mask(document_ids: torch.Tensor, *, causal: bool = True) -> 
     >>> document_causal_mask(doc)[0, 0].int().tolist()
     [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
     """
-    _check_documents(document_ids)
+    check_document_ids(document_ids)
     L = document_ids.shape[1]
     pos = torch.arange(L, device=document_ids.device)
     q, k = document_ids[:, :, None], document_ids[:, None, :]
@@ -51,18 +51,11 @@ def document_block_mask(
     """
     from torch.nn.attention.flex_attention import create_block_mask
 
-    _check_documents(document_ids)
+    check_document_ids(document_ids)
     rows, L = document_ids.shape
 
-    def document_mask(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
-        dq, dk = document_ids[b, q_idx], document_ids[b, kv_idx]
-        allowed = (dq == dk) & (dq >= 0)
-        if causal:
-            allowed = allowed & (kv_idx <= q_idx)
-        return allowed | (q_idx == kv_idx)
-
     return create_block_mask(
-        document_mask,
+        document_mask_mod(document_ids, causal=causal),
         B=rows,
         H=None,
         Q_LEN=L,
@@ -72,7 +65,24 @@ def document_block_mask(
     )
 
 
-def _check_documents(document_ids: Any) -> None:
+def document_mask_mod(document_ids: Any, *, causal: bool = True) -> Any:
+    """The ``mask_mod`` of :func:`document_block_mask` (and of
+    :func:`~shapebucket.collate.blocks.block_mask_from_blocks`): ``(b, h, q_idx, kv_idx)``
+    may attend when both tokens are of one document (and, when causal, the key is not
+    later), or when they are the same token."""
+
+    def document_mask(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+        dq, dk = document_ids[b, q_idx], document_ids[b, kv_idx]
+        allowed = (dq == dk) & (dq >= 0)
+        if causal:
+            allowed = allowed & (kv_idx <= q_idx)
+        return allowed | (q_idx == kv_idx)
+
+    return document_mask
+
+
+def check_document_ids(document_ids: Any) -> None:
+    """Refuse anything but a ``[rows, length]`` tensor of document numbers."""
     if not isinstance(document_ids, torch.Tensor) or document_ids.ndim != 2:
         shape = tuple(document_ids.shape) if hasattr(document_ids, "shape") else type(document_ids)
         raise ShapeBucketError(

@@ -28,7 +28,7 @@ import torch
 from .._validate import check_batch_sizes, check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
-from ..plan.protocol import sampler_shapes
+from ..plan.protocol import sampler_shapes, shapes_at_rows
 from ..plan.shapes import Shape, as_shape
 from .counters import CollateReport, Counts, SharedCounters
 from .engine import Key, Layout
@@ -175,16 +175,16 @@ class Collator:
                 )
             return frozenset(Shape(int(cast(int, self.rows_for(b))), b) for b in self._table)
         used = self.sampled(sampler)
-        if self.rows is None:
-            return used
-        for s in used:
-            if s.rows > cast(int, self.rows_for(s.length)):
-                raise ShapeBucketError(
-                    f"the sampler makes batches of {s.rows} rows at bucket {s.length}, more than "
-                    f"the collator's rows={self.rows_for(s.length)} there; pass "
-                    f"{type(self).__name__}(rows=sampler.rows)"
-                )
-        return frozenset(Shape(cast(int, self.rows_for(s.length)), s.length) for s in used)
+        return shapes_at_rows(
+            self,
+            used,
+            lambda s: s.length,
+            lambda s, rows: (
+                f"the sampler makes batches of {s.rows} rows at bucket {s.length}, "
+                f"more than the collator's rows={rows} there; pass "
+                f"{type(self).__name__}(rows=sampler.rows)"
+            ),
+        )
 
     def sampled(self, sampler: Any) -> frozenset[Shape]:
         """The shapes of ``sampler``'s batches (:func:`~shapebucket.plan.protocol.sampler_shapes`),

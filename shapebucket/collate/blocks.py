@@ -20,6 +20,7 @@ import torch
 
 from .._validate import check_int
 from ..errors import ShapeBucketError
+from .attention import check_document_ids, document_mask_mod
 
 __all__ = ["BLOCK_KEYS", "WithDocumentBlocks", "block_mask_from_blocks", "document_blocks"]
 
@@ -56,7 +57,7 @@ def document_blocks(
     ([[[1, 1]]], [[[0, 0]]])
     """
     block_size = check_int("block_size", block_size, minimum=1)
-    _check(document_ids)
+    check_document_ids(document_ids)
     rows, length = document_ids.shape
     n = -(-length // block_size)
     padded = torch.nn.functional.pad(document_ids.cpu(), (0, n * block_size - length), value=-2)
@@ -91,15 +92,6 @@ def _query_blocks(
     return allowed
 
 
-def _check(document_ids: Any) -> None:
-    if not isinstance(document_ids, torch.Tensor) or document_ids.ndim != 2:
-        shape = tuple(document_ids.shape) if hasattr(document_ids, "shape") else type(document_ids)
-        raise ShapeBucketError(
-            f"document_ids must be a [rows, length] tensor (PackedCollator's document_ids), got "
-            f"{shape}; for one row, pass document_ids[None]"
-        )
-
-
 def block_mask_from_blocks(
     blocks: Mapping[str, torch.Tensor],
     document_ids: torch.Tensor,
@@ -124,15 +116,8 @@ def block_mask_from_blocks(
             f"blocks lacks {missing}: pass the dict document_blocks(document_ids) returned "
             "(WithDocumentBlocks puts it in the batch)"
         )
-    _check(document_ids)
+    check_document_ids(document_ids)
     length = document_ids.shape[1]
-
-    def document_mask(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
-        dq, dk = document_ids[b, q_idx], document_ids[b, kv_idx]
-        allowed = (dq == dk) & (dq >= 0)
-        if causal:
-            allowed = allowed & (kv_idx <= q_idx)
-        return allowed | (q_idx == kv_idx)
 
     return BlockMask.from_kv_blocks(
         blocks["kv_num_blocks"],
@@ -140,7 +125,7 @@ def block_mask_from_blocks(
         blocks["full_kv_num_blocks"],
         blocks["full_kv_indices"],
         BLOCK_SIZE=block_size,
-        mask_mod=document_mask,
+        mask_mod=document_mask_mod(document_ids, causal=causal),
         seq_lengths=(length, length),
     )
 

@@ -25,7 +25,7 @@ import torch
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.cells import Cells
-from ..plan.protocol import sampler_shapes
+from ..plan.protocol import sampler_shapes, shapes_at_rows
 from ..plan.shapes import Shape, as_shape
 from .base import Columns, KeyRoles
 from .bucket import BucketCollator
@@ -297,16 +297,15 @@ class CellCollator:
                 f"the sampler makes batches in cells {unknown}, which the collator "
                 f"({table!r}) does not have; give both the same cells"
             )
-        if self.rows is None:
-            return used
-        for s in used:
-            if s.rows > cast(int, self.rows_for(s.lengths)):
-                raise ShapeBucketError(
-                    f"the sampler makes batches of {s.rows} rows in cell {s.lengths}, more than "
-                    f"the collator's rows={self.rows_for(s.lengths)}; pass "
-                    "CellCollator(rows=sampler.rows)"
-                )
-        return frozenset(Shape(cast(int, self.rows_for(s.lengths)), *s.lengths) for s in used)
+        return shapes_at_rows(
+            self,
+            used,
+            lambda s: s.lengths,
+            lambda s, rows: (
+                f"the sampler makes batches of {s.rows} rows in cell {s.lengths}, "
+                f"more than the collator's rows={rows}; pass CellCollator(rows=sampler.rows)"
+            ),
+        )
 
     def repad(self, batch: Any, shape: Shape) -> dict[Key, Any]:
         """Re-pad a batch this collator made to ``shape`` (``Shape(rows, source, target)``

@@ -12,7 +12,7 @@ from .._validate import MAX_BUCKET, MIN_LENGTH, CheckedLengths, check_int, check
 from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .packing import PackingReport, pack_epoch, rows_for_tokens
-from .packing_search import halving_sets, row_cost, search_row_lengths
+from .packing_search import SearchResult, halving_sets, row_cost, search_row_lengths
 from .step_cost import StepCost
 
 __all__ = [
@@ -227,15 +227,19 @@ def fit_packing(
     if len(arr) > max_samples:  # a sample of checked lengths: passed on checked
         drawn = np.random.default_rng(seed).choice(arr, size=max_samples, replace=False)
         sub = CheckedLengths(drawn, MIN_LENGTH)
-    candidates = [
-        (
-            b,
-            packing_report(
-                sub, b, rows=rows_for_tokens(b, tokens_per_batch), seed=seed, window=window
-            ),
-        )
-        for b in _finalists(sub.array, k, top, align, tokens_per_batch, model_dim, seed, window)
-    ]
+    if tokens_per_batch < top:
+        rows_for_tokens([top], tokens_per_batch)  # raises, naming the fix
+    found = search_row_lengths(
+        sub.array,
+        k=k,
+        top=top,
+        align=align,
+        tokens_per_batch=tokens_per_batch,
+        model_dim=model_dim,
+        seed=seed,
+        window=window,
+    )
+    candidates = _planned(sub, _finalists(found, k, top, align), tokens_per_batch, trial)
     chosen, report = _choose(candidates, tokens_per_batch, model_dim, tolerance)
     rows = rows_for_tokens(chosen, tokens_per_batch)
     return PackingFitReport(chosen, rows, report, candidates, tokens_per_batch, model_dim)
@@ -255,33 +259,31 @@ def _longest_row(longest: int, max_len: int | None, align: int) -> int:
     return top
 
 
-def _finalists(
-    sub: np.ndarray,
-    k: int,
-    top: int,
-    align: int,
-    tokens_per_batch: int,
-    model_dim: int | StepCost | None,
-    seed: int,
-    window: int,
-) -> list[Buckets]:
-    """The sets planned on all of ``sub``: one row length of ``top`` (the reference), then
+def _finalists(found: SearchResult, k: int, top: int, align: int) -> list[Buckets]:
+    """The sets planned on all the lengths: one row length of ``top`` (the reference), then
     the search's best (:mod:`.packing_search`), in that order."""
-    if tokens_per_batch < top:
-        rows_for_tokens([top], tokens_per_batch)  # raises, naming the fix
-    found = search_row_lengths(
-        sub,
-        k=k,
-        top=top,
-        align=align,
-        tokens_per_batch=tokens_per_batch,
-        model_dim=model_dim,
-        seed=seed,
-        window=window,
-    )
     out = halving_sets(top, k, align)[:1]  # one row length: the reference
     out += [b for b in found.best(FINALISTS) if b not in out]
     return out
+
+
+def _planned(
+    sub: CheckedLengths, sets: list[Buckets], tokens_per_batch: int, trial: PackingTrial
+) -> list[tuple[Buckets, PackingReport]]:
+    """Each of ``sets`` with its :func:`packing_report` on ``sub`` (the trial's seed and window)."""
+    return [
+        (
+            b,
+            packing_report(
+                sub,
+                b,
+                rows=rows_for_tokens(b, tokens_per_batch),
+                seed=trial.seed,
+                window=trial.window,
+            ),
+        )
+        for b in sets
+    ]
 
 
 def _relative_cost(

@@ -23,7 +23,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ShapeBucketError
@@ -111,3 +111,29 @@ def sampler_shapes(sampler: Any, collator: Any, axes: int = 1) -> frozenset[Shap
             "samplers with BucketCollator or PackedCollator"
         )
     return frozenset(shapes)
+
+
+def shapes_at_rows(
+    collator: Any,
+    used: frozenset[Shape],
+    key: Callable[[Shape], Any],
+    too_many: Callable[[Shape, int], str],
+) -> frozenset[Shape]:
+    """The shapes ``collator`` pads a sampler's batches (``used``: their shapes) to: with
+    ``collator.rows``, each at ``collator.rows_for(key(shape))`` rows, refusing a batch with
+    more rows than that (``too_many(shape, rows)`` says so, naming the fix); without,
+    ``used`` as it is.
+
+    >>> class C:
+    ...     rows = 4
+    ...     def rows_for(self, length): return 4
+    >>> shapes_at_rows(C(), frozenset({Shape(2, 8)}), lambda s: s.length, lambda s, r: "")
+    frozenset({Shape(rows=4, length=8)})
+    """
+    if collator.rows is None:
+        return used
+    for s in used:
+        rows = collator.rows_for(key(s))
+        if s.rows > rows:
+            raise ShapeBucketError(too_many(s, rows))
+    return frozenset(Shape(collator.rows_for(key(s)), *s.lengths) for s in used)

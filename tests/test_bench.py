@@ -97,6 +97,7 @@ def test_compile_while_training_strategy_trains_through_its_warm_up(tmp_path):
         "--quick",
         "--strategies",
         f"shapebucket-packed-eager,{name}",
+        "--no-limit",  # the limit compiles its grid too; tests/test_bench_limit.py covers it
         "--k",
         "1",
         "--samples",
@@ -182,6 +183,7 @@ def test_padding_invariance_check_fails_when_a_mask_is_broken(monkeypatch, capsy
             "2000",
             "--strategies",
             "grouped-eager",
+            "--no-limit",
             "--rounds",
             "1",
             "--epoch-samples",

@@ -87,6 +87,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--rounds", type=int, default=None, help="timed rounds (default 5, quick 2)")
     p.add_argument(
+        "--no-limit",
+        action="store_true",
+        help="leave out the physical-limit reference row (it compiles a few grid lengths)",
+    )
+    p.add_argument(
         "--epoch-samples",
         type=int,
         default=None,

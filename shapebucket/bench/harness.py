@@ -178,14 +178,15 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult],
     names_run = [n for n in names if n not in results]
     with contextlib.ExitStack() as keep:  # compiled kernels live in these dirs until the end
         runners = _warm_up(names_run, s, families, results, keep)
-        limits = limit_runners(s)  # the physical limit, timed in the same rounds
+        limits = [] if getattr(args, "no_limit", False) else limit_runners(s)  # same rounds
         _timed_rounds([*runners, *limits], s.device, args.rounds)
         for runner in runners:
             if runner.result.error is None:
                 finish(runner, s.device)
             results[runner.name] = runner.result
     rows = [results[n] for n in names]
-    add_limit(s, families, rows, limits)  # the reference row, last
+    if not getattr(args, "no_limit", False):
+        add_limit(s, families, rows, limits)  # the reference row, last
     return _config(args, s, families, names), rows, problems
 
 

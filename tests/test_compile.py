@@ -534,6 +534,31 @@ def test_no_recompiles_names_the_size_of_a_keyword_input():
         m(input_ids=torch.ones(2, 24))
 
 
+class SumsKeywords(nn.Module):
+    def forward(self, **kwargs):  # reads every keyword: guarded on len(kwargs)
+        return sum(v.sum() for v in kwargs.values())
+
+
+class TakesLabels(nn.Module):
+    def forward(self, input_ids, labels=None):
+        return input_ids * 2 if labels is None else (input_ids - labels).sum()
+
+
+@pytest.mark.parametrize("model", [SumsKeywords(), TakesLabels()], ids=["kwargs", "named"])
+def test_no_recompiles_names_a_call_with_other_keys_than_the_example(model):
+    """A new user prewarmed a BucketedModel with ``{"input_ids": ...}`` and called it with
+    labels too: the guard (``len(kwargs) == 1``, ``labels is None``) was called 'a different
+    stride, dtype or device'; it now says the keys differ from the example's."""
+    m = torch.compile(model, **EAGER)
+    x = torch.ones(2, 8)
+    m(input_ids=x)
+    with (
+        pytest.raises(ShapeBucketError, match="other inputs than the prewarmed example did"),
+        no_recompiles([8]),
+    ):
+        m(input_ids=x, labels=x)
+
+
 # -- the compile cache (inductor) ------------------------------------------------------
 
 

@@ -264,6 +264,25 @@ def _limit_function(message: str) -> str:
     return f"{match.group(1)} ({match.group(2)})" if match else message.splitlines()[0][:80]
 
 
+_KEYWORD_GUARD = re.compile(r"^len\(\w+\) [!=]= \d+$|\bis (not )?None$|^'\w+' (not )?in \w+$")
+
+
+def _changes_keywords(guard: str) -> bool:
+    """Whether a failed guard checks which inputs a call passes (``len(kwargs) == 1``,
+    ``labels is None``, ``'labels' in kwargs``) rather than a tensor's size, dtype, device
+    or stride.
+
+    >>> _changes_keywords("len(kwargs) == 1   # output = func(self, *args, **kwargs)")
+    True
+    >>> _changes_keywords("labels is None   # return y if labels is None else y")
+    True
+    >>> _changes_keywords("tensor 'x' stride mismatch at index 0")
+    False
+    """
+    head = re.sub(r"^- \d+/\d+: ", "", guard.split("#", 1)[0].strip())
+    return bool(_KEYWORD_GUARD.search(head))
+
+
 @contextlib.contextmanager
 def no_recompiles(
     plan: ShapePlan | Buckets | Sequence[int] | None = None,
@@ -320,6 +339,13 @@ def no_recompiles(
         if sizes and not others:
             f = sizes[0]
             what = f"input {f.name!r} has size {f.actual} at dim {f.dim}, a shape that was not prewarmed"
+        elif any(_changes_keywords(f.text) for f in others):
+            f = next(f for f in others if _changes_keywords(f.text))
+            what = (
+                f"the call passes other inputs than the prewarmed example did "
+                f"({f.text.split('#', 1)[0].strip()}); prewarm with an example of exactly the "
+                "keys the loop passes (labels and masks included)"
+            )
         elif others:
             what = f"an input failed a guard other than its size ({others[0].text}), e.g. a different stride, dtype or device than the prewarmed batch"
         else:

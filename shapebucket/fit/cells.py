@@ -74,7 +74,7 @@ class Cells:
     """An immutable set of ``(source, target)`` cells, sorted by source then target.
 
     Hashable, comparable by value, iterable, picklable. Lengths are ints >= 2
-    (as :class:`~shapebucket.Buckets`: the compiler specialises sizes 0 and 1).
+    (as :class:`~shapebucket.fit.Buckets`: the compiler specialises sizes 0 and 1).
 
     ``weights=(ws, wt)`` (positive ints, default ``(1, 1)``) prices a row of a cell
     at ``ws * source + wt * target`` in the edge rule (and in :func:`fit_cells`):

@@ -14,7 +14,12 @@ from typing import Any, NoReturn
 
 from .errors import ShapeBucketError
 
+#: The most lengths ``--samples`` draws (demo, bench): 100 million int64 lengths are
+#: 800 MB, and drawing them takes a few GB; more ran out of memory with a traceback.
+MAX_DRAWN = 100_000_000
+
 __all__ = [
+    "MAX_DRAWN",
     "Parser",
     "non_negative_float",
     "output_path",

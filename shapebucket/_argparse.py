@@ -102,7 +102,8 @@ def output_path(
     path = Path(text)
     if not path.name or path.name in (".", "..") or text.endswith(("/", "\\")) or path.is_dir():
         raise ShapeBucketError(
-            f"{flag} {text!r} is not a file name; pass e.g. {str(path / 'out.png')!r}"
+            f"{flag} {text!r} is not a file name; pass e.g. "
+            f"{str(path / ('out.png' if formats is not None else 'out.json'))!r}"
         )
     if formats is not None:
         if not path.suffix:

@@ -128,6 +128,7 @@ CASES = [
     (["bench", "--from-json", "{good}"], "is not a saved benchmark run"),
     (["bench", "--from-json", "{partial_run}"], "is not a saved benchmark run: no 'workload'"),
     (["bench", "--from-json", ""], "--from-json needs the path of a saved run"),
+    (["bench", "--json", "{dir}"], "is not a file name; pass e.g. '{dir}/out.json'"),
     (["bench", "--strategies", ","], "--strategies ',' names no strategy"),
     (["bench", "--strategies", "shapebucket,shapebucket"], "names shapebucket twice"),
 ]
@@ -145,5 +146,5 @@ def test_bad_command_line_is_one_error_line_and_exit_2(tmp_path, capsys, argv, n
     lines = [line for line in err.splitlines() if line.strip()]
     assert status == 2, err
     assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert needle in lines[0]
+    assert needle.format(**files) in lines[0]
     assert "Traceback" not in err

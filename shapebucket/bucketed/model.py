@@ -111,18 +111,16 @@ class BucketedModel(torch.nn.Module):
             )
         if overflow not in ("error", "eager"):
             raise ShapeBucketError(f"overflow must be 'error' or 'eager', got {overflow!r}")
-        if isinstance(sequence_keys, (str, bytes)):
-            raise ShapeBucketError(
-                f"sequence_keys must be a list of keys; for one key write [{sequence_keys!r}]"
-            )
         if sequence_keys is not None and (
-            not isinstance(sequence_keys, Sequence)
+            isinstance(sequence_keys, (str, bytes))
+            or not isinstance(sequence_keys, Sequence)
             or not sequence_keys
             or not all(isinstance(k, str) for k in sequence_keys)
         ):
+            one = f"[{sequence_keys!r}]" if isinstance(sequence_keys, str) else "['input_ids']"
             raise ShapeBucketError(
                 f"sequence_keys must be a non-empty list of the call's keyword names, got "
-                f"{sequence_keys!r}; for example sequence_keys=['input_ids', 'labels']"
+                f"{sequence_keys!r}; for one key write {one}"
             )
         if pad_values is not None and not isinstance(pad_values, Mapping):
             raise ShapeBucketError(

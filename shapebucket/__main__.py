@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ._argparse import (
+    MAX_DRAWN,
     Parser,
     non_negative_float,
     output_path,
@@ -241,7 +242,8 @@ _k_value.__name__ = "int or 'auto'"  # argparse names the type in its error
 
 
 def _demo(args: argparse.Namespace) -> int:
-    return _suggest(args, mixture_lengths(check_int("--samples", args.samples, minimum=1), seed=0))
+    n = check_int("--samples", args.samples, minimum=1, maximum=MAX_DRAWN)
+    return _suggest(args, mixture_lengths(n, seed=0))
 
 
 def _bench(argv: list[str]) -> int:

@@ -14,7 +14,12 @@ from typing import Any, NoReturn
 
 from .errors import ShapeBucketError
 
+#: The most lengths ``--samples`` draws (demo, bench): 100 million int64 lengths are
+#: 800 MB, and drawing them takes a few GB; more ran out of memory with a traceback.
+MAX_DRAWN = 100_000_000
+
 __all__ = [
+    "MAX_DRAWN",
     "Parser",
     "non_negative_float",
     "output_path",
@@ -97,7 +102,8 @@ def output_path(
     path = Path(text)
     if not path.name or path.name in (".", "..") or text.endswith(("/", "\\")) or path.is_dir():
         raise ShapeBucketError(
-            f"{flag} {text!r} is not a file name; pass e.g. {str(path / 'out.png')!r}"
+            f"{flag} {text!r} is not a file name; pass e.g. "
+            f"{str(path / ('out.png' if formats is not None else 'out.json'))!r}"
         )
     if formats is not None:
         if not path.suffix:

@@ -310,6 +310,12 @@ def check_batch_sizes(
                 f"{name} has no batch size for buckets {missing}; give one for every bucket "
                 f"{list(buckets)} (BucketBatchSampler.rows has them all)"
             )
+        extra = sorted(set(rows) - set(buckets))
+        if extra:  # a typo'd bucket, or a sampler with other buckets: never silently unused
+            raise ShapeBucketError(
+                f"{name} names {extra}, which are not buckets of {list(buckets)}; give rows for "
+                "exactly those buckets (pass the sampler's rows, built from the same buckets)"
+            )
         return rows
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise ShapeBucketError(

@@ -117,6 +117,9 @@ CASES = [
     (["suggest", "{good}", "--k", "auto", "--compile-seconds", "3"], "missing: --job-samples"),
     (["demo", "--samples", "0"], "--samples must be >= 1"),
     (["demo", "--samples", "-5"], "--samples must be >= 1"),
+    (["demo", "--samples", "10000000000"], "--samples must be <= 100000000"),
+    (["bench", "--samples", "10000000000"], "--samples must be <= 100000000"),
+    (["suggest", "{good}", "--plot", "{good}/x.png"], "--plot"),
     (["nosuch"], "invalid choice: 'nosuch'"),
     ([], "required: command"),
     (["bench", "--rounds", "0"], "--rounds must be >= 1"),
@@ -125,6 +128,7 @@ CASES = [
     (["bench", "--from-json", "{good}"], "is not a saved benchmark run"),
     (["bench", "--from-json", "{partial_run}"], "is not a saved benchmark run: no 'workload'"),
     (["bench", "--from-json", ""], "--from-json needs the path of a saved run"),
+    (["bench", "--json", "{dir}"], "is not a file name; pass e.g. '{dir}/out.json'"),
     (["bench", "--strategies", ","], "--strategies ',' names no strategy"),
     (["bench", "--strategies", "shapebucket,shapebucket"], "names shapebucket twice"),
 ]
@@ -142,5 +146,5 @@ def test_bad_command_line_is_one_error_line_and_exit_2(tmp_path, capsys, argv, n
     lines = [line for line in err.splitlines() if line.strip()]
     assert status == 2, err
     assert len(lines) == 1 and lines[0].startswith("error: "), err
-    assert needle in lines[0]
+    assert needle.format(**files) in lines[0]
     assert "Traceback" not in err

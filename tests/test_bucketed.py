@@ -361,3 +361,41 @@ def test_the_readmes_block_with_a_hugging_face_model(monkeypatch):
             ids = torch.tensor([sample["input_ids"]])
             got, want = model(input_ids=ids).logits, llama(input_ids=ids).logits
             assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)
+
+
+# -- bad settings and calls (probe) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        ({"sequence_keys": 5}, r"sequence_keys must be a non-empty list .* got 5"),
+        ({"sequence_keys": []}, r"sequence_keys must be a non-empty list .* got \[\]"),
+        ({"sequence_keys": [1]}, r"sequence_keys must be a non-empty list .* got \[1\]"),
+        ({"pad_values": [1]}, r"pad_values must be a mapping key -> number, got \[1\]"),
+        ({"pad_values": 5}, r"pad_values must be a mapping key -> number, got 5"),
+    ],
+)
+def test_bad_settings_are_refused_naming_them(options, needle):
+    with pytest.raises(ShapeBucketError, match=needle):
+        BucketedModel(bm.MaskedEncoder(), [8, 16], **options)
+
+
+def test_a_pad_value_that_does_not_fit_the_calls_dtype_is_refused_not_wrapped():
+    def echo(input_ids):
+        return input_ids
+
+    wrapped = BucketedModel(echo, [8, 16], pad_values={"input_ids": -1})
+    with pytest.raises(ShapeBucketError, match=r"pad value -1 for 'input_ids' .* dtype uint8"):
+        wrapped(input_ids=torch.ones(2, 5, dtype=torch.uint8))  # it padded with 255
+
+
+def test_an_empty_call_is_refused_naming_the_fix_unless_rows_are_padded():
+    wrapped = BucketedModel(bm.MaskedEncoder(), [8, 16])
+    empty = {"input_ids": torch.ones(0, 5, dtype=torch.long)}
+    with pytest.raises(ShapeBucketError, match=r"the call has 0 rows .* pass row_buckets"):
+        wrapped(**empty)
+    with pytest.raises(ShapeBucketError, match=r"plan\(example\) has 0 rows"):
+        wrapped.plan(empty)
+    padded = BucketedModel(lambda input_ids: input_ids * 2, [8, 16], row_buckets=[1, 2])
+    assert padded(**empty).shape == (0, 5)

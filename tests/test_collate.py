@@ -595,3 +595,39 @@ def test_batch_buckets_pad_rows_to_the_smallest_size_that_holds_the_batch():
         BucketCollator.with_row_buckets([8], [])
     with pytest.raises(ShapeBucketError, match=r"row_buckets\[1\]"):
         BucketCollator.with_row_buckets([8], [1, 0])
+
+
+# -- repad and rows: bad input (probe) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("key", "dtype", "pad_values", "needle"),
+    [
+        ("labels", torch.uint8, None, r"pad value -100 for 'labels' does not fit its dtype uint8"),
+        ("labels", torch.bool, None, r"pad value -100 for 'labels' does not fit its dtype bool"),
+        ("input_ids", torch.int8, {"input_ids": 300}, r"pad value 300 .* dtype int8"),
+    ],
+)
+def test_repad_refuses_a_pad_value_that_does_not_fit_the_dtype(key, dtype, pad_values, needle):
+    collate = BucketCollator([8, 16], pad_values=pad_values)
+    batch = {"input_ids": torch.ones(2, 8, dtype=torch.long), key: torch.ones(2, 8, dtype=dtype)}
+    with pytest.raises(ShapeBucketError, match=needle):  # it wrapped -100 to 156 / True
+        collate.repad(batch, Shape(2, 16))
+
+
+def test_repad_refuses_a_per_row_pad_that_does_not_fit():
+    collate = BucketCollator([8, 16])
+    batch = {"input_ids": torch.ones(2, 8, dtype=torch.long), "labels": torch.ones(2, dtype=torch.uint8)}
+    with pytest.raises(ShapeBucketError, match=r"-100 for 'labels' does not fit its dtype uint8"):
+        collate.repad(batch, Shape(3, 8))
+
+
+def test_rows_naming_a_bucket_the_collator_lacks_is_refused():
+    with pytest.raises(ShapeBucketError, match=r"rows names \[32\], which are not buckets of \[8, 16\]"):
+        BucketCollator([8, 16], rows={8: 2, 16: 2, 32: 1})
+
+
+def test_row_buckets_may_be_an_array():
+    collate = BucketCollator.with_row_buckets([8, 16], np.array([1, 4]))
+    assert collate.row_buckets == [1, 4]
+    assert collate([{"input_ids": [1]}] * 3)["input_ids"].shape == (4, 8)

@@ -94,3 +94,70 @@ def test_bad_input_is_refused_with_the_fix():
         block_mask_from_blocks({}, torch.zeros(1, 5, dtype=torch.long))
     with pytest.raises(ShapeBucketError, match="document_ids"):
         WithDocumentBlocks(lambda s: {"input_ids": torch.ones(1, 2)})([{}])
+
+
+# -- bad input (probe) --------------------------------------------------------------------------
+
+DOC = torch.tensor([[0, 0, 0, 0, 1, 1, -1, -1]])
+
+
+@pytest.mark.parametrize(
+    ("doc", "block_size", "needle"),
+    [
+        (DOC, 2, r"kv_num_blocks'\] has shape \(1, 1, 2\), but .* block_size=2 needs \(1, 1, 4\)"),
+        (DOC, 128, r"block_size=128 needs \(1, 1, 1\)"),
+        (torch.zeros(2, 8, dtype=torch.long), 4, r"needs \(2, 1, 2\)"),
+        (torch.zeros(1, 16, dtype=torch.long), 4, r"needs \(1, 1, 4\)"),
+        (DOC, 0, r"block_size must be >= 1"),
+    ],
+)
+def test_blocks_of_another_batch_or_block_size_are_refused(doc, block_size, needle):
+    blocks = document_blocks(DOC, block_size=4)  # it built a wrong BlockMask without a word
+    with pytest.raises(ShapeBucketError, match=needle):
+        block_mask_from_blocks(blocks, doc, block_size=block_size)
+
+
+def test_flags_keys_and_empty_batches_are_checked():
+    with pytest.raises(ShapeBucketError, match=r"causal must be True or False, got 'no'"):
+        document_blocks(DOC, causal="no", block_size=4)
+    with pytest.raises(ShapeBucketError, match=r"causal must be True or False"):
+        block_mask_from_blocks(document_blocks(DOC, block_size=4), DOC, causal="yes", block_size=4)
+    for doc in (torch.zeros(1, 0, dtype=torch.long), torch.zeros(0, 8, dtype=torch.long)):
+        with pytest.raises(ShapeBucketError, match=r"no tokens to mask"):
+            document_blocks(doc, block_size=4)
+    packed = PackedCollator([8], rows=1)
+    with pytest.raises(ShapeBucketError, match=r"causal must be True or False"):
+        WithDocumentBlocks(packed, causal="no")
+    with pytest.raises(ShapeBucketError, match=r"key must be a str, got 5"):
+        WithDocumentBlocks(packed, key=5)
+    with pytest.raises(ShapeBucketError, match=r"already has a key 'input_ids'"):
+        WithDocumentBlocks(packed, key="input_ids", block_size=4)([{"input_ids": [1, 2]}])
+
+
+def test_a_loader_with_document_blocks_is_planned_prewarmed_and_guarded(fresh_compiler):
+    from torch.utils.data import DataLoader
+
+    from shapebucket import PackedBatchSampler, ShapePlan, no_recompiles, prewarm
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(50, 4)
+
+        def forward(self, input_ids, position_ids, document_ids, document_blocks):
+            mask = block_mask_from_blocks(document_blocks, document_ids, block_size=4)
+            return self.embed(input_ids).sum() + mask.kv_num_blocks.sum()
+
+    lengths = [3, 5, 2, 7, 9, 4]
+    sampler = PackedBatchSampler(lengths, [8, 16], rows=2)
+    collate = WithDocumentBlocks(PackedCollator([8, 16], rows=2), block_size=4)
+    data = [{"input_ids": list(range(1, n + 1))} for n in lengths]
+    loader = DataLoader(data, batch_sampler=sampler, collate_fn=collate)
+    plan = ShapePlan.of(collate, sampler)  # it had no shapes() or repad()
+    model = torch.compile(Model(), backend="eager", dynamic=False)
+    example = next(iter(loader))
+    assert plan.batch(example, plan.shapes[1])["document_blocks"]["kv_num_blocks"].shape == (2, 1, 4)
+    prewarm(model, plan, example=example, progress=False)
+    with no_recompiles(plan):
+        for batch in loader:
+            model(**batch)

@@ -231,3 +231,57 @@ def test_cell_target_mask_may_be_hugging_faces_decoder_attention_mask():
         ShapeBucketError, match="target_mask_key='labels' is one of the target keys"
     ):
         CellCollator([(8, 4)], target_mask_key="labels")
+
+
+# -- bad input at the contract's edge (probe) -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ((0, 8), r"Shape rows must be >= 1, got 0"),
+        ((-1, 8), r"Shape rows must be >= 1, got -1"),
+        ((4, 0), r"Shape lengths\[0\] must be >= 1, got 0"),
+        ((4.5, 8), r"Shape rows must be an int, got 4.5"),
+        (("4", 8), r"Shape rows must be an int, got '4'"),
+        ((True, 8), r"Shape rows must be an int, got True"),
+        ((4, 8, None), r"Shape lengths\[1\] must be an int, got None"),
+    ],
+)
+def test_shape_refuses_what_is_not_a_row_count_or_a_length(args, needle):
+    with pytest.raises(ShapeBucketError, match=needle):
+        Shape(*args)
+
+
+def test_shape_holds_python_ints():
+    s = Shape(np.int64(4), np.int32(8))
+    assert s == (4, 8) and all(type(v) is int for v in s)
+
+
+def test_as_plan_takes_an_array_of_buckets_and_names_a_bad_bucket():
+    batch = BucketCollator([8, 16])(token_samples([3, 5]))
+    assert as_plan(np.array([8, 16]), batch, BucketCollator).shapes == ((2, 8), (2, 16))
+    assert as_plan([np.int64(8), np.int64(16)], batch, BucketCollator).shapes == ((2, 8), (2, 16))
+    for bad, needle in (
+        ([8.0, 16.0], r"bucket 0 must be an int, got 8.0"),
+        ([True, 16], r"bucket 0 must be an int, got True"),
+        ([], r"at least one length"),
+    ):
+        with pytest.raises(ShapeBucketError, match=r"prewarm: the buckets .*" + needle):
+            as_plan(bad, batch, BucketCollator)
+
+
+def test_as_plan_refuses_an_example_of_zero_rows_naming_it():
+    with pytest.raises(ShapeBucketError, match=r"example\['input_ids'\] has shape \(0, 8\).*0 rows"):
+        as_plan([8, 16], {"input_ids": torch.ones(0, 8, dtype=torch.long)}, BucketCollator)
+
+
+def test_a_sampler_whose_shapes_is_not_a_list_is_refused_naming_it():
+    class Odd:
+        packs = False
+
+        def shapes(self):
+            return 5
+
+    with pytest.raises(ShapeBucketError, match=r"Odd.shapes\(\) returned 5"):
+        ShapePlan.of(BucketCollator([8, 16]), Odd())

@@ -728,3 +728,31 @@ def test_regional_prewarm_compiles_one_block_graph_per_bucket():
             batch = _gpt_batch(n, seed)
             assert torch.equal(model(**batch), ref(**batch))
     assert cc.graphs == 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{8: 2, 16: 2}, "abc", 5, None, BucketCollator([8, 16])],
+    ids=["rows-dict", "str", "int", "none", "collator"],
+)
+def test_the_guard_and_the_limit_check_refuse_what_is_not_a_plan_or_buckets(bad):
+    with pytest.raises(ShapeBucketError, match=r"check_recompile_limit takes the ShapePlan"):
+        check_recompile_limit(bad)
+    if bad is not None:  # no_recompiles() without a plan is fine
+        with (
+            pytest.raises(ShapeBucketError, match=r"no_recompiles takes the ShapePlan"),
+            no_recompiles(bad),
+        ):
+            pass
+
+
+def test_the_guard_does_not_iterate_a_sampler_passed_by_mistake():
+    from shapebucket import BucketBatchSampler
+
+    sampler = BucketBatchSampler([3, 9, 4], [8, 16], batch_size=1, shuffle=False)
+    with (
+        pytest.raises(ShapeBucketError, match=r"got BucketBatchSampler; pass ShapePlan.of"),
+        no_recompiles(sampler),
+    ):
+        pass
+    assert sampler.state_dict()["position"] == 0 and len(list(sampler)) == 3

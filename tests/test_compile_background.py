@@ -216,6 +216,7 @@ def test_bad_input_is_refused(change, match, no_launch):
         ({"poll_seconds": True}, "poll_seconds must be a number"),
         ({"cache_dir": ""}, "cache_dir must be a directory path"),
         ({"cache_dir": 3}, "cache_dir must be a directory path, got 3"),
+        ({"compile_options": {"bogus": 1}}, r"compile_options has \['bogus'\], which torch.compile"),
     ],
 )
 def test_bad_options_are_refused(options, match):

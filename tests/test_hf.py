@@ -17,6 +17,7 @@ from transformers import TrainerCallback, TrainingArguments
 
 from shapebucket import ShapeBucketError, ShapePlan, fit_packing
 from shapebucket.compile import CompileCounter
+from shapebucket.fit import Buckets
 from shapebucket.hf import BucketTrainer, PackedTrainer, Packing
 from shapebucket.hf.prewarm import prewarm_trainer
 
@@ -255,6 +256,15 @@ def test_packed_trainer_refuses_what_would_mix_samples(tmp_path):
         (lambda: PackedTrainer(packing=Packing(fit=fit, rows=2), **kw), "pass it alone"),
         (lambda: PackedTrainer(packing=Packing(), **kw), "Packing needs fit="),
         (lambda: PackedTrainer(packing=Packing(rows=2), **kw), "needs buckets="),
+    ):
+        with pytest.raises(ShapeBucketError, match=match):
+            build()
+    # checked when the Packing is made, before the Trainer is built
+    for build, match in (
+        (lambda: Packing(buckets=Buckets([32]), rows=0), "rows must be >= 1, got 0"),
+        (lambda: Packing(buckets=Buckets([32]), rows={64: 2}), "no batch size for buckets"),
+        (lambda: Packing(tokens_per_batch=-1), "tokens_per_batch must be >= 1, got -1"),
+        (lambda: Packing(tokens_per_batch=1.5), "tokens_per_batch must be an int"),
     ):
         with pytest.raises(ShapeBucketError, match=match):
             build()

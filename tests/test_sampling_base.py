@@ -246,3 +246,23 @@ def test_every_sampler_pickles_with_its_state_and_keeps_the_shape_protocol(make)
     fresh = make()
     fresh.load_state_dict(pickle.loads(pickle.dumps(s)).state_dict())
     assert list(fresh) == list(s)  # both the next epoch
+
+
+@pytest.mark.parametrize("fingerprint", [np.array(["a", "b"]), [1, 2], None])
+def test_a_corrupt_fingerprint_is_refused_as_another_configuration(fingerprint):
+    s = BucketBatchSampler([3, 5, 9], BUCKETS, batch_size=2)
+    with pytest.raises(ShapeBucketError, match="saved by a sampler with other lengths"):
+        s.check_state({**s.state_dict(), FINGERPRINT_KEY: fingerprint})
+
+
+@pytest.mark.parametrize(
+    ("make", "name"),
+    [
+        (lambda: BucketBatchSampler.for_tokens([3, 9], [8, 16], 64, batch_size=2), "batch_size"),
+        (lambda: PackedBatchSampler.for_tokens([3, 9], [8, 16], 64, rows=2), "rows"),
+        (lambda: CellBatchSampler.for_tokens([3], [1], [(8, 4)], 96, batch_size=1), "batch_size"),
+    ],
+)
+def test_for_tokens_refuses_the_count_it_computes(make, name):
+    with pytest.raises(ShapeBucketError, match=rf"for_tokens computes {name} from tokens_per_batch"):
+        make()

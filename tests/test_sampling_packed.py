@@ -99,7 +99,7 @@ def test_sampler_pickles_without_its_packed_epochs():
         ({"rows": None}, "rows must be an int >= 1 or a mapping"),
         ({"tokens_per_batch": 16}, "tokens_per_batch=16 is less than the longest row length 32"),
         # issue 30 (low): a key that is no row length was dropped without a word
-        ({"rows": {16: 2, 32: 1, 64: 1}}, r"rows names \[64\], which are not row lengths"),
+        ({"rows": {16: 2, 32: 1, 64: 1}}, r"rows names \[64\], which are not buckets of \[16, 32\]"),
         ({"rows": {16: 2}}, r"rows has no batch size for buckets \[32\]"),
         ({"rows": 0}, "rows"),
         ({"rows": 2, "rank": 2, "num_replicas": 2}, "rank 2 is not < num_replicas 2"),

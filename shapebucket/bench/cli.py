@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .._argparse import Parser, output_path, plot_formats
+from .._argparse import MAX_DRAWN, Parser, output_path, plot_formats
 from .._validate import check_int
 from ..data import read_lengths
 from ..errors import ShapeBucketError
@@ -254,6 +254,7 @@ def _resolve(args: argparse.Namespace) -> None:
         "vocab",
     ):
         check_int(f"--{key.replace('_', '-')}", getattr(args, key), minimum=1)
+    check_int("--samples", args.samples, minimum=1, maximum=MAX_DRAWN)
     check_int("--warmup-steps", args.warmup_steps, minimum=1)
     check_int("--max-len", args.max_len, minimum=8)
     check_int("--seed", args.seed, minimum=0)

@@ -111,9 +111,21 @@ class BucketedModel(torch.nn.Module):
             )
         if overflow not in ("error", "eager"):
             raise ShapeBucketError(f"overflow must be 'error' or 'eager', got {overflow!r}")
-        if isinstance(sequence_keys, (str, bytes)):
+        if sequence_keys is not None and (
+            isinstance(sequence_keys, (str, bytes))
+            or not isinstance(sequence_keys, Sequence)
+            or not sequence_keys
+            or not all(isinstance(k, str) for k in sequence_keys)
+        ):
+            one = f"[{sequence_keys!r}]" if isinstance(sequence_keys, str) else "['input_ids']"
             raise ShapeBucketError(
-                f"sequence_keys must be a list of keys; for one key write [{sequence_keys!r}]"
+                f"sequence_keys must be a non-empty list of the call's keyword names, got "
+                f"{sequence_keys!r}; for one key write {one}"
+            )
+        if pad_values is not None and not isinstance(pad_values, Mapping):
+            raise ShapeBucketError(
+                f"pad_values must be a mapping key -> number, got {pad_values!r}; for example "
+                "pad_values={'input_ids': 0}"
             )
         self.model = model
         self.overflow = overflow
@@ -261,6 +273,8 @@ class BucketedModel(torch.nn.Module):
         table = self.buckets
         too_long = [s for s in sides.values() if s.length > table[-1]]
         row_buckets = self.row_buckets or []
+        if rows == 0 and not row_buckets:
+            _refuse_empty(sides)
         too_many = bool(row_buckets) and rows > row_buckets[-1]
         if too_long or too_many:
             if self.overflow == "eager":
@@ -350,6 +364,8 @@ class BucketedModel(torch.nn.Module):
                 f"{type(example).__name__}"
             )
         rows, sides = read_call(example, self._enc_dec, self.sequence_keys)
+        if rows == 0:
+            _refuse_empty(sides, "plan(example)")
         row_counts = self.row_buckets or [rows]
         table = list(self.buckets)
         if "target" in sides and "source" in sides:
@@ -376,6 +392,15 @@ class BucketedModel(torch.nn.Module):
 def _cut_back(out: Any, call: Call) -> Any:
     """``cut_outputs``, not compiled (so a compiled wrapper has no graph per call shape)."""
     return cut_outputs(out, call)
+
+
+def _refuse_empty(sides: dict[str, Side], what: str = "the call") -> None:
+    keys = [s.keys[0] for s in sides.values()]
+    raise ShapeBucketError(
+        f"BucketedModel: {what} has 0 rows ({keys[0]!r}), so there is no planned shape to "
+        "run it at (a shape of 0 rows would compile a graph of its own); skip empty batches, "
+        "or pass row_buckets=[...] to pad them to the smallest row bucket"
+    )
 
 
 def _config_pad_values(model: Any) -> dict[str, Any]:

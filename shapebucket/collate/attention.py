@@ -89,3 +89,8 @@ def check_document_ids(document_ids: Any) -> None:
             f"document_ids must be a [rows, length] tensor (PackedCollator's document_ids), got "
             f"{shape}; for one row, pass document_ids[None]"
         )
+    if 0 in document_ids.shape:
+        raise ShapeBucketError(
+            f"document_ids has shape {tuple(document_ids.shape)}: no tokens to mask; pass a "
+            "packed batch's document_ids (at least one row of at least one token)"
+        )

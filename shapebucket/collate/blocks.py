@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
-from .._validate import check_int
+from .._validate import check_flag, check_int
 from ..errors import ShapeBucketError
+from ..plan.shapes import Shape, check_protocol
 from .attention import check_document_ids, document_mask_mod
 
 __all__ = ["BLOCK_KEYS", "WithDocumentBlocks", "block_mask_from_blocks", "document_blocks"]
@@ -57,6 +58,7 @@ def document_blocks(
     ([[[1, 1]]], [[[0, 0]]])
     """
     block_size = check_int("block_size", block_size, minimum=1)
+    causal = check_flag("causal", causal)
     check_document_ids(document_ids)
     rows, length = document_ids.shape
     n = -(-length // block_size)
@@ -116,8 +118,18 @@ def block_mask_from_blocks(
             f"blocks lacks {missing}: pass the dict document_blocks(document_ids) returned "
             "(WithDocumentBlocks puts it in the batch)"
         )
+    block_size = check_int("block_size", block_size, minimum=1)
+    causal = check_flag("causal", causal)
     check_document_ids(document_ids)
-    length = document_ids.shape[1]
+    rows, length = document_ids.shape
+    want = (rows, 1, -(-length // block_size))
+    got = tuple(getattr(blocks["kv_num_blocks"], "shape", ()))
+    if got != want:
+        raise ShapeBucketError(
+            f"blocks['kv_num_blocks'] has shape {got}, but document_ids {tuple(document_ids.shape)} "
+            f"with block_size={block_size} needs {want}: the blocks were made for another batch "
+            "or block size; pass the blocks of this batch, made with the same block_size"
+        )
 
     return BlockMask.from_kv_blocks(
         blocks["kv_num_blocks"],
@@ -151,6 +163,10 @@ class WithDocumentBlocks:
 
     def __post_init__(self) -> None:
         check_int("block_size", self.block_size, minimum=1)
+        check_flag("causal", self.causal)
+        for name in ("key", "document_key"):
+            if not isinstance(getattr(self, name), str):
+                raise ShapeBucketError(f"{name} must be a str, got {getattr(self, name)!r}")
         if not callable(self.collator):
             raise ShapeBucketError(
                 f"WithDocumentBlocks wraps a collate function (a PackedCollator), got "
@@ -165,7 +181,38 @@ class WithDocumentBlocks:
                 f"with document_key={self.document_key!r}), got "
                 f"{sorted(batch) if isinstance(batch, Mapping) else type(batch).__name__}"
             )
+        if self.key in batch:
+            raise ShapeBucketError(
+                f"the batch already has a key {self.key!r}, where WithDocumentBlocks puts the "
+                f"blocks; pass another key= (keys of the batch: {sorted(batch)})"
+            )
+        return self._with_blocks(batch)
+
+    def _with_blocks(self, batch: Mapping[str, Any]) -> dict[str, Any]:
         blocks = document_blocks(
             batch[self.document_key], causal=self.causal, block_size=self.block_size
         )
         return {**batch, self.key: blocks}
+
+    # -- the collator protocol (shapebucket.plan.ShapedCollator), the wrapped collator's --
+
+    @property
+    def packs(self) -> bool:
+        """Whether the wrapped collator packs (pairs it with a packed sampler)."""
+        return bool(getattr(self.collator, "packs", False))
+
+    def shapes(self, sampler: Any = None) -> frozenset[Shape]:
+        """The wrapped collator's shapes (the blocks' shapes follow from each)."""
+        check_protocol(self.collator, "WithDocumentBlocks")
+        return frozenset(self.collator.shapes(sampler))
+
+    def repad(self, batch: Any, shape: Shape) -> dict[str, Any]:
+        """The wrapped collator's ``repad`` of ``batch`` without the blocks, and the blocks
+        of the re-padded batch: what this function makes at ``shape``."""
+        check_protocol(self.collator, "WithDocumentBlocks")
+        if not isinstance(batch, Mapping):
+            raise ShapeBucketError(
+                f"repad needs a dict batch this collator made, got {type(batch).__name__}"
+            )
+        inner = self.collator.repad({k: v for k, v in batch.items() if k != self.key}, shape)
+        return self._with_blocks(inner)

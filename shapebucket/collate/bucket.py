@@ -134,6 +134,8 @@ class BucketCollator(Collator):
                 "pass rows (rows per bucket, training: BucketCollator(buckets, rows=...)) or "
                 "row_buckets (row counts to pad to, inference: with_row_buckets), not both"
             )
+        if isinstance(row_buckets, np.ndarray) and row_buckets.ndim == 1:
+            row_buckets = row_buckets.tolist()
         if isinstance(row_buckets, (str, bytes)) or not isinstance(row_buckets, Sequence):
             raise ShapeBucketError(f"row_buckets must be a list of ints >= 1, got {row_buckets!r}")
         sizes = [check_int(f"row_buckets[{i}]", v, minimum=1) for i, v in enumerate(row_buckets)]

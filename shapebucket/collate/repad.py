@@ -27,6 +27,7 @@ from .._validate import check_fits_in_memory
 from ..errors import ShapeBucketError
 from ..plan.shapes import Shape
 from .engine import Key, pad_rows, regrid, regrid_boundaries
+from .values import check_pad_fits
 
 __all__ = ["Items", "Rule", "items_of", "repad_batch"]
 
@@ -74,6 +75,9 @@ def repad_batch(batch: Any, shape: Shape, rules: Mapping[Key, Rule], *, left: bo
     """
     items = items_of(batch)
     grid = _grid(items, rules, shape)
+    for k, v in items:  # a pad that does not fit would wrap (-100 in uint8 is 156) or raise
+        if rules[k].kind in ("sequence", "row") and isinstance(v, torch.Tensor):
+            check_pad_fits(k, rules[k].pad, v.dtype)
     check_fits_in_memory(shape.rows, max(shape.lengths), len(items), list(shape.lengths))
     out: Items = []
     for k, v in items:

@@ -19,6 +19,7 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from .. import _torch_compat as compat
@@ -49,7 +50,8 @@ def check_recompile_limit(
     ...
     shapebucket.errors.ShapeBucketError: 3 buckets exceed the compiler's recompile limit of 2 per function: past it torch.compile silently runs eagerly. Use at most 2 buckets (e.g. shapebucket.fit_buckets(lengths, k=2)), or raise the limit with torch.compile(..., recompile_limit=3) or shapebucket.prewarm(...), which does it for you
     """
-    n = len(shapes) if isinstance(shapes, ShapePlan) else len(as_buckets(shapes))
+    table = _table_of(shapes, "check_recompile_limit")
+    n = len(table)
     what = "shapes" if isinstance(shapes, ShapePlan) else "buckets"
     limit = compat.get_recompile_limit() if limit is None else check_int("limit", limit, minimum=1)
     if n > limit:
@@ -60,6 +62,26 @@ def check_recompile_limit(
             f"torch.compile(..., recompile_limit={n}) or shapebucket.prewarm(...), which does "
             "it for you"
         )
+
+
+def _table_of(plan: Any, where: str) -> ShapePlan | Buckets:
+    """``plan`` (a :class:`ShapePlan`) as it is, or a bucket table (``Buckets``, a list or
+    an array of ints) as ``Buckets``; anything else (a sampler, a collator, a dict) is
+    refused naming what ``where`` takes.
+
+    >>> _table_of([8, 16], "no_recompiles")
+    Buckets([8, 16])
+    """
+    if isinstance(plan, (ShapePlan, Buckets)):
+        return plan
+    if isinstance(plan, np.ndarray) or (
+        isinstance(plan, Sequence) and not isinstance(plan, (str, bytes))
+    ):
+        return as_buckets(plan)
+    raise ShapeBucketError(
+        f"{where} takes the ShapePlan that was prewarmed (or a bucket table: a list of ints), "
+        f"got {type(plan).__name__}; pass ShapePlan.of(collator, sampler)"
+    )
 
 
 # -- mark_dynamic ---------------------------------------------------------------------
@@ -310,11 +332,7 @@ def no_recompiles(
     ...     print(str(e).splitlines()[0][:80])
     recompile inside no_recompiles(): input 'x' has size 16 at dim 1, a shape that w
     """
-    table: Any = None
-    if isinstance(plan, ShapePlan):
-        table = plan
-    elif plan is not None:
-        table = as_buckets(plan)
+    table = None if plan is None else _table_of(plan, "no_recompiles")
     hits = compat.recompile_limit_hits()
     if hits:
         names = sorted(set(_SEEN_LIMIT_HITS))

@@ -7,9 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
-from ..fit.packing import rows_for_tokens
+from ..fit.packing import rows_by_length, rows_for_tokens
 from ..fit.packing_fit import PackingFitReport, fit_packing
 
 __all__ = ["Packing"]
@@ -51,6 +52,11 @@ class Packing:
             )
         if self.rows is not None and self.buckets is None:
             raise ShapeBucketError("Packing(rows=...) needs buckets= (the row lengths)")
+        # checked here, before the Trainer is built (the sampler would refuse them later)
+        if self.tokens_per_batch is not None:
+            check_int("tokens_per_batch", self.tokens_per_batch, minimum=1)
+        if self.rows is not None and self.buckets is not None:
+            rows_by_length(self.buckets, self.rows)
 
     def resolve(self, lengths: Any) -> tuple[Buckets, Any]:
         """``(buckets, rows)`` for the sampler, fitting the row lengths to ``lengths`` when

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..errors import ShapeBucketError
@@ -52,18 +53,21 @@ def as_plan(
                 "example=next(iter(loader))"
             )
         return plan
-    if not isinstance(plan, Buckets) and (
-        isinstance(plan, (str, bytes))
-        or not isinstance(plan, Sequence)
-        or not plan
-        or not all(isinstance(b, int) and not isinstance(b, bool) for b in plan)
+    if not isinstance(plan, (Buckets, np.ndarray)) and (
+        isinstance(plan, (str, bytes)) or not isinstance(plan, Sequence)
     ):
         raise ShapeBucketError(
             f"{caller} takes a ShapePlan (or the buckets and example=), got "
             f"{type(plan).__name__}: build it with ShapePlan.of(collator, sampler) or "
             "ShapePlan.from_function(shapes, make_batch)"
         )
-    buckets = as_buckets(plan)
+    try:  # a list or array of bucket lengths: Buckets names a bad one (a float, a bool, 0)
+        buckets = as_buckets(plan)
+    except ShapeBucketError as e:
+        raise ShapeBucketError(
+            f"{caller}: the buckets {plan!r} are not a bucket table ({e}); pass a ShapePlan, or "
+            "sorted, unique int lengths >= 2 with example="
+        ) from None
     if example is None:
         raise ShapeBucketError(
             f"{caller}({'model' if caller == 'prewarm' else 'build'}, buckets) has nothing to "
@@ -96,6 +100,12 @@ def _rows_of(example: Any, buckets: Buckets, caller: str) -> int:
             f"{caller}: example has no tensor to re-pad (keys {[k for k, _ in items]})"
         )
     rows = int(tensors[0][1].shape[0])
+    if rows == 0:
+        raise ShapeBucketError(
+            f"{caller}: example[{tensors[0][0]!r}] has shape {tuple(tensors[0][1].shape)}: a "
+            "batch of 0 rows has nothing to re-pad; pass a batch of the loader "
+            "(example=next(iter(loader)))"
+        )
     fix = "build the plan with ShapePlan.of(collator, sampler) from the loader's collator"
     for k, v in tensors:
         if v.shape[0] != rows:

@@ -101,7 +101,13 @@ def sampler_shapes(sampler: Any, collator: Any, axes: int = 1) -> frozenset[Shap
             "BucketCollator, PackedBatchSampler with PackedCollator and CellBatchSampler with "
             "CellCollator (same buckets and rows)"
         )
-    shapes = [as_shape(s, what=f"{kind}.shapes()") for s in sampler.shapes()]
+    listed = sampler.shapes()
+    if isinstance(listed, (str, bytes)) or not isinstance(listed, Iterable):
+        raise ShapeBucketError(
+            f"{kind}.shapes() returned {listed!r}; it must list the (rows, *lengths) shape of "
+            "every batch the sampler yields, such as [(4, 128), (2, 256)]"
+        )
+    shapes = [as_shape(s, what=f"{kind}.shapes()") for s in listed]
     wrong = [s for s in shapes if len(s.lengths) != axes]
     if wrong:
         raise ShapeBucketError(

@@ -50,7 +50,13 @@ class Shape(tuple):  # type: ignore[type-arg]
                 f"Shape({rows!r}) has no length: write Shape(rows, length), or "
                 "Shape(rows, source, target) for two-length cells"
             )
-        return super().__new__(cls, (rows, *lengths))
+        return super().__new__(
+            cls,
+            (
+                check_int("Shape rows", rows, minimum=1),
+                *(check_int(f"Shape lengths[{i}]", n, minimum=1) for i, n in enumerate(lengths)),
+            ),
+        )
 
     def __getnewargs__(self) -> tuple[int, ...]:  # pickle: Shape(*self)
         return tuple(self)

@@ -322,7 +322,8 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         for key in _REQUIRED_KEYS:
             if key not in state:
                 raise ShapeBucketError(f"state has no {key!r}; pass what state_dict() returned")
-        if state[FINGERPRINT_KEY] != self._fingerprint():
+        saved = state[FINGERPRINT_KEY]
+        if not isinstance(saved, str) or saved != self._fingerprint():  # an array: no `!=`
             raise ShapeBucketError(
                 "state was saved by a sampler with other lengths, buckets, rows or world size; "
                 "resume with the same configuration (or start the epoch afresh with set_epoch)"

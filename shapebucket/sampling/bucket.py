@@ -15,7 +15,7 @@ import numpy as np
 from ..errors import ShapeBucketError
 from ..fit.batches import GlobalSteps, Leftovers
 from ..fit.buckets import Buckets, as_buckets
-from .common import Setting
+from .common import Setting, refuse_both
 from .grouped import GroupedBatchSampler, rows_for_budget
 
 __all__ = ["BucketBatchSampler"]
@@ -104,6 +104,7 @@ class BucketBatchSampler(GroupedBatchSampler[int]):
         >>> BucketBatchSampler.for_tokens([3, 9], [8, 16], 64, batch_multiple=4).rows
         {8: 8, 16: 4}
         """
+        refuse_both(options, 'batch_size')
         table = as_buckets(buckets)
         rows = rows_for_budget(
             table.lengths, table.lengths, tokens_per_batch, batch_multiple, "largest bucket"

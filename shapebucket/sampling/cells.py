@@ -19,7 +19,7 @@ import numpy as np
 from .._validate import check_lengths
 from ..fit.buckets import Buckets
 from ..fit.cells import Cells
-from .common import Setting
+from .common import Setting, refuse_both
 from .grouped import GroupedBatchSampler, rows_for_budget
 
 __all__ = ["CellBatchSampler"]
@@ -113,6 +113,7 @@ class CellBatchSampler(GroupedBatchSampler[Cell]):
         >>> CellBatchSampler.for_tokens([3], [9], [(8, 16), (32, 32)], 96).rows
         {(8, 16): 4, (32, 32): 1}
         """
+        refuse_both(options, 'batch_size')
         table = cells if isinstance(cells, Cells) else Cells(cells)
         widths = [s + t for s, t in table]
         rows = rows_for_budget(list(table), widths, tokens_per_batch, batch_multiple, "widest cell")

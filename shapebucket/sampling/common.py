@@ -3,13 +3,13 @@ one rank's view of an epoch's batches."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Generic, NoReturn, TypeVar, overload
 
 from .._validate import check_int
 from ..errors import ShapeBucketError
 
-__all__ = ["RankBatches", "Setting", "resolve_world"]
+__all__ = ["RankBatches", "Setting", "refuse_both", "resolve_world"]
 
 T = TypeVar("T")
 
@@ -93,3 +93,17 @@ class RankBatches(Sequence[list[int]]):
         if isinstance(t, slice):
             return [self._batches.batch(i, self._rank) for i in range(*t.indices(len(self)))]
         return self._batches.batch(t, self._rank)
+
+
+def refuse_both(options: Mapping[str, Any], name: str) -> None:
+    """A ``for_tokens`` constructor computes ``name`` from the token budget: refuse it among
+    the other ``options`` (a ``TypeError`` about multiple values otherwise).
+
+    >>> refuse_both({"shuffle": False}, "rows")
+    """
+    if name in options:
+        raise ShapeBucketError(
+            f"for_tokens computes {name} from tokens_per_batch, so {name}={options[name]!r} "
+            f"cannot be passed too; give tokens_per_batch (for_tokens) or {name} (the "
+            "constructor), not both"
+        )

@@ -4,6 +4,7 @@ compiled shapes go, and the background's CPU share."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import pickle
@@ -87,6 +88,13 @@ def check_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
     if not isinstance(options, Mapping):
         raise ShapeBucketError(
             f"compile_options must be a dict of torch.compile arguments, got {options!r}"
+        )
+    known = [n for n in inspect.signature(torch.compile).parameters if n != "model"]
+    unknown = [k for k in options if k not in known]
+    if unknown:  # else a TypeError in both processes, once training has started
+        raise ShapeBucketError(
+            f"compile_options has {unknown}, which torch.compile does not take (it takes "
+            f"{known}); inductor settings go under options={{...}}"
         )
     if options.get("dynamic", False) is not False:
         raise ShapeBucketError(

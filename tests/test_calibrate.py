@@ -177,7 +177,7 @@ def test_a_compiled_step_is_reported_as_compiled():
 def test_bucket_sampler_takes_rows_per_bucket():
     s = BucketBatchSampler([3, 5, 9, 12, 4], [8, 16], batch_size={8: 3, 16: 1}, shuffle=False)
     assert list(s) == [[0, 1, 4], [2], [3]] and s.rows == {8: 3, 16: 1}
-    with pytest.raises(ShapeBucketError, match=r"batch_size has no batch size for buckets \[16\]"):
+    with pytest.raises(ShapeBucketError, match=r"batch_size must give samples per batch for exactly the keys \[8, 16\]; it lacks \[16\]"):
         BucketBatchSampler([3], [8, 16], batch_size={8: 3})
     with pytest.raises(ShapeBucketError, match=r"batch_size\[16\] must be >= 1"):
         BucketBatchSampler([3], [8, 16], batch_size={8: 3, 16: 0})
@@ -195,3 +195,26 @@ def test_the_docs_page_runs_as_pasted(capsys):
     for block in blocks:
         exec(compile(block, "docs/calibrate.md", "exec"), namespace)
     assert "rows within" in capsys.readouterr().out
+
+
+# -- found by the probe of this round's additions ------------------------------------------
+
+
+def test_a_batch_that_ignores_its_shape_is_refused_not_measured():
+    """A make_batch that always returns one row gave rows=max_rows, silently."""
+    lin = torch.nn.Linear(16, 16)
+    with pytest.raises(ShapeBucketError, match=r"none has 2 rows at dim 0 and length 8"):
+        calibrate_rows(lin, [8], 2**16, lambda s: torch.randn(1, 8, 16), max_rows=512)
+
+
+def test_the_rng_is_put_back_when_the_first_batch_fails():
+    lin = torch.nn.Linear(16, 16)
+    state = torch.get_rng_state()
+
+    def bad(shape):
+        torch.randn(3)  # draws, then fails
+        raise ValueError("no batch")
+
+    with pytest.raises(ValueError, match="no batch"):
+        calibrate_rows(lin, [8], 2**16, bad)
+    assert torch.equal(state, torch.get_rng_state())

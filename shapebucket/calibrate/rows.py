@@ -28,7 +28,7 @@ from ..compile.recompiles import CompileCounter
 from ..compile.state import restore as restore_state
 from ..compile.state import snapshot
 from ..errors import ShapeBucketError
-from ..plan.shapes import Shape, ShapePlan
+from ..plan.shapes import Shape, ShapePlan, check_batch_shape
 from .memory import collect, device_memory, live_tensor_bytes, step_peak_bytes
 from .report import Probe, RowsReport
 
@@ -160,8 +160,10 @@ def calibrate_rows(
     restore = list(restore)
     snap = snapshot(model, *restore)
     t0 = time.perf_counter()
-    device = _device_of(make_batch(Shape(1, order[-1])))
-    restore_state(snap)
+    try:  # the first batch finds the device; whatever make_batch drew is put back
+        device = _device_of(check_batch_shape(make_batch(Shape(1, order[-1])), Shape(1, order[-1])))
+    finally:
+        restore_state(snap)
     total = _budget_bytes(budget, device)
     limit = int(total * (1 - margin))
     probes: dict[int, list[Probe]] = {}
@@ -169,7 +171,7 @@ def calibrate_rows(
     def measure(length: int, rows: int) -> bool:
         collect(device)
         try:
-            batch = make_batch(Shape(rows, length))
+            batch = check_batch_shape(make_batch(Shape(rows, length)), Shape(rows, length))
             base = live_tensor_bytes(model, *restore, batch, device=device)
             peak: int | None = base + step_peak_bytes(lambda: run_batch(model, step, batch), device)
         except torch.OutOfMemoryError:

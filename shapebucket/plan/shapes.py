@@ -137,10 +137,14 @@ def _tensor_shapes(batch: Any) -> list[tuple[int, ...]]:
     return []
 
 
-def _checked(batch: Any, shape: Shape) -> Any:
+def check_batch_shape(batch: Any, shape: Shape) -> Any:
     """``make_batch(shape)``'s batch, refused unless a tensor has ``rows`` at dim 0 and
-    ``length`` at a later dim (else prewarm compiles shapes the loader never makes). A
-    batch without tensors is the step's business and passes."""
+    ``length`` at a later dim (else prewarm compiles, or calibration measures, a shape
+    the loader never makes). A batch without tensors is the step's business and passes.
+
+    >>> check_batch_shape(torch.ones(2, 8), Shape(2, 8)).shape
+    torch.Size([2, 8])
+    """
     found = _tensor_shapes(batch)
     if found and not any(
         len(t) >= 2 and t[0] == shape.rows and shape.length in t[1:] for t in found
@@ -148,7 +152,7 @@ def _checked(batch: Any, shape: Shape) -> Any:
         raise ShapeBucketError(
             f"make_batch({tuple(shape)}) returned a batch with tensor shapes {found} "
             f"({type(batch).__name__}); none has {shape.rows} rows at dim 0 and length "
-            f"{shape.length} after it, so prewarm would compile a shape the loader never makes: "
+            f"{shape.length} after it, so it would stand for a shape the loader never makes: "
             "build each batch from shape.rows and shape.length"
         )
     return batch
@@ -298,7 +302,7 @@ class ShapePlan:
                 "a batch of it would compile a graph no loader batch uses: pass one of plan.shapes"
             )
         if self._make_batch is not None:
-            return _checked(self._make_batch(shape), shape)
+            return check_batch_shape(self._make_batch(shape), shape)
         if example is None:
             raise ShapeBucketError(
                 "this plan re-pads an example batch to each shape: pass example=next(iter(loader))"

@@ -68,7 +68,7 @@ def samples(n: int, length: int, seed: int, image: bool = False) -> list[dict[st
 @pytest.fixture
 def no_launch(monkeypatch):
     """The background process is not started: the test publishes shapes itself."""
-    monkeypatch.setattr(BackgroundCompile, "_launch", lambda self: None)
+    monkeypatch.setattr(BackgroundCompile, "launch", lambda self: None)
 
 
 def publish(bg: BackgroundCompile, *shapes, tmp_path) -> None:
@@ -367,7 +367,7 @@ def test_the_recompile_limit_is_raised_while_open_and_put_back(no_launch, fresh_
         raise OSError("cannot spawn")
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(BackgroundCompile, "_launch", fail)
+        mp.setattr(BackgroundCompile, "launch", fail)
         with pytest.raises(OSError, match="cannot spawn"):
             _start(build_flat, collate, example)
     assert compat.get_recompile_limit() == 1  # the start failed: put back too
@@ -382,7 +382,7 @@ class TrainAndEvaluate(RuleBasedStateMachine):
         super().__init__()
         compat.reset_compiler()
         self._patch = pytest.MonkeyPatch()
-        self._patch.setattr(BackgroundCompile, "_launch", lambda self: None)
+        self._patch.setattr(BackgroundCompile, "launch", lambda self: None)
         self.collate = BucketCollator([8, 16], sequence_keys=KEYS, rows=2)
         self.reference = build_flat()
         self.bg = _start(build_flat, self.collate, self.collate(samples(2, 5, 0)))

@@ -103,8 +103,9 @@ def cut_outputs(out: Any, call: Call, name: str = "") -> Any:
             return kind(**fixed)  # a ModelOutput or a dict subclass of its fields
         except TypeError:
             return kind(fixed.items())
-    if isinstance(out, tuple) and hasattr(out, "_fields"):  # a NamedTuple
-        return type(out)(*(cut_outputs(v, call, f) for f, v in zip(out._fields, out, strict=True)))
+    fields = getattr(type(out), "_fields", None)  # a NamedTuple's (documented) field names
+    if isinstance(out, tuple) and fields is not None:
+        return type(out)(*(cut_outputs(v, call, f) for f, v in zip(fields, out, strict=True)))
     if isinstance(out, (tuple, list)):
         return type(out)(cut_outputs(v, call, name) for v in out)
     return out

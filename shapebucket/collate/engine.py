@@ -140,7 +140,7 @@ class Layout:
             mask = torch.zeros(self.rows * self.length, dtype=torch.bool, device=device)
             mask[self.token_index()] = True
             return mask.view(self.rows, self.length)
-        real = self._real
+        real = self.sample_rows
         if self.rows == self.n:
             return real
         mask = torch.zeros(self.rows, self.length, dtype=torch.bool, device=device)
@@ -148,7 +148,7 @@ class Layout:
         return mask
 
     @cached_property
-    def _real(self) -> torch.Tensor:
+    def sample_rows(self) -> torch.Tensor:
         """Bool ``[n, length]`` of a one-sample-per-row layout: sample ``i``'s tokens in row ``i``."""
         if self.lengths.device.type == "cpu":  # numpy: the same compare, less overhead
             lengths = self.lengths.numpy()[:, None]
@@ -228,9 +228,9 @@ def pad(
             source = signed_view(flat)
             if not trailing and view.device.type == "cpu" and view.dtype in _NUMPY:
                 # numpy's boolean assignment: the same scatter, about 3x faster on CPU
-                view.numpy()[layout._real.numpy()] = source.numpy()
+                view.numpy()[layout.sample_rows.numpy()] = source.numpy()
             else:
-                view.masked_scatter_(layout._real.view(n, L, *([1] * len(trailing))), source)
+                view.masked_scatter_(layout.sample_rows.view(n, L, *([1] * len(trailing))), source)
     if layout.seq_dim:
         out = out.movedim(1, layout.seq_dim + 1).contiguous()
     return out

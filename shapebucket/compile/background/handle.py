@@ -272,7 +272,8 @@ class BackgroundCompile:
     def __repr__(self) -> str:
         return f"BackgroundCompile({len(self._loaded)}/{len(self._spec.order)} shapes ready)"
 
-    def _launch(self) -> None:
+    def launch(self) -> None:
+        """Spawn the background process (``compile_in_background`` calls it once)."""
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
@@ -358,7 +359,7 @@ def compile_in_background(
     try:
         bg.poll()
         if not bg.done:
-            bg._launch()
+            bg.launch()
     except BaseException:
         bg.close()
         raise

@@ -8,10 +8,12 @@ def check_resume_at_every_position(make_sampler: Callable[[], Any], epoch: int =
     """For every position k of an epoch: a fresh sampler restored from the state
     saved after k batches yields exactly the remaining batches; after the last one (the
     iterator not exhausted) the epoch is complete and the restored sampler's next pass
-    is the next epoch, as the uninterrupted sampler's is."""
+    is the next epoch (the uninterrupted sampler, pinned by ``set_epoch``, repeats its
+    epoch as ``DistributedSampler`` does)."""
     ref = make_sampler()
     ref.set_epoch(epoch)
     full = list(ref)
+    ref.set_epoch(epoch + 1)
     after = list(ref)  # the epoch after it
     for k in range(len(full) + 1):
         s = make_sampler()
@@ -23,7 +25,8 @@ def check_resume_at_every_position(make_sampler: Callable[[], Any], epoch: int =
         restored.load_state_dict(state)
         if k == len(full) > 0:
             assert state["epoch"] == epoch + 1 and state["position"] == 0
-            assert list(restored) == after == list(s), "the epoch after the end differs"
+            assert list(restored) == after, "the epoch after the end differs"
+            assert list(s) == full, "set_epoch's epoch is not pinned"
         else:
             assert head + list(restored) == full, f"resume after {k} batches differs"
 

@@ -264,3 +264,56 @@ def test_an_example_batch_taken_with_workers_follows_the_documented_rule():
     next(iter(loader))
     sampler.set_epoch(0)
     assert list(loader) == epochs[0]
+
+
+@pytest.mark.parametrize("which", ["bucket", "packed"])
+def test_set_epoch_pins_every_pass_until_the_next_set_epoch(which):
+    """As ``DistributedSampler``: after ``set_epoch(e)`` every pass is epoch ``e`` (a pass
+    a loader's prefetch ran to the end moves nothing on), while ``epoch``/``state_dict``
+    count the completed epoch, where a resumed run starts."""
+    sampler, ref = new_sampler(which, 1, 0), new_sampler(which, 1, 0)
+    ref.set_epoch(2)
+    epoch2 = list(ref)
+    sampler.set_epoch(2)
+    assert list(sampler) == epoch2
+    assert (sampler.epoch, sampler.state_dict()["epoch"], sampler.state_dict()["position"]) == (
+        3, 3, 0,
+    )  # fmt: skip
+    assert len(sampler) == len(epoch2)  # the next pass's
+    assert list(sampler) == epoch2
+    half = iter(sampler)
+    next(half)  # an abandoned pass restarts where it started
+    assert list(sampler) == epoch2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["bucket", "packed"])
+def test_stateful_loader_with_workers_resumes_after_a_finished_short_epoch(which):
+    """CI found it (stateful test): a ``StatefulDataLoader`` with workers restores a state
+    saved after its iterator ended by prefetching the next epoch whole (it fits in
+    ``prefetch_factor x num_workers``) and then discarding that iterator; the resumed run
+    skipped that epoch. ``set_epoch`` (the documented loop) now pins it."""
+    def short(which):
+        lengths = LENGTHS[:12]
+        if which == "packed":
+            s = PackedBatchSampler(lengths, [16, 32], rows={16: 2, 32: 1}, seed=5, window=9)
+        else:
+            s = BucketBatchSampler(lengths, BUCKETS, batch_size=4, seed=5)
+        loader = torchdata.StatefulDataLoader(
+            Indices(), batch_sampler=s, collate_fn=as_list, num_workers=2, prefetch_factor=2
+        )
+        return s, loader
+
+    sampler, loader = short(which)
+    ref, _ = short(which)
+    ref.set_epoch(1)
+    epoch1 = list(ref)
+    assert len(epoch1) <= 4  # the restore prefetches all of it
+    sampler.set_epoch(0)
+    for _ in loader:  # the iterator ends: the state says so
+        pass
+    state = roundtrip(loader.state_dict())
+    sampler, loader = short(which)
+    loader.load_state_dict(state)
+    sampler.set_epoch(1)
+    assert list(loader) == epoch1

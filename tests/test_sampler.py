@@ -122,15 +122,19 @@ def test_epochs_differ_and_repeat():
     s.set_epoch(2)
     b = list(s)
     assert a != b and sorted(map(sorted, a)) != sorted(map(sorted, b))
-    # a full pass moves to the next epoch by itself: the state is the next epoch's start
-    # (the loop over epoch 1 is over), and the next pass yields epoch 2
+    # a full pass completes epoch 1: the state is the next epoch's start (the loop over
+    # epoch 1 is over); set_epoch pins the order, so another pass repeats epoch 1 (as
+    # DistributedSampler), and without set_epoch a full pass moves on by itself
     s.set_epoch(1)
     list(s)
     state = s.state_dict()
     assert s.epoch == 2 and (state["epoch"], state["position"]) == (2, 0)
     assert s.state_dict(consumed=len(s) - 1)["position"] == len(s) - 1
     assert s.state_dict(consumed=len(s))["epoch"] == 2  # all consumed: epoch 1 is over
-    assert list(s) == b and s.epoch == 3
+    assert list(s) == a
+    unpinned = BucketBatchSampler(lengths, BUCKETS, batch_size=8, seed=3)
+    unpinned.load_state_dict(state)
+    assert list(unpinned) == b and unpinned.epoch == 3
     # no global RNG: numpy's global state is untouched and irrelevant
     np.random.seed(0)
     before = np.random.get_state()[1].copy()

@@ -27,7 +27,11 @@ Two limits follow from what a sampler can see:
   iterator dropped after ``next(iter(loader))`` has completed an epoch short
   enough to be fetched whole, and the next pass is the epoch after it. Call
   ``set_epoch(epoch)`` at the start of every epoch (as with
-  ``DistributedSampler``) and what was fetched before never matters;
+  ``DistributedSampler``: every pass is that epoch until the next ``set_epoch``)
+  and what was fetched before never matters. ``StatefulDataLoader`` with workers
+  restores a state saved after its iterator ended by prefetching a pass and then
+  discarding it: without ``set_epoch``, an epoch that fits in that prefetch is
+  skipped;
 - until the next pass begins, ``state_dict()`` counts the batches of the last
   pass, abandoned or not (after ``break``, that is what the loop consumed). A
   state saved right after taking an example batch counts it: pass
@@ -109,6 +113,7 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
     _begun: bool  # a pass has begun since the point was set
     _loaded: bool  # the point is a loaded resume point
     _pass: int  # the current pass's number: a superseded pass no longer moves the state
+    _pinned: int | None  # the epoch set_epoch named: every pass is of it until changed
 
     def __init__(
         self,
@@ -131,6 +136,7 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         self._num_replicas, self._rank = resolve_world(num_replicas, rank)
         self._seed = check_int("seed", seed, minimum=0)
         self._pass = 0
+        self._pinned = None
         self._start_at(0, 0)
 
     # -- what subclasses provide ------------------------------------------------------------
@@ -216,16 +222,23 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         return self._begun and self._position >= self._count(self._epoch)
 
     def _at(self) -> tuple[int, int]:
-        """Where the sampler stands: the pass in progress (or abandoned), else where the next
-        pass starts (after a completed epoch, the next epoch's first batch)."""
+        """Where the sampler stands: the pass in progress (or abandoned), else (after a
+        completed epoch) the next epoch's first batch, where a resumed run starts."""
         return (self._epoch + 1, 0) if self._done() else (self._epoch, self._position)
+
+    def _upcoming(self) -> tuple[int, int]:
+        """Where the next pass starts: where the last one started if it was abandoned;
+        after a completed epoch, the next one, or the epoch ``set_epoch`` pinned again."""
+        if not self._done():
+            return self._next
+        return (self._epoch + 1, 0) if self._pinned is None else (self._pinned, 0)
 
     def __iter__(self) -> Iterator[list[int]]:
         # A pass begins here, not at the first next(): a state saved between iter(loader)
         # and the first batch then already describes the new pass. An abandoned pass
         # restarts where it started; a completed one moves to the next epoch.
         if self._done():
-            self._next, self._loaded = (self._epoch + 1, 0), False
+            self._next, self._loaded = self._upcoming(), False
         self._pass += 1
         epoch, start = self._next
         self._epoch, self._position, self._begun = epoch, start, True
@@ -239,11 +252,16 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
             yield batches[t]
 
     def __len__(self) -> int:
-        return self._count(self._at()[0])
+        # the pass in progress's epoch (where it started), else the next pass's
+        return self._count(self._upcoming()[0])
 
     def set_epoch(self, epoch: int) -> None:
         """Use the order of ``epoch`` (as ``DistributedSampler.set_epoch``); the next pass
-        starts it from its first batch.
+        starts it from its first batch, and every pass after it is of ``epoch`` too until
+        the next ``set_epoch`` (a pass that a loader's prefetch ran to the end, or that a
+        restoring ``StatefulDataLoader`` discarded, never moves the order on). ``epoch``
+        and :meth:`state_dict` still count an epoch whose last batch was handed out as
+        done: a state saved then resumes at the next epoch.
 
         Right after :meth:`load_state_dict`, ``set_epoch`` with the loaded epoch keeps
         the loaded position, so the usual loop (``for epoch in range(start, n):
@@ -251,9 +269,9 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         state was saved instead of replaying the epoch.
         """
         epoch = check_int("epoch", epoch, minimum=0)
-        if self._loaded and not self._done() and epoch == self._next[0]:
-            return
-        self._start_at(epoch, 0)
+        if not (self._loaded and not self._done() and epoch == self._next[0]):
+            self._start_at(epoch, 0)
+        self._pinned = epoch
 
     # -- state ------------------------------------------------------------------------------
 
@@ -300,10 +318,15 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         A pass abandoned before its end leaves the resume point in place;
         ``set_epoch`` with the loaded epoch keeps it, another epoch discards it. A state
         at the end of its epoch (``position == num_batches``) is the next epoch's start.
+        An epoch pinned by ``set_epoch`` stays pinned when the state is of that epoch
+        (``StatefulDataLoader`` loads the state inside ``iter(loader)``, after the
+        loop's ``set_epoch``).
         """
         seed, epoch, position = self.check_state(state)
         self._seed = seed
         self._start_at(epoch, position, loaded=True)
+        if self._pinned != self._epoch:
+            self._pinned = None
 
     def check_state(self, state: Any) -> tuple[int, int, int]:
         """``(seed, epoch, position)`` of a saved ``state``, after checking that it fits this

@@ -293,6 +293,7 @@ def test_stateful_loader_with_workers_resumes_after_a_finished_short_epoch(which
     saved after its iterator ended by prefetching the next epoch whole (it fits in
     ``prefetch_factor x num_workers``) and then discarding that iterator; the resumed run
     skipped that epoch. ``set_epoch`` (the documented loop) now pins it."""
+
     def short(which):
         lengths = LENGTHS[:12]
         if which == "packed":

@@ -178,8 +178,13 @@ def loop_machine(workers_choices: tuple[int, ...]) -> type[RuleBasedStateMachine
         # loop used. set_epoch every epoch pins the order (the documented recipe).
         @precondition(lambda self: not (self.example and self.cfg[1] == "stateful"))
         @precondition(
-            lambda self: not (
-                self.finished and self.cfg[1] == "stateful" and self.cfg[2] and not self.uses_set_epoch
+            lambda self: (
+                not (
+                    self.finished
+                    and self.cfg[1] == "stateful"
+                    and self.cfg[2]
+                    and not self.uses_set_epoch
+                )
             )
         )
         @rule()

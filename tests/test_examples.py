@@ -53,6 +53,17 @@ def test_hf_trainer_buckets_with_torch_compile():
     assert result["limit_hits"] == 0 and result["graphs"] >= len(used)
 
 
+def test_hf_trainer_no_compile_trains_eagerly():
+    """``--no-compile`` (benchmarks/first_step_hf.py's eager baseline): no graph, no prewarm;
+    a backend given alone would turn compiling on (TrainingArguments), so none is passed."""
+    pytest.importorskip("transformers")
+    out = run([sys.executable, str(EXAMPLES / "hf_trainer.py"), "2", "--k", "2", "--no-compile"])
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+    assert result["steps"] == 2
+    assert (result["graphs"], result["prewarm_shapes"], result["prewarm_seconds"]) == (0, 0, 0.0)
+
+
 def test_serve_variable_batches_without_recompiling():
     out = run([sys.executable, str(EXAMPLES / "serve.py"), "40", "--backend", "eager"])
     assert out.returncode == 0, out.stderr[-3000:]

@@ -8,10 +8,12 @@ in OUT/compile-cache: run it twice with the same OUT and the second prewarm
 loads from the cache. Needs: pip install 'shapebucket[hf]'.
 
     python docs/examples/hf_trainer.py [STEPS] [--packing] [--out OUT] [--k K]
-        [--backend inductor|eager]
+        [--backend inductor|eager] [--no-compile]
 
 Prints one JSON line: steps, batches per bucket, graphs compiled in all and after
-the prewarm, recompile-limit hits, the prewarm's seconds and whether it loaded the cache.
+the prewarm, recompile-limit hits, the prewarm's seconds and whether it loaded the
+cache. ``--no-compile`` trains eagerly (``benchmarks/first_step_hf.py`` times the first
+step of all three: eager, compiled cold and compiled from the cache).
 """
 
 import argparse
@@ -63,6 +65,7 @@ def main():
     cli.add_argument("--out", help="output dir (default: a temporary one)")
     cli.add_argument("--backend", default="inductor", help="torch_compile_backend")
     cli.add_argument("--k", type=int, help="shapes: row lengths or buckets (default 3 or 4)")
+    cli.add_argument("--no-compile", action="store_true", help="train eagerly (no prewarm)")
     opts = cli.parse_args()
     ds = Paragraphs()
     lengths = np.array([len(x) for x in ds.data])
@@ -83,8 +86,10 @@ def main():
             max_steps=opts.steps,
             per_device_train_batch_size=8,
             learning_rate=1e-3,
-            torch_compile=True,  # the Trainer compiles; the trainer prewarms that model
-            torch_compile_backend=opts.backend,
+            # the Trainer compiles, the shapebucket trainer prewarms that model (a backend
+            # alone turns compiling on, so --no-compile passes none)
+            torch_compile=not opts.no_compile,
+            torch_compile_backend=None if opts.no_compile else opts.backend,
             use_cpu=True,
             save_strategy="no",
             report_to=[],
@@ -115,9 +120,11 @@ def main():
                 "graphs": cc.graphs,
                 "graphs_after_prewarm": cc.graphs - first.graphs,
                 "limit_hits": len(cc.limit_hits),
-                "prewarm_shapes": report.num_shapes,
-                "prewarm_seconds": round(report.total_seconds + report.verify_seconds, 2),
-                "cache_loaded": report.cache_loaded,
+                "prewarm_shapes": report.num_shapes if report else 0,  # None: eager
+                "prewarm_seconds": round(report.total_seconds + report.verify_seconds, 2)
+                if report
+                else 0.0,
+                "cache_loaded": report.cache_loaded if report else False,
                 "train_loss": result.training_loss,
             }
         )

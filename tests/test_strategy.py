@@ -259,3 +259,42 @@ def test_estimates_that_overflow_are_refused():
     )
     with pytest.raises(ShapeBucketError, match="eager_seconds=1e\\+308"):
         choose_strategy([3, 5, 200], timing, model_dim=128, job_samples=1000)
+
+
+def test_measured_step_cost_replaces_the_formula_and_the_report_says_so():
+    """Issue 31: the job-time model takes step times measured per length (a StepCost)
+    instead of ``1 + L/(6d)``. A StepCost equal to the formula gives the formula's
+    estimates; one where long rows cost much more moves the choice away from them."""
+    from shapebucket.advise.jobtime import unit_cost
+    from shapebucket.fit import StepCost
+
+    lengths = mixture_lengths(4_000)  # 6..255 tokens
+    timing = StepTiming(
+        compile_seconds=5, eager_seconds=0.2, compiled_seconds=0.1, rows=8, length=256
+    )
+    grid = [8, 64, 128, 256]
+    formula = StepCost({L: 1 + L / (6 * 64) for L in grid}, source="the formula, as a table")
+    for L in (8, 100, 256):  # linear between grid points: exact on them, close between
+        assert unit_cost(3, L, formula) == pytest.approx(
+            unit_cost(3, L, 64) / (1 + 8 / (6 * 64)), rel=1e-2
+        )
+    by_formula = choose_strategy(lengths, timing, model_dim=64, job_samples=10**6)
+    by_table = choose_strategy(lengths, timing, model_dim=formula, job_samples=10**6)
+    assert by_table.chosen.layout == by_formula.chosen.layout
+    assert by_table.chosen.mode == by_formula.chosen.mode
+    assert by_table.chosen.job_seconds == pytest.approx(by_formula.chosen.job_seconds, rel=0.02)
+    assert "the formula, as a table" in by_table.notes[0] and "(the formula)" in by_formula.notes[0]
+    assert "step cost measured at lengths [8, 64, 128, 256]" in str(by_table)
+    assert by_table.to_dict()["model_dim"] is None and by_table.to_dict()["step_cost"][256] > 0
+    # the measured cost shapes the row lengths: when a token costs the same in any row,
+    # long rows (fewer shapes, less padding) win; when long rows cost 20x per token, rows
+    # are cut close to the samples, more of them
+    flat = StepCost({8: 1.0, 256: 1.0})
+    steep = StepCost({8: 1.0, 64: 1.0, 128: 4.0, 256: 20.0})
+    rows = {}
+    for name, cost in (("flat", flat), ("steep", steep)):
+        report = choose_strategy(lengths, timing, model_dim=cost, job_samples=10**6)
+        (packed,) = [e for e in report.options if (e.layout, e.mode) == ("packing", "eager")]
+        rows[name] = list(packed.buckets)
+    assert len(rows["flat"]) < len(rows["steep"]), rows
+    assert np.mean(rows["flat"]) > np.mean(rows["steep"]), rows

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
+from ..fit.step_cost import StepCost
 
 __all__ = [
     "MODES",
@@ -38,19 +39,25 @@ __all__ = [
 MODES = ("eager", "compile-first", "compile-while-training")
 
 
-def unit_cost(rows: int, length: int, model_dim: int | None) -> float:
+def unit_cost(rows: int, length: int, model_dim: int | StepCost | None) -> float:
     """Estimated cost of one batch of ``rows x length`` tokens in a model of width
     ``model_dim``: ``rows * length * (1 + length / (6 * model_dim))`` (a transformer
     block's linear layers do about ``24 d^2`` multiply-adds per token, its dense attention
-    ``4 L d``); with ``model_dim=None``, one unit per token (``rows * length``).
+    ``4 L d``); with ``model_dim=None``, one unit per token (``rows * length``); with a
+    :class:`~shapebucket.fit.step_cost.StepCost` (step times measured on the machine),
+    ``rows * cost.row(length)``: no formula.
 
     >>> unit_cost(2, 96, 16)  # attention doubles a token's cost when L = 6 d
     384.0
     >>> unit_cost(2, 96, None)
     192
+    >>> unit_cost(2, 96, StepCost({48: 1e-6, 96: 2e-6}))  # measured: twice the cost at 96
+    384.0
     """
     if model_dim is None:
         return rows * length
+    if isinstance(model_dim, StepCost):
+        return rows * model_dim.row(length)
     return rows * length * (1 + length / (6 * model_dim))
 
 
@@ -69,16 +76,22 @@ class ShapeLoad:
 @dataclass(frozen=True)
 class Rates:
     """Seconds per cost unit (:func:`unit_cost`) eagerly and compiled, and the model width
-    the units are counted for. Build it from a timed step (:meth:`from_step`) or from a
+    (or the measured :class:`~shapebucket.fit.step_cost.StepCost`) the units are counted
+    for. Build it from a timed step (:meth:`from_step`) or from a
     rate of computed tokens (:meth:`per_token`)."""
 
     eager: float
     compiled: float
-    model_dim: int | None = None
+    model_dim: int | StepCost | None = None
 
     @classmethod
     def from_step(
-        cls, rows: int, length: int, eager_seconds: float, compiled_seconds: float, model_dim: int
+        cls,
+        rows: int,
+        length: int,
+        eager_seconds: float,
+        compiled_seconds: float,
+        model_dim: int | StepCost,
     ) -> Rates:
         """The rates of one timed ``rows x length`` step, scaled by :func:`unit_cost`."""
         units = unit_cost(rows, length, model_dim)

@@ -9,7 +9,9 @@ compiled first (every shape before the first step), and compiled while training
 switched to compiled when ready). The option with the shortest estimated job wins.
 
 Every time is an *estimate*: a batch of ``rows x L`` tokens costs
-``rows * L * (1 + L / (6 * model_dim))`` units (:func:`.jobtime.unit_cost`), the
+``rows * L * (1 + L / (6 * model_dim))`` units (:func:`.jobtime.unit_cost`), or, given
+a :class:`~shapebucket.fit.step_cost.StepCost` for ``model_dim``, the step times
+measured at each length (interpolated between them), the
 seconds of a unit come from one timed step (:class:`StepTiming`), every shape
 compiles in the timed ``compile_seconds``, and the batches of one epoch's plan are
 scaled to ``job_samples``. :attr:`StrategyReport.notes` says so under the table.
@@ -29,6 +31,7 @@ from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN, optimal_buckets
 from ..fit.packing_fit import fit_packing
 from ..fit.padding import padding_report
+from ..fit.step_cost import StepCost
 from .jobtime import MODES, Rates, ShapeLoad, fitted_sets, job_seconds, unit_cost
 from .timing import StepTiming
 
@@ -83,7 +86,7 @@ class StrategyReport:
     notes: list[str]
     num_samples: int
     job_samples: int
-    model_dim: int
+    model_dim: int | StepCost
     timing: StepTiming
     tokens_per_batch: int = 0
     batch_size: int = 64
@@ -103,7 +106,7 @@ class StrategyReport:
         t = self.timing
         lines = [
             f"strategy from the job: {self.job_samples:,} samples to train on ({self.num_samples:,} "
-            f"lengths), model_dim {self.model_dim}; timed step {t.rows}x{t.length}: eager "
+            f"lengths), {_cost_words(self.model_dim)}; timed step {t.rows}x{t.length}: eager "
             f"{t.eager_seconds:.4g} s, compiled {t.compiled_seconds:.4g} s; "
             f"{t.compile_seconds:.4g} s to compile a shape",
             f"  {'layout':<8s} {'mode':<23s} {'shapes':>6s} {'tokens':>7s} {'warm-up s':>10s} "
@@ -132,7 +135,12 @@ class StrategyReport:
             "notes": list(self.notes),
             "num_samples": self.num_samples,
             "job_samples": self.job_samples,
-            "model_dim": self.model_dim,
+            "model_dim": None if isinstance(self.model_dim, StepCost) else self.model_dim,
+            "step_cost": (
+                dict(self.model_dim.seconds_per_token)
+                if isinstance(self.model_dim, StepCost)
+                else None
+            ),
             "timing": asdict(self.timing),
             "tokens_per_batch": self.tokens_per_batch,
             "batch_size": self.batch_size,
@@ -248,13 +256,25 @@ def _reason(chosen: StrategyEstimate, best: dict[tuple[str, str], StrategyEstima
     return f"{head}; {why}"
 
 
-def _notes(timing: StepTiming, model_dim: int) -> list[str]:
+def _cost_words(model_dim: int | StepCost) -> str:
+    if isinstance(model_dim, StepCost):
+        return f"step cost measured at lengths {list(model_dim.seconds_per_token)}"
+    return f"model_dim {model_dim}"
+
+
+def _notes(timing: StepTiming, model_dim: int | StepCost) -> list[str]:
     bg = timing.background
+    if isinstance(model_dim, StepCost):
+        cost = (
+            "rows x L x the seconds per token measured at L (interpolated between "
+            f"{list(model_dim.seconds_per_token)}; {model_dim.source})"
+        )
+    else:
+        cost = f"rows*L*(1 + L/(6*{model_dim})) units (the formula)"
     return [
-        "every time is estimated, not measured: a batch of rows x L tokens costs "
-        f"rows*L*(1 + L/(6*{model_dim})) units, scaled from the one timed {timing.rows}x"
-        f"{timing.length} step; per-step overheads and kernels that do not scale that way are "
-        "not modelled",
+        f"every time is estimated, not measured: a batch of rows x L tokens costs {cost}, "
+        f"scaled from the one timed {timing.rows}x{timing.length} step; per-step overheads "
+        "and kernels that do not scale that way are not modelled",
         f"every shape is taken to compile in {timing.compile_seconds:g} s, the timed one",
         "compile-while-training: one background worker compiles the shapes one after another "
         f"({bg.compile_seconds:g} s each), switching a shape to compiled pauses training "
@@ -286,7 +306,7 @@ def choose_strategy(
     lengths: Sequence[int] | np.ndarray,
     timing: StepTiming,
     *,
-    model_dim: int,
+    model_dim: int | StepCost,
     job_samples: int,
     batch_size: int = 64,
     tokens_per_batch: int | None = None,
@@ -301,7 +321,10 @@ def choose_strategy(
         timing: the job's timings (:class:`StepTiming`: a timed step, or
             :func:`time_steps` on your model, and what compiling in the background costs).
         model_dim: the model's width (its hidden size): the attention share of a token in
-            a row of ``L`` is about ``L / (6 * model_dim)``.
+            a row of ``L`` is about ``L / (6 * model_dim)``. Or a
+            :class:`~shapebucket.fit.step_cost.StepCost`: step times measured on the
+            machine per length (``StepCost.from_steps`` of prewarm's timed steps), used
+            instead of the formula here and in :func:`fit_packing`; the notes say which.
         job_samples: samples the job trains on (epochs x dataset size).
         batch_size: rows of a bucketed batch.
         tokens_per_batch: a packed batch's tokens; default ``batch_size`` mean-length
@@ -317,7 +340,8 @@ def choose_strategy(
             f"timing must be a StepTiming (compile_seconds, eager_seconds, compiled_seconds, "
             f"rows, length), got {type(timing).__name__}; time_steps(...) measures one"
         )
-    model_dim = check_int("model_dim", model_dim, minimum=1)
+    if not isinstance(model_dim, StepCost):
+        model_dim = check_int("model_dim", model_dim, minimum=1)
     job_samples = check_int("job_samples", job_samples, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     k = check_int("k", k, minimum=1)

@@ -19,6 +19,7 @@ from .cells import Cells, cells_lower_bound, fit_cells
 from .packing import PackingReport, pack_epoch, pack_rows, rows_for_tokens
 from .packing_fit import PackingFitReport, PackingTrial, fit_packing, packing_report
 from .padding import PaddingReport, padding_report
+from .step_cost import StepCost
 
 __all__ = [
     "Buckets",
@@ -28,6 +29,7 @@ __all__ = [
     "PackingReport",
     "PackingTrial",
     "PaddingReport",
+    "StepCost",
     "cells_lower_bound",
     "cells_report",
     "cut_steps",

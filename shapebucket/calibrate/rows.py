@@ -15,6 +15,7 @@ Everything the steps change is put back after each step
 
 from __future__ import annotations
 
+import functools
 import numbers
 import time
 from collections.abc import Callable, Iterable
@@ -251,7 +252,7 @@ def _search_lengths(
     tokens = 0  # of the last length's rows: the next (shorter) length starts at as many
     for L in order:
         search.probes[L] = []
-        largest_fitting(lambda r, L=L: search.measure(L, r), max(1, tokens // L), max_rows)
+        largest_fitting(functools.partial(search.measure, L), max(1, tokens // L), max_rows)
         fitted = [p.rows for p in search.probes[L] if p.fits]
         if not fitted:
             _refuse(L, search.probes[L], budget, margin, search.limit)

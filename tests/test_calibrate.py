@@ -4,6 +4,7 @@ whose one row does not fit."""
 
 import math
 import random
+import re
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from shapebucket import BucketBatchSampler, BucketCollator, PackedBatchSampler, ShapeBucketError
 from shapebucket.calibrate import calibrate_rows, live_tensor_bytes, step_peak_bytes
+from shapebucket.calibrate.report import size
 from shapebucket.calibrate.rows import largest_fitting
 from shapebucket.plan import Shape
 
@@ -177,7 +179,10 @@ def test_a_compiled_step_is_reported_as_compiled():
 def test_bucket_sampler_takes_rows_per_bucket():
     s = BucketBatchSampler([3, 5, 9, 12, 4], [8, 16], batch_size={8: 3, 16: 1}, shuffle=False)
     assert list(s) == [[0, 1, 4], [2], [3]] and s.rows == {8: 3, 16: 1}
-    with pytest.raises(ShapeBucketError, match=r"batch_size must give samples per batch for exactly the keys \[8, 16\]; it lacks \[16\]"):
+    with pytest.raises(
+        ShapeBucketError,
+        match=r"batch_size must give samples per batch for exactly the keys \[8, 16\]; it lacks \[16\]",
+    ):
         BucketBatchSampler([3], [8, 16], batch_size={8: 3})
     with pytest.raises(ShapeBucketError, match=r"batch_size\[16\] must be >= 1"):
         BucketBatchSampler([3], [8, 16], batch_size={8: 3, 16: 0})
@@ -218,3 +223,94 @@ def test_the_rng_is_put_back_when_the_first_batch_fails():
     with pytest.raises(ValueError, match="no batch"):
         calibrate_rows(lin, [8], 2**16, bad)
     assert torch.equal(state, torch.get_rng_state())
+
+
+# -- found by the bad-input probe of calibrate_rows -----------------------------------------
+
+
+def test_an_optimizer_stepped_in_step_and_not_listed_is_put_back(budget):
+    """restore=[] while step() steps opt: the probing's moments and step counts stayed."""
+    model, opt, step = _setup()
+    step(torch.randn(2, 8, D))  # the optimizer has state to keep
+    state = {k: {n: t.clone() for n, t in s.items()} for k, s in opt.state_dict()["state"].items()}
+    params = {k: v.clone() for k, v in model.state_dict().items()}
+    report = calibrate_rows(model, [16, 64], budget, make_batch, step=step)
+    after = opt.state_dict()["state"]
+    assert after.keys() == state.keys()
+    for k, s in state.items():
+        assert all(torch.equal(t, after[k][n]) for n, t in s.items()), k
+    assert all(torch.equal(v, params[k]) for k, v in model.state_dict().items())
+    # the step that found the optimizer measured its state copy: it is measured again
+    listed = calibrate_rows(model, [16, 64], budget, make_batch, step=step, restore=[opt])
+    assert report.rows == listed.rows
+
+
+@pytest.mark.parametrize(
+    "nbytes, said",
+    [
+        (0, "0 B"),
+        (1000, "1000 B"),
+        (1024, "1.0 KiB"),
+        (1536, "1.5 KiB"),
+        (2**20 - 1, "1.0 MiB"),  # not "1024.0 KiB"
+        (3 * 2**19, "1.5 MiB"),
+        (5 * 2**30, "5.0 GiB"),
+        (3 * 2**40, "3072.0 GiB"),
+    ],
+)
+def test_bytes_read_at_every_scale(nbytes, said):
+    assert size(nbytes) == said
+
+
+def test_the_refusal_of_a_small_budget_says_its_bytes():
+    """A budget of a few KiB was printed as '0.0 MiB'."""
+    model, opt, step = _setup()
+    with pytest.raises(ShapeBucketError) as error:
+        calibrate_rows(model, [16], 4000, make_batch, step=step, restore=[opt])
+    said = str(error.value)
+    assert "0.0 MiB" not in said and "budget of 3.9 KiB less the 10% margin (3.5 KiB)" in said
+    assert re.search(r"one row peaks at \d+\.\d (KiB|MiB)", said), said
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"make_batch": 3}, r"calibrate_rows: make_batch must be a function Shape -> batch, got 3"),
+        ({"make_batch": None}, r"make_batch must be a function Shape -> batch, got None"),
+        (
+            {"step": "train"},
+            r"calibrate_rows: step must be a function batch -> None .* got 'train'",
+        ),
+        ({"restore": 3}, r"calibrate_rows: restore must be a list .* got 3"),
+        ({"restore": [3]}, r"calibrate_rows: cannot snapshot an int \(restore\[0\]\)"),
+        ({"model": "gpt", "step": None}, r"calibrate_rows runs model\(\*\*batch\) without a step"),
+        ({"model": None, "step": None}, r"calibrate_rows needs a model or a step function"),
+    ],
+)
+def test_wrong_types_are_refused_up_front(kwargs, match):
+    model, opt, step = _setup()
+    args = {"model": model, "make_batch": make_batch, "step": step, "restore": [opt], **kwargs}
+    drawn = torch.get_rng_state()
+    with pytest.raises(ShapeBucketError, match=match):
+        calibrate_rows(args.pop("model"), [16], 2**20, args.pop("make_batch"), **args)
+    assert torch.equal(drawn, torch.get_rng_state())  # refused before any batch was made
+
+
+def test_a_bare_optimizer_as_restore_is_one_object_as_in_prewarm(budget):
+    model, opt, step = _setup()
+    step(torch.randn(2, 8, D))
+    state = {k: {n: t.clone() for n, t in s.items()} for k, s in opt.state_dict()["state"].items()}
+    calibrate_rows(model, [16], budget, make_batch, step=step, restore=opt, max_rows=4)
+    after = opt.state_dict()["state"]
+    assert all(torch.equal(t, after[k][n]) for k, s in state.items() for n, t in s.items())
+
+
+def test_the_shared_checks_name_calibrate_rows():
+    """Checks shared with prewarm said 'prewarm' when calibrate_rows ran them."""
+    lin = torch.nn.Linear(16, 16)
+
+    def batch(shape):
+        return {"input": torch.randn(shape.rows, shape.length, 16), "position_ids": torch.ones(1)}
+
+    with pytest.raises(ShapeBucketError, match=r"^calibrate_rows called model\(\*\*batch\)"):
+        calibrate_rows(lin, [8], 2**20, batch, max_rows=2)

@@ -269,7 +269,13 @@ def test_prewarm_bad_arguments():
     with pytest.raises(ShapeBucketError, match="modes must be shapebucket.compile modes"):
         prewarm(None, PLAN, batch_of([3]), step=lambda b: None, modes=["specialize"])  # type: ignore[list-item]
     with pytest.raises(ShapeBucketError, match="pass each mode once"):
-        prewarm(None, PLAN, batch_of([3]), modes=[RecompileLimit(), RecompileLimit(False)])
+        prewarm(
+            None,
+            PLAN,
+            batch_of([3]),
+            step=lambda b: None,
+            modes=[RecompileLimit(), RecompileLimit(False)],
+        )
 
 
 def test_recompile_limit_raised_or_refused():

@@ -207,3 +207,13 @@ def test_job_key_tells_classes_without_source_apart():
     step_a = classes_from_source("def Net(b):\n    return b + 1\n")
     step_b = classes_from_source("def Net(b):\n    return b + 2\n")
     assert job_key(None, step_a, batches) != job_key(None, step_b, batches)
+
+
+def test_a_file_in_the_way_of_the_cache_is_removed_once_the_cache_is_in_place(tmp_path):
+    """A plain file at the cache's path was moved aside to .cache.old-* and left there."""
+    cache = tmp_path / "cache"
+    cache.write_bytes(b"not a cache")
+    with compat.fresh_inductor_cache(str(make_live(tmp_path))):
+        save_compile_cache(cache)
+    assert cache.is_dir() and loads_cleanly(cache)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "live"]  # nothing aside

@@ -36,6 +36,7 @@ def python(code: str, env: dict[str, str] | None = None) -> subprocess.Popen:
 def test_a_held_lock_makes_the_other_wait_and_times_out(tmp_path):
     with (
         cache_lock(tmp_path / "cache"),
+        pytest.warns(UserWarning, match="waiting for"),
         pytest.raises(ShapeBucketError, match=r"cache\.lock for more than 0\.2 s"),
         cache_lock(tmp_path / "cache", timeout=0.2),
     ):
@@ -139,3 +140,65 @@ def test_two_processes_on_one_empty_cache_one_builds_one_loads(tmp_path):
     assert built[0]["how"] == ["compiled"] and not built[0]["loaded"]
     assert loaded[0]["how"] == ["cache"] and not loaded[0]["saved"]
     assert loaded[0]["wait"] > 0.05  # it waited for the builder
+
+
+# -- found by the bad-input probe of the cache lock ------------------------------------------
+
+
+def test_a_lock_path_that_is_a_directory_is_refused(tmp_path):
+    """<key>.lock as a directory raised a raw IsADirectoryError."""
+    (tmp_path / "cache.lock").mkdir()
+    with (
+        pytest.raises(ShapeBucketError, match=r"cache\.lock is a directory.*remove it"),
+        cache_lock(tmp_path / "cache"),
+    ):
+        pass
+
+
+def test_a_waiting_process_is_told_once_who_holds_the_lock(tmp_path):
+    """A held lock was waited on in silence; the notice comes once, the timeout names the
+    seconds waited."""
+    with cache_lock(tmp_path / "cache"), warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with (
+            pytest.raises(ShapeBucketError, match=r"cache\.lock .*waited 0\.\d s"),
+            cache_lock(tmp_path / "cache", timeout=0.3),
+        ):
+            pass
+    notices = [str(w.message) for w in said if "waiting for" in str(w.message)]
+    assert len(notices) == 1, notices
+    assert f"held by pid {os.getpid()}" in notices[0] and "cache.lock" in notices[0]
+    assert "end that process" in notices[0]
+
+
+def test_the_default_wait_is_bounded():
+    import inspect
+
+    from shapebucket.compile import Cache
+    from shapebucket.compile.lock import WAIT_S
+
+    assert WAIT_S == 1800.0
+    assert inspect.signature(cache_lock).parameters["timeout"].default == WAIT_S
+    assert Cache("c").timeout == WAIT_S and Cache("c", timeout=None).timeout is None
+    with pytest.raises(
+        ShapeBucketError, match=r"Cache\(timeout\) must be a finite number > 0, got 0; pass seconds"
+    ):
+        Cache("c", timeout=0)
+
+
+def test_the_cache_mode_gives_up_on_a_lock_held_too_long(tmp_path):
+    import torch
+
+    from shapebucket import prewarm
+    from shapebucket.compile import Cache
+    from shapebucket.plan import ShapePlan
+
+    model = torch.nn.Linear(8, 8)  # not compiled: only the key and the lock matter here
+    plan = ShapePlan.from_function([(2, 8)], lambda s: torch.ones(s.rows, s.length))
+    path = prewarm(model, plan, modes=[Cache(tmp_path)], progress=False).cache_path
+    with (
+        cache_lock(path),  # another builder holds the key
+        pytest.warns(UserWarning, match="waiting for"),
+        pytest.raises(ShapeBucketError, match=r"\.lock .*waited 0\.\d s.*Cache\(dir, timeout="),
+    ):
+        prewarm(model, plan, modes=[Cache(tmp_path, timeout=0.2)], progress=False)

@@ -86,12 +86,14 @@ class RowsReport:
 
 
 def size(nbytes: int) -> str:
-    """Bytes in the largest binary unit that keeps the number >= 1.
+    """Bytes in the largest binary unit that keeps the number >= 1 as printed: the one
+    byte formatting of calibration's reports and errors (a budget of a few KiB reads as
+    KiB, never as ``0.0 MiB``; ``2**20 - 1`` reads as ``1.0 MiB``, not ``1024.0 KiB``).
 
-    >>> size(512), size(3 * 2**19), size(5 * 2**30)
-    ('512 B', '1.5 MiB', '5.0 GiB')
+    >>> size(512), size(1536), size(3 * 2**19), size(2**20 - 1), size(5 * 2**30)
+    ('512 B', '1.5 KiB', '1.5 MiB', '1.0 MiB', '5.0 GiB')
     """
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
+        if nbytes >= scale * 1023.95 / 1024:  # what would print as 1024.0 of the unit below
             return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes} B"
+    return f"{int(nbytes)} B"

@@ -15,22 +15,24 @@ Everything the steps change is put back after each step
 
 from __future__ import annotations
 
+import functools
 import numbers
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from .._validate import check_int
-from ..compile.prewarm import run_batch
+from ..compile.prewarm import check_callables, run_batch
 from ..compile.recompiles import CompileCounter
+from ..compile.state import Snapshot, optimizers_stepped, restore_objects, snapshot
 from ..compile.state import restore as restore_state
-from ..compile.state import snapshot
 from ..errors import ShapeBucketError
 from ..plan.shapes import Shape, ShapePlan, check_batch_shape
 from .memory import collect, device_memory, live_tensor_bytes, step_peak_bytes
-from .report import Probe, RowsReport
+from .report import Probe, RowsReport, size
 
 __all__ = ["calibrate_rows", "largest_fitting"]
 
@@ -123,6 +125,57 @@ def largest_fitting(fits: Callable[[int], bool], start: int, max_rows: int) -> i
     return lo
 
 
+@dataclass
+class _Search:
+    """What every measured step of one calibration shares."""
+
+    model: Any
+    step: Callable[[Any], Any] | None
+    make_batch: Callable[[Shape], Any]
+    restore: list[Any]
+    snap: Snapshot
+    found: dict[torch.optim.Optimizer, Snapshot]
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    limit: int = 0
+    probes: dict[int, list[Probe]] = field(default_factory=dict)
+
+    def put_back(self) -> None:
+        """The optimizers found stepping first, then the snapshot taken before any step."""
+        for other in self.found.values():
+            restore_state(other)
+        restore_state(self.snap)
+
+    def peak(self, length: int, rows: int) -> int | None:
+        """One step's peak in bytes (``None``: out of memory), everything put back after."""
+        collect(self.device)
+        try:
+            batch = check_batch_shape(self.make_batch(Shape(rows, length)), Shape(rows, length))
+            base = live_tensor_bytes(
+                self.model, *self.restore, *self.found, batch, device=self.device
+            )
+
+            def run() -> None:
+                run_batch(self.model, self.step, batch, "calibrate_rows")
+
+            return base + step_peak_bytes(run, self.device)
+        except torch.OutOfMemoryError:
+            return None
+        finally:
+            batch = None
+            self.put_back()
+
+    def measure(self, length: int, rows: int) -> bool:
+        """Whether ``rows`` rows at ``length`` fit. A step in which an optimizer not in
+        ``restore`` stepped for the first time copied its state inside the measured step
+        (:func:`~shapebucket.compile.state.optimizers_stepped`), so it is measured again."""
+        known = -1
+        while known != len(self.found):
+            known = len(self.found)
+            peak = self.peak(length, rows)
+        self.probes[length].append(Probe(rows, peak, peak is not None and peak <= self.limit))
+        return self.probes[length][-1].fits
+
+
 def calibrate_rows(
     model: Any,
     lengths: Iterable[int] | ShapePlan,
@@ -143,9 +196,11 @@ def calibrate_rows(
     the device's memory (a float in (0, 1]); a step fits when its peak (see
     :mod:`shapebucket.calibrate.memory`) is at most ``budget * (1 - margin)``.
     The model and everything in ``restore`` (optimizers, a ``GradScaler``, an
-    EMA model) are put back bitwise after every step. A length whose single
-    row does not fit raises :class:`ShapeBucketError`. Pass the eager model
-    (see :class:`RowsReport` ``why``).
+    EMA model; one object or a list) are put back bitwise after every step, and
+    so is an optimizer that ``step`` steps without being passed (found as
+    :func:`~shapebucket.prewarm` finds it). A length whose single row does not
+    fit raises :class:`ShapeBucketError`. Pass the eager model (see
+    :class:`RowsReport` ``why``).
 
     >>> model = torch.nn.Sequential(torch.nn.Linear(16, 16))
     >>> batch = lambda s: torch.randn(s.rows, s.length, 16)
@@ -157,50 +212,59 @@ def calibrate_rows(
     max_rows = check_int("max_rows", max_rows, minimum=1)
     if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or not 0 <= margin < 1:
         raise ShapeBucketError(f"margin must be a fraction in [0, 1), got {margin!r}")
-    restore = list(restore)
-    snap = snapshot(model, *restore)
+    check_callables(model, step, "calibrate_rows")
+    if not callable(make_batch):
+        raise ShapeBucketError(
+            f"calibrate_rows: make_batch must be a function Shape -> batch, got "
+            f"{make_batch!r:.80}; pass one that builds a batch of shape.rows x shape.length "
+            "on the job's device, as the collator makes them"
+        )
+    objects = restore_objects(restore, "calibrate_rows")
     t0 = time.perf_counter()
-    try:  # the first batch finds the device; whatever make_batch drew is put back
-        device = _device_of(check_batch_shape(make_batch(Shape(1, order[-1])), Shape(1, order[-1])))
-    finally:
-        restore_state(snap)
-    total = _budget_bytes(budget, device)
-    limit = int(total * (1 - margin))
-    probes: dict[int, list[Probe]] = {}
-
-    def measure(length: int, rows: int) -> bool:
-        collect(device)
-        try:
-            batch = check_batch_shape(make_batch(Shape(rows, length)), Shape(rows, length))
-            base = live_tensor_bytes(model, *restore, batch, device=device)
-            peak: int | None = base + step_peak_bytes(lambda: run_batch(model, step, batch), device)
-        except torch.OutOfMemoryError:
-            peak = None
+    with optimizers_stepped(o for o in objects if isinstance(o, torch.optim.Optimizer)) as found:
+        search = _Search(model, step, make_batch, objects, snapshot(model, *objects), found)
+        try:  # the first batch finds the device; whatever make_batch drew is put back
+            first = make_batch(Shape(1, order[-1]))
+            search.device = _device_of(check_batch_shape(first, Shape(1, order[-1])))
         finally:
-            batch = None
-            restore_state(snap)
-        probes[length].append(Probe(rows, peak, peak is not None and peak <= limit))
-        return probes[length][-1].fits
+            first = None
+            search.put_back()
+        total = _budget_bytes(budget, search.device)
+        search.limit = int(total * (1 - margin))
+        with CompileCounter() as cc:
+            _search_lengths(search, order, max_rows, total, margin)
+    collect(search.device)
+    return _report(
+        search.probes,
+        total,
+        margin,
+        search.limit,
+        time.perf_counter() - t0,
+        cc.graphs,
+        search.device,
+    )
 
+
+def _search_lengths(
+    search: _Search, order: list[int], max_rows: int, budget: int, margin: float
+) -> None:
+    """Each length, longest first, from as many tokens as the last one got."""
     tokens = 0  # of the last length's rows: the next (shorter) length starts at as many
-    with CompileCounter() as cc:
-        for L in order:
-            probes[L] = []
-            largest_fitting(lambda r, L=L: measure(L, r), max(1, tokens // L), max_rows)
-            fitted = [p.rows for p in probes[L] if p.fits]
-            if not fitted:
-                _refuse(L, probes[L], total, margin, limit)
-            tokens = max(fitted) * L
-    collect(device)
-    return _report(probes, total, margin, limit, time.perf_counter() - t0, cc.graphs, device)
+    for L in order:
+        search.probes[L] = []
+        largest_fitting(functools.partial(search.measure, L), max(1, tokens // L), max_rows)
+        fitted = [p.rows for p in search.probes[L] if p.fits]
+        if not fitted:
+            _refuse(L, search.probes[L], budget, margin, search.limit)
+        tokens = max(fitted) * L
 
 
 def _refuse(length: int, probes: list[Probe], budget: int, margin: float, limit: int) -> None:
     one = next(p for p in probes if p.rows == 1)
-    said = "ran out of memory" if one.peak is None else f"peaks at {one.peak / 2**20:.1f} MiB"
+    said = "ran out of memory" if one.peak is None else f"peaks at {size(one.peak)}"
     raise ShapeBucketError(
-        f"length {length}: one row {said}, over the budget of {budget / 2**20:.1f} MiB less the "
-        f"{margin:.0%} margin ({limit / 2**20:.1f} MiB); raise the budget or lower the margin, "
+        f"length {length}: one row {said}, over the budget of {size(budget)} less the "
+        f"{margin:.0%} margin ({size(limit)}); raise the budget or lower the margin, "
         f"or leave length {length} out (a smaller largest bucket, truncating its samples)"
     )
 

@@ -4,7 +4,8 @@ A saved cache carries ``manifest.json``: the torch version and the size and
 SHA-256 of every file. :func:`save_compile_cache` builds the whole cache in a
 temporary directory next to ``path`` and renames it into place only when
 complete, so an interrupted save leaves the previous cache (or none), never a
-half-written one. :func:`load_compile_cache` checks every field of the
+half-written one; what it replaces (the previous cache, or a plain file in the
+way) is moved aside to ``.<name>.old-*`` for the rename and removed after it. :func:`load_compile_cache` checks every field of the
 manifest and every file (none missing, changed or added) before it copies
 anything into the live inductor cache, so a truncated, edited or foreign cache
 is refused with a warning instead of being half-installed.
@@ -12,6 +13,7 @@ is refused with a warning instead of being half-installed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -91,12 +93,23 @@ def _save(path: Path, exported: set[str] | None) -> dict[str, int]:
             old = path.with_name(f".{path.name}.old-{os.getpid()}-{tmp.name[-8:]}")
             path.rename(old)
         tmp.rename(path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        if old is not None:  # the previous cache, or a file that was in the way: gone now
+            _remove(old)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return sizes
+
+
+def _remove(old: Path) -> None:
+    """Remove what a save moved aside: a directory tree, or a plain file (``rmtree``
+    alone skipped a file, which stayed as ``.<key>.old-*`` for good). The new cache is in
+    place by now, so a leftover that cannot be removed does not fail the save."""
+    if old.is_dir() and not old.is_symlink():
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            old.unlink()
 
 
 def _build(tmp: Path, previous: Path | None, exported: set[str] | None = None) -> dict[str, int]:

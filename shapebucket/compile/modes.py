@@ -30,12 +30,12 @@ from typing import Any, ClassVar
 import torch
 
 from .. import _torch_compat as compat
-from .._validate import check_flag, check_int
+from .._validate import check_flag, check_int, check_number
 from ..errors import ShapeBucketError
 from ..plan.shapes import Shape, ShapePlan
 from .cache import load_compile_cache, save_compile_cache
 from .key import describe_batch, job_key
-from .lock import cache_lock
+from .lock import WAIT_S, cache_lock
 from .recompiles import walk_batch
 from .report import PrewarmReport
 
@@ -322,6 +322,9 @@ class Specialize(Mode):
         return True
 
 
+_TIMEOUT_HINT = "; pass seconds (the default is 1800), or None to wait as long as the builder takes"
+
+
 @dataclass(frozen=True)
 class Cache(Mode):
     """Keep the compiled code between runs in ``dir/<key>``.
@@ -334,11 +337,14 @@ class Cache(Mode):
     A damaged or foreign cache is refused with a warning
     (:func:`~shapebucket.compile.load_compile_cache`). Processes sharing ``dir``
     take turns on a key (:func:`~shapebucket.compile.lock.cache_lock`): the first
-    compiles and saves, the others wait (``report.cache_wait_s``) and load it.
+    compiles and saves, the others wait (``report.cache_wait_s``; a warning says once
+    who holds the lock) and load it. ``timeout`` bounds that wait (seconds; 30 minutes,
+    enough for another rank's cold compile of many shapes; ``None``: no limit).
     """
 
     dir: str | Path = "compile-cache"
     extra: str = ""
+    timeout: float | None = WAIT_S
 
     def __post_init__(self) -> None:
         if not isinstance(self.dir, (str, Path)):
@@ -350,6 +356,8 @@ class Cache(Mode):
             )
         if not isinstance(self.extra, str):
             raise ShapeBucketError(f"Cache(extra) must be a str, got {self.extra!r}")
+        if self.timeout is not None:
+            check_number("Cache(timeout)", self.timeout, above=0, hint=_TIMEOUT_HINT)
 
     def key(self, job: Job) -> str:
         """The cache key of ``job`` (batches are made one at a time, only to describe them)."""
@@ -389,7 +397,7 @@ class Cache(Mode):
         # lock goes when the job does, also after an error; see compile.lock)
         lock = contextlib.ExitStack()
         job.memo["cache_lock"] = lock
-        job.report.cache_wait_s = lock.enter_context(cache_lock(path))
+        job.report.cache_wait_s = lock.enter_context(cache_lock(path, self.timeout))
         job.report.cache_loaded = load_compile_cache(path)
 
     def finish(self, job: Job) -> None:

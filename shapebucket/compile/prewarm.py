@@ -19,11 +19,10 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from .. import _torch_compat as compat
 from .._progress import progress as progress_bar
@@ -35,22 +34,25 @@ from ..plan.shapes import ShapePlan
 from .modes import Job, Mode, RecompileLimit
 from .recompiles import CompileCounter, no_recompiles
 from .report import PrewarmReport
-from .state import Snapshot, snapshot
+from .state import Snapshot, optimizers_stepped, restore_objects, snapshot
 from .state import restore as restore_state
 
-__all__ = ["packs", "prewarm", "refuse_cached_decoder", "run_batch"]
+__all__ = ["check_callables", "packs", "prewarm", "refuse_cached_decoder", "run_batch"]
 
 
-def run_batch(model: Any, step: Callable[[Any], Any] | None, batch: Any) -> None:
+def run_batch(
+    model: Any, step: Callable[[Any], Any] | None, batch: Any, who: str = "prewarm"
+) -> None:
     """``step(batch)``, or ``model(**batch)`` / ``model(*batch)`` / ``model(batch)`` and
-    ``backward()`` on the output (or its ``loss``) when it is a scalar that requires grad."""
+    ``backward()`` on the output (or its ``loss``) when it is a scalar that requires grad.
+    ``who`` (prewarm, calibrate_rows, ...) names the caller in its errors."""
     if step is not None:
         step(batch)
         return
     if model is None:
-        raise ShapeBucketError("prewarm needs a model or a step function")
+        raise ShapeBucketError(f"{who} needs a model or a step function")
     if isinstance(batch, Mapping):
-        out = _call_with_keys(model, batch)
+        out = _call_with_keys(model, batch, who)
     elif isinstance(batch, (list, tuple)):
         out = model(*batch)
     else:
@@ -64,7 +66,7 @@ def run_batch(model: Any, step: Callable[[Any], Any] | None, batch: Any) -> None
         loss.backward()
 
 
-def _call_with_keys(model: Any, batch: Mapping[str, Any]) -> Any:
+def _call_with_keys(model: Any, batch: Mapping[str, Any], who: str) -> Any:
     """``model(**batch)``, or a :class:`ShapeBucketError` naming the key it does not take."""
     try:
         return model(**batch)
@@ -72,7 +74,7 @@ def _call_with_keys(model: Any, batch: Mapping[str, Any]) -> Any:
         if "unexpected keyword argument" not in str(error):
             raise
         raise ShapeBucketError(
-            f"prewarm called model(**batch) with the batch's keys {sorted(batch)} and the model "
+            f"{who} called model(**batch) with the batch's keys {sorted(batch)} and the model "
             f"refused one: {error}. Let forward take it (a packed batch's position_ids and "
             "document_ids say where each sample starts: a model that ignores them attends across "
             "samples), have the collator leave it out (PackedCollator(position_key=None) / "
@@ -113,17 +115,23 @@ def packs(plan: ShapePlan) -> bool:
 _MODES = "Specialize(), Cache(dir), Inference(), CudaGraphs(), Repeat(n), RecompileLimit()"
 
 
-def _check_callables(model: Any, step: Any) -> None:
-    """A step that is not a function, or (without a step) a model that cannot be called,
-    is refused before anything is snapshotted or compiled."""
+def check_callables(model: Any, step: Any, who: str) -> None:
+    """A step that is not a function, or (without a step) no model or a model that cannot
+    be called, is refused before anything is snapshotted or run; ``who`` (prewarm,
+    calibrate_rows) names the caller in the error.
+
+    >>> check_callables(torch.nn.Linear(2, 2), None, "prewarm")  # callable: nothing to refuse
+    """
     if step is not None and not callable(step):
         raise ShapeBucketError(
-            f"step must be a function batch -> None (a whole training step), got {step!r}; "
-            "pass step=None to run model(**batch) and backward()"
+            f"{who}: step must be a function batch -> None (a whole training step), got "
+            f"{step!r:.80}; pass step=None to run model(**batch) and backward()"
         )
-    if step is None and model is not None and not callable(model):
+    if step is None and model is None:
+        raise ShapeBucketError(f"{who} needs a model or a step function; pass step=")
+    if step is None and not callable(model):
         raise ShapeBucketError(
-            f"prewarm runs model(**batch) without a step, but model is a "
+            f"{who} runs model(**batch) without a step, but model is a "
             f"{type(model).__name__} ({model!r:.60}), which cannot be called; pass the "
             "torch.compile'd module, or step=a function that runs one batch"
         )
@@ -148,24 +156,6 @@ def _check_modes(modes: Iterable[Mode]) -> tuple[Mode, ...]:
     if not any(isinstance(m, RecompileLimit) for m in checked):
         checked = (RecompileLimit(), *checked)
     return checked
-
-
-@contextlib.contextmanager
-def _optimizers_found(known: Iterable[Any]) -> Iterator[dict[int, Snapshot]]:
-    """Optimizers that step inside the block and were not passed: a global pre-hook sees
-    each before its first step, and its state is copied then (put back by the caller)."""
-    skip = {id(o) for o in known}
-    found: dict[int, Snapshot] = {}
-
-    def catch(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if id(opt) not in skip and id(opt) not in found:
-            found[id(opt)] = snapshot(None, opt)
-
-    hook = register_optimizer_step_pre_hook(catch)
-    try:
-        yield found
-    finally:
-        hook.remove()
 
 
 def _how(modes: tuple[Mode, ...], graphs: int, hits: int, misses: int) -> str:
@@ -252,13 +242,13 @@ def _run_job(
     """Inside the modes' scopes: set up, compile, restore; check the limit; verify, restore."""
     verify, progress = flags
 
-    def put_back(found: dict[int, Snapshot]) -> None:
+    def put_back(found: dict[torch.optim.Optimizer, Snapshot]) -> None:
         for other in found.values():
             restore_state(other)
         restore_state(snap)  # last: its RNG states and parameters are from before prewarm
 
     hits_before = compat.recompile_limit_hits()
-    with _optimizers_found(o for o in extra if isinstance(o, torch.optim.Optimizer)) as found:
+    with optimizers_stepped(o for o in extra if isinstance(o, torch.optim.Optimizer)) as found:
         try:
             for m in job.modes:
                 m.setup(job)
@@ -330,20 +320,14 @@ def prewarm(
     (2, 2)
     """
     plan = as_plan(plan, example, BucketCollator)
-    _check_callables(model, step)
+    check_callables(model, step, "prewarm")
     check_flag("verify", verify)
     check_flag("progress", progress)
     if packs(plan):
         refuse_cached_decoder(model, "prewarm")
-    if isinstance(restore, (str, bytes, torch.Tensor, torch.optim.Optimizer, torch.nn.Module)):
-        restore = [restore]
-    if not isinstance(restore, Iterable):
-        raise ShapeBucketError(
-            f"restore must be a list of objects to snapshot (optimizers, a GradScaler, an EMA "
-            f"model, tensors), got {restore!r}; pass () for none"
-        )
+    restore = restore_objects(restore, "prewarm")
     job = Job(model, step, plan, example, PrewarmReport(plan.shapes), _check_modes(modes))
-    _prewarm_job(job, list(restore), verify, progress)
+    _prewarm_job(job, restore, verify, progress)
     if job.report.total_graphs == 0:
         warnings.warn(
             "prewarm compiled 0 graphs: the model is not torch.compile'd (pass the compiled "

@@ -21,17 +21,20 @@ scaler that ``step`` closes over).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from ..errors import ShapeBucketError
 
-__all__ = ["Snapshot", "restore", "snapshot"]
+__all__ = ["Snapshot", "optimizers_stepped", "restore", "restore_objects", "snapshot"]
 
 
 @dataclass
@@ -124,6 +127,57 @@ def _restore_optimizer(saved: _Optimizer) -> None:
         group.update(copy.deepcopy(saved_group))
 
 
+_WHAT = (
+    "pass optimizers, modules, tensors, or objects with state_dict()/load_state_dict() "
+    "(a GradScaler, an LR scheduler)"
+)
+
+
+def _kind(obj: Any) -> str | None:
+    """How :func:`snapshot` copies ``obj`` (``"none"``: it skips it; ``None``: it cannot)."""
+    if obj is None:
+        return "none"
+    if isinstance(obj, torch.nn.Module):
+        return "module"
+    if isinstance(obj, torch.optim.Optimizer):
+        return "optimizer"
+    if isinstance(obj, torch.Tensor):
+        return "tensor"
+    if callable(getattr(obj, "state_dict", None)) and callable(
+        getattr(obj, "load_state_dict", None)
+    ):
+        return "stateful"
+    return None
+
+
+def _a(obj: Any) -> str:
+    name = type(obj).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
+def restore_objects(restore: Any, who: str) -> list[Any]:
+    """``restore=`` of ``who`` (prewarm, calibrate_rows) as a list: one object to snapshot
+    (an optimizer, a module, a tensor, a ``GradScaler``) or an iterable of them, each
+    checked before anything runs; ``who`` names the caller in the error.
+
+    >>> opt = torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1)
+    >>> restore_objects(opt, "prewarm") == [opt], restore_objects((), "prewarm")
+    (True, [])
+    """
+    if _kind(restore) not in (None, "none"):
+        return [restore]
+    if isinstance(restore, (str, bytes)) or not isinstance(restore, Iterable):
+        raise ShapeBucketError(
+            f"{who}: restore must be a list of objects to snapshot (optimizers, a GradScaler, "
+            f"an EMA model, tensors), got {restore!r:.80}; pass () for none"
+        )
+    objects = list(restore)
+    for i, obj in enumerate(objects):
+        if _kind(obj) is None:
+            raise ShapeBucketError(f"{who}: cannot snapshot {_a(obj)} (restore[{i}]): {_WHAT}")
+    return objects
+
+
 def snapshot(model: Any, *others: Any) -> Snapshot:
     """Copy what a training step of ``model`` can change (see the module's docstring).
 
@@ -143,23 +197,17 @@ def snapshot(model: Any, *others: Any) -> Snapshot:
     tensors: dict[int, torch.Tensor] = {}
     stateful: list[Any] = []
     for i, obj in enumerate((model, *others)):
-        if obj is None:
-            continue
-        if isinstance(obj, torch.nn.Module):
+        kind = _kind(obj)
+        if kind == "module":
             modules.update((id(m), m) for m in obj.modules())
-        elif isinstance(obj, torch.optim.Optimizer):
+        elif kind == "optimizer":
             optimizers.append(obj)
-        elif isinstance(obj, torch.Tensor):
+        elif kind == "tensor":
             tensors[id(obj)] = obj
-        elif callable(getattr(obj, "state_dict", None)) and callable(
-            getattr(obj, "load_state_dict", None)
-        ):
+        elif kind == "stateful":
             stateful.append(obj)
-        elif i > 0:
-            raise ShapeBucketError(
-                f"cannot snapshot a {type(obj).__name__}: pass optimizers, modules, tensors, or "
-                "objects with state_dict()/load_state_dict() (a GradScaler, an LR scheduler)"
-            )
+        elif kind is None and i > 0:
+            raise ShapeBucketError(f"cannot snapshot {_a(obj)}: {_WHAT}")
     params: dict[int, torch.Tensor] = {}
     buffers: dict[int, torch.Tensor] = {}
     attributes = []
@@ -249,3 +297,37 @@ def restore(snap: Snapshot) -> None:
     random.setstate(py_state)
     for m, mode in snap.training:
         m.training = mode
+
+
+@contextlib.contextmanager
+def optimizers_stepped(
+    known: Iterable[Any] = (),
+) -> Iterator[dict[torch.optim.Optimizer, Snapshot]]:
+    """Optimizers that step inside the block and are not in ``known``: a global pre-hook
+    (removed on exit) sees each before its first step and snapshots it then, so a caller
+    that ran steps (prewarm, calibrate_rows) puts it back with :func:`restore` even when
+    the user's step closes over it. The snapshot includes the optimizer's parameters as
+    they are inside that step: restore the caller's own snapshot after these.
+
+    >>> p = torch.nn.Parameter(torch.ones(1))
+    >>> opt = torch.optim.SGD([p], lr=0.5, momentum=0.9)
+    >>> with optimizers_stepped() as found:
+    ...     p.grad = torch.ones(1); opt.step()
+    >>> list(found) == [opt] and opt.state[p] != {}
+    True
+    >>> for snap in found.values(): restore(snap)
+    >>> opt.state[p]
+    {}
+    """
+    skip = {id(o) for o in known}
+    found: dict[torch.optim.Optimizer, Snapshot] = {}
+
+    def catch(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if id(opt) not in skip and opt not in found:
+            found[opt] = snapshot(None, opt)
+
+    hook = register_optimizer_step_pre_hook(catch)
+    try:
+        yield found
+    finally:
+        hook.remove()

@@ -123,7 +123,7 @@ def _compile_each(spec: Spec, model: torch.nn.Module, device: torch.device) -> N
         if spec.step is not None:
             spec.step(model, batch)
         else:
-            run_batch(model, None, batch)
+            run_batch(model, None, batch, "compile_in_background")
         model.zero_grad(set_to_none=True)
         seconds = time.perf_counter() - t0
         name = shape_name(i, shape)

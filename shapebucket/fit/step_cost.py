@@ -16,7 +16,7 @@ import math
 import numbers
 from bisect import bisect_right
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,8 +44,6 @@ class StepCost:
 
     seconds_per_token: Mapping[int, float]
     source: str = "measured step times"
-    _grid: tuple[int, ...] = field(init=False, repr=False, compare=False)
-    _values: tuple[float, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.seconds_per_token, Mapping) or not self.seconds_per_token:
@@ -73,8 +71,6 @@ class StepCost:
                 "than a float holds; check the units (seconds over rows x length)"
             )
         object.__setattr__(self, "seconds_per_token", table)
-        object.__setattr__(self, "_grid", grid)
-        object.__setattr__(self, "_values", values)
 
     def __hash__(self) -> int:
         return hash((tuple(self.seconds_per_token.items()), self.source))
@@ -108,7 +104,7 @@ class StepCost:
         (a fixed overhead per step); outside them, the nearest measured length's."""
         if isinstance(length, bool) or not isinstance(length, numbers.Real) or length < 0:
             raise ShapeBucketError(f"length must be a number >= 0, got {length!r}")
-        grid, values = self._grid, self._values
+        grid, values = tuple(self.seconds_per_token), tuple(self.seconds_per_token.values())
         if length <= grid[0]:
             return values[0]
         if length >= grid[-1]:
@@ -124,7 +120,7 @@ class StepCost:
         """One row of ``length`` in token units: its seconds over the cost per token at the
         shortest measured length (the formula's ``L * (1 + L / (6 d))`` counterpart); it
         never falls as the row gets longer."""
-        return length * self.per_token(length) / self._values[0]
+        return length * self.per_token(length) / next(iter(self.seconds_per_token.values()))
 
 
 def check_model_dim(value: Any) -> int | StepCost:

@@ -41,7 +41,8 @@ sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
-LAYOUTS = {"buckets": ["--k", "8"], "packed": ["--packing"]}
+LAYOUTS = {"packed": ["--packing"], "buckets": ["--k", "8"]}
+HOWS = ("eager", "cold", "warm")
 
 
 def once(how: str, layout: str, out: str, live: str) -> dict:
@@ -68,6 +69,24 @@ def once(how: str, layout: str, out: str, live: str) -> dict:
     }
 
 
+def parse_plan(p: argparse.ArgumentParser, text: str, root: Path) -> list[tuple[str, str]]:
+    """``layout:how`` items, checked before anything runs (a usage error otherwise)."""
+    plan: list[tuple[str, str]] = []
+    for item in text.split(","):
+        if item.count(":") != 1:
+            p.error(f"argument --plan: {item!r} is not layout:how (e.g. packed:cold)")
+        layout, how = item.split(":")
+        if layout not in LAYOUTS:
+            p.error(f"argument --plan: layout {layout!r} in {item!r}: one of {', '.join(LAYOUTS)}")
+        if how not in HOWS:
+            p.error(f"argument --plan: how {how!r} in {item!r}: one of {', '.join(HOWS)}")
+        cold = (layout, "cold") in plan or (root / f"out-{layout}-cold-0").is_dir()
+        if how == "warm" and not cold:
+            p.error(f"argument --plan: {item} needs {layout}:cold before it (its cache)")
+        plan.append((layout, how))
+    return plan
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--runs", type=int, default=3)
@@ -78,11 +97,13 @@ def main() -> None:
         help="layout:how items; warm runs load the cache cold run 0 saved",
     )
     a = p.parse_args()
+    if a.runs < 1:
+        p.error(f"argument --runs: must be >= 1, got {a.runs}")
+    plan = parse_plan(p, a.plan, Path(a.out))
     root = Path(a.out)
     root.mkdir(parents=True, exist_ok=True)
     results = {}
-    for item in a.plan.split(","):
-        layout, how = item.split(":")
+    for layout, how in plan:
         runs = []
         for i in range(a.runs):
             out = str(root / f"out-{layout}-{how}-{i}")

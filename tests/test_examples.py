@@ -69,3 +69,42 @@ def test_serve_variable_batches_without_recompiling():
     assert out.returncode == 0, out.stderr[-3000:]
     assert "prewarm: 9 graphs for 3 lengths x 3 batch sizes" in out.stdout
     assert "in 40 batches: 0 graphs compiled, 0 recompiles" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["0"], "steps: must be >= 1, got 0"),  # max_steps=0: the Trainer ran 3 whole epochs
+        (["-5"], "steps: must be >= 1, got -5"),
+        (["2", "--k", "0"], "--k: must be >= 1, got 0"),  # was taken as the default k
+        (["2", "--no-compile", "--backend", "eager"], "--backend .* --no-compile"),  # ignored
+    ],
+)
+def test_hf_trainer_refuses_bad_arguments(args, match):
+    """Probe 2: these ran (or trained for minutes) instead of a usage error."""
+    import re
+
+    pytest.importorskip("transformers")
+    out = run([sys.executable, str(EXAMPLES / "hf_trainer.py"), *args], timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert re.search(match, out.stderr), out.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--runs", "0"], "--runs: must be >= 1, got 0"),  # was statistics.StatisticsError
+        (["--plan", "packed"], "--plan: .packed. is not layout:how"),  # was ValueError
+        (["--plan", "packed:hot"], "'hot' .* eager, cold, warm"),  # ran as a cold run
+        (["--plan", "rows:cold"], "'rows' .* packed, buckets"),  # was KeyError, mid-run
+        (["--plan", "buckets:warm"], "buckets:warm needs buckets:cold"),  # ran cold
+    ],
+)
+def test_first_step_hf_refuses_a_bad_plan_before_running(args, match, tmp_path):
+    import re
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "first_step_hf.py"
+    out = run([sys.executable, str(script), "--out", str(tmp_path / "o"), *args], timeout=60)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert re.search(match, out.stderr), out.stderr[-2000:]
+    assert not (tmp_path / "o").exists()  # nothing started

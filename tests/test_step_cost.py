@@ -1,5 +1,7 @@
 """fit_packing with measured step times (StepCost) in place of the 1 + L/(6d) formula."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -60,3 +62,72 @@ def test_from_steps_and_interpolation():
 def test_bad_step_costs_are_refused(bad, match):
     with pytest.raises(ShapeBucketError, match=match):
         StepCost(bad)
+
+
+def test_numpy_seconds_are_numbers():
+    """Probe 2: ``np.float32`` (a median of float32 timings) was refused as not "positive,
+    finite", and ``np.int64`` too, while a Python int passed."""
+    assert StepCost({64: np.float32(2e-6), 128: np.int64(1)}).seconds_per_token[128] == 1.0
+
+
+@pytest.mark.parametrize(
+    "steps, match",
+    [
+        ([((4, 64), 1.0)], "from_steps needs"),  # not a mapping: was AttributeError
+        (None, "from_steps needs"),
+        ({64: 1.0}, r"key 64 .* \(rows, length\)"),  # was TypeError
+        ({(4,): 1.0}, r"\(rows, length\)"),  # was ValueError
+        ({(4, 64, 32): 1.0}, r"\(rows, length\)"),  # a cell shape: silently used 64 alone
+        ({(4, 0): 1.0}, "length must be >= 1"),  # was named rows
+        ({(4, 64): "1"}, "seconds"),  # a string: silently float()ed
+        ({(4, 64): True}, "seconds"),  # a bool: silently 1 s
+        ({(2**600, 2**600): 1.0}, "rows must be <="),  # was OverflowError
+    ],
+)
+def test_bad_steps_are_refused_by_name(steps, match):
+    with pytest.raises(ShapeBucketError, match=match):
+        StepCost.from_steps(steps)
+
+
+def test_lengths_source_and_spread_are_checked():
+    with pytest.raises(ShapeBucketError, match="length must be <="):
+        StepCost({2**70: 1e-6})
+    with pytest.raises(ShapeBucketError, match="source must be a str"):
+        StepCost({64: 1e-6}, source=3)  # type: ignore[arg-type]
+    # was refused later by the bucket solver, as "cost(8) must be a finite number"
+    with pytest.raises(ShapeBucketError, match="span more than a float"):
+        StepCost({1: 1e-300, 2**30: 1e300})
+
+
+def test_a_step_cost_hashes_and_pickles():
+    import pickle
+
+    cost = StepCost({64: 2e-6, 256: 3e-6})
+    assert hash(cost) == hash(StepCost({256: 3e-6, 64: 2e-6}))  # was TypeError (a dict field)
+    assert pickle.loads(pickle.dumps(cost)) == cost
+
+
+def test_a_row_never_costs_less_than_a_shorter_one():
+    """Probe 2: step times dominated by a fixed overhead (32 x 64 in 10 ms, 32 x 512 in
+    12 ms) make the per-token cost fall steeply, and its linear interpolation made a row of
+    296 dearer than one of 304: ``choose_strategy`` then failed in the bucket solver with
+    "cost must not decrease with length", naming a ``cost`` the caller never passed."""
+    from shapebucket.advise import choose_strategy
+    from shapebucket.advise.timing import StepTiming
+
+    cost = StepCost.from_steps({(32, 64): 0.010, (32, 512): 0.012})
+    rows = [cost.row(L) for L in range(1, 700)]
+    assert all(a <= b for a, b in itertools.pairwise(rows))
+    assert cost.row(64) == 64 and cost.row(512) == pytest.approx(512 * 0.012 / 0.010 / 8)
+    assert cost.row(288) == pytest.approx(64 + (76.8 - 64) / 2)  # a row's seconds linear
+    timing = StepTiming(20, 0.05, 0.03, rows=32, length=64)
+    lengths = list(range(20, 500, 7)) * 4
+    assert choose_strategy(lengths, timing, model_dim=cost, job_samples=10**5).chosen
+    with pytest.raises(ShapeBucketError, match="a row of 16 is measured cheaper than a row of 8"):
+        StepCost({8: 4e-6, 16: 1e-6})
+
+
+def test_from_steps_takes_the_plans_shapes():
+    from shapebucket.plan import Shape
+
+    assert StepCost.from_steps({Shape(4, 64): 0.001}).seconds_per_token == {64: 0.001 / 256}

@@ -298,3 +298,25 @@ def test_measured_step_cost_replaces_the_formula_and_the_report_says_so():
         rows[name] = list(packed.buckets)
     assert len(rows["flat"]) < len(rows["steep"]), rows
     assert np.mean(rows["flat"]) > np.mean(rows["steep"]), rows
+
+
+@pytest.mark.parametrize(
+    "model_dim, match",
+    [
+        (0, "model_dim must be >= 1"),  # was ZeroDivisionError
+        (-16, "model_dim must be >= 1"),  # was a cost of 0 (or below)
+        ("16", "model_dim must be an int"),  # was TypeError
+        ({64: 1e-6}, r"model_dim must be an int .* or a StepCost"),  # was TypeError
+        (True, "model_dim must be an int"),  # was taken as a width of 1
+        (16.0, "model_dim must be an int"),
+    ],
+)
+def test_unit_cost_checks_model_dim(model_dim, match):
+    """Probe 2: ``unit_cost`` (public in ``advise.jobtime``) took any ``model_dim``."""
+    from shapebucket.advise.jobtime import Rates, unit_cost
+
+    with pytest.raises(ShapeBucketError, match=match):
+        unit_cost(2, 96, model_dim)
+    with pytest.raises(ShapeBucketError, match=match):
+        Rates(1.0, 1.0, model_dim).load(2, 96, 1)
+    assert unit_cost(2, 96, np.int64(16)) == 384.0

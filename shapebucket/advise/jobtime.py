@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
-from ..fit.step_cost import StepCost
+from ..fit.step_cost import StepCost, check_model_dim
 
 __all__ = [
     "MODES",
@@ -45,7 +45,8 @@ def unit_cost(rows: int, length: int, model_dim: int | StepCost | None) -> float
     block's linear layers do about ``24 d^2`` multiply-adds per token, its dense attention
     ``4 L d``); with ``model_dim=None``, one unit per token (``rows * length``); with a
     :class:`~shapebucket.fit.step_cost.StepCost` (step times measured on the machine),
-    ``rows * cost.row(length)``: no formula.
+    ``rows * cost.row(length)``: no formula. Any other ``model_dim`` (not an int >= 1) is a
+    :class:`~shapebucket.errors.ShapeBucketError`.
 
     >>> unit_cost(2, 96, 16)  # attention doubles a token's cost when L = 6 d
     384.0
@@ -58,6 +59,8 @@ def unit_cost(rows: int, length: int, model_dim: int | StepCost | None) -> float
         return rows * length
     if isinstance(model_dim, StepCost):
         return rows * model_dim.row(length)
+    if type(model_dim) is not int or model_dim < 1:  # an int >= 1 needs no more than this
+        return unit_cost(rows, length, check_model_dim(model_dim))
     return rows * length * (1 + length / (6 * model_dim))
 
 

@@ -31,7 +31,7 @@ from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN, optimal_buckets
 from ..fit.packing_fit import fit_packing
 from ..fit.padding import padding_report
-from ..fit.step_cost import StepCost
+from ..fit.step_cost import StepCost, check_model_dim
 from .jobtime import MODES, Rates, ShapeLoad, fitted_sets, job_seconds, unit_cost
 from .timing import StepTiming
 
@@ -302,6 +302,12 @@ def _chosen(
     return min(best.values(), key=key), best
 
 
+def _default_tokens(lengths: CheckedLengths, batch_size: int, align: int) -> int:
+    """``batch_size`` mean-length samples, rounded up to whole rows of the longest row length."""
+    top = round_up(int(lengths.array.max()), align)
+    return max(top, round_up(int(np.ceil(batch_size * float(lengths.array.mean()))), top))
+
+
 def choose_strategy(
     lengths: Sequence[int] | np.ndarray,
     timing: StepTiming,
@@ -340,16 +346,13 @@ def choose_strategy(
             f"timing must be a StepTiming (compile_seconds, eager_seconds, compiled_seconds, "
             f"rows, length), got {type(timing).__name__}; time_steps(...) measures one"
         )
-    if not isinstance(model_dim, StepCost):
-        model_dim = check_int("model_dim", model_dim, minimum=1)
+    model_dim = check_model_dim(model_dim)
     job_samples = check_int("job_samples", job_samples, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     k = check_int("k", k, minimum=1)
     align = check_int("align", align, minimum=1, maximum=MAX_BUCKET)
-    top = round_up(int(checked.array.max()), align)
     if tokens_per_batch is None:
-        mean = float(checked.array.mean())
-        tokens_per_batch = max(top, round_up(int(np.ceil(batch_size * mean)), top))
+        tokens_per_batch = _default_tokens(checked, batch_size, align)
     tokens = check_int("tokens_per_batch", tokens_per_batch, minimum=1)
     rates = Rates.from_step(
         timing.rows, timing.length, timing.eager_seconds, timing.compiled_seconds, model_dim

@@ -13,7 +13,7 @@ from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .packing import PackingReport, pack_epoch, rows_for_tokens
 from .packing_search import SearchResult, halving_sets, row_cost, search_row_lengths
-from .step_cost import StepCost
+from .step_cost import StepCost, check_model_dim
 
 __all__ = [
     "MAX_TOKENS_PER_BATCH",
@@ -215,8 +215,8 @@ def fit_packing(
         "tokens_per_batch", tokens_per_batch, minimum=1, maximum=MAX_TOKENS_PER_BATCH
     )
     tolerance = check_number("tolerance", tolerance, at_least=0, below=1, hint=_TOLERANCE_HINT)
-    if model_dim is not None and not isinstance(model_dim, StepCost):
-        model_dim = check_int("model_dim", model_dim, minimum=1)
+    if model_dim is not None:
+        model_dim = check_model_dim(model_dim)
     if not isinstance(trial, PackingTrial):
         raise ShapeBucketError(
             f"trial must be a PackingTrial(window=, max_samples=, seed=), got {trial!r}"

@@ -3,27 +3,37 @@ in place of the ``1 + L / (6 * model_dim)`` formula.
 
 A pure record (no torch): the seconds per token a whole training step took at each
 measured length, from the machine (prewarm's timed steps, the benchmark's limit row,
-your own timer). Between measured lengths the cost per token is interpolated
-linearly; outside them it is held at the nearest one.
+your own timer). Between two measured lengths where the cost per token rises (attention
+dominates), the cost per token is interpolated linearly (exact for the formula); where
+it falls (a fixed overhead per step dominates), a row's seconds are (exact for an
+overhead plus a cost per token), so a longer row never costs less. Outside the measured
+lengths the cost per token is held at the nearest one.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from .._validate import check_int
+from .._validate import MAX_BUCKET, check_int, check_number
 from ..errors import ShapeBucketError
 
-__all__ = ["StepCost"]
+__all__ = ["StepCost", "check_model_dim"]
 
 
 @dataclass(frozen=True)
 class StepCost:
     """Seconds per token of a whole step at each measured length (``{length: seconds}``).
+
+    A row must not be measured cheaper than a shorter one (``length x seconds`` per token
+    may not fall from one measured length to the next): that is noise or a unit slip,
+    refused with the two lengths named.
 
     >>> cost = StepCost({64: 2e-6, 256: 3e-6})
     >>> cost.per_token(128), cost.row(64), cost.row(256)
@@ -41,40 +51,107 @@ class StepCost:
                 "StepCost needs {length: seconds per token} for at least one length, got "
                 f"{self.seconds_per_token!r}"
             )
+        if not isinstance(self.source, str):
+            raise ShapeBucketError(f"StepCost source must be a str, got {self.source!r}")
         checked = {}
         for L, s in self.seconds_per_token.items():
-            length = check_int("StepCost length", L, minimum=1)
-            if (
-                isinstance(s, bool)
-                or not isinstance(s, (int, float))
-                or not math.isfinite(s)
-                or s <= 0
-            ):
-                raise ShapeBucketError(
-                    f"StepCost: length {length} has {s!r} seconds per token; give a positive, "
-                    "finite number (a whole step's seconds over its rows x length)"
-                )
-            checked[length] = float(s)
-        object.__setattr__(self, "seconds_per_token", dict(sorted(checked.items())))
+            length = check_int("StepCost length", L, minimum=1, maximum=MAX_BUCKET)
+            checked[length] = check_number(
+                f"StepCost: length {length}'s seconds per token",
+                s,
+                above=0,
+                hint=" (a positive, finite number: a whole step's seconds over its rows x length)",
+            )
+        table = dict(sorted(checked.items()))
+        grid, values = tuple(table), tuple(table.values())
+        _check_rows_grow(grid, values)
+        if not math.isfinite(MAX_BUCKET * values[-1] / values[0]):
+            raise ShapeBucketError(
+                f"StepCost: seconds per token from {values[0]!r} to {values[-1]!r} span more "
+                "than a float holds; check the units (seconds over rows x length)"
+            )
+        object.__setattr__(self, "seconds_per_token", table)
+
+    def __hash__(self) -> int:
+        return hash((tuple(self.seconds_per_token.items()), self.source))
 
     @classmethod
     def from_steps(cls, steps: Mapping[tuple[int, int], float]) -> StepCost:
         """From whole-step seconds keyed by ``(rows, length)`` shapes (the fastest step of a
         length kept when several shapes share it)."""
+        if not isinstance(steps, Mapping):
+            raise ShapeBucketError(
+                "StepCost.from_steps needs {(rows, length): seconds of one step}, got "
+                f"{type(steps).__name__}"
+            )
         per: dict[int, float] = {}
         for shape, seconds in steps.items():
-            rows, length = (check_int("rows", v, minimum=1) for v in tuple(shape)[:2])
-            value = float(seconds) / (rows * length)
+            if not isinstance(shape, tuple) or len(shape) != 2:
+                raise ShapeBucketError(
+                    f"StepCost.from_steps: key {shape!r} is not a (rows, length) shape; key "
+                    "each step's seconds by its batch's rows and length"
+                )
+            rows = check_int("rows", shape[0], minimum=1, maximum=MAX_BUCKET)
+            length = check_int("length", shape[1], minimum=1, maximum=MAX_BUCKET)
+            value = check_number(f"seconds of the {rows}x{length} step", seconds, above=0)
+            value /= rows * length
             per[length] = min(per.get(length, value), value)
         return cls(per)
 
     def per_token(self, length: int) -> float:
-        """Seconds per token at ``length`` (linear between measured lengths)."""
-        grid = list(self.seconds_per_token)
-        return float(np.interp(length, grid, [self.seconds_per_token[L] for L in grid]))
+        """Seconds per token at ``length``: between two measured lengths, linear where the
+        cost per token rises (the formula's shape), and a row's seconds linear where it falls
+        (a fixed overhead per step); outside them, the nearest measured length's."""
+        if isinstance(length, bool) or not isinstance(length, numbers.Real) or length < 0:
+            raise ShapeBucketError(f"length must be a number >= 0, got {length!r}")
+        grid, values = tuple(self.seconds_per_token), tuple(self.seconds_per_token.values())
+        if length <= grid[0]:
+            return values[0]
+        if length >= grid[-1]:
+            return values[-1]
+        i = bisect_right(grid, length) - 1
+        (la, lb), (pa, pb) = grid[i : i + 2], values[i : i + 2]
+        t = (length - la) / (lb - la)
+        if pb >= pa:  # rising: per token linear (the formula's 1 + L/(6d) exactly)
+            return pa + t * (pb - pa)
+        return (la * pa + t * (lb * pb - la * pa)) / length  # falling: a row's seconds linear
 
     def row(self, length: int) -> float:
         """One row of ``length`` in token units: its seconds over the cost per token at the
-        shortest measured length (the formula's ``L * (1 + L / (6 d))`` counterpart)."""
-        first = next(iter(self.seconds_per_token.values()))
-        return length * self.per_token(length) / first
+        shortest measured length (the formula's ``L * (1 + L / (6 d))`` counterpart); it
+        never falls as the row gets longer."""
+        return length * self.per_token(length) / next(iter(self.seconds_per_token.values()))
+
+
+def check_model_dim(value: Any) -> int | StepCost:
+    """``value`` as an int model width >= 1, or the :class:`StepCost` it is; anything else
+    is a :class:`~shapebucket.errors.ShapeBucketError` naming both forms.
+
+    >>> check_model_dim(64)
+    64
+    >>> check_model_dim("64")
+    Traceback (most recent call last):
+    ...
+    shapebucket.errors.ShapeBucketError: model_dim must be an int (the model's width, its hidden size) or a StepCost (step times measured per length), got '64' (str)
+    """
+    if isinstance(value, StepCost):
+        return value
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ShapeBucketError(
+            "model_dim must be an int (the model's width, its hidden size) or a StepCost (step "
+            f"times measured per length), got {value!r} ({type(value).__name__})"
+        )
+    return check_int("model_dim", value, minimum=1)
+
+
+def _check_rows_grow(grid: tuple[int, ...], values: tuple[float, ...]) -> None:
+    """Refuse a row measured cheaper than a shorter one."""
+    for i in range(len(grid) - 1):
+        a, b = grid[i] * values[i], grid[i + 1] * values[i + 1]
+        if b < a:
+            raise ShapeBucketError(
+                f"StepCost: a row of {grid[i + 1]} is measured cheaper than a row of {grid[i]} "
+                f"({grid[i + 1]} x {values[i + 1]:.4g} s < {grid[i]} x {values[i]:.4g} s per "
+                "token); a longer row never costs less: time more steps (from_steps keeps the "
+                "fastest of a length) or drop one of the two lengths"
+            )

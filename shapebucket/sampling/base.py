@@ -168,8 +168,9 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
 
     @property
     def epoch(self) -> int:
-        """The epoch the sampler is in: the pass in progress's, else the next pass's (see
-        :meth:`set_epoch`)."""
+        """The epoch the sampler is in: the pass in progress's; after a completed epoch, the
+        next one, where a state saved now resumes (the next pass repeats the epoch
+        :meth:`set_epoch` pinned, if any); else the next pass's."""
         return self._at()[0]
 
     @epoch.setter

@@ -3,7 +3,7 @@ Trainer example (``docs/examples/hf_trainer.py``: a 1-layer Llama of width 32 on
 standard library's docstrings): eager (``--no-compile``), compiled cold (an empty
 output directory and an empty inductor cache) and compiled warm (the output directory
 of cold run 0, whose ``compile-cache`` prewarm loads, and an empty inductor cache), for
-8 buckets and for packing (3 row lengths).
+8 buckets and for packing (``fit_packing`` k=3).
 
     python benchmarks/first_step_hf.py --runs 3 --out /tmp/first_step_hf
 
@@ -89,8 +89,10 @@ def parse_plan(p: argparse.ArgumentParser, text: str, root: Path) -> list[tuple[
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--out", default="/tmp/first_step_hf")
+    p.add_argument("--runs", type=int, default=3, help="fresh processes per item (default 3)")
+    p.add_argument(
+        "--out", default="/tmp/first_step_hf", help="work directory and first_step_hf.json"
+    )
     p.add_argument(
         "--plan",
         default="packed:eager,packed:cold,packed:warm,buckets:eager,buckets:cold,buckets:warm",

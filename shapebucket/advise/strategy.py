@@ -329,7 +329,7 @@ def choose_strategy(
         model_dim: the model's width (its hidden size): the attention share of a token in
             a row of ``L`` is about ``L / (6 * model_dim)``. Or a
             :class:`~shapebucket.fit.step_cost.StepCost`: step times measured on the
-            machine per length (``StepCost.from_steps`` of prewarm's timed steps), used
+            machine per length (``StepCost.from_steps`` of steps you timed, e.g. with :func:`time_steps`), used
             instead of the formula here and in :func:`fit_packing`; the notes say which.
         job_samples: samples the job trains on (epochs x dataset size).
         batch_size: rows of a bucketed batch.

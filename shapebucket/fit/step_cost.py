@@ -2,7 +2,7 @@
 in place of the ``1 + L / (6 * model_dim)`` formula.
 
 A pure record (no torch): the seconds per token a whole training step took at each
-measured length, from the machine (prewarm's timed steps, the benchmark's limit row,
+measured length, from the machine (``advise.time_steps``, the benchmark's limit row,
 your own timer). Between two measured lengths where the cost per token rises (attention
 dominates), the cost per token is interpolated linearly (exact for the formula); where
 it falls (a fixed overhead per step dominates), a row's seconds are (exact for an

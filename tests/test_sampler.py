@@ -273,6 +273,7 @@ DIST_SCRIPT = textwrap.dedent(
     dist.all_gather_object(out, {"rank": dist.get_rank(), "world": s.num_replicas, "batches": batches, "buckets": buckets, "dup": s.stats.duplicated})
     if dist.get_rank() == 0:
         json.dump(out, open(sys.argv[1], "w"))
+    dist.barrier()
     dist.destroy_process_group()
     """
 )

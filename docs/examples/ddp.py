@@ -89,6 +89,7 @@ def main():
     print(line, flush=True)
     if len(sys.argv) > 2:
         Path(sys.argv[2], f"rank{rank}.json").write_text(line)
+    dist.barrier()  # every rank reaches the teardown together (gloo's can hang otherwise)
     dist.destroy_process_group()
 
 

@@ -201,6 +201,7 @@ def run_sharded(args):
     result = train(compiled, opt, plan, loader, train_step, args.steps, world)
     result.update(mode="fsdp", rank=rank, world=world, **warm)
     finish(result, args.out and Path(args.out, f"fsdp_rank{rank}.json"))
+    dist.barrier()  # every rank reaches the teardown together (gloo's can hang otherwise)
     dist.destroy_process_group()
 
 

@@ -58,26 +58,18 @@ class GraphsAtFirstStep(TrainerCallback):
             self.graphs = self.counter.graphs
 
 
-def positive(text):
-    """An argparse type: an int >= 1 (0 steps would be 3 whole epochs to the Trainer)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an int") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def main():
     cli = argparse.ArgumentParser()
-    cli.add_argument("steps", type=positive, nargs="?", default=16)
+    cli.add_argument("steps", type=int, nargs="?", default=16)
     cli.add_argument("--packing", action="store_true", help="pack samples into rows")
     cli.add_argument("--out", help="output dir (default: a temporary one)")
     cli.add_argument("--backend", help="torch_compile_backend (default inductor)")
-    cli.add_argument("--k", type=positive, help="shapes: row lengths or buckets (default 3 or 4)")
+    cli.add_argument("--k", type=int, help="shapes: row lengths or buckets (default 3 or 4)")
     cli.add_argument("--no-compile", action="store_true", help="train eagerly (no prewarm)")
     opts = cli.parse_args()
+    for flag, value in (("steps", opts.steps), ("--k", opts.k)):
+        if value is not None and value < 1:  # 0 steps would be 3 whole epochs to the Trainer
+            cli.error(f"argument {flag}: must be >= 1, got {value}")
     if opts.no_compile and opts.backend:
         cli.error(f"--backend {opts.backend} compiles; --no-compile trains eagerly: pass one")
     opts.backend = opts.backend or "inductor"

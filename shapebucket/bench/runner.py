@@ -26,7 +26,7 @@ from ..compile.recompiles import CompileCounter, mark_dynamic, no_recompiles
 from ..fit.buckets import Buckets
 from ..plan.shapes import ShapePlan
 from .batching import SEQUENCE_KEYS, Family, Setup
-from .memory import peak_memory_mb, peak_step_memory_mb, reset_peak_memory, sync
+from .memory import peak_memory_mb, peak_step_memory_mb, reset_peak_memory, step_autocast, sync
 from .strategies import PEERS, STRATEGIES, Strategy, StrategyResult
 
 __all__ = [
@@ -115,11 +115,7 @@ def training_step(
     model = s.make_model().to(s.device)
     model.load_state_dict(s.init_state)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if s.device.type == "cuda"
-        else contextlib.nullcontext()
-    )
+    autocast = step_autocast(s.device)
 
     def step(batch: dict[str, Any]) -> torch.Tensor:
         if mark is not None:
@@ -129,7 +125,9 @@ def training_step(
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss.detach()
+        # a copy: under mode="reduce-overhead" the loss lives in the CUDA graph's output
+        # memory, which the next replay overwrites (the losses are compared at the end)
+        return loss.detach().clone()
 
     return step, opt
 

@@ -8,6 +8,11 @@ value. The grid is one axis of programs (CUDA allows 2**31 - 1 on axis 0 and
 65,535 on the others), launched in chunks from ``first``. ``pad_kernel`` pads with
 it; ``probe`` stores what it computes, so a test can check offsets past 2**32
 without allocating such a batch.
+
+The integer arguments are never specialised (``do_not_specialize``): compiled triton
+passes an int argument equal to 1 as a Python constant, which has no ``.to`` (a row of
+one element, one block per row or a first launch at program 1 would not compile on a
+GPU; the interpreter passes every int as a scalar, so only a GPU run found it).
 """
 
 import triton
@@ -35,7 +40,7 @@ def _place(p, NB, offsets, lengths, n, L, F, LEFT: tl.constexpr, BLOCK: tl.const
     return r64 * L64 * F64 + e, (off + q) * F64 + f, real, inside
 
 
-@triton.jit  # type: ignore[misc]
+@triton.jit(do_not_specialize=["n", "L", "F", "first", "NB"])  # type: ignore[misc]
 def pad_kernel(
     src, offsets, lengths, pad, out, n, L, F, first, NB, LEFT: tl.constexpr, BLOCK: tl.constexpr
 ):  # fmt: skip
@@ -46,7 +51,7 @@ def pad_kernel(
     tl.store(out + dst, tl.where(real, x, fill), mask=inside)
 
 
-@triton.jit  # type: ignore[misc]
+@triton.jit(do_not_specialize=["p", "NB", "n", "L", "F"])  # type: ignore[misc]
 def probe(
     dst_out, src_out, p, NB, offsets, lengths, n, L, F, LEFT: tl.constexpr,
     BLOCK: tl.constexpr,

@@ -281,7 +281,7 @@ def regrid(
     keep_rows, keep = min(n, rows), min(old, length)
     kept = value[:keep_rows].narrow(dim, old - keep if left else 0, keep).movedim(dim, 1)
     flat = kept.reshape(keep_rows * keep, *kept.shape[2:])
-    lengths = torch.full((keep_rows,), keep, dtype=torch.int64)
+    lengths = torch.full((keep_rows,), keep, dtype=torch.int64, device=value.device)
     layout = Layout(lengths, rows=rows, length=length, left=left, seq_dim=dim - 1)
     return pad(flat, layout, fill, use_triton=False)
 

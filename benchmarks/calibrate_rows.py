@@ -2,6 +2,7 @@
 on a small Hugging Face Llama built from a config (no download).
 
     python benchmarks/calibrate_rows.py [--model gpt|llama|both] [--k 8]
+        [--device cpu|cuda] [--dim 128] [--json PATH]
 
 The lengths are the bench's fitted buckets of the mixture workload (k buckets, up to
 256). The token budget is the bench's: ``tokens_per_batch = 64 x 32 = 2,048`` gives
@@ -10,12 +11,15 @@ budget's longest bucket (its rows at 256), with no margin: the calibration then 
 every shape within what the token budget already needs at its worst, and shows how
 many rows fit at the shorter lengths under that same peak. Prints each length's
 calibrated rows, peak, the bracketing row count and its peak, the token budget's rows
-and its peak, the calibration's seconds and the load average.
+and its peak, the calibration's seconds and the load average. On CUDA the steps run
+under bf16 autocast, as the bench's do, and the peaks are the CUDA allocator's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import time
 
@@ -23,16 +27,18 @@ import torch
 
 from shapebucket.bench.model import GPT, GPTConfig
 from shapebucket.bench.workloads import load_workload
-from shapebucket.calibrate import calibrate_rows, live_tensor_bytes, step_peak_bytes
+from shapebucket.calibrate import calibrate_rows, steady_peak_bytes
 from shapebucket.calibrate.report import size
 from shapebucket.fit import fit_buckets
 from shapebucket.plan import Shape
 
 TOKENS = 64 * 32
+DEVICE = torch.device("cpu")
+DIM = 128
 
 
 def gpt() -> torch.nn.Module:
-    return GPT(GPTConfig(vocab=512, dim=128, layers=2, heads=4, max_len=256))
+    return GPT(GPTConfig(vocab=512, dim=DIM, layers=2, heads=4, max_len=256))
 
 
 def llama() -> torch.nn.Module:
@@ -40,8 +46,8 @@ def llama() -> torch.nn.Module:
 
     cfg = LlamaConfig(
         vocab_size=512,
-        hidden_size=128,
-        intermediate_size=256,
+        hidden_size=DIM,
+        intermediate_size=2 * DIM,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=4,
@@ -52,18 +58,24 @@ def llama() -> torch.nn.Module:
 
 
 def make_batch(shape: Shape) -> dict[str, torch.Tensor]:
-    ids = torch.randint(0, 512, (shape.rows, shape.length))
+    ids = torch.randint(0, 512, (shape.rows, shape.length), device=DEVICE)
     return {"input_ids": ids, "labels": ids, "attention_mask": torch.ones_like(ids)}
 
 
 def setup(name: str):
     torch.manual_seed(0)
-    model = gpt() if name == "gpt" else llama()
+    model = (gpt() if name == "gpt" else llama()).to(DEVICE)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if DEVICE.type == "cuda"
+        else contextlib.nullcontext()
+    )
 
     def step(batch):
-        out = model(**batch)
+        with autocast:
+            out = model(**batch)
         loss = out if isinstance(out, torch.Tensor) else out.loss
         loss.backward()
         opt.step()
@@ -75,11 +87,10 @@ def setup(name: str):
 def peak_of(name: str, rows: int, length: int) -> int:
     model, opt, step = setup(name)
     batch = make_batch(Shape(rows, length))
-    base = live_tensor_bytes(model, opt, batch, device=torch.device("cpu"))
-    return base + step_peak_bytes(lambda: step(batch), torch.device("cpu"))
+    return steady_peak_bytes(lambda: step(batch), model, opt, batch, device=DEVICE)
 
 
-def run(name: str, buckets: list[int]) -> None:
+def run(name: str, buckets: list[int]) -> dict:
     load0 = os.getloadavg()
     token_rows = {L: TOKENS // L for L in buckets}
     token_peak = {L: peak_of(name, token_rows[L], L) for L in buckets}
@@ -92,7 +103,8 @@ def run(name: str, buckets: list[int]) -> None:
     wall = time.perf_counter() - t0
     load1 = os.getloadavg()
     print(
-        f"\n== {name}: budget {size(budget)} (the token budget's peak at {max(buckets)}), margin 0"
+        f"\n== {name} (width {DIM}, {DEVICE}): budget {size(budget)} (the token budget's peak "
+        f"at {max(buckets)}), margin 0"
     )
     print(report)
     print(f"{'length':>8} {'token rows':>10} {'token peak':>11} {'calibrated':>10} {'x':>6}")
@@ -107,18 +119,47 @@ def run(name: str, buckets: list[int]) -> None:
     print(
         f"calibration {wall:.1f} s, {report.steps()} steps; load average before {load0}, after {load1}"
     )
+    return {
+        "model": name,
+        "width": DIM,
+        "device": str(DEVICE),
+        "budget_bytes": budget,
+        "token_rows": token_rows,
+        "token_peak_bytes": token_peak,
+        "calibrated_rows": dict(report.rows),
+        "calibration_s": wall,
+        "steps": report.steps(),
+        "report": str(report),
+    }
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", choices=["gpt", "llama", "both"], default="both")
     p.add_argument("--k", type=int, default=8)
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda (bf16 autocast)")
+    p.add_argument("--dim", type=int, default=128, help="model width (default 128)")
+    p.add_argument("--json", default="", help="write the results here")
     a = p.parse_args()
+    if a.dim < 4 or a.dim % 4:
+        p.error(f"--dim must be a positive multiple of the 4 heads, got {a.dim}")
+    global DEVICE, DIM
+    DEVICE, DIM = torch.device(a.device), a.dim
+    if DEVICE.type == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda but torch.cuda.is_available() is False")
     lengths = load_workload("mixture", n=200_000, max_len=256, seed=0)[0]
     buckets = list(fit_buckets(lengths, a.k, align=8, batching="bucketed", max_len=256))
-    print(f"buckets {buckets}; torch {torch.__version__}; {os.cpu_count()} cpus")
-    for name in ("gpt", "llama") if a.model == "both" else (a.model,):
-        run(name, buckets)
+    where = torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "cpu"
+    print(f"buckets {buckets}; torch {torch.__version__}; {os.cpu_count()} cpus; {where}")
+    runs = [run(name, buckets) for name in (("gpt", "llama") if a.model == "both" else (a.model,))]
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(
+                {"buckets": buckets, "torch": torch.__version__, "device": where, "runs": runs},
+                f,
+                indent=1,
+                default=str,
+            )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapebucket import BucketBatchSampler, BucketCollator, PackedBatchSampler, ShapeBucketError
-from shapebucket.calibrate import calibrate_rows, live_tensor_bytes, step_peak_bytes
+from shapebucket.calibrate import (
+    calibrate_rows,
+    live_tensor_bytes,
+    steady_peak_bytes,
+    step_peak_bytes,
+)
 from shapebucket.calibrate.report import size
 from shapebucket.calibrate.rows import largest_fitting
 from shapebucket.plan import Shape
@@ -94,8 +99,7 @@ def test_the_chosen_rows_measured_again_stay_within(report):
     for L in LENGTHS:
         model, opt, step = _setup()
         x = torch.randn(report.rows[L], L, D)
-        peak = live_tensor_bytes(model, opt, x, device=x.device)
-        peak += step_peak_bytes(lambda x=x, step=step: step(x), x.device)
+        peak = steady_peak_bytes(lambda x=x, step=step: step(x), model, opt, x, device=x.device)
         assert peak <= report.limit
 
 
@@ -314,3 +318,29 @@ def test_the_shared_checks_name_calibrate_rows():
 
     with pytest.raises(ShapeBucketError, match=r"^calibrate_rows called model\(\*\*batch\)"):
         calibrate_rows(lin, [8], 2**20, batch, max_rows=2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_the_allocator_peaks_stay_within_and_state_is_put_back():
+    device = torch.device("cuda")
+    model, opt, step = _setup()
+    model.to(device)
+
+    def cuda_batch(shape):
+        return torch.randn(shape.rows, shape.length, D, device=device)
+
+    x = cuda_batch(Shape(1, 64))
+    budget = 8 * steady_peak_bytes(lambda: step(x), model, opt, x, device=device)
+    step(cuda_batch(Shape(2, 8)))  # the optimizer has state
+    params = {k: v.clone() for k, v in model.state_dict().items()}
+    report = calibrate_rows(
+        model, LENGTHS, budget, cuda_batch, step=step, restore=[opt], margin=0.1
+    )
+    assert report.device.startswith("cuda")
+    assert all(torch.equal(v, params[k]) for k, v in model.state_dict().items())
+    for L in LENGTHS:
+        assert report.peak[L] <= report.limit < report.over_peak(L)
+        x = cuda_batch(Shape(report.rows[L], L))
+        again = steady_peak_bytes(lambda x=x: step(x), model, opt, x, device=device)
+        assert again <= report.limit  # the allocator agrees when measured again
+    assert report.rows[16] > report.rows[32] > report.rows[64] >= 1

@@ -16,10 +16,11 @@ from typing import Any
 
 import torch
 
-from ..calibrate import RowsReport, calibrate_rows, live_tensor_bytes, step_peak_bytes
+from ..calibrate import RowsReport, calibrate_rows, steady_peak_bytes
 from ..collate.packed import PackedCollator
 from ..fit.packing_fit import PackingFitReport
 from ..plan.shapes import Shape
+from .memory import step_autocast
 
 __all__ = ["calibrated_rows"]
 
@@ -40,15 +41,20 @@ def _packed_batch(shape: Shape, vocab: int, device: torch.device) -> dict[Any, A
 
 def calibrated_rows(s: Any, fit: PackingFitReport) -> RowsReport:
     """Rows per row length of ``fit`` within the token budget's peak at its longest row
-    length, measured with eager steps of the run's model (setup ``s``) and AdamW."""
+    length, measured with eager steps of the run's model (setup ``s``) and AdamW, in
+    the timed steps' precision (:func:`~shapebucket.bench.memory.step_autocast`)."""
     torch.manual_seed(s.args.seed)
     model = s.make_model().to(s.device)
     model.load_state_dict(s.init_state)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     vocab = int(s.model_config["vocab"])
 
+    autocast = step_autocast(s.device)  # the timed steps' precision (bf16 on CUDA)
+
     def step(batch: dict[str, Any]) -> None:
-        model(**batch).backward()
+        with autocast:
+            loss = model(**batch)
+        loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -57,8 +63,7 @@ def calibrated_rows(s: Any, fit: PackingFitReport) -> RowsReport:
 
     longest = max(fit.buckets)
     batch = make_batch(Shape(fit.rows[longest], longest))
-    budget = live_tensor_bytes(model, opt, batch, device=s.device)
-    budget += step_peak_bytes(lambda: step(batch), s.device)
+    budget = steady_peak_bytes(lambda: step(batch), model, opt, batch, device=s.device)
     torch.manual_seed(s.args.seed)
     model.load_state_dict(s.init_state)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

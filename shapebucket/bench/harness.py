@@ -45,6 +45,7 @@ import torch
 from .. import _torch_compat as compat
 from .._progress import progress
 from .._validate import round_up
+from ..errors import ShapeBucketError
 from ..fit.bucket_fit import fit_buckets
 from .background import prepare_background
 from .batching import Family, Setup, build_family, epoch_batches, make_samples, timed_sample_set
@@ -198,7 +199,8 @@ def _build_families(s: Setup, names: list[str]) -> tuple[dict[str, Family], dict
     for f in sorted({STRATEGIES[n].family for n in names}):
         try:
             families[f] = build_family(f, s)
-        except RuntimeError as e:  # a family this workload cannot run (reported per strategy)
+        except (RuntimeError, ShapeBucketError) as e:  # this run cannot build it (e.g. the
+            # calibration refused a length): reported per strategy, the others still run
             skipped[f] = str(e)
     return families, skipped
 

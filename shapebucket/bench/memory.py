@@ -1,6 +1,7 @@
 """Device memory and synchronisation for the benchmark's timings: the peak since a
 reset (:func:`reset_peak_memory`, :func:`peak_memory_mb`), the peak tensor memory of
-one step (:func:`peak_step_memory_mb`) and :func:`sync`. Shared by
+one step (:func:`peak_step_memory_mb`), :func:`sync` and the steps' precision
+(:func:`step_autocast`). Shared by
 :mod:`shapebucket.bench.runner` and :mod:`shapebucket.bench.background`."""
 
 from __future__ import annotations
@@ -11,7 +12,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["peak_memory_mb", "peak_step_memory_mb", "reset_peak_memory", "sync"]
+__all__ = ["peak_memory_mb", "peak_step_memory_mb", "reset_peak_memory", "step_autocast", "sync"]
+
+
+def step_autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """The precision of every bench step on ``device``: bf16 autocast on CUDA, none on a
+    CPU. The memory calibration measures under the same context as the timed steps."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def sync(device: torch.device) -> None:

@@ -5,7 +5,7 @@
 ['Probe', 'RowsReport']
 """
 
-from .memory import device_memory, live_tensor_bytes, step_peak_bytes
+from .memory import device_memory, live_tensor_bytes, steady_peak_bytes, step_peak_bytes
 from .report import Probe, RowsReport
 from .rows import calibrate_rows
 
@@ -15,5 +15,6 @@ __all__ = [
     "calibrate_rows",
     "device_memory",
     "live_tensor_bytes",
+    "steady_peak_bytes",
     "step_peak_bytes",
 ]

@@ -1,13 +1,22 @@
 """How much memory one call of a training step peaks at, on the device it runs on.
 
-CUDA: the caching allocator's own counters (``reset_peak_memory_stats``, then
-``max_memory_allocated``), which include every tensor live during the step (the
-model, the optimizer state, the batch). CPU: torch's CPU allocator seen through
-``torch.profiler`` (``profile_memory=True``): the running sum of every allocation
-and free during the step, in time order, compiled kernels' buffers included; the
-tensors live before the step (parameters, gradients, buffers, optimizer state,
-the batch) are counted from the objects and added, so both devices report the
-whole process's tensor peak during the step.
+A step's peak is the bytes its own objects hold (parameters, gradients, buffers,
+optimizer state, the batch: :func:`live_tensor_bytes`, counted from the objects on
+every device) plus what the step allocates on top of everything live
+(:func:`step_peak_bytes`). CUDA: the caching allocator's counters
+(``reset_peak_memory_stats``, then ``max_memory_allocated`` less what was allocated
+before). CPU: torch's CPU allocator seen through ``torch.profiler``
+(``profile_memory=True``): the running sum of every allocation and free during the
+step, in time order, compiled kernels' buffers included. Tensors that are live but
+not the step's (the calibration's own snapshot for putting the state back, another
+model in the process) are not charged on either device.
+
+:func:`steady_peak_bytes` measures a step in steady state: after one unmeasured
+call, so that what a first step creates once is live before the measured one (an
+optimizer's state, which AdamW creates in the first ``step()`` after the backward
+pass freed the activations; cuBLAS workspaces, which the CUDA allocator serves on
+the first matrix product). Measuring the first step instead would miss the
+optimizer state at a backward peak: up to two copies of the parameters for AdamW.
 """
 
 from __future__ import annotations
@@ -21,7 +30,13 @@ import torch
 from .._validate import physical_memory
 from ..errors import ShapeBucketError
 
-__all__ = ["collect", "device_memory", "live_tensor_bytes", "step_peak_bytes"]
+__all__ = [
+    "collect",
+    "device_memory",
+    "live_tensor_bytes",
+    "steady_peak_bytes",
+    "step_peak_bytes",
+]
 
 
 def step_peak_bytes(step: Callable[[], Any], device: torch.device) -> int:
@@ -80,13 +95,11 @@ def _tensors(obj: Any) -> Iterable[torch.Tensor]:
 def live_tensor_bytes(*objects: Any, device: torch.device) -> int:
     """Bytes of the distinct storages on ``device`` held by ``objects`` (modules: their
     parameters, gradients and buffers; optimizers: their state; tensors, and dicts, lists
-    and tuples of them). CUDA: the allocator's ``memory_allocated`` (everything live).
+    and tuples of them), on any device type: not everything the process holds.
 
     >>> live_tensor_bytes(torch.nn.Linear(4, 4), {"x": torch.zeros(8)}, device=torch.device("cpu"))
     112
     """
-    if device.type == "cuda":
-        return int(torch.cuda.memory_allocated(device))
     seen: dict[int, int] = {}
     for obj in objects:
         for t in _tensors(obj):
@@ -94,6 +107,33 @@ def live_tensor_bytes(*objects: Any, device: torch.device) -> int:
                 storage = t.untyped_storage()
                 seen[storage.data_ptr()] = storage.nbytes()
     return sum(seen.values())
+
+
+def steady_peak_bytes(step: Callable[[], Any], *objects: Any, device: torch.device) -> int:
+    """The peak of ``step()`` in steady state, in bytes: ``step()`` once unmeasured, then
+    the bytes ``objects`` hold (:func:`live_tensor_bytes`: pass the model, the optimizers
+    and the batch) plus what a second ``step()`` allocates at its peak
+    (:func:`step_peak_bytes`). Both calls step the model: put its state back after.
+
+    >>> def setup():  # activations far larger than the parameters: the peak is in backward
+    ...     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 64))
+    ...     opt = torch.optim.AdamW(model.parameters())
+    ...     def step():
+    ...         model(x).square().mean().backward()
+    ...         opt.step()
+    ...         opt.zero_grad(set_to_none=True)
+    ...     return model, opt, step
+    >>> x = torch.randn(4096, 64)
+    >>> model, opt, step = setup()
+    >>> first = live_tensor_bytes(model, opt, x, device=x.device) + step_peak_bytes(step, x.device)
+    >>> model, opt, step = setup()
+    >>> steady = steady_peak_bytes(step, model, opt, x, device=x.device)
+    >>> params = sum(p.numel() * p.element_size() for p in model.parameters())
+    >>> steady - first >= 2 * params  # AdamW's two moments, live at the backward peak
+    True
+    """
+    step()
+    return live_tensor_bytes(*objects, device=device) + step_peak_bytes(step, device)
 
 
 def device_memory(device: torch.device) -> int:

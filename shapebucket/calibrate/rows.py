@@ -8,8 +8,10 @@ OOMptimizer does the same per bucket): for each length, real steps (forward,
 backward, optimizer) at a starting row count, then 1, 2, 4, ... rows away from it
 until a step peaks over the limit and one does not, then bisecting between them
 (:func:`largest_fitting`). Lengths run longest first, from 1 row; each shorter
-length starts at the rows that hold as many tokens as the longer one got.
-Everything the steps change is put back after each step
+length starts at the rows that hold as many tokens as the longer one got. Each
+probe runs the step twice and measures the second
+(:func:`~shapebucket.calibrate.memory.steady_peak_bytes`): the steady state of
+training, with the optimizer's state live. Everything the steps change is put back after each step
 (:mod:`shapebucket.compile.state`), so the search leaves no trace.
 """
 
@@ -31,7 +33,7 @@ from ..compile.state import Snapshot, optimizers_stepped, restore_objects, snaps
 from ..compile.state import restore as restore_state
 from ..errors import ShapeBucketError
 from ..plan.shapes import Shape, ShapePlan, check_batch_shape
-from .memory import collect, device_memory, live_tensor_bytes, step_peak_bytes
+from .memory import collect, device_memory, steady_peak_bytes
 from .report import Probe, RowsReport, size
 
 __all__ = ["calibrate_rows", "largest_fitting"]
@@ -150,14 +152,12 @@ class _Search:
         collect(self.device)
         try:
             batch = check_batch_shape(self.make_batch(Shape(rows, length)), Shape(rows, length))
-            base = live_tensor_bytes(
-                self.model, *self.restore, *self.found, batch, device=self.device
-            )
 
             def run() -> None:
                 run_batch(self.model, self.step, batch, "calibrate_rows")
 
-            return base + step_peak_bytes(run, self.device)
+            objects = (self.model, *self.restore, *self.found, batch)
+            return steady_peak_bytes(run, *objects, device=self.device)
         except torch.OutOfMemoryError:
             return None
         finally:

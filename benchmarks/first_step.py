@@ -1,7 +1,8 @@
 """Time from process start to the first training step: eager, compiled cold (empty
 caches) and compiled warm (the compile cache a cold run saved, loaded by prewarm's
 Cache mode into an empty inductor cache), for 8 buckets and for packing on the bench
-GPT (width 128, 2 blocks, vocab 512, max_len 256).
+GPT (width 128, 2 blocks, vocab 512, max_len 256). ``aot-cold`` and ``aot-warm`` do
+the same with ``AotCache`` (every call compiled ahead of time and loaded whole).
 
     python benchmarks/first_step.py --runs 3 --out /tmp/first_step
 
@@ -29,7 +30,7 @@ from shapebucket import prewarm
 from shapebucket.bench.model import GPT, GPTConfig
 from shapebucket.bench.workloads import load_workload
 from shapebucket.collate.packed import PackedCollator
-from shapebucket.compile import Cache
+from shapebucket.compile import AotCache, Cache
 from shapebucket.fit import fit_buckets, fit_packing
 from shapebucket.plan import Shape, ShapePlan
 how, layout, cache = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -45,8 +46,7 @@ def make_batch(shape):
     ids = torch.randint(0, 512, (shape.rows, shape.length))
     if layout == "buckets":
         return {"input_ids": ids, "labels": ids, "attention_mask": torch.ones_like(ids, dtype=torch.bool)}
-    c = PackedCollator([shape.length], rows=shape.rows, sequence_keys=["input_ids", "labels"],
-                       mask_key=None, label_shift="none")
+    c = PackedCollator([shape.length], rows=shape.rows, mask_key=None, label_shift="none")
     return c([{"input_ids": ids[0], "labels": ids[0]}] * shape.rows)
 model = GPT(GPTConfig(vocab=512, dim=128, layers=2, heads=4, max_len=256))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -57,7 +57,8 @@ plan = ShapePlan.from_function([Shape(rows[L], L) for L in table], make_batch)
 print("SETUP", time.time(), flush=True)  # imports, lengths, fit, model: the same in every mode
 report = None
 if how != "eager":
-    report = prewarm(fwd, plan, step=step, restore=[opt], modes=[Cache(cache)], progress=False)
+    mode = AotCache(cache) if how.startswith("aot") else Cache(cache)
+    report = prewarm(fwd, plan, step=step, restore=[opt], modes=[mode], progress=False)
 step(make_batch(Shape(rows[table[-1]], table[-1])))
 print("DONE", time.time(), len(table), report.cache_loaded if report else None,
       sorted(set(report.how.values())) if report else None, flush=True)
@@ -94,7 +95,8 @@ def main() -> None:
     p.add_argument(
         "--plan",
         default="packed:eager,packed:cold,packed:warm,buckets:eager,buckets:cold,buckets:warm",
-        help="layout:how[:runs] items; warm runs load the cache cold run 0 saved",
+        help="layout:how[:runs] items, how one of eager, cold, warm, aot-cold, aot-warm; "
+        "warm runs load the cache cold run 0 of their kind saved",
     )
     a = p.parse_args()
     out = Path(a.out)
@@ -104,7 +106,8 @@ def main() -> None:
         layout, how, *n = item.split(":")
         runs = []
         for i in range(int(n[0]) if n else a.runs):
-            cache = str(out / f"cache-{layout}-{i if how == 'cold' else 0}")
+            kind = "aot-" if how.startswith("aot") else ""
+            cache = str(out / f"cache-{kind}{layout}-{i if how.endswith('cold') else 0}")
             live = tempfile.mkdtemp(prefix="inductor-", dir=out)  # always empty
             r = once(how, layout, cache, live)
             runs.append(r)

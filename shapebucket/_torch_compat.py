@@ -1,9 +1,9 @@
-"""Every use of torch's private compiler APIs lives here.
+"""Every use of torch's private compiler APIs lives here (``AotCache``'s at the end).
 
-shapebucket supports torch >= 2.13, the oldest release its CI tests (see the
-README); nothing here falls back to older releases. A torch upgrade that moves
-one of these names touches this file only. The parsing of the compiler's
-recompile messages, whose wording is not a public API, lives here too.
+shapebucket supports torch >= 2.13, the oldest release its CI tests (see the README);
+nothing here falls back to older releases. A torch upgrade that moves one of these
+names touches this file only (the wording of its recompile messages, which is not a
+public API either: :mod:`shapebucket.compile.messages`).
 """
 
 from __future__ import annotations
@@ -12,33 +12,34 @@ import contextlib
 import functools
 import logging
 import os
-import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 __all__ = [
+    "AOT_MISS",
     "MIN_TORCH",
     "TORCH_VERSION",
-    "GuardFailure",
     "add_limit_handler",
     "add_recompile_handler",
+    "aot_call",
+    "aot_compile_call",
+    "aot_deserialize",
+    "aot_serialize",
     "automatic_dynamic",
     "cache_hit_counts",
     "clear_cache_artifacts",
     "fresh_inductor_cache",
     "get_recompile_limit",
+    "has_forward_hooks",
     "inductor_cache_counts",
     "inductor_cache_dir",
     "is_compiled_module",
-    "is_recompile_error",
     "is_specialization_source_error",
     "load_cache_artifacts",
     "mark_dynamic_dim",
     "mark_dynamic_specialized",
-    "parse_recompile_error",
     "raised_recompile_limit",
     "recompile_limit_hits",
     "reset_compiler",
@@ -340,32 +341,6 @@ def automatic_dynamic(enabled: bool) -> Iterator[None]:
 
 # -- the compiler's recompile messages -----------------------------------------------
 
-_FAILURE_LINE = re.compile(r"- \d+/\d+: (.*)")
-_SIZE_MISMATCH = re.compile(
-    r"tensor '(.+?)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)"
-)
-
-
-@dataclass(frozen=True)
-class GuardFailure:
-    """One guard failure from a recompile message: a size mismatch (``name``, ``dim``,
-    ``expected``, ``actual`` set) or another guard (only ``text``)."""
-
-    text: str
-    name: str | None = None
-    dim: int | None = None
-    expected: int | None = None
-    actual: int | None = None
-
-    @property
-    def is_size(self) -> bool:
-        return self.name is not None
-
-
-def is_recompile_error(error: BaseException) -> bool:
-    """Whether ``error`` is what the ``fail_on_recompile`` stance raises."""
-    return isinstance(error, RuntimeError) and "fail_on_recompile" in str(error)
-
 
 def is_specialization_source_error(error: BaseException) -> bool:
     """Whether ``error`` is dynamo failing to find a ``specialize_on`` dim among its graph
@@ -383,20 +358,62 @@ def is_specialization_source_error(error: BaseException) -> bool:
     )
 
 
-def parse_recompile_error(text: str) -> list[GuardFailure]:
-    """The guard failures listed in a ``fail_on_recompile`` error (torch 2.13 wording); a
-    name may hold quotes itself (``kwargs['input_ids']``, a Hugging Face model's input).
+# -- ahead-of-time compiled calls (compile.aot.AotCache) -------------------------------------
 
-    >>> [f.name for f in parse_recompile_error(
-    ...     "- 0/0: tensor 'kwargs['input_ids']' size mismatch at index 1. expected 8, actual 24")]
-    ["kwargs['input_ids']"]
-    """
+AOT_MISS = object()  # what aot_call returns when the function's guards reject the call
+
+
+def has_forward_hooks(compiled: Any) -> bool:
+    """Whether the module under ``compiled`` has forward hooks (its own or global ones),
+    which an ahead-of-time compiled ``forward`` would skip."""
+    from torch.nn.modules import module as nn_module
+
+    orig = unwrap_compiled(compiled)
+    return bool(orig._forward_hooks or orig._forward_pre_hooks) or nn_module._has_any_global_hook()
+
+
+def aot_compile_call(compiled: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """One call of the ``torch.compile``'d module ``compiled`` compiled ahead of time
+    (dynamo's experimental ``aot_compile_fullgraph``) with the module's own backend: one
+    whole static graph of these inputs (and its backward under grad) in the current grad
+    and autocast state, with its own guards; run it with :func:`aot_call`."""
+    from torch._dynamo.aot_compile import aot_compile_fullgraph
+    from torch._dynamo.eval_frame import innermost_backend
+
+    ctx, forward = compiled.dynamo_ctx, unwrap_compiled(compiled).forward
+    with _dynamo().config.patch(automatic_dynamic_shapes=False):
+        backend = innermost_backend(ctx.callback)
+        return aot_compile_fullgraph(forward, (args, kwargs), ctx._hooks, backend, dynamic=False)
+
+
+def aot_call(fn: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``fn(module, *args, **kwargs)`` if its guards accept the call, else ``AOT_MISS``."""
+    if not fn.guard_check(module, *args, **kwargs):
+        return AOT_MISS
+    return fn.fn(module, *args, **kwargs)
+
+
+def aot_serialize(functions: Sequence[Any]) -> bytes:
+    """The functions as bytes (their code refers to inductor's cache: save it too)."""
+    import pickle
+
+    from torch._dynamo.aot_compile import AOTCompiledFunction
+
+    return pickle.dumps([AOTCompiledFunction.serialize(f).serialized_data for f in functions])
+
+
+def aot_deserialize(data: bytes) -> list[Any]:
+    """What :func:`aot_serialize` wrote (read only from a cache its manifest checked)."""
+    import pickle
+
+    from torch._dynamo import convert_frame
+    from torch._dynamo.aot_compile import AOTCompiledFunction
+    from torch._dynamo.utils import get_metrics_context
+    from torch._guards import CompileContext, compile_context
+
     out = []
-    for line in _FAILURE_LINE.findall(text):
-        m = _SIZE_MISMATCH.search(line)
-        if m:
-            name, dim, expected, actual = m.groups()
-            out.append(GuardFailure(line, name, int(dim), int(expected), int(actual)))
-        else:
-            out.append(GuardFailure(line.strip()))
+    for item in pickle.loads(data):
+        context = compile_context(CompileContext(convert_frame.get_compile_id({})))
+        with context, get_metrics_context():
+            out.append(AOTCompiledFunction.deserialize(item))
     return out

@@ -217,3 +217,22 @@ def test_a_file_in_the_way_of_the_cache_is_removed_once_the_cache_is_in_place(tm
         save_compile_cache(cache)
     assert cache.is_dir() and loads_cleanly(cache)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "live"]  # nothing aside
+
+
+def test_extra_files_are_checked_by_the_manifest_and_kept_by_the_next_save(tmp_path):
+    cache = tmp_path / "cache"
+    with compat.fresh_inductor_cache(str(make_live(tmp_path))):
+        save_compile_cache(cache, {"aot.bin": b"functions" * 50})
+        assert (cache / "aot.bin").read_bytes() == b"functions" * 50
+        assert "aot.bin" in json.loads((cache / "manifest.json").read_text())["files"]
+        save_compile_cache(cache)  # a save that names no extra file keeps the cache's own
+        assert (cache / "aot.bin").read_bytes() == b"functions" * 50
+        save_compile_cache(cache, {"aot.bin": b"newer"})  # one that names it replaces it
+        assert (cache / "aot.bin").read_bytes() == b"newer"
+        assert load_compile_cache(cache) is True
+    (cache / "aot.bin").write_bytes(b"other")  # same size, another checksum
+    with pytest.warns(UserWarning, match="checksum"):
+        assert load_compile_cache(cache) is False
+    for bad in ("", "a/b", "manifest.json", "inductor", "artifacts.bin"):
+        with pytest.raises(ValueError, match="one plain name"):
+            save_compile_cache(tmp_path / "bad", {bad: b"x"})

@@ -161,7 +161,9 @@ def test_cache_saves_what_the_next_machine_would_lack(tmp_path, monkeypatch, aft
     job = job_of(plan, model=nn.Linear(4, 4))
     calls = []
     monkeypatch.setattr(compat, "inductor_cache_counts", lambda: (0, 0))
-    monkeypatch.setattr("shapebucket.compile.modes.save_compile_cache", calls.append)
+    monkeypatch.setattr(
+        "shapebucket.compile.modes.save_compile_cache", lambda path, extra: calls.append(path)
+    )
     Cache(tmp_path).setup(job)
     job.report.cache_loaded = loaded
     monkeypatch.setattr(compat, "inductor_cache_counts", lambda: after)

@@ -5,6 +5,7 @@
 True
 """
 
+from .aot import AotCache
 from .background import (
     BackgroundCompile,
     BackgroundOptions,
@@ -19,6 +20,7 @@ from .regions import compile_regions
 from .report import PrewarmReport
 
 __all__ = [
+    "AotCache",
     "BackgroundCompile",
     "BackgroundOptions",
     "BackgroundReport",

@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,14 +53,16 @@ def _write_bytes(dst: Path, data: bytes) -> None:
     dst.write_bytes(data)
 
 
-def save_compile_cache(path: str | Path) -> dict[str, int]:
+def save_compile_cache(path: str | Path, extra: Mapping[str, bytes] | None = None) -> dict[str, int]:
     """Persist what the compiler built in this process to directory ``path``, atomically.
 
     Writes the compiler's cache artifacts (``torch.compiler.save_cache_artifacts``)
     and a copy of inductor's cache directory (compiled kernels and FX graphs; on
     CPU this is what saves the most time), merged with the intact cache already
     at ``path``, into a temporary directory; the manifest is written last and the
-    directory then replaces ``path``. Returns byte counts.
+    directory then replaces ``path``. ``extra`` adds files (a name beside the
+    artifacts: its bytes), checked by the manifest like the rest; those of the cache
+    already at ``path`` are kept unless ``extra`` names them. Returns byte counts.
 
     >>> sizes = save_compile_cache("compile-cache")  # doctest: +SKIP
     >>> sorted(sizes)  # doctest: +SKIP
@@ -68,7 +71,7 @@ def save_compile_cache(path: str | Path) -> dict[str, int]:
     (Not run as a doctest: it copies this machine's whole inductor cache;
     ``tests/test_compile_cache.py`` runs it.)
     """
-    return _save(Path(path), None)
+    return _save(Path(path), None, dict(extra or {}))
 
 
 def save_new_compile_cache(path: str | Path, exported: set[str]) -> dict[str, int]:
@@ -76,15 +79,15 @@ def save_new_compile_cache(path: str | Path, exported: set[str]) -> dict[str, in
     the last save (cleared after each) and the inductor files not in ``exported`` (their
     paths relative to inductor's cache directory; the ones saved now are added to it).
     Used by the background compile to publish one shape at a time."""
-    return _save(Path(path), exported)
+    return _save(Path(path), exported, {})
 
 
-def _save(path: Path, exported: set[str] | None) -> dict[str, int]:
+def _save(path: Path, exported: set[str] | None, extra: dict[str, bytes]) -> dict[str, int]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-", dir=path.parent))
     try:
         if exported is None:
-            sizes = _build(tmp, previous=path if _check(path) is None else None)
+            sizes = _build(tmp, previous=path if _check(path) is None else None, extra=extra)
         else:
             sizes = _build(tmp, previous=None, exported=exported)
             compat.clear_cache_artifacts()
@@ -112,10 +115,16 @@ def _remove(old: Path) -> None:
             old.unlink()
 
 
-def _build(tmp: Path, previous: Path | None, exported: set[str] | None = None) -> dict[str, int]:
+def _build(
+    tmp: Path,
+    previous: Path | None,
+    exported: set[str] | None = None,
+    extra: dict[str, bytes] | None = None,
+) -> dict[str, int]:
     """Write a complete cache into the empty directory ``tmp``, its manifest last (with
     ``exported``: only the inductor files not in it, which are then added to it)."""
     sizes = {"artifacts_bytes": 0, "inductor_bytes": 0}
+    _write_extra(tmp, previous, extra or {})
     data = compat.save_cache_artifacts()
     if data is not None:
         _write_bytes(tmp / ARTIFACTS, data)
@@ -145,6 +154,19 @@ def _build(tmp: Path, previous: Path | None, exported: set[str] | None = None) -
     }
     _write_bytes(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
     return sizes
+
+
+def _write_extra(tmp: Path, previous: Path | None, extra: dict[str, bytes]) -> None:
+    """The ``extra`` files, and the previous cache's own extra files it does not name."""
+    for name, data in extra.items():
+        if not name or "/" in name or name in (ARTIFACTS, MANIFEST, INDUCTOR):
+            raise ValueError(f"extra cache file name {name!r}: one plain name, not a reserved one")
+        _write_bytes(tmp / name, data)
+    if previous is None:
+        return
+    for f in sorted(previous.iterdir()):
+        if f.is_file() and f.name not in (ARTIFACTS, MANIFEST) and f.name not in extra:
+            _copy_file(str(f), str(tmp / f.name))
 
 
 def _copy_unexported(src: Path, dst: Path, exported: set[str]) -> None:

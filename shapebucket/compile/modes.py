@@ -62,6 +62,7 @@ class Job:
     report: PrewarmReport
     modes: tuple[Mode, ...] = ()
     memo: dict[str, Any] = field(default_factory=dict)
+    phase: str = "compile"  # then "verify": the verify pass's runs (prewarm sets it)
 
     def batch(self, shape: Shape) -> Any:
         """A fresh batch of ``shape`` (``plan.batch(example, shape)``)."""
@@ -387,6 +388,10 @@ class Cache(Mode):
                 "could not be saved; pass a directory this process can write"
             )
 
+    def extra_files(self, job: Job) -> dict[str, bytes]:
+        """Files to save with the cache beside what the compiler built (``AotCache``'s)."""
+        return {}
+
     def setup(self, job: Job) -> None:
         self._check_dir()
         path = Path(self.dir) / self.key(job)
@@ -403,12 +408,13 @@ class Cache(Mode):
     def finish(self, job: Job) -> None:
         hits, misses = compat.inductor_cache_counts()
         hits_before, misses_before = job.memo["cache_counts"]
-        # save what inductor compiled anew, and also graphs this machine's own inductor
-        # cache served when this directory held nothing: otherwise a run on a warm
-        # machine leaves the directory empty and the next machine starts cold
+        # save what inductor compiled anew, and graphs this machine's inductor cache served
+        # when this directory held nothing (else the next machine would start cold)
         try:
-            if misses > misses_before or (hits > hits_before and not job.report.cache_loaded):
-                save_compile_cache(job.memo["cache_path"])
+            extra = self.extra_files(job)
+            new = misses > misses_before or (hits > hits_before and not job.report.cache_loaded)
+            if new or extra:
+                save_compile_cache(job.memo["cache_path"], extra)
                 job.report.cache_saved = True
         finally:
             job.memo["cache_lock"].close()

@@ -212,6 +212,7 @@ def _run_prepared(job: Job, shape: Any, run: Callable[[Any], None], runs: int) -
 def _verify(job: Job, run: Callable[[Any], None]) -> None:
     """Every shape once more, from the restored state, unmarked, under no_recompiles."""
     t0 = time.perf_counter()
+    job.phase = "verify"
     with no_recompiles(job.plan):
         for shape in job.plan:
             run(job.batch(shape))

@@ -27,6 +27,7 @@ from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
 from ..plan.shapes import ShapePlan
+from .messages import is_recompile_error, parse_recompile_error
 
 __all__ = ["CompileCounter", "check_recompile_limit", "mark_dynamic", "no_recompiles", "walk_batch"]
 
@@ -348,10 +349,10 @@ def no_recompiles(
         with compat.stance("fail_on_recompile"):
             yield
     except RuntimeError as e:
-        if not compat.is_recompile_error(e):
+        if not is_recompile_error(e):
             raise
         text = str(e)
-        failures = compat.parse_recompile_error(text)
+        failures = parse_recompile_error(text)
         sizes = [f for f in failures if f.is_size]
         others = [f for f in failures if not f.is_size]
         if sizes and not others:

@@ -1,0 +1,220 @@
+"""Ahead-of-time compiled calls: what :class:`AotCache` keeps between runs.
+
+A warm start through the compile cache alone still runs dynamo on every shape: it
+traces the model's bytecode again and only the compiled code is loaded
+(``docs/compile.md``). With ``AotCache``, each call prewarm makes is compiled
+ahead of time instead (dynamo's ``aot_compile_fullgraph``, torch 2.13,
+experimental): one whole static graph of exactly that call, forward and backward,
+with its own guards, serialized next to the cache. The next run loads them and
+traces nothing.
+
+:class:`AotForward` is installed as the compiled module's ``forward``. A call that
+one of its functions' guards accept runs that function; while prewarm compiles
+(``job.phase == "compile"``), a call that none accepts is compiled ahead of time
+and kept; any other call (an unplanned shape, ``no_grad`` without ``Inference()``,
+``eval()``, or every call after a graph break made ahead-of-time compiling fail) goes
+through the module's own dynamo ``forward``, exactly as with ``Cache``, where
+:func:`~shapebucket.no_recompiles` sees it. So the guards decide, never a guess
+from the shapes, and nothing the training loop calls is ever refused or changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import _torch_compat as compat
+from ..errors import ShapeBucketError
+from .modes import Cache, CudaGraphs, Job, Specialize
+
+__all__ = ["AotCache", "AotForward", "check", "install", "installed", "uninstall"]
+
+AOT_FILE = "aot.bin"
+
+
+class AotForward:
+    """The ``forward`` of a ``torch.compile``'d module under :class:`AotCache`.
+
+    ``functions``: ahead-of-time compiled functions (the first ``loaded`` of them read
+    from a cache); ``compiling()`` says whether a call no function accepts is compiled
+    now. While it is, ``used[shape]`` collects what ran each call of ``shape``: a kind
+    (``"aot-cache"``, ``"aot"``, ``"dynamo"``) and the function's index.
+    """
+
+    def __init__(self, compiled: Any, functions: list[Any], compiling: Callable[[], bool]):
+        self.compiled = compiled
+        self.module = compat.unwrap_compiled(compiled)
+        self.original = compiled.forward  # the module's own dynamo forward
+        self.functions = list(functions)
+        self.loaded = len(functions)
+        self.compiling = compiling
+        self.failed: str | None = None
+        self.used: dict[Any, set[tuple[str, int]]] = {}  # shape -> (kind, function) that ran
+        self.shape: Any = None  # the plan shape prewarm runs now (AotCache.prepare)
+        self._last: dict[Any, int] = {}  # a call's tensor shapes -> the function that ran it
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        key = _shapes(args, kwargs)
+        order = [self._last[key]] if key in self._last else []
+        for i in [*order, *(j for j in range(len(self.functions)) if j not in order)]:
+            out = compat.aot_call(self.functions[i], self.module, args, kwargs)
+            if out is not compat.AOT_MISS:
+                self._last[key] = i
+                return self._count("aot-cache" if i < self.loaded else "aot", i, out)
+        if self.compiling() and self.failed is None:
+            try:
+                fn = compat.aot_compile_call(self.compiled, args, kwargs)
+            except Exception as e:  # a graph break, an unsupported op: dynamo as before
+                self.failed = (
+                    f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+                )
+                warnings.warn(
+                    f"AotCache: ahead-of-time compiling a call of the model failed "
+                    f"({self.failed}); this and every later call compile through dynamo as "
+                    "with Cache (which still saves their compiled code)",
+                    stacklevel=3,
+                )
+            else:
+                self.functions.append(fn)
+                self._last[key] = len(self.functions) - 1
+                out = compat.aot_call(fn, self.module, args, kwargs)
+                return self._count("aot", len(self.functions) - 1, out)
+        return self._count("dynamo", -1, self.original(*args, **kwargs))
+
+    def _count(self, kind: str, index: int, out: Any) -> Any:
+        if out is compat.AOT_MISS:  # a function that just compiled a call must accept it
+            raise ShapeBucketError(
+                "AotCache: a call's own ahead-of-time compiled function rejected it; use "
+                "Cache(dir) instead (and report this)"
+            )
+        if self.compiling():
+            self.used.setdefault(self.shape, set()).add((kind, index))
+        return out
+
+    def new_functions(self) -> int:
+        """How many functions were compiled in this process (not loaded)."""
+        return len(self.functions) - self.loaded
+
+
+def _shapes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """A call's tensors' shapes, to try the function that last ran such a call first."""
+    out: list[Any] = []
+    for name, value in [*enumerate(args), *sorted(kwargs.items())]:
+        shape = getattr(value, "shape", None)
+        out.append((name, tuple(shape) if shape is not None else type(value).__name__))
+    return tuple(out)
+
+
+def installed(compiled: Any) -> AotForward | None:
+    """The :class:`AotForward` installed on ``compiled``, if any."""
+    forward = vars(compiled).get("forward") if hasattr(compiled, "__dict__") else None
+    return forward if isinstance(forward, AotForward) else None
+
+
+def check(compiled: Any) -> None:
+    """Refuse a model whose calls an :class:`AotForward` cannot serve as they are."""
+    if not compat.is_compiled_module(compiled):
+        raise ShapeBucketError(
+            f"AotCache needs the torch.compile'd module itself as prewarm's model, got "
+            f"{type(compiled).__name__}; pass model = torch.compile(module, dynamic=False), or "
+            "use Cache(dir)"
+        )
+    if compat.has_forward_hooks(compiled):
+        raise ShapeBucketError(
+            "AotCache: the module has forward hooks (its own or global ones), which an "
+            "ahead-of-time compiled forward would skip; remove them or use Cache(dir)"
+        )
+
+
+def install(compiled: Any, functions: list[Any], compiling: Callable[[], bool]) -> AotForward:
+    """Install an :class:`AotForward` holding ``functions`` on the ``torch.compile``'d
+    module ``compiled`` (one already there keeps the functions it has)."""
+    check(compiled)
+    current = installed(compiled)
+    if current is None:
+        current = AotForward(compiled, functions, compiling)
+        compiled.forward = current
+    elif not current.functions:
+        current.functions, current.loaded = list(functions), len(functions)
+    current.compiling = compiling
+    return current
+
+
+def uninstall(compiled: Any) -> None:
+    """Put the module's own dynamo ``forward`` back."""
+    current = installed(compiled)
+    if current is not None:
+        compiled.forward = current.original
+
+
+@dataclass(frozen=True)
+class AotCache(Cache):
+    """:class:`~shapebucket.compile.modes.Cache`, plus every call prewarm makes compiled
+    ahead of time and kept with the cache (``aot.bin``), so that the next run loads whole
+    graphs and traces nothing (see this module's docstring, and ``docs/compile.md``).
+
+    ``report.how[shape]`` is ``"aot-cache"`` (loaded), ``"aot"`` (compiled ahead of time
+    now) or, for a shape whose calls went through dynamo, what ``Cache`` says. Refused
+    with ``Specialize`` (dynamic dims) and ``CudaGraphs``, and beside another ``Cache``.
+    """
+
+    def setup(self, job: Job) -> None:
+        others = [
+            type(m).__name__
+            for m in job.modes
+            if isinstance(m, (Cache, Specialize, CudaGraphs)) and m is not self
+        ]
+        if others:
+            raise ShapeBucketError(
+                f"AotCache cannot be combined with {', '.join(others)} (static whole graphs, one "
+                "cache directory); pass Cache(dir) instead of AotCache for those"
+            )
+        check(job.model)  # before the lock and the load
+        super().setup(job)
+        functions = _load(Path(job.memo["cache_path"]), bool(job.report.cache_loaded))
+        job.memo["aot"] = install(job.model, functions, lambda: job.phase == "compile")
+
+    @contextlib.contextmanager
+    def scope(self, job: Job) -> Iterator[None]:
+        try:
+            yield
+        except BaseException:
+            uninstall(job.model)  # a failed prewarm leaves the module as it was
+            raise
+
+    def prepare(self, batch: Any, shape: Any, job: Job) -> Any:
+        job.memo["aot"].shape = shape
+        return batch
+
+    def extra_files(self, job: Job) -> dict[str, bytes]:
+        forward: AotForward = job.memo["aot"]
+        forward.compiling = lambda: False  # from here on, a call no function accepts: dynamo
+        for shape, ran in forward.used.items():
+            kinds = {kind for kind, _ in ran}
+            functions = {i for kind, i in ran if kind != "dynamo"}
+            if kinds <= {"aot-cache", "aot"}:
+                job.report.how[shape] = "aot" if "aot" in kinds else "aot-cache"
+                job.report.graphs[shape] = max(job.report.graphs.get(shape, 0), len(functions))
+        if not forward.new_functions():
+            return {}
+        return {AOT_FILE: compat.aot_serialize(forward.functions)}
+
+
+def _load(path: Path, loaded: bool) -> list[Any]:
+    """The functions a cache that loaded (its manifest checked every byte) holds."""
+    file = path / AOT_FILE
+    if not loaded or not file.is_file():
+        return []
+    try:
+        return compat.aot_deserialize(file.read_bytes())
+    except Exception as e:  # another torch's or a foreign pickle: compile them again
+        warnings.warn(
+            f"AotCache: {file} could not be loaded ({type(e).__name__}: {e}); compiling its "
+            "calls again",
+            stacklevel=4,
+        )
+        return []

@@ -9,6 +9,7 @@ public API either: :mod:`shapebucket.compile.messages`).
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import logging
 import os
@@ -364,8 +365,7 @@ AOT_MISS = object()  # what aot_call returns when the function's guards reject t
 
 
 def has_forward_hooks(compiled: Any) -> bool:
-    """Whether the module under ``compiled`` has forward hooks (its own or global ones),
-    which an ahead-of-time compiled ``forward`` would skip."""
+    """Whether ``compiled``'s module has forward hooks (its own or global: AOT skips them)."""
     from torch.nn.modules import module as nn_module
 
     orig = unwrap_compiled(compiled)
@@ -381,9 +381,10 @@ def aot_compile_call(compiled: Any, args: tuple[Any, ...], kwargs: dict[str, Any
     from torch._dynamo.eval_frame import innermost_backend
 
     ctx, forward = compiled.dynamo_ctx, unwrap_compiled(compiled).forward
+    # a copy: torch sets its guard filter on the hooks it gets, the module's would keep it
+    hooks, backend = copy.copy(ctx._hooks), innermost_backend(ctx.callback)
     with _dynamo().config.patch(automatic_dynamic_shapes=False):
-        backend = innermost_backend(ctx.callback)
-        return aot_compile_fullgraph(forward, (args, kwargs), ctx._hooks, backend, dynamic=False)
+        return aot_compile_fullgraph(forward, (args, kwargs), hooks, backend, dynamic=False)
 
 
 def aot_call(fn: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -7,11 +7,17 @@
 #      Llama at 256) against the token budget's rows (benchmarks/calibrate_rows.py);
 #   3. the steps/sec benchmark on cuda (bf16 autocast) at width 256: the peers,
 #      shapebucket-packed (token-budget rows) and shapebucket-calibrated (rows from
-#      memory), in one process; then at width 1024, packed against calibrated;
+#      memory), in one process; then at width 1024, packed against calibrated and
+#      grouped-eager;
 #   4. the benchmark's own GPU smoke tests (--quick on cuda, default and reduce-overhead).
 # Each part has its own time limit inside BUDGET_S (default 540 s) and writes its log and
 # JSON to $OUT (default results/gpu); a part that fails or runs out of time does not stop
-# the next. The GPU runs use k=4 fitted shapes (CLI default 8) to fit a 15-minute lease.
+# the next; the caps add up to more than BUDGET_S, so the last parts get what is left.
+# The GPU runs use k=4 fitted shapes (CLI default 8) to fit a 15-minute lease.
+# Needs torch >= 2.13, shapebucket's floor: on an older torch the import check below
+# stops it. (The 2026-11-26 runs, on an image with torch 2.11, lowered MIN_TORCH in
+# shapebucket/_torch_compat.py of that machine's copy of the checkout, for those runs
+# only: docs/benchmarks.md says so beside their figures.)
 # PARTS picks some (default: all but smoke, a --quick run on cuda): cuda_tests smoke calibrate
 # bench_w256 bench_w1024 gpu_bench_tests.
 set -u

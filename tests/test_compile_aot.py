@@ -135,8 +135,10 @@ def test_calls_the_functions_do_not_accept_go_through_dynamo_as_before(
         model, compiled, opt, step, plan = setup()
         prewarm(compiled, plan, step=step, restore=[opt], modes=[AotCache(cold["dir"])])
         other = batch(Shape(3, 8))
-        with pytest.raises(ShapeBucketError), no_recompiles(plan):  # an unplanned shape
+        with pytest.raises(ShapeBucketError) as e, no_recompiles(plan):  # an unplanned shape
             compiled(**other)
+        assert "input_ids [3, 8], labels [3, 8] matches none" in str(e.value)
+        assert "(input_ids [2, 16], labels [2, 16]; input_ids [4, 8], labels [4, 8])" in str(e.value)
         with CompileCounter() as cc:
             loss = compiled(**other)  # without the guard: compiled through dynamo
         assert cc.graphs == 1

@@ -29,6 +29,7 @@ from typing import Any
 
 from .. import _torch_compat as compat
 from ..errors import ShapeBucketError
+from .messages import is_recompile_error
 from .modes import Cache, CudaGraphs, Job, Specialize
 
 __all__ = ["AotCache", "AotForward", "check", "install", "installed", "uninstall"]
@@ -83,7 +84,22 @@ class AotForward:
                 self._last[key] = len(self.functions) - 1
                 out = compat.aot_call(fn, self.module, args, kwargs)
                 return self._count("aot", len(self.functions) - 1, out)
-        return self._count("dynamo", -1, self.original(*args, **kwargs))
+        try:
+            out = self.original(*args, **kwargs)
+        except RuntimeError as e:  # under no_recompiles: dynamo, never run here, has no
+            if is_recompile_error(e) and self._last:  # guard failure to name; we do
+                raise ShapeBucketError(self._unplanned(key)) from e
+            raise
+        return self._count("dynamo", -1, out)
+
+    def _unplanned(self, key: tuple[Any, ...]) -> str:
+        planned = "; ".join(sorted({_describe(k) for k in self._last}))
+        return (
+            f"no_recompiles: a call with {_describe(key)} matches none of the calls "
+            f"AotCache compiled or loaded ({planned}) and may not compile: a shape that was "
+            "not prewarmed. Prewarm every shape the loader makes (ShapePlan.of(collator, "
+            "sampler)), or make this call outside no_recompiles()"
+        )
 
     def _count(self, kind: str, index: int, out: Any) -> Any:
         if out is compat.AOT_MISS:  # a function that just compiled a call must accept it
@@ -107,6 +123,10 @@ def _shapes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         shape = getattr(value, "shape", None)
         out.append((name, tuple(shape) if shape is not None else type(value).__name__))
     return tuple(out)
+
+
+def _describe(key: tuple[Any, ...]) -> str:
+    return ", ".join(f"{n} {list(v) if isinstance(v, tuple) else v}" for n, v in key)
 
 
 def installed(compiled: Any) -> AotForward | None:

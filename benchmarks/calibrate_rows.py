@@ -91,7 +91,7 @@ def peak_of(name: str, rows: int, length: int) -> int:
 
 
 def run(name: str, buckets: list[int]) -> dict:
-    load0 = os.getloadavg()
+    load0 = tuple(round(x, 2) for x in os.getloadavg())
     token_rows = {L: TOKENS // L for L in buckets}
     token_peak = {L: peak_of(name, token_rows[L], L) for L in buckets}
     budget = token_peak[max(buckets)]
@@ -101,7 +101,7 @@ def run(name: str, buckets: list[int]) -> dict:
         model, buckets, budget, make_batch, step=step, restore=[opt], margin=0.0
     )
     wall = time.perf_counter() - t0
-    load1 = os.getloadavg()
+    load1 = tuple(round(x, 2) for x in os.getloadavg())
     print(
         f"\n== {name} (width {DIM}, {DEVICE}): budget {size(budget)} (the token budget's peak "
         f"at {max(buckets)}), margin 0"
@@ -134,9 +134,16 @@ def run(name: str, buckets: list[int]) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--model", choices=["gpt", "llama", "both"], default="both")
-    p.add_argument("--k", type=int, default=8)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--model",
+        choices=["gpt", "llama", "both"],
+        default="both",
+        help="the bench GPT, the small Llama, or both (default)",
+    )
+    p.add_argument(
+        "--k", type=int, default=8, help="buckets fitted to the mixture workload (default 8)"
+    )
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda (bf16 autocast)")
     p.add_argument("--dim", type=int, default=128, help="model width (default 128)")
     p.add_argument("--json", default="", help="write the results here")

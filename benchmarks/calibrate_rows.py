@@ -150,6 +150,12 @@ def main() -> None:
     a = p.parse_args()
     if a.dim < 4 or a.dim % 4:
         p.error(f"--dim must be a positive multiple of the 4 heads, got {a.dim}")
+    if a.k < 1:
+        p.error(f"--k must be at least 1, got {a.k}")
+    if a.device.split(":")[0] not in ("cpu", "cuda"):
+        p.error(f"--device must be cpu or cuda (cuda:N), got {a.device!r}")
+    if a.json and (os.path.isdir(a.json) or not os.access(os.path.dirname(a.json) or ".", os.W_OK)):
+        p.error(f"--json {a.json!r}: not a file this process can write")
     global DEVICE, DIM
     DEVICE, DIM = torch.device(a.device), a.dim
     if DEVICE.type == "cuda" and not torch.cuda.is_available():

@@ -13,45 +13,13 @@ import copy
 import functools
 import logging
 import os
+import pickle
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
-__all__ = [
-    "AOT_MISS",
-    "MIN_TORCH",
-    "TORCH_VERSION",
-    "add_limit_handler",
-    "add_recompile_handler",
-    "aot_call",
-    "aot_compile_call",
-    "aot_deserialize",
-    "aot_serialize",
-    "automatic_dynamic",
-    "cache_hit_counts",
-    "clear_cache_artifacts",
-    "fresh_inductor_cache",
-    "get_recompile_limit",
-    "has_forward_hooks",
-    "inductor_cache_counts",
-    "inductor_cache_dir",
-    "is_compiled_module",
-    "is_specialization_source_error",
-    "load_cache_artifacts",
-    "mark_dynamic_dim",
-    "mark_dynamic_specialized",
-    "raised_recompile_limit",
-    "recompile_limit_hits",
-    "reset_compiler",
-    "save_cache_artifacts",
-    "set_compile_threads",
-    "set_recompile_limit",
-    "skip_frame_only",
-    "stance",
-    "unique_graphs",
-    "unwrap_compiled",
-]
+# no __all__: every name here is shapebucket's own seam to a private torch API
 
 
 def _parse_version(text: str) -> tuple[int, int]:
@@ -92,10 +60,8 @@ def set_recompile_limit(value: int) -> int:
 
 @contextlib.contextmanager
 def raised_recompile_limit(at_least: int) -> Iterator[int | None]:
-    """Raise dynamo's global recompile limit to ``at_least`` for the block when it is lower
-    (torch sets a per-function limit only at ``torch.compile(..., recompile_limit=N)``);
-    yields the limit it raised from (``None``: it was high enough) and puts both limits
-    back on exit, also on error. The one place shapebucket changes the limit.
+    """Raise dynamo's global recompile limit to ``at_least`` for the block if lower; yields
+    the limit it raised from (``None``: high enough), puts both back on exit, also on error.
 
     >>> with raised_recompile_limit(get_recompile_limit() + 1) as was:
     ...     get_recompile_limit() == was + 1
@@ -189,13 +155,6 @@ def mark_dynamic_specialized(t: torch.Tensor, dim: int, sizes: Sequence[int]) ->
     a kernel compiled for each listed size, and the generic kernel for any other size.
     The predicates are made once per set of sizes, so every batch carries the same ones."""
     _dynamo().mark_dynamic(t, dim, specialize_on=_size_predicates(tuple(sizes)))
-
-
-@contextlib.contextmanager
-def stance(name: str) -> Iterator[None]:
-    """``torch.compiler.set_stance(name)`` for the block, restoring the previous stance."""
-    with torch.compiler.set_stance(name):
-        yield
 
 
 @contextlib.contextmanager
@@ -362,14 +321,23 @@ def is_specialization_source_error(error: BaseException) -> bool:
 # -- ahead-of-time compiled calls (compile.aot.AotCache) -------------------------------------
 
 AOT_MISS = object()  # what aot_call returns when the function's guards reject the call
+_CODE_GUARDS = {
+    "MODULE_MATCH",
+    "BUILTIN_MATCH",
+    "CLOSURE_MATCH",
+    "FUNCTION_MATCH",
+    "DUPLICATE_INPUT",
+}
 
 
-def has_forward_hooks(compiled: Any) -> bool:
-    """Whether ``compiled``'s module has forward hooks (its own or global: AOT skips them)."""
+def has_hooks(compiled: Any) -> bool:
+    """Whether ``compiled``'s module has hooks an ahead-of-time ``forward`` would skip: its
+    own forward or backward hooks, or global ones."""
     from torch.nn.modules import module as nn_module
 
-    orig = unwrap_compiled(compiled)
-    return bool(orig._forward_hooks or orig._forward_pre_hooks) or nn_module._has_any_global_hook()
+    m = unwrap_compiled(compiled)
+    own = m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+    return bool(own) or nn_module._has_any_global_hook()
 
 
 def aot_compile_call(compiled: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -380,24 +348,47 @@ def aot_compile_call(compiled: Any, args: tuple[Any, ...], kwargs: dict[str, Any
     from torch._dynamo.aot_compile import aot_compile_fullgraph
     from torch._dynamo.eval_frame import innermost_backend
 
-    ctx, forward = compiled.dynamo_ctx, unwrap_compiled(compiled).forward
-    # a copy: torch sets its guard filter on the hooks it gets, the module's would keep it
+    ctx, module = compiled.dynamo_ctx, unwrap_compiled(compiled)
+    # a copy: torch sets its guard filter, which drops every guard on a global, on the hooks
     hooks, backend = copy.copy(ctx._hooks), innermost_backend(ctx.callback)
-    with _dynamo().config.patch(automatic_dynamic_shapes=False):
-        return aot_compile_fullgraph(forward, (args, kwargs), hooks, backend, dynamic=False)
+    dropped: list[str] = []
+    hooks.guard_filter_fn = functools.partial(_aot_guards, dropped=dropped)
+    grads = {p: p.grad for p in module.parameters()}  # saved .grads would not load back
+    try:
+        for p in grads:
+            p.grad = None
+        with _dynamo().config.patch(automatic_dynamic_shapes=False):
+            fn = aot_compile_fullgraph(
+                module.forward, (args, kwargs), hooks, backend, dynamic=False
+            )
+    finally:
+        for p, g in grads.items():
+            p.grad = g
+    if dropped:  # a loaded function would not see these globals change: refuse, not guess
+        raise RuntimeError(f"the model reads global variables it would not guard ({dropped})")
+    return fn
+
+
+def _aot_guards(entries: Sequence[Any], dropped: list[str]) -> list[bool]:
+    """torch's filter for ahead-of-time functions (no guard on a global, none it cannot
+    save); each global the model reads as a value, not as code, goes to ``dropped``."""
+    from torch._dynamo.guards import CheckFunctionManager
+
+    for g in entries:
+        internal = g.name.startswith(("G['__", "G['torch']"))
+        if g.is_global and not internal and g.guard_type not in _CODE_GUARDS:
+            dropped.append(g.name)
+    unsaved = CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES
+    return [not (g.is_global or g.guard_type in unsaved) for g in entries]
 
 
 def aot_call(fn: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``fn(module, *args, **kwargs)`` if its guards accept the call, else ``AOT_MISS``."""
-    if not fn.guard_check(module, *args, **kwargs):
-        return AOT_MISS
-    return fn.fn(module, *args, **kwargs)
+    return fn.fn(module, *args, **kwargs) if fn.guard_check(module, *args, **kwargs) else AOT_MISS
 
 
 def aot_serialize(functions: Sequence[Any]) -> bytes:
     """The functions as bytes (their code refers to inductor's cache: save it too)."""
-    import pickle
-
     from torch._dynamo.aot_compile import AOTCompiledFunction
 
     return pickle.dumps([AOTCompiledFunction.serialize(f).serialized_data for f in functions])
@@ -405,8 +396,6 @@ def aot_serialize(functions: Sequence[Any]) -> bytes:
 
 def aot_deserialize(data: bytes) -> list[Any]:
     """What :func:`aot_serialize` wrote (read only from a cache its manifest checked)."""
-    import pickle
-
     from torch._dynamo import convert_frame
     from torch._dynamo.aot_compile import AOTCompiledFunction
     from torch._dynamo.utils import get_metrics_context
@@ -414,7 +403,9 @@ def aot_deserialize(data: bytes) -> list[Any]:
 
     out = []
     for item in pickle.loads(data):
-        context = compile_context(CompileContext(convert_frame.get_compile_id({})))
-        with context, get_metrics_context():
+        with (
+            compile_context(CompileContext(convert_frame.get_compile_id({}))),
+            get_metrics_context(),
+        ):
             out.append(AOTCompiledFunction.deserialize(item))
     return out

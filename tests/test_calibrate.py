@@ -344,3 +344,10 @@ def test_on_cuda_the_allocator_peaks_stay_within_and_state_is_put_back():
         again = steady_peak_bytes(lambda x=x: step(x), model, opt, x, device=device)
         assert again <= report.limit  # the allocator agrees when measured again
     assert report.rows[16] > report.rows[32] > report.rows[64] >= 1
+
+
+def test_steady_peak_bytes_refuses_what_it_cannot_measure():
+    with pytest.raises(ShapeBucketError, match="step must be a function"):
+        steady_peak_bytes(5, device=torch.device("cpu"))  # type: ignore[arg-type]
+    with pytest.raises(ShapeBucketError, match="device must be a torch.device"):
+        steady_peak_bytes(lambda: None, device="cpu")  # type: ignore[arg-type]

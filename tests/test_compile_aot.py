@@ -138,7 +138,9 @@ def test_calls_the_functions_do_not_accept_go_through_dynamo_as_before(
         with pytest.raises(ShapeBucketError) as e, no_recompiles(plan):  # an unplanned shape
             compiled(**other)
         assert "input_ids [3, 8], labels [3, 8] matches none" in str(e.value)
-        assert "(input_ids [2, 16], labels [2, 16]; input_ids [4, 8], labels [4, 8])" in str(e.value)
+        assert "(input_ids [2, 16], labels [2, 16]; input_ids [4, 8], labels [4, 8])" in str(
+            e.value
+        )
         with CompileCounter() as cc:
             loss = compiled(**other)  # without the guard: compiled through dynamo
         assert cc.graphs == 1
@@ -177,8 +179,12 @@ def test_refusals_before_anything_compiles(tmp_path):
         prewarm(model, plan, modes=[AotCache(tmp_path)], progress=False)
     hooked = Tiny()
     hooked.register_forward_pre_hook(lambda m, a: None)
-    with pytest.raises(ShapeBucketError, match="forward hooks"):
+    with pytest.raises(ShapeBucketError, match="forward or backward hooks"):
         prewarm(torch.compile(hooked), plan, modes=[AotCache(tmp_path)], progress=False)
+    backward = Tiny()
+    backward.register_full_backward_hook(lambda m, gi, go: None)
+    with pytest.raises(ShapeBucketError, match="forward or backward hooks"):
+        prewarm(torch.compile(backward), plan, modes=[AotCache(tmp_path)], progress=False)
     compiled = torch.compile(Tiny(), dynamic=False)
     for other in (Specialize(), Cache(tmp_path / "other")):
         with pytest.raises(ShapeBucketError, match="AotCache cannot be combined with"):
@@ -197,3 +203,90 @@ def test_a_failed_prewarm_puts_the_module_s_own_forward_back(tmp_path):
         warnings.simplefilter("ignore")
         prewarm(compiled, plan, step=step, modes=[AotCache(tmp_path)], progress=False)
     assert installed(compiled) is None
+
+
+SCALE = 1.0  # a global the model below reads as a value
+
+
+class ReadsAGlobal(Tiny):
+    def forward(self, input_ids, labels):
+        return super().forward(input_ids, labels) * SCALE
+
+
+@pytest.mark.slow
+def test_globals_hooks_and_grads_never_change_a_result(fresh_compiler, tmp_path):
+    """Probe: torch drops the guards on globals of an ahead-of-time function (a changed
+    global gave the stale result), the function skipped hooks added after prewarm, and
+    functions compiled while parameters held .grad could not be loaded back."""
+    global SCALE
+    plan = ShapePlan.from_function(SHAPES[:1], batch)
+    b = batch(SHAPES[0])
+    with compat.fresh_inductor_cache(str(tmp_path / "live")):
+        torch.manual_seed(0)
+        model = ReadsAGlobal()
+        compiled = torch.compile(model, dynamic=False)
+        with pytest.warns(UserWarning, match="reads global variables"):
+            prewarm(compiled, plan, modes=[AotCache(tmp_path / "g")], progress=False)
+        SCALE = 3.0
+        try:
+            torch.testing.assert_close(compiled(**b), model(**b))  # through dynamo: guarded
+        finally:
+            SCALE = 1.0
+
+        def accumulating_run():  # a step that leaves .grad set (gradient accumulation)
+            model, compiled, _, _, plan = setup()  # the second shape compiles with .grad set
+            report = prewarm(
+                compiled,
+                plan,
+                step=lambda x: compiled(**x).backward(),
+                modes=[AotCache(tmp_path / "a")],
+                progress=False,
+            )
+            return compiled, model, report
+
+        accumulating_run()
+        compat.reset_compiler()
+        compiled, model, report = accumulating_run()  # the next run loads them
+        assert report.how == {s: "aot-cache" for s in SHAPES}
+        model.register_forward_hook(lambda m, args, out: out * 0 + 123.0)
+        assert compiled(**b).item() == 123.0  # a hook added later: dynamo runs it
+
+
+def test_a_second_prewarm_reports_its_own_plan_and_a_failed_one_keeps_the_first(tmp_path):
+    """Probe: a second prewarm of one module reported the first plan's shapes too, and a
+    failed prewarm took away the forward a successful earlier one had installed."""
+    compiled = torch.compile(Tiny(), dynamic=False, backend="eager")
+    first = ShapePlan.from_function(SHAPES[:1], batch)
+    second = ShapePlan.from_function(SHAPES[1:], batch)
+    installed_forward = object()
+
+    def fake_compile(compiled_module, args, kwargs):  # no compile: a function of this call
+        shapes = {k: tuple(v.shape) for k, v in kwargs.items()}
+
+        class Fn:
+            def guard_check(self, module, *a, **kw):
+                return {k: tuple(v.shape) for k, v in kw.items()} == shapes
+
+            def fn(self, module, *a, **kw):
+                return module(*a, **kw)
+
+        return Fn()
+
+    with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
+        warnings.simplefilter("ignore")
+        mp.setattr(compat, "aot_compile_call", fake_compile)
+        mp.setattr(compat, "aot_serialize", lambda functions: b"functions")
+        prewarm(compiled, first, modes=[AotCache(tmp_path / "a")], progress=False)
+        installed_forward = installed(compiled)
+        report = prewarm(compiled, second, modes=[AotCache(tmp_path / "b")], progress=False)
+        assert set(report.how) == set(second.shapes) and report.how[SHAPES[1]] == "aot"
+        assert prewarm(compiled, first, modes=[AotCache(tmp_path / "a")], progress=False).how == {
+            SHAPES[0]: "aot-cache"  # held from the first prewarm: nothing compiled now
+        }
+
+        def fails(b):
+            raise RuntimeError("the step failed")
+
+        with pytest.raises(RuntimeError, match="the step failed"):
+            prewarm(compiled, first, step=fails, modes=[AotCache(tmp_path / "c")], progress=False)
+    assert installed(compiled) is installed_forward  # the earlier prewarm's forward stays

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from shapebucket import ShapeBucketError
 from shapebucket import _torch_compat as compat
 from shapebucket.compile import cache as cache_module
 from shapebucket.compile import load_compile_cache, save_compile_cache
@@ -233,6 +234,13 @@ def test_extra_files_are_checked_by_the_manifest_and_kept_by_the_next_save(tmp_p
     (cache / "aot.bin").write_bytes(b"other")  # same size, another checksum
     with pytest.warns(UserWarning, match="checksum"):
         assert load_compile_cache(cache) is False
-    for bad in ("", "a/b", "manifest.json", "inductor", "artifacts.bin"):
-        with pytest.raises(ValueError, match="one plain name"):
+    for bad in ("", "a/b", "..", ".x", "MANIFEST.JSON", "inductor", "a\x00b", "x" * 101, 5):
+        with pytest.raises(ShapeBucketError, match="must be one plain name"):
             save_compile_cache(tmp_path / "bad", {bad: b"x"})
+    for bad_value in ("text", None, 5):
+        with pytest.raises(ShapeBucketError, match=r"extra\['a.bin'\] must be bytes"):
+            save_compile_cache(tmp_path / "bad", {"a.bin": bad_value})
+    for not_a_mapping in ("abc", {"a.bin"}, 5):
+        with pytest.raises(ShapeBucketError, match="must map file names to bytes"):
+            save_compile_cache(tmp_path / "bad", not_a_mapping)
+    assert not (tmp_path / "bad").exists()  # refused before anything was written

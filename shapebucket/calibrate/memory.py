@@ -132,6 +132,15 @@ def steady_peak_bytes(step: Callable[[], Any], *objects: Any, device: torch.devi
     >>> steady - first >= 2 * params  # AdamW's two moments, live at the backward peak
     True
     """
+    if not callable(step):
+        raise ShapeBucketError(
+            f"steady_peak_bytes: step must be a function of no arguments, got {step!r:.80}"
+        )
+    if not isinstance(device, torch.device):
+        raise ShapeBucketError(
+            f"steady_peak_bytes: device must be a torch.device, got {device!r:.80}; pass "
+            "torch.device('cuda') or torch.device('cpu')"
+        )
     step()
     return live_tensor_bytes(*objects, device=device) + step_peak_bytes(step, device)
 

@@ -59,6 +59,8 @@ class AotForward:
         self._last: dict[Any, int] = {}  # a call's tensor shapes -> the function that ran it
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if compat.has_hooks(self.compiled):  # hooks added since: only dynamo runs them
+            return self.original(*args, **kwargs)
         key = _shapes(args, kwargs)
         order = [self._last[key]] if key in self._last else []
         for i in [*order, *(j for j in range(len(self.functions)) if j not in order)]:
@@ -143,10 +145,10 @@ def check(compiled: Any) -> None:
             f"{type(compiled).__name__}; pass model = torch.compile(module, dynamic=False), or "
             "use Cache(dir)"
         )
-    if compat.has_forward_hooks(compiled):
+    if compat.has_hooks(compiled):
         raise ShapeBucketError(
-            "AotCache: the module has forward hooks (its own or global ones), which an "
-            "ahead-of-time compiled forward would skip; remove them or use Cache(dir)"
+            "AotCache: the module has forward or backward hooks (its own or global ones), "
+            "which an ahead-of-time compiled forward would skip; remove them or use Cache(dir)"
         )
 
 
@@ -160,7 +162,9 @@ def install(compiled: Any, functions: list[Any], compiling: Callable[[], bool]) 
         compiled.forward = current
     elif not current.functions:
         current.functions, current.loaded = list(functions), len(functions)
-    current.compiling = compiling
+    else:  # a later prewarm of this module: what it holds counts as ready, like a load
+        current.loaded = len(current.functions)
+    current.compiling, current.used = compiling, {}
     return current
 
 
@@ -177,8 +181,8 @@ class AotCache(Cache):
     ahead of time and kept with the cache (``aot.bin``), so that the next run loads whole
     graphs and traces nothing (see this module's docstring, and ``docs/compile.md``).
 
-    ``report.how[shape]`` is ``"aot-cache"`` (loaded), ``"aot"`` (compiled ahead of time
-    now) or, for a shape whose calls went through dynamo, what ``Cache`` says. Refused
+    ``report.how[shape]`` is ``"aot-cache"`` (loaded, or held from an earlier prewarm of
+    the module), ``"aot"`` (compiled ahead of time now) or, for a shape whose calls went through dynamo, what ``Cache`` says. Refused
     with ``Specialize`` (dynamic dims) and ``CudaGraphs``, and beside another ``Cache``.
     """
 
@@ -196,6 +200,7 @@ class AotCache(Cache):
         check(job.model)  # before the lock and the load
         super().setup(job)
         functions = _load(Path(job.memo["cache_path"]), bool(job.report.cache_loaded))
+        job.memo["aot_new"] = installed(job.model) is None  # a failure takes only ours back
         job.memo["aot"] = install(job.model, functions, lambda: job.phase == "compile")
 
     @contextlib.contextmanager
@@ -203,7 +208,8 @@ class AotCache(Cache):
         try:
             yield
         except BaseException:
-            uninstall(job.model)  # a failed prewarm leaves the module as it was
+            if job.memo.get("aot_new"):  # a failed prewarm leaves the module as it was
+                uninstall(job.model)
             raise
 
     def prepare(self, batch: Any, shape: Any, job: Job) -> Any:

@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 
 from .. import _torch_compat as compat
+from ..errors import ShapeBucketError
 
 MANIFEST = "manifest.json"
 ARTIFACTS = "artifacts.bin"
@@ -53,7 +55,9 @@ def _write_bytes(dst: Path, data: bytes) -> None:
     dst.write_bytes(data)
 
 
-def save_compile_cache(path: str | Path, extra: Mapping[str, bytes] | None = None) -> dict[str, int]:
+def save_compile_cache(
+    path: str | Path, extra: Mapping[str, bytes] | None = None
+) -> dict[str, int]:
     """Persist what the compiler built in this process to directory ``path``, atomically.
 
     Writes the compiler's cache artifacts (``torch.compiler.save_cache_artifacts``)
@@ -71,7 +75,7 @@ def save_compile_cache(path: str | Path, extra: Mapping[str, bytes] | None = Non
     (Not run as a doctest: it copies this machine's whole inductor cache;
     ``tests/test_compile_cache.py`` runs it.)
     """
-    return _save(Path(path), None, dict(extra or {}))
+    return _save(Path(path), None, _check_extra(extra))
 
 
 def save_new_compile_cache(path: str | Path, exported: set[str]) -> dict[str, int]:
@@ -156,11 +160,34 @@ def _build(
     return sizes
 
 
+def _check_extra(extra: Any) -> dict[str, bytes]:
+    """``extra`` as a dict of plain file names to bytes, or a ShapeBucketError."""
+    if extra is None:
+        return {}
+    if not isinstance(extra, Mapping):
+        raise ShapeBucketError(
+            f"save_compile_cache(extra=...) must map file names to bytes, got {extra!r:.80}"
+        )
+    reserved = (ARTIFACTS, MANIFEST, INDUCTOR)
+    for name, data in extra.items():
+        plain = isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}", name)
+        if not plain or name.lower() in reserved:
+            raise ShapeBucketError(
+                f"save_compile_cache(extra=...): file name {name!r:.80} must be one plain name "
+                f"(letters, digits, '_', '.', '-', at most 100; not {', '.join(reserved)}), "
+                "e.g. 'aot.bin'"
+            )
+        if not isinstance(data, (bytes, bytearray)):
+            raise ShapeBucketError(
+                f"save_compile_cache(extra=...): extra[{name!r}] must be bytes, got "
+                f"{type(data).__name__}"
+            )
+    return dict(extra)
+
+
 def _write_extra(tmp: Path, previous: Path | None, extra: dict[str, bytes]) -> None:
     """The ``extra`` files, and the previous cache's own extra files it does not name."""
     for name, data in extra.items():
-        if not name or "/" in name or name in (ARTIFACTS, MANIFEST, INDUCTOR):
-            raise ValueError(f"extra cache file name {name!r}: one plain name, not a reserved one")
         _write_bytes(tmp / name, data)
     if previous is None:
         return

@@ -346,7 +346,7 @@ def no_recompiles(
             stacklevel=3,
         )
     try:
-        with compat.stance("fail_on_recompile"):
+        with torch.compiler.set_stance("fail_on_recompile"):
             yield
     except RuntimeError as e:
         if not is_recompile_error(e):

@@ -144,7 +144,7 @@ class BackgroundCompile:
             rep.eval_calls[shape] += 1  # its graph is not the background's: eager
         elif shape in self._switched:
             rep.compiled_calls[shape] += 1
-            with compat.stance("fail_on_recompile"):
+            with torch.compiler.set_stance("fail_on_recompile"):
                 return self._fn(self.model, *args, **kwargs)
         elif shape in self._loaded and not self._closed:
             rep.compiled_calls[shape] += 1
@@ -159,7 +159,7 @@ class BackgroundCompile:
         t0 = time.perf_counter()
         # a planned compile: allowed inside the user's no_recompiles() (the graph is new to
         # this process, its code comes from the cache), never again for this shape after
-        with CompileCounter() as cc, compat.stance("default"):
+        with CompileCounter() as cc, torch.compiler.set_stance("default"):
             out = self._fn(self.model, *args, **kwargs)
         after = compat.cache_hit_counts()
         rep = self.report

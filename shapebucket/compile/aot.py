@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .. import _torch_compat as compat
 from ..errors import ShapeBucketError
 from .messages import is_recompile_error
@@ -123,7 +125,8 @@ def _shapes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
     out: list[Any] = []
     for name, value in [*enumerate(args), *sorted(kwargs.items())]:
         shape = getattr(value, "shape", None)
-        out.append((name, tuple(shape) if shape is not None else type(value).__name__))
+        known = isinstance(shape, (tuple, torch.Size))
+        out.append((name, tuple(shape) if known else type(value).__name__))
     return tuple(out)
 
 

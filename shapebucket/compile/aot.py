@@ -125,8 +125,10 @@ def _shapes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
     out: list[Any] = []
     for name, value in [*enumerate(args), *sorted(kwargs.items())]:
         shape = getattr(value, "shape", None)
-        known = isinstance(shape, (tuple, torch.Size))
-        out.append((name, tuple(shape) if known else type(value).__name__))
+        if isinstance(shape, (tuple, torch.Size)):
+            out.append((name, tuple(shape)))
+        else:
+            out.append((name, type(value).__name__))
     return tuple(out)
 
 

@@ -375,7 +375,8 @@ def _aot_guards(entries: Sequence[Any], dropped: list[str]) -> list[bool]:
     from torch._dynamo.guards import CheckFunctionManager
 
     for g in entries:
-        internal = g.name.startswith(("G['__", "G['torch']"))
+        # dynamo's own globals, torch, and a global function's defaults or code: not values
+        internal = g.name.startswith(("G['__", "G['torch']")) or ".__" in g.name
         if g.is_global and not internal and g.guard_type not in _CODE_GUARDS:
             dropped.append(g.name)
     unsaved = CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES

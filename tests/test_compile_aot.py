@@ -208,6 +208,15 @@ def test_a_failed_prewarm_puts_the_module_s_own_forward_back(tmp_path):
 SCALE = 1.0  # a global the model below reads as a value
 
 
+def scaled(x, *, by=1.0):  # a global function with a keyword default: code, not a value
+    return x * by
+
+
+class CallsAGlobal(Tiny):
+    def forward(self, input_ids, labels):
+        return scaled(super().forward(input_ids, labels))
+
+
 class ReadsAGlobal(Tiny):
     def forward(self, input_ids, labels):
         return super().forward(input_ids, labels) * SCALE
@@ -232,6 +241,9 @@ def test_globals_hooks_and_grads_never_change_a_result(fresh_compiler, tmp_path)
             torch.testing.assert_close(compiled(**b), model(**b))  # through dynamo: guarded
         finally:
             SCALE = 1.0
+        calls = torch.compile(CallsAGlobal(), dynamic=False)
+        report = prewarm(calls, plan, modes=[AotCache(tmp_path / "f")], progress=False)
+        assert report.how == {SHAPES[0]: "aot"}  # a function's defaults do not refuse it
 
         def accumulating_run():  # a step that leaves .grad set (gradient accumulation)
             model, compiled, _, _, plan = setup()  # the second shape compiles with .grad set

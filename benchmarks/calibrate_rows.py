@@ -18,13 +18,13 @@ under bf16 autocast, as the bench's do, and the peaks are the CUDA allocator's.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import time
 
 import torch
 
+from shapebucket.bench.memory import step_autocast
 from shapebucket.bench.model import GPT, GPTConfig
 from shapebucket.bench.workloads import load_workload
 from shapebucket.calibrate import calibrate_rows, steady_peak_bytes
@@ -67,11 +67,7 @@ def setup(name: str):
     model = (gpt() if name == "gpt" else llama()).to(DEVICE)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if DEVICE.type == "cuda"
-        else contextlib.nullcontext()
-    )
+    autocast = step_autocast(DEVICE)  # the bench's precision: bf16 autocast on CUDA
 
     def step(batch):
         with autocast:

@@ -87,6 +87,11 @@ class AotForward:
                 self.functions.append(fn)
                 self._last[key] = len(self.functions) - 1
                 out = compat.aot_call(fn, self.module, args, kwargs)
+                if out is compat.AOT_MISS:  # its own function must accept the call it was for
+                    raise ShapeBucketError(
+                        "AotCache: a call's own ahead-of-time compiled function rejected it; "
+                        "use Cache(dir) instead (and report this)"
+                    )
                 return self._count("aot", len(self.functions) - 1, out)
         try:
             out = self.original(*args, **kwargs)
@@ -106,11 +111,6 @@ class AotForward:
         )
 
     def _count(self, kind: str, index: int, out: Any) -> Any:
-        if out is compat.AOT_MISS:  # a function that just compiled a call must accept it
-            raise ShapeBucketError(
-                "AotCache: a call's own ahead-of-time compiled function rejected it; use "
-                "Cache(dir) instead (and report this)"
-            )
         if self.compiling():
             self.used.setdefault(self.shape, set()).add((kind, index))
         return out
@@ -187,8 +187,9 @@ class AotCache(Cache):
     graphs and traces nothing (see this module's docstring, and ``docs/compile.md``).
 
     ``report.how[shape]`` is ``"aot-cache"`` (loaded, or held from an earlier prewarm of
-    the module), ``"aot"`` (compiled ahead of time now) or, for a shape whose calls went through dynamo, what ``Cache`` says. Refused
-    with ``Specialize`` (dynamic dims) and ``CudaGraphs``, and beside another ``Cache``.
+    the module), ``"aot"`` (compiled ahead of time now) or, for a shape whose calls went
+    through dynamo, what ``Cache`` says. Refused with ``Specialize`` (dynamic dims) and
+    ``CudaGraphs``, and beside another ``Cache``.
     """
 
     def setup(self, job: Job) -> None:
@@ -221,7 +222,7 @@ class AotCache(Cache):
         job.memo["aot"].shape = shape
         return batch
 
-    def extra_files(self, job: Job) -> dict[str, bytes]:
+    def finish(self, job: Job) -> None:
         forward: AotForward = job.memo["aot"]
         forward.compiling = lambda: False  # from here on, a call no function accepts: dynamo
         for shape, ran in forward.used.items():
@@ -230,6 +231,10 @@ class AotCache(Cache):
             if kinds <= {"aot-cache", "aot"}:
                 job.report.how[shape] = "aot" if "aot" in kinds else "aot-cache"
                 job.report.graphs[shape] = max(job.report.graphs.get(shape, 0), len(functions))
+        super().finish(job)  # saves, with extra_files
+
+    def extra_files(self, job: Job) -> dict[str, bytes]:
+        forward: AotForward = job.memo["aot"]
         if not forward.new_functions():
             return {}
         return {AOT_FILE: compat.aot_serialize(forward.functions)}

@@ -400,6 +400,8 @@ def test_bad_bench_arguments_give_one_error_line(capsys):
         (["--model-dim", "30"], "multiple of --heads"),
         # probe: these two printed a traceback (exit 1), the second after building the workload
         (["--device", "banana"], "--device 'banana' is not a torch device"),
+        # probe: a meta device passed the up-front checks and failed in the first step
+        (["--device", "meta"], "not on a meta device"),
         (["--lengths", "/nonexistent/lengths.txt"], "does not exist"),
     ]:
         assert cli.main(argv) == 2
@@ -552,6 +554,13 @@ def test_from_json_replays_a_saved_run_without_measuring(tmp_path, capsys):
     path.write_text(json.dumps({"config": config, "results": earlier}))
     assert cli.main(["--from-json", str(path)]) == 2
     assert "earlier version" in capsys.readouterr().err
+    # probe: a wrongly typed field printed a traceback halfway through the table
+    typed = [{**asdict(r), "useful_tokens_per_sec": "fast"} for r in results]
+    path.write_text(json.dumps({"config": config, "results": typed}))
+    assert cli.main(["--from-json", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error:") and "not a saved benchmark run" in captured.err
+    assert captured.out == ""
 
 
 def test_advice_compares_the_recommendation_with_the_measured_best(monkeypatch):

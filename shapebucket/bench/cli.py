@@ -180,6 +180,8 @@ def _replay(args: argparse.Namespace) -> int:
         results = [StrategyResult(**r) for r in data["results"]]
         config = data["config"]
         described = _describe(config)
+        table = format_table(results)  # a wrongly typed field fails here, not mid-print
+        title = _title(config)
     except KeyError as e:
         print(
             f"error: {args.from_json} is not a saved benchmark run: no {e} entry", file=sys.stderr
@@ -202,8 +204,8 @@ def _replay(args: argparse.Namespace) -> int:
         )
     )
     print(described)
-    print(format_table(results))
-    plot(results, path, _title(config))
+    print(table)
+    plot(results, path, title)
     print(f"wrote {path}")
     return 0
 
@@ -284,11 +286,16 @@ def _resolve(args: argparse.Namespace) -> None:
     if unknown:
         raise ShapeBucketError(f"unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}")
     try:
-        torch.device(args.device)
+        device = torch.device(args.device)
     except (RuntimeError, TypeError):
         raise ShapeBucketError(
             f"--device {args.device!r} is not a torch device; pass cpu or cuda (cuda:0)"
         ) from None
+    if device.type not in ("cpu", "cuda"):
+        raise ShapeBucketError(
+            f"--device {args.device!r}: the benchmark times real steps on cpu or cuda, not on "
+            f"a {device.type} device; pass cpu or cuda (cuda:0)"
+        )
     if args.lengths is not None:
         read_lengths(args.lengths)  # refused here, before any strategy runs
     if args.device.startswith("cuda") and not torch.cuda.is_available():

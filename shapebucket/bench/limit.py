@@ -268,8 +268,7 @@ def limit_headline(results: Sequence[StrategyResult]) -> str | None:
         f"({limit.useful_tokens_per_sec:,.0f} useful tok/s on this machine); of its time, "
         f"{g.get('limit', 0):.0%} is the limit's own work, {g.get('padding', 0):.0%} padding, "
         f"{g.get('longer rows', 0):.0%} attention across a row's other samples (its real tokens "
-        f"at their row's cost per token instead of their own), {g.get('per step', 0):.0%} "
-        "per-step overhead (the rest)"
+        f"at their row's cost per token instead of their own), {_rest(g.get('per step', 0.0))}"
     )
     if share > 1:
         line += (
@@ -277,3 +276,19 @@ def limit_headline(results: Sequence[StrategyResult]) -> str | None:
             "own length (per-row costs outweigh attention), so the limit is a reference, not a bound"
         )
     return line
+
+
+def _rest(share: float) -> str:
+    """The per-step overhead, the time the other parts leave; when they leave none (they add
+    up to more than the step, within timing noise) it says so rather than print "-0%".
+
+    >>> _rest(0.12)
+    '12% per-step overhead (the rest)'
+    >>> _rest(-0.003)
+    '0% per-step overhead (the rest)'
+    >>> _rest(-0.04)
+    'no per-step overhead left (the other parts add up to 4% more than the step: timing noise)'
+    """
+    if share > -0.005:
+        return f"{max(share, 0.0):.0%} per-step overhead (the rest)"
+    return f"no per-step overhead left (the other parts add up to {-share:.0%} more than the step: timing noise)"

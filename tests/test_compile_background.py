@@ -165,6 +165,27 @@ def test_a_failed_background_is_reported_and_wait_raises(no_launch, fresh_compil
             bg.wait()
 
 
+class _Ended:
+    """A background process that has ended with ``exitcode``."""
+
+    def __init__(self, exitcode: int) -> None:
+        self.exitcode = exitcode
+
+    def is_alive(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("exitcode", [0, 1, -9])
+def test_a_background_that_ends_early_makes_wait_raise(no_launch, fresh_compiler, exitcode):
+    # probe: a worker exiting 0 before publishing every shape made wait() hang for good
+    collate = BucketCollator([8], sequence_keys=KEYS, rows=2)
+    with _start(build_gpt, collate, collate(samples(2, 5, 0))) as bg:
+        bg._process = _Ended(exitcode)
+        with pytest.raises(ShapeBucketError, match=f"exit code {exitcode}\\) with 0 of 1 shapes"):
+            bg.wait()
+        bg._process = None  # nothing to terminate on close
+
+
 def test_a_cache_dir_keeps_the_shapes_for_the_next_run(no_launch, fresh_compiler, tmp_path):
     collate = BucketCollator([8, 16], sequence_keys=KEYS, rows=2)
     example = collate(samples(2, 5, 0))

@@ -185,6 +185,8 @@ class BackgroundCompile:
         """Load every shape the background has published since the last poll; returns
         the shapes loaded so far. Called by the model's forward every ``poll_seconds``."""
         self._next_poll = time.perf_counter() + self._poll_seconds
+        # read before the listing: a process that wrote done.json and then exited is not ended early
+        ended = self._process is not None and not self._process.is_alive()
         try:
             names = sorted(os.listdir(self._out))
         except FileNotFoundError:
@@ -209,14 +211,13 @@ class BackgroundCompile:
                 f"eagerly. Its error:\n{self.report.error}",
                 stacklevel=3,
             )
-        elif (
-            self._process is not None
-            and not self._process.is_alive()
-            and DONE not in names
-            and self.report.error is None
-            and self._process.exitcode not in (0, None)
-        ):
-            self.report.error = f"the background process died (exit code {self._process.exitcode})"
+        elif ended and DONE not in names and self.report.error is None and not self.done:
+            # exit code 0 too: a build() that calls os._exit(0) would otherwise hang wait()
+            self.report.error = (
+                f"the background process ended (exit code {self._process.exitcode}) with "
+                f"{len(self._loaded)} of {len(self._spec.order)} shapes published; shapes not "
+                "ready run eagerly"
+            )
         if self.done and self.report.all_ready_seconds is None:
             self.report.all_ready_seconds = time.perf_counter() - self._start
         return tuple(self._loaded)

@@ -565,6 +565,27 @@ def test_no_recompiles_names_a_call_with_other_keys_than_the_example(model):
         m(input_ids=x, labels=x)
 
 
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        (lambda m, x: (m.eval(), m(x)), r"eval mode: .* was prewarmed in train mode"),
+        (lambda m, x: torch.no_grad()(m)(x), "grad mode: the call runs with gradients on or off"),
+        (lambda m, x: torch.inference_mode()(m)(x), r"modes=\[Inference\(\)\]"),
+    ],
+    ids=["eval", "no_grad", "inference_mode"],
+)
+def test_no_recompiles_names_grad_eval_and_inference_mode(change, needle):
+    """Issue 39 item 17: a call in another grad, eval or inference mode than the prewarmed
+    ones was said to have 'a different stride, dtype or device'."""
+    m = torch.compile(nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1)), **EAGER)
+    x = torch.ones(2, 4)
+    m(x)
+    with pytest.raises(ShapeBucketError, match=needle) as info, no_recompiles([4]):
+        change(m, x)
+    assert "stride, dtype or device" not in str(info.value).split("compiler said")[0]
+    assert "Pad every batch" not in str(info.value)
+
+
 # -- the compile cache (inductor) ------------------------------------------------------
 
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["GuardFailure", "is_recompile_error", "parse_recompile_error"]
+__all__ = ["GuardFailure", "is_recompile_error", "mode_change", "parse_recompile_error"]
 
 _FAILURE_LINE = re.compile(r"- \d+/\d+: (.*)")
 _SIZE_MISMATCH = re.compile(
     r"tensor '(.+?)' size mismatch at index (\d+)\. expected (\d+), actual (\d+)"
 )
+_GLOBAL_STATE = re.compile(r"GLOBAL_STATE changed: (.*)")
+_TRAINING = re.compile(r"^(.*?)\.training == (True|False)")
 
 
 @dataclass(frozen=True)
@@ -53,3 +55,40 @@ def parse_recompile_error(text: str) -> list[GuardFailure]:
         else:
             out.append(GuardFailure(line.strip()))
     return out
+
+
+def mode_change(guard: str) -> str | None:
+    """The mode a failed guard says changed, as a cause and its fix: grad mode
+    (``torch.no_grad()``, ``torch.inference_mode()``), a module's train or eval mode,
+    or other global torch state; ``None`` for any other guard.
+
+    >>> mode_change("GLOBAL_STATE changed: grad_mode ")[:42]
+    'grad mode: the call runs with gradients on'
+    >>> mode_change("fn._modules['1'].training == True   # return F.dropout(...)")[:60]
+    "eval mode: fn._modules['1'] was prewarmed in train mode and "
+    >>> mode_change("tensor 'x' stride mismatch at index 0") is None
+    True
+    """
+    head = guard.split("#", 1)[0].strip()
+    state = _GLOBAL_STATE.search(head)
+    if state and "grad_mode" in state.group(1):
+        return (
+            "grad mode: the call runs with gradients on or off (torch.no_grad(), "
+            "torch.inference_mode()) unlike the prewarmed calls; prewarm in the loop's mode "
+            "(modes=[Inference()] for a loop under torch.inference_mode(), a step= that calls "
+            "the model under torch.no_grad() for a no_grad loop)"
+        )
+    if state:
+        return (
+            f"global torch state changed ({state.group(1).strip()}); prewarm under the same "
+            "state as the loop (autocast, grad mode, deterministic algorithms)"
+        )
+    training = _TRAINING.search(head)
+    if training:
+        module, was = training.group(1), training.group(2) == "True"
+        now, then = ("eval", "train") if was else ("train", "eval")
+        return (
+            f"{now} mode: {module} was prewarmed in {then} mode and the call runs it in {now} "
+            f"mode; call model.{now}() before prewarm (prewarm puts the mode back afterwards)"
+        )
+    return None

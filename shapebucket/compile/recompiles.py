@@ -27,7 +27,7 @@ from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
 from ..plan.shapes import ShapePlan
-from .messages import is_recompile_error, parse_recompile_error
+from .messages import is_recompile_error, mode_change, parse_recompile_error
 
 __all__ = ["CompileCounter", "check_recompile_limit", "mark_dynamic", "no_recompiles", "walk_batch"]
 
@@ -355,7 +355,14 @@ def no_recompiles(
         failures = parse_recompile_error(text)
         sizes = [f for f in failures if f.is_size]
         others = [f for f in failures if not f.is_size]
-        if sizes and not others:
+        modes = list(dict.fromkeys(m for f in others if (m := mode_change(f.text))))
+        fix = (
+            " Pad every batch to a bucket (BucketCollator) and prewarm every bucket (and batch "
+            "size) first."
+        )
+        if modes:
+            what, fix = "; ".join(modes), ""
+        elif sizes and not others:
             f = sizes[0]
             what = f"input {f.name!r} has size {f.actual} at dim {f.dim}, a shape that was not prewarmed"
         elif any(_changes_keywords(f.text) for f in others):
@@ -375,6 +382,5 @@ def no_recompiles(
         elif table is not None:
             where = f"; buckets are {table!r}"
         raise ShapeBucketError(
-            f"recompile inside no_recompiles(): {what}{where}. Pad every batch to a bucket "
-            f"(BucketCollator) and prewarm every bucket (and batch size) first.\ncompiler said: {text}"
+            f"recompile inside no_recompiles(): {what}{where}.{fix}\ncompiler said: {text}"
         ) from e

@@ -18,6 +18,7 @@ from shapebucket.compile import (
     Cache,
     CompileCounter,
     RecompileLimit,
+    Repeat,
     check_recompile_limit,
     compile_regions,
     load_compile_cache,
@@ -253,6 +254,23 @@ def test_prewarm_without_a_collator_uses_make_batch():
     plan = ShapePlan.from_function([(2, 16), (2, 8)], lambda s: {"x": torch.ones(s), "shape": s})
     prewarm(None, plan, step=seen.append, verify=False, progress=False)
     assert [b["shape"] for b in seen] == [Shape(2, 8), Shape(2, 16)]  # sorted by length
+
+
+def test_a_step_that_pops_its_batch_gets_a_whole_batch_each_run():
+    # probe: Repeat(n) and CudaGraphs ran one batch n times: a step that pops a key got a raw KeyError
+    model = torch.compile(TinyLM(), **EAGER)
+    popped = []
+
+    def step(batch):
+        labels = batch.pop("labels")
+        popped.append(labels.shape)
+        model(batch.pop("input_ids"), labels, batch.pop("attention_mask")).backward()
+
+    collate = BucketCollator([8, 16], rows=2)
+    example = collate([{"input_ids": [1] * 8, "labels": [1] * 8}] * 2)  # at a bucket already
+    report = prewarm(model, [8, 16], example=example, step=step, modes=[Repeat(2)], progress=False)
+    assert len(report.graphs) == 2 and len(popped) == 2 * 2 + 2  # each shape twice, then verify
+    assert set(example) == {"input_ids", "labels", "attention_mask"}  # the caller's batch kept
 
 
 def test_prewarm_bad_arguments():

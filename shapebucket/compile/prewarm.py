@@ -17,9 +17,10 @@ Typical use::
 from __future__ import annotations
 
 import contextlib
+import copy
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
 import torch
@@ -202,11 +203,17 @@ def _run_prepared(job: Job, shape: Any, run: Callable[[Any], None], runs: int) -
             batch = m.prepare(batch, shape, job)
         try:
             for _ in range(runs):
-                run(batch)
+                run(_own(batch))
             return
         except Exception as error:
             if not any(m.retry(error, job) for m in job.modes):
                 raise
+
+
+def _own(batch: Any) -> Any:
+    """A run's own container of the batch's values, so that a step that pops or sets a
+    key (``batch.pop("labels")``) leaves the next run its batch; the tensors are shared."""
+    return copy.copy(batch) if isinstance(batch, (MutableMapping, list)) else batch
 
 
 def _verify(job: Job, run: Callable[[Any], None]) -> None:

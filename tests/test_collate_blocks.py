@@ -79,6 +79,7 @@ def test_the_collate_function_adds_static_shape_blocks_and_pickles():
         "kv_indices": (2, 1, 2, 2),
         "full_kv_num_blocks": (2, 1, 2),
         "full_kv_indices": (2, 1, 2, 2),
+        "causal": (),
     }
     want = document_block_mask(batch["document_ids"], block_size=8)
     got = block_mask_from_blocks(batch["document_blocks"], batch["document_ids"], block_size=8)
@@ -115,6 +116,18 @@ def test_blocks_of_another_batch_or_block_size_are_refused(doc, block_size, need
     blocks = document_blocks(DOC, block_size=4)  # it built a wrong BlockMask without a word
     with pytest.raises(ShapeBucketError, match=needle):
         block_mask_from_blocks(blocks, doc, block_size=block_size)
+
+
+@pytest.mark.parametrize("made", [True, False])
+def test_blocks_made_with_the_other_causal_rule_are_refused(made):
+    # probe: blocks of the causal rule built a non-causal mask (or the other way), silently
+    doc = torch.tensor([[0] * 12 + [1] * 4])
+    blocks = document_blocks(doc, causal=made, block_size=4)
+    with pytest.raises(ShapeBucketError, match=f"made with causal={made} .* got causal={not made}"):
+        block_mask_from_blocks(blocks, doc, causal=not made, block_size=4)
+    got = block_mask_from_blocks(blocks, doc, causal=made, block_size=4)
+    want = document_block_mask(doc, causal=made, block_size=4)
+    assert torch.equal(got.to_dense(), want.to_dense())
 
 
 def test_flags_keys_and_empty_batches_are_checked():

@@ -5,7 +5,7 @@ step: it evaluates the mask over every ``(query, key)`` pair of the batch. The
 structure it finds depends only on ``document_ids``, so a worker can find it
 instead: :func:`document_blocks` returns it as four tensors of static shapes
 (``[rows, 1, n]`` and ``[rows, 1, n, n]`` for ``n = ceil(length / block_size)``
-blocks), and :func:`block_mask_from_blocks` builds the same ``BlockMask`` from them
+blocks) and the rule they follow (``causal``), and :func:`block_mask_from_blocks` builds the same ``BlockMask`` from them
 on the step with ``BlockMask.from_kv_blocks``: no pass over the pairs.
 :class:`WithDocumentBlocks` adds them to each batch of a packed collator.
 """
@@ -23,10 +23,12 @@ from ..errors import ShapeBucketError
 from ..plan.shapes import Shape, check_protocol
 from .attention import check_document_ids, document_mask_mod
 
-__all__ = ["BLOCK_KEYS", "WithDocumentBlocks", "block_mask_from_blocks", "document_blocks"]
+__all__ = ["BLOCK_KEYS", "CAUSAL_KEY", "WithDocumentBlocks", "block_mask_from_blocks", "document_blocks"]
 
 #: the names of the four tensors, as ``BlockMask.from_kv_blocks`` takes them
 BLOCK_KEYS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
+#: the rule the blocks were made with (a bool tensor), beside :data:`BLOCK_KEYS`
+CAUSAL_KEY = "causal"
 
 
 def _ordered(dense: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,6 +76,7 @@ def document_blocks(
     kv_num, kv_idx = _ordered(torch.cat(partial, 1)[:, None])
     full_num, full_idx = _ordered(torch.cat(full, 1)[:, None])
     out = dict(zip(BLOCK_KEYS, (kv_num, kv_idx, full_num, full_idx), strict=True))
+    out[CAUSAL_KEY] = torch.tensor(causal)  # block_mask_from_blocks checks it against its own
     return {k: v.to(document_ids.device) for k, v in out.items()}
 
 
@@ -120,6 +123,13 @@ def block_mask_from_blocks(
         )
     block_size = check_int("block_size", block_size, minimum=1)
     causal = check_flag("causal", causal)
+    made = blocks.get(CAUSAL_KEY)
+    if isinstance(made, torch.Tensor) and {bool(made.all()), bool(made.any())} != {causal}:
+        raise ShapeBucketError(
+            f"the blocks were made with causal={not causal} and block_mask_from_blocks got "
+            f"causal={causal}: the mask would list the other rule's blocks; pass the same causal "
+            "to both (WithDocumentBlocks(causal=...) or document_blocks(causal=...))"
+        )
     check_document_ids(document_ids)
     rows, length = document_ids.shape
     want = (rows, 1, -(-length // block_size))
@@ -145,8 +155,8 @@ def block_mask_from_blocks(
 @dataclass(frozen=True)
 class WithDocumentBlocks:
     """A collate function: ``collator(samples)`` plus :func:`document_blocks` of its
-    ``document_ids`` under ``key`` (a dict of four tensors), made in the DataLoader
-    worker. Pickles when ``collator`` does.
+    ``document_ids`` under ``key`` (a dict of the four block tensors and ``causal``),
+    made in the DataLoader worker. Pickles when ``collator`` does.
 
     >>> from shapebucket.collate.packed import PackedCollator
     >>> collate = WithDocumentBlocks(PackedCollator([8], rows=1, label_shift="none"), block_size=4)

@@ -2,20 +2,21 @@
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from _helpers import torchrun
+from _helpers import run_scaled, torchrun
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 pytestmark = pytest.mark.slow
 
 
 def run(args, timeout=600):
+    """``args`` in a subprocess; ``timeout`` is the limit on a quiet machine, scaled by the
+    load (``tests/_helpers.py``: a timeout names the load and how to raise it)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+    return run_scaled(args, timeout, capture_output=True, text=True, env=env)
 
 
 def test_train_loop():

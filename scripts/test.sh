@@ -2,9 +2,10 @@
 # The whole test suite: creates .venv, installs shapebucket with its test and hf
 # extras (trl too; torch pinned to the CPU build by constraints.txt), lints (ruff),
 # type-checks (mypy), then runs pytest: unit and property tests, doctests,
-# the API-docs check, the benchmark smoke run and every example.
+# the API-docs check, the benchmark smoke run and every example. The 10 slowest
+# tests are printed at the end (--durations), so a run's log says where its time went.
 EXTRAS="test,hf,trl"
 source "$(dirname "$0")/_venv.sh"
 .venv/bin/ruff check .
 .venv/bin/mypy shapebucket
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest --durations=10 "$@"

@@ -1,7 +1,15 @@
-"""Shared save/restore check for every stateful sampler."""
+"""Shared test helpers: the save/restore check for every stateful sampler, the torchrun
+command, and subprocess timeouts that scale with the machine's load."""
 
-from collections.abc import Callable
+import os
+import subprocess
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import pytest
+
+#: multiplies every subprocess timeout of the suite (a slow or shared machine: 2, 4, ...)
+TIMEOUT_SCALE_ENV = "SHAPEBUCKET_TEST_TIMEOUT_SCALE"
 
 
 def check_resume_at_every_position(make_sampler: Callable[[], Any], epoch: int = 0) -> None:
@@ -57,3 +65,42 @@ def build(cls, *data, **kwargs):
     if "tokens_per_batch" in kwargs:
         return cls.for_tokens(*data, **kwargs)
     return cls(*data, **kwargs)
+
+
+def load_per_core() -> float:
+    """The 1-minute load average per CPU core (0.0 where the platform has none)."""
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def scaled_timeout(base_s: float) -> float:
+    """``base_s``, the limit on a quiet machine, times the load per core where it is above 1
+    (a loaded machine runs the subprocess proportionally slower) and times
+    ``$SHAPEBUCKET_TEST_TIMEOUT_SCALE`` (1 when unset)."""
+    raw = os.environ.get(TIMEOUT_SCALE_ENV, "1")
+    try:
+        scale = float(raw)
+    except ValueError:
+        scale = -1.0
+    if not scale > 0:
+        raise ValueError(f"{TIMEOUT_SCALE_ENV}={raw!r} is not a positive number; set it to e.g. 2")
+    return base_s * scale * max(1.0, load_per_core())
+
+
+def run_scaled(args: Sequence[Any], base_s: float, **kwargs: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run(args, timeout=scaled_timeout(base_s), **kwargs)``; a timeout fails the
+    test with the limit, the load when it started and when it stopped, and how to raise it."""
+    limit = scaled_timeout(base_s)
+    before = load_per_core()
+    try:
+        return subprocess.run(list(map(str, args)), timeout=limit, **kwargs)
+    except subprocess.TimeoutExpired:
+        pytest.fail(
+            f"{' '.join(map(str, args))[:200]} ran past {limit:.1f} s ({base_s:.1f} s on a quiet "
+            f"machine, scaled by the load); load per core {before:.2f} when it started, "
+            f"{load_per_core():.2f} now on {os.cpu_count()} cores. On a loaded or slow machine "
+            f"raise the limit with {TIMEOUT_SCALE_ENV}=2 (a factor on every subprocess timeout)",
+            pytrace=False,
+        )

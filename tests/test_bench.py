@@ -1,12 +1,12 @@
 import importlib.util
 import json
 import re
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
+from _helpers import run_scaled
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -48,11 +48,13 @@ REQUIRED = {
 
 
 def bench(*args, timeout=600):
-    return subprocess.run(
+    """The bench CLI in its own interpreter; ``timeout`` is the limit on a quiet machine,
+    scaled by the load (``tests/_helpers.py``: a timeout names the load)."""
+    return run_scaled(
         [sys.executable, "-m", "shapebucket", "bench", *args],
+        timeout,
         capture_output=True,
         text=True,
-        timeout=timeout,
     )
 
 

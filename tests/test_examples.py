@@ -2,20 +2,34 @@
 
 import json
 import os
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 
 import pytest
-from _helpers import torchrun
+from _helpers import run_scaled, torchrun
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 pytestmark = pytest.mark.slow
 
 
 def run(args, timeout=600):
+    """``args`` in a subprocess; ``timeout`` is the limit on a quiet machine, scaled by the
+    load (``tests/_helpers.py``: a timeout names the load and how to raise it)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+    return run_scaled(args, timeout, capture_output=True, text=True, env=env)
+
+
+def usage_error(script, args, monkeypatch, capsys) -> str:
+    """``script``'s ``main()`` run in this process with ``args`` (an argument error needs no
+    interpreter of its own): it exits with argparse's usage status 2; returns its stderr."""
+    ns = runpy.run_path(str(script))  # defines main(); __name__ is not "__main__"
+    monkeypatch.setattr(sys, "argv", [str(script), *args])
+    with pytest.raises(SystemExit) as exited:
+        ns["main"]()
+    err = capsys.readouterr().err
+    assert exited.value.code == 2, err[-2000:]
+    return err
 
 
 def test_train_loop():
@@ -80,14 +94,13 @@ def test_serve_variable_batches_without_recompiling():
         (["2", "--no-compile", "--backend", "eager"], "--backend .* --no-compile"),  # ignored
     ],
 )
-def test_hf_trainer_refuses_bad_arguments(args, match):
+def test_hf_trainer_refuses_bad_arguments(args, match, monkeypatch, capsys):
     """Probe 2: these ran (or trained for minutes) instead of a usage error."""
     import re
 
     pytest.importorskip("transformers")
-    out = run([sys.executable, str(EXAMPLES / "hf_trainer.py"), *args], timeout=120)
-    assert out.returncode == 2, out.stderr[-2000:]
-    assert re.search(match, out.stderr), out.stderr[-2000:]
+    err = usage_error(EXAMPLES / "hf_trainer.py", args, monkeypatch, capsys)
+    assert re.search(match, err), err[-2000:]
 
 
 @pytest.mark.parametrize(
@@ -100,11 +113,12 @@ def test_hf_trainer_refuses_bad_arguments(args, match):
         (["--plan", "buckets:warm"], "buckets:warm needs buckets:cold"),  # ran cold
     ],
 )
-def test_first_step_hf_refuses_a_bad_plan_before_running(args, match, tmp_path):
+def test_first_step_hf_refuses_a_bad_plan_before_running(
+    args, match, tmp_path, monkeypatch, capsys
+):
     import re
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "first_step_hf.py"
-    out = run([sys.executable, str(script), "--out", str(tmp_path / "o"), *args], timeout=60)
-    assert out.returncode == 2, out.stderr[-2000:]
-    assert re.search(match, out.stderr), out.stderr[-2000:]
+    err = usage_error(script, ["--out", str(tmp_path / "o"), *args], monkeypatch, capsys)
+    assert re.search(match, err), err[-2000:]
     assert not (tmp_path / "o").exists()  # nothing started

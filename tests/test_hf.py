@@ -10,6 +10,7 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
+from _helpers import run_scaled
 from torch import nn
 
 pytest.importorskip("transformers")
@@ -80,6 +81,17 @@ class StopAt(TrainerCallback):
             control.should_training_stop = True
 
 
+class SaveAt(TrainerCallback):
+    """Saves a checkpoint after each of ``steps`` and trains on."""
+
+    def __init__(self, *steps):
+        self.steps = set(steps)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step in self.steps:
+            control.should_save = True
+
+
 def trainer(out, seed=0, workers=0, packed=False, **kwargs):
     args = TrainingArguments(
         output_dir=str(out),
@@ -117,13 +129,18 @@ def trainer(out, seed=0, workers=0, packed=False, **kwargs):
 @pytest.mark.slow
 @pytest.mark.parametrize(("workers", "packed"), [(0, False), (2, False), (0, True)])
 def test_epochs_differ_and_a_resumed_run_sees_the_same_samples(tmp_path, workers, packed):
-    model, t = trainer(tmp_path / "full", workers=workers, packed=packed)
+    """One uninterrupted run saves checkpoints mid-epoch 0, at the epoch's end and mid-epoch 1
+    (saving does not change what it trains); a fresh trainer resumed from each sees the rest."""
+    out = tmp_path / "full"
+    model, t = trainer(out, workers=workers, packed=packed)
+    per_epoch = len(t.sampler)
+    stops = (3, per_epoch, per_epoch + 2)
+    t.add_callback(SaveAt(*stops))
     loader = t.get_train_dataloader()
     assert loader.num_workers == workers
     if workers:  # the Trainer's loader options are kept
         assert loader.persistent_workers and loader.prefetch_factor == 3
     t.train()
-    per_epoch = len(t.sampler)
     full = model.seen
     assert len(full) == 2 * per_epoch
     epoch0, epoch1 = full[:per_epoch], full[per_epoch:]
@@ -131,16 +148,13 @@ def test_epochs_differ_and_a_resumed_run_sees_the_same_samples(tmp_path, workers
     for epoch in (epoch0, epoch1):
         assert sorted(i for b in epoch for i in b) == list(range(len(LENGTHS)))
 
-    for stop in (3, per_epoch, per_epoch + 2):
-        out = tmp_path / f"stop{stop}"
-        first, t1 = trainer(out, workers=workers, packed=packed, callbacks=[StopAt(stop)])
-        t1.train()
+    for stop in stops:
         ckpt = out / f"checkpoint-{stop}"
         state = json.loads((ckpt / "shapebucket_sampler_rank0.json").read_text())
         assert (state["epoch"], state["position"]) == divmod(stop, per_epoch)
-        second, t2 = trainer(out, workers=workers, packed=packed)
+        second, t2 = trainer(tmp_path / f"resume{stop}", workers=workers, packed=packed)
         t2.train(resume_from_checkpoint=str(ckpt))
-        assert first.seen + second.seen == full, f"resume after {stop} steps differs"
+        assert full[:stop] + second.seen == full, f"resume after {stop} steps differs"
 
 
 @pytest.mark.slow
@@ -279,7 +293,6 @@ def test_example_packs_prewarms_and_the_second_run_loads_the_cache(tmp_path):
     """docs/examples/hf_trainer.py --packing, twice into one output dir (inductor)."""
     import json as _json
     import os
-    import subprocess
     import sys
     from pathlib import Path
 
@@ -291,11 +304,11 @@ def test_example_packs_prewarms_and_the_second_run_loads_the_cache(tmp_path):
         inductor = str(tmp_path / f"inductor-{run}")
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": root}
         env["TORCHINDUCTOR_CACHE_DIR"] = inductor
-        out = subprocess.run(
+        out = run_scaled(  # 900 s on a quiet machine, scaled by the load
             [sys.executable, str(example), "4", "--packing", "--k", "1", "--out", str(tmp_path)],
+            900,
             capture_output=True,
             text=True,
-            timeout=900,
             env=env,
         )
         assert out.returncode == 0, out.stderr[-3000:]

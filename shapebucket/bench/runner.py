@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import _torch_compat as compat
+from .. import _torch as compat
 from ..compile.modes import CudaGraphs
 from ..compile.prewarm import prewarm
 from ..compile.recompiles import CompileCounter, mark_dynamic, no_recompiles

@@ -1,6 +1,6 @@
 """Watching the compiler: mark dims dynamic, count compiles, fail on any recompile.
 
-Every private torch API used here goes through ``shapebucket._torch_compat``.
+Every private torch API used here goes through ``shapebucket._torch``.
 
 >>> f = torch.compile(lambda x: x * 2, dynamic=False, backend="eager")
 >>> with CompileCounter() as cc:
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import _torch_compat as compat
+from .. import _torch as compat
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets

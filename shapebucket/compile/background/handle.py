@@ -38,12 +38,12 @@ from typing import Any
 
 import torch
 
-from ... import _torch_compat as compat
+from ... import _torch as compat
 from ...collate.bucket import BucketCollator
 from ...errors import ShapeBucketError
 from ...plan.coerce import as_plan
 from ...plan.shapes import Shape, ShapePlan
-from ..cache import MANIFEST, load_compile_cache
+from ..cache.artifacts import MANIFEST, load_compile_cache
 from ..prewarm import packs, refuse_cached_decoder
 from ..recompiles import CompileCounter, walk_batch
 from .report import BackgroundReport

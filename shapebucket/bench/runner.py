@@ -20,9 +20,10 @@ import numpy as np
 import torch
 
 from .. import _torch as compat
+from ..compile.marks import mark_dynamic
 from ..compile.modes import CudaGraphs
 from ..compile.prewarm import prewarm
-from ..compile.recompiles import CompileCounter, mark_dynamic, no_recompiles
+from ..compile.recompiles import CompileCounter, no_recompiles
 from ..fit.buckets import Buckets
 from ..plan.shapes import ShapePlan
 from .batching import SEQUENCE_KEYS, Family, Setup

@@ -11,7 +11,7 @@ import torch
 from ... import _torch as compat
 from ...errors import ShapeBucketError
 from ...plan.shapes import Shape, ShapePlan
-from ..recompiles import walk_batch
+from ..marks import walk_batch
 from .base import Job, Mode
 
 __all__ = ["Specialize", "length_dims"]

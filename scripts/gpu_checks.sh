@@ -16,7 +16,7 @@
 # The GPU runs use k=4 fitted shapes (CLI default 8) to fit a 15-minute lease.
 # Needs torch >= 2.13, shapebucket's floor: on an older torch the import check below
 # stops it. (The 2026-11-26 runs, on an image with torch 2.11, lowered MIN_TORCH in
-# shapebucket/_torch_compat.py of that machine's copy of the checkout, for those runs
+# shapebucket/_torch/ of that machine's copy of the checkout, for those runs
 # only: docs/benchmarks.md says so beside their figures.)
 # PARTS picks some (default: all but smoke, a --quick run on cuda): cuda_tests smoke calibrate
 # bench_w256 bench_w1024 gpu_bench_tests.

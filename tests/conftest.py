@@ -3,7 +3,7 @@ import os
 import pytest
 from hypothesis import settings
 
-from shapebucket import _torch_compat as compat
+from shapebucket import _torch as compat
 
 settings.register_profile("ci", max_examples=100, deadline=None, print_blob=True)
 settings.register_profile("dev", max_examples=50, deadline=None, print_blob=True)

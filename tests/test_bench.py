@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapebucket import BucketCollator
-from shapebucket import _torch_compat as compat
+from shapebucket import _torch as compat
 from shapebucket.bench import batching, cli, harness
 from shapebucket.bench.peers import (
     FixedLengthCollator,

@@ -144,7 +144,7 @@ def test_overflow_and_bad_lengths():
 
 
 def test_the_fitting_layer_reads_no_compiler_state():
-    """``shapebucket.fit`` is pure: no module of it imports torch or ``_torch_compat``
+    """``shapebucket.fit`` is pure: no module of it imports torch or ``_torch``
     (``Buckets.check_limit`` read dynamo's config; it is ``compile.check_recompile_limit``,
     tested in tests/test_compile.py)."""
     import ast
@@ -161,6 +161,9 @@ def test_the_fitting_layer_reads_no_compiler_state():
                 names = [node.module or "", *(a.name for a in node.names)]
             else:
                 continue
-            if any(n.split(".")[0] == "torch" or "_torch_compat" in n for n in names):
+            if any(
+                n.split(".")[0] == "torch" or n.split(".")[-1] == "_torch" or "._torch." in n
+                for n in names
+            ):
                 wrong.append(f"{path.name}:{node.lineno}")
     assert wrong == []

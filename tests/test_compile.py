@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shapebucket import BucketCollator, ShapeBucketError
-from shapebucket import _torch_compat as compat
+from shapebucket import _torch as compat
 from shapebucket.compile import (
     Cache,
     CompileCounter,

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from shapebucket import ShapeBucketError, no_recompiles, prewarm
-from shapebucket import _torch_compat as compat
+from shapebucket import _torch as compat
 from shapebucket.compile import AotCache, Cache, CompileCounter, Specialize
-from shapebucket.compile.aot import AOT_FILE, installed
+from shapebucket.compile.cache.aot import AOT_FILE, installed
 from shapebucket.plan import Shape, ShapePlan
 
 D = 16

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from shapebucket import BucketBatchSampler, BucketCollator, ShapePlan, no_recompiles
-from shapebucket import _torch_compat as compat
+from shapebucket import _torch as compat
 from shapebucket.bench.model import GPT, CaptionConfig, Captioner, GPTConfig
 from shapebucket.compile import (
     BackgroundCompile,
@@ -237,7 +237,10 @@ def test_bad_input_is_refused(change, match, no_launch):
         ({"poll_seconds": True}, "poll_seconds must be a number"),
         ({"cache_dir": ""}, "cache_dir must be a directory path"),
         ({"cache_dir": 3}, "cache_dir must be a directory path, got 3"),
-        ({"compile_options": {"bogus": 1}}, r"compile_options has \['bogus'\], which torch.compile"),
+        (
+            {"compile_options": {"bogus": 1}},
+            r"compile_options has \['bogus'\], which torch.compile",
+        ),
     ],
 )
 def test_bad_options_are_refused(options, match):

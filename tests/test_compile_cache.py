@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from shapebucket import ShapeBucketError
-from shapebucket import _torch_compat as compat
-from shapebucket.compile import cache as cache_module
+from shapebucket import _torch as compat
 from shapebucket.compile import load_compile_cache, save_compile_cache
-from shapebucket.compile.key import job_key
+from shapebucket.compile.cache import artifacts as cache_module
+from shapebucket.compile.cache.key import job_key
 
 ARTIFACTS = b"compiler artifacts " * 20
 

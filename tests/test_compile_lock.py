@@ -16,7 +16,7 @@ import pytest
 
 from shapebucket import ShapeBucketError
 from shapebucket.compile import load_compile_cache
-from shapebucket.compile.lock import LOCKS, cache_lock
+from shapebucket.compile.cache.lock import LOCKS, cache_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not LOCKS, reason="no fcntl.flock on this platform")
@@ -50,7 +50,7 @@ def test_a_killed_holder_leaves_no_lock(tmp_path):
     p = python(
         f"""
         import os, signal
-        from shapebucket.compile.lock import cache_lock
+        from shapebucket.compile.cache.lock import cache_lock
         with cache_lock({str(tmp_path / "cache")!r}):
             print("held", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -74,8 +74,9 @@ def test_a_save_killed_midway_is_not_trusted(tmp_path):
         f"""
         import os, signal
         from pathlib import Path
-        from shapebucket import _torch_compat as compat
-        from shapebucket.compile import cache, save_compile_cache
+        from shapebucket import _torch as compat
+        from shapebucket.compile import save_compile_cache
+        from shapebucket.compile.cache import artifacts as cache
         compat.save_cache_artifacts = lambda: b"artifacts" * 10
         calls = [0]
         def copy(src, dst):
@@ -175,7 +176,7 @@ def test_the_default_wait_is_bounded():
     import inspect
 
     from shapebucket.compile import Cache
-    from shapebucket.compile.lock import WAIT_S
+    from shapebucket.compile.cache.lock import WAIT_S
 
     assert WAIT_S == 1800.0
     assert inspect.signature(cache_lock).parameters["timeout"].default == WAIT_S

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from shapebucket import BucketCollator, ShapeBucketError
-from shapebucket import _torch_compat as compat
+from shapebucket import _torch as compat
 from shapebucket.compile import (
     Cache,
     CompileCounter,
@@ -125,7 +125,9 @@ def test_recompile_limit_alone():
         with RecompileLimit(raise_limit=False).scope(job_of(plan)):  # 3 <= the raised limit
             pass
     assert compat.get_recompile_limit() == 2  # put back
-    refused = pytest.raises(ShapeBucketError, match="3 shapes exceed the compiler's recompile limit")
+    refused = pytest.raises(
+        ShapeBucketError, match="3 shapes exceed the compiler's recompile limit"
+    )
     with refused, RecompileLimit(raise_limit=False).scope(job_of(plan)):
         pass
     with pytest.raises(KeyError), RecompileLimit().scope(job_of(plan)):
@@ -162,7 +164,8 @@ def test_cache_saves_what_the_next_machine_would_lack(tmp_path, monkeypatch, aft
     calls = []
     monkeypatch.setattr(compat, "inductor_cache_counts", lambda: (0, 0))
     monkeypatch.setattr(
-        "shapebucket.compile.modes.save_compile_cache", lambda path, extra: calls.append(path)
+        "shapebucket.compile.modes.cached.save_compile_cache",
+        lambda path, extra: calls.append(path),
     )
     Cache(tmp_path).setup(job)
     job.report.cache_loaded = loaded

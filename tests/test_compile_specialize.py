@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from shapebucket import BucketCollator, ShapeBucketError, ShapePlan, no_recompiles, prewarm
-from shapebucket import _torch_compat as compat
+from shapebucket import _torch as compat
 from shapebucket.compile import CompileCounter, Specialize
 from shapebucket.compile.modes import Job
 from shapebucket.compile.report import PrewarmReport

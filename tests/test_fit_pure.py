@@ -2,7 +2,7 @@
 
 The fitting layer takes lengths and numbers and returns records. It
 
-1. imports no torch module and not ``_torch_compat`` (so it holds no torch state and
+1. imports no torch module and not ``_torch`` (so it holds no torch state and
    reads no compiler config: the recompile limit, dynamo's settings), nor any other
    layer of the package (``test_layout.py::test_imports_run_one_way``);
 2. runs no user code: no function of ``fit/`` calls a parameter that may hold a user's
@@ -36,7 +36,12 @@ def _torch_imports(tree: ast.AST) -> list[tuple[int, str]]:
         else:
             continue
         for name in names:
-            if name == "torch" or name.startswith("torch.") or name.endswith("_torch_compat"):
+            if (
+                name == "torch"
+                or name.startswith("torch.")
+                or name.endswith("_torch")
+                or "._torch." in name
+            ):
                 found.append((node.lineno, name))
     return found
 
@@ -92,12 +97,12 @@ def test_the_rule_finds_what_it_forbids():
     """The checks above can fail: each catches the code it forbids."""
     bad = ast.parse(
         "import torch._dynamo\n"
-        "from .._torch_compat import get_recompile_limit\n"
+        "from .._torch import get_recompile_limit\n"
         "def f(lengths, step, cost, hook: Callable[[int], int], table: Buckets):\n"
         "    step(lengths)\n"
         "    hook(2)\n"
         "    table(1)\n"
         "    return cost(3)\n"
     )
-    assert _torch_imports(bad) == [(1, "torch._dynamo"), (2, "_torch_compat")]
+    assert _torch_imports(bad) == [(1, "torch._dynamo"), (2, "_torch")]
     assert _calls_of_parameters(bad) == [(4, "step"), (5, "hook")]

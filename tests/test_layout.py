@@ -16,6 +16,11 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _is_module(stem: Path) -> bool:
+    """Whether ``stem`` (a path without suffix) is a module or a package."""
+    return stem.with_suffix(".py").exists() or (stem / "__init__.py").exists()
+
+
 def imports_of(path: Path) -> set[str]:
     """The shapebucket modules ``path`` imports, also inside functions (a lazy import
     still ties the two modules together)."""
@@ -35,7 +40,7 @@ def imports_of(path: Path) -> set[str]:
                 subs = {
                     f"{target}.{a.name}"
                     for a in node.names
-                    if (PKG.parent / (f"{target}.{a.name}".replace(".", "/") + ".py")).exists()
+                    if _is_module(PKG.parent / f"{target}.{a.name}".replace(".", "/"))
                 }
                 out |= subs if len(subs) == len(node.names) else {target, *subs}
         elif isinstance(node, ast.Import):
@@ -128,7 +133,8 @@ print(json.dumps({
 #: ``import shapebucket`` loads the four concerns and the private core, nothing else:
 #: not the benchmark, the CLI, the lengths helpers or the Hugging Face integration
 CONCERNS = ("fit", "plan", "sampling", "collate", "compile", "bucketed")
-CORE = ["shapebucket", "shapebucket._progress", "shapebucket._torch_compat"]
+CORE = ["shapebucket", "shapebucket._progress"]
+CORE += [module_name(p) for p in (PKG / "_torch").glob("*.py")]
 CORE += ["shapebucket._validate", "shapebucket.errors"]
 #: loaded when first used: the triton kernels (the ``gpu`` extra)
 LAZY = {"shapebucket.collate._triton_kernels"}
@@ -172,7 +178,7 @@ def test_the_bench_model_loads_only_what_it_uses():
 CORE_MODULES = {
     "shapebucket.errors",
     "shapebucket._validate",
-    "shapebucket._torch_compat",
+    *(module_name(p) for p in (PKG / "_torch").glob("*.py")),
     "shapebucket._progress",
 }
 ALLOWED = {  # concern -> what it may import besides itself and the core
@@ -239,11 +245,16 @@ def test_imports_run_one_way():
     assert wrong == []
 
 
+def _in_torch_seam(path: Path) -> bool:
+    """Whether ``path`` is a module of the torch seam, ``shapebucket/_torch/``."""
+    return path.parent == PKG / "_torch"
+
+
 def test_private_torch_apis_live_in_one_module():
-    """``torch._anything`` (attribute or import) only in ``_torch_compat.py``."""
+    """``torch._anything`` (attribute or import) only in ``shapebucket/_torch/``."""
     found = []
     for path in PKG.rglob("*.py"):
-        if path.name == "_torch_compat.py":
+        if _in_torch_seam(path):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             names = []
@@ -290,7 +301,7 @@ def private_reach_ins(path: Path) -> list[str]:
     """Where ``path`` uses another module's underscore name: ``from .x import _name``,
     or ``obj._name`` on an object other than ``self``/``cls`` when the module does not
     define ``_name`` itself. Underscore *modules* of the package (``_validate``,
-    ``_torch_compat``) are package-private seams and may be imported."""
+    ``_torch``) are package-private seams and may be imported."""
     tree = ast.parse(path.read_text())
     own = _defined_private_names(tree)
     out = []
@@ -306,7 +317,9 @@ def private_reach_ins(path: Path) -> list[str]:
                 continue
             target = base.joinpath(*(node.module or "").split(".")) if node.module else base
             for alias in node.names:
-                private_module = (target / f"{alias.name}.py").exists()
+                private_module = (target / f"{alias.name}.py").exists() or (
+                    target / alias.name / "__init__.py"
+                ).exists()
                 if _is_private(alias.name) and not private_module:
                     out.append(f"{node.lineno}: from {node.module} import {alias.name}")
         elif isinstance(node, ast.Attribute) and _is_private(node.attr):
@@ -315,7 +328,7 @@ def private_reach_ins(path: Path) -> list[str]:
                 continue
             if isinstance(receiver, ast.Call) and ast.unparse(receiver.func) == "super":
                 continue
-            if isinstance(receiver, ast.Name) and receiver.id in {"compat", "_torch_compat"}:
+            if isinstance(receiver, ast.Name) and receiver.id in {"compat", "_torch"}:
                 continue  # the compat module's private helpers are its own business
             if node.attr in own:
                 continue
@@ -326,7 +339,7 @@ def private_reach_ins(path: Path) -> list[str]:
 def test_no_module_reaches_into_another_modules_private_names():
     found = []
     for path in sorted(PKG.rglob("*.py")):
-        if path.name == "_torch_compat.py":
+        if _in_torch_seam(path):
             continue
         found += [f"{path.relative_to(PKG.parent)}:{x}" for x in private_reach_ins(path)]
     assert found == []
@@ -334,12 +347,12 @@ def test_no_module_reaches_into_another_modules_private_names():
 
 def test_private_torch_attributes_live_in_one_module():
     """``_orig_mod`` and every other private attribute of a torch object (a compiled
-    module, a tensor, an optimizer) are read only in ``_torch_compat.py``; the check
+    module, a tensor, an optimizer) are read only in ``shapebucket/_torch/``; the check
     above covers them, this one names the most common offender on its own."""
     found = [
         f"{p.relative_to(PKG.parent)}"
         for p in PKG.rglob("*.py")
-        if p.name != "_torch_compat.py" and "_orig_mod" in p.read_text()
+        if not _in_torch_seam(p) and "_orig_mod" in p.read_text()
     ]
     assert found == []
 

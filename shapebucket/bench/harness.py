@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from .. import _torch_compat as compat
+from .. import _torch as compat
 from .._progress import progress
 from .._validate import round_up
 from ..errors import ShapeBucketError

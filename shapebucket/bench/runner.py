@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import _torch_compat as compat
+from .. import _torch as compat
+from ..compile.marks import mark_dynamic
 from ..compile.modes import CudaGraphs
 from ..compile.prewarm import prewarm
-from ..compile.recompiles import CompileCounter, mark_dynamic, no_recompiles
+from ..compile.recompiles import CompileCounter, no_recompiles
 from ..fit.buckets import Buckets
 from ..plan.shapes import ShapePlan
 from .batching import SEQUENCE_KEYS, Family, Setup

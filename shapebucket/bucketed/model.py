@@ -15,17 +15,18 @@ that ignore -100 comes back as it is.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import torch
 
-from .. import _torch_compat as compat
+from .. import _torch as compat
 from ..collate import BucketCollator
 from ..errors import ShapeBucketError
 from ..plan import Shape, ShapePlan
 from .calls import MASK_KEYS, Call, Side, forward_of, is_encoder_decoder, read_call, takes
-from .pad import cut_outputs, open_pad_rows, repad
+from .pad import config_pad_values, cut_outputs, open_pad_rows, repad, side_collator
 from .stats import BucketedStats
 
 __all__ = ["BucketedModel"]
@@ -36,7 +37,6 @@ _BATCH_NORMS = (
     torch.nn.BatchNorm3d,
     torch.nn.SyncBatchNorm,
 )
-_ID_KEYS = ("input_ids", "decoder_input_ids")
 
 
 class _Forward:
@@ -105,6 +105,7 @@ class BucketedModel(torch.nn.Module):
         overflow: Literal["error", "eager"] = "error",
     ) -> None:
         super().__init__()
+        _apply_compiler_marks()
         if not callable(model):
             raise ShapeBucketError(
                 f"BucketedModel wraps a model (a module or function), got {type(model).__name__}"
@@ -132,7 +133,7 @@ class BucketedModel(torch.nn.Module):
         self.sequence_keys = None if sequence_keys is None else list(sequence_keys)
         self.stats = BucketedStats()
         self._enc_dec = is_encoder_decoder(model)
-        self._pad_values = {**_config_pad_values(model), **dict(pad_values or {})}
+        self._pad_values = {**config_pad_values(model), **dict(pad_values or {})}
         self._collators = {
             side: self._collator(side, buckets, row_buckets, padding_side) for side in MASK_KEYS
         }
@@ -152,7 +153,7 @@ class BucketedModel(torch.nn.Module):
         row_buckets: Sequence[int] | None,
         padding_side: str,
     ) -> BucketCollator:
-        return _bucket_collator(
+        return side_collator(
             buckets,
             row_buckets,
             pad_values=self._pad_values,
@@ -191,6 +192,10 @@ class BucketedModel(torch.nn.Module):
             f"row_buckets={self.row_buckets}, padding_side={self.padding_side!r})"
         )
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        _apply_compiler_marks()  # unpickled where none was built yet
+        super().__setstate__(state)
+
     # -- a call ------------------------------------------------------------------------
 
     @compat.skip_frame_only
@@ -206,7 +211,7 @@ class BucketedModel(torch.nn.Module):
                 out = self.model(**batch)
         return _cut_back(out, call)
 
-    @torch.compiler.disable
+    @compat.not_compiled
     def pad(self, *args: Any, **kwargs: Any) -> tuple[dict[str, Any], Call]:
         """The call's keyword batch padded to its planned shape, and what was padded.
 
@@ -337,7 +342,7 @@ class BucketedModel(torch.nn.Module):
         base = self._collators[side]
         if base.sequence_keys == keys:
             return base
-        collator = self._collators[side] = _bucket_collator(
+        collator = self._collators[side] = side_collator(
             base.buckets,
             base.row_buckets,
             pad_values=self._pad_values,
@@ -388,10 +393,15 @@ class BucketedModel(torch.nn.Module):
         return batch
 
 
-@torch.compiler.disable
+@compat.not_compiled
 def _cut_back(out: Any, call: Call) -> Any:
     """``cut_outputs``, not compiled (so a compiled wrapper has no graph per call shape)."""
     return cut_outputs(out, call)
+
+
+def _apply_compiler_marks() -> None:
+    """The compiler marks of this module, at the first wrapper (``import`` loads no dynamo)."""
+    compat.apply_compiler_marks(_Forward, BucketedModel, sys.modules[__name__])
 
 
 def _refuse_empty(sides: dict[str, Side], what: str = "the call") -> None:
@@ -401,19 +411,3 @@ def _refuse_empty(sides: dict[str, Side], what: str = "the call") -> None:
         "run it at (a shape of 0 rows would compile a graph of its own); skip empty batches, "
         "or pass row_buckets=[...] to pad them to the smallest row bucket"
     )
-
-
-def _config_pad_values(model: Any) -> dict[str, Any]:
-    pad = getattr(getattr(model, "config", None), "pad_token_id", None)
-    if isinstance(pad, int) and not isinstance(pad, bool):
-        return {k: pad for k in _ID_KEYS}
-    return {}
-
-
-def _bucket_collator(
-    buckets: Any, row_buckets: Sequence[int] | None, **options: Any
-) -> BucketCollator:
-    """The collator that re-pads one side of a call (rows padded to ``row_buckets``)."""
-    if row_buckets is None:
-        return BucketCollator(buckets, **options)
-    return BucketCollator.with_row_buckets(buckets, row_buckets, **options)

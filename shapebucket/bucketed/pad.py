@@ -7,7 +7,7 @@ its pad value), through :func:`repad`, the one place this package calls it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -16,7 +16,17 @@ from ..collate import BucketCollator
 from ..plan import Shape
 from .calls import Call
 
-__all__ = ["cut_outputs", "open_pad_rows", "repad"]
+__all__ = [
+    "ID_KEYS",
+    "config_pad_values",
+    "cut_outputs",
+    "open_pad_rows",
+    "repad",
+    "side_collator",
+]
+
+#: the keys that hold token ids, padded with the model config's ``pad_token_id``
+ID_KEYS = ("input_ids", "decoder_input_ids")
 
 
 def repad(collator: BucketCollator, batch: dict[str, Any], bucket: int, rows: int) -> Any:
@@ -109,3 +119,20 @@ def cut_outputs(out: Any, call: Call, name: str = "") -> Any:
     if isinstance(out, (tuple, list)):
         return type(out)(cut_outputs(v, call, name) for v in out)
     return out
+
+
+def config_pad_values(model: Any) -> dict[str, Any]:
+    """The model config's ``pad_token_id`` as the pad value of its token-id keys."""
+    pad = getattr(getattr(model, "config", None), "pad_token_id", None)
+    if isinstance(pad, int) and not isinstance(pad, bool):
+        return {k: pad for k in ID_KEYS}
+    return {}
+
+
+def side_collator(
+    buckets: Any, row_buckets: Sequence[int] | None, **options: Any
+) -> BucketCollator:
+    """The collator that re-pads one side of a call (rows padded to ``row_buckets``)."""
+    if row_buckets is None:
+        return BucketCollator(buckets, **options)
+    return BucketCollator.with_row_buckets(buckets, row_buckets, **options)

@@ -5,17 +5,18 @@
 True
 """
 
-from .aot import AotCache
 from .background import (
     BackgroundCompile,
     BackgroundOptions,
     BackgroundReport,
     compile_in_background,
 )
-from .cache import load_compile_cache, save_compile_cache
+from .cache.aot import AotCache
+from .cache.artifacts import load_compile_cache, save_compile_cache
+from .marks import mark_dynamic
 from .modes import Cache, CudaGraphs, Inference, Mode, RecompileLimit, Repeat, Specialize
 from .prewarm import prewarm
-from .recompiles import CompileCounter, check_recompile_limit, mark_dynamic, no_recompiles
+from .recompiles import CompileCounter, check_recompile_limit, no_recompiles
 from .regions import compile_regions
 from .report import PrewarmReport
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from .. import _torch_compat as compat
+from .. import _torch as compat
 from .._progress import progress as progress_bar
 from .._validate import check_flag
 from ..collate.bucket import BucketCollator

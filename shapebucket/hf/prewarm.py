@@ -21,7 +21,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from .. import _torch_compat as compat
+from .. import _torch as compat
 from ..compile.modes import Cache, Mode
 from ..compile.prewarm import prewarm
 from ..compile.report import PrewarmReport

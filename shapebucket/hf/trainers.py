@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, seed_worker
 
-from .. import _torch_compat as compat
+from .. import _torch as compat
 from .._validate import check_flag, check_lengths
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator

@@ -38,14 +38,15 @@ from typing import Any
 
 import torch
 
-from ... import _torch_compat as compat
+from ... import _torch as compat
 from ...collate.bucket import BucketCollator
 from ...errors import ShapeBucketError
 from ...plan.coerce import as_plan
 from ...plan.shapes import Shape, ShapePlan
-from ..cache import MANIFEST, load_compile_cache
+from ..cache.artifacts import MANIFEST, load_compile_cache
+from ..marks import walk_batch
 from ..prewarm import packs, refuse_cached_decoder
-from ..recompiles import CompileCounter, walk_batch
+from ..recompiles import CompileCounter
 from .report import BackgroundReport
 from .setup import (
     BackgroundOptions,

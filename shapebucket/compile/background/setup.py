@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ... import _torch_compat as compat
+from ... import _torch as compat
 from ...errors import ShapeBucketError
 from ...plan.shapes import Shape, ShapePlan
-from ..key import describe_batch, job_key
+from ..cache.key import describe_batch, job_key
 
 __all__ = [
     "BackgroundOptions",

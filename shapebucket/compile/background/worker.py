@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
-from ... import _torch_compat as compat
+from ... import _torch as compat
 from ...plan.shapes import Shape, ShapePlan
-from ..cache import save_new_compile_cache
+from ..cache.artifacts import save_new_compile_cache
 
 __all__ = ["DONE", "ERROR", "Spec", "compile_shapes", "install_forward", "main", "shape_name"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .. import _torch_compat as compat
+from ... import _torch as compat
 
 __all__ = ["describe_batch", "job_key"]
 

@@ -29,10 +29,10 @@ from typing import Any
 
 import torch
 
-from .. import _torch_compat as compat
-from ..errors import ShapeBucketError
-from .messages import is_recompile_error
-from .modes import Cache, CudaGraphs, Job, Specialize
+from ... import _torch as compat
+from ...errors import ShapeBucketError
+from ..messages import is_recompile_error
+from ..modes import Cache, CudaGraphs, Job, Specialize
 
 __all__ = ["AotCache", "AotForward", "check", "install", "installed", "uninstall"]
 

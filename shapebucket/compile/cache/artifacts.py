@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
-from .. import _torch_compat as compat
-from ..errors import ShapeBucketError
+from ... import _torch as compat
+from ...errors import ShapeBucketError
 
 MANIFEST = "manifest.json"
 ARTIFACTS = "artifacts.bin"

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import ShapeBucketError
+from ...errors import ShapeBucketError
 
 try:
     import fcntl

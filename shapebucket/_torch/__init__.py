@@ -1,0 +1,81 @@
+"""Every use of torch's private compiler APIs, one module per torch area.
+
+shapebucket supports torch >= 2.13, the oldest release its CI tests (see the README);
+nothing here falls back to older releases. A torch upgrade that moves one of these
+names touches this package only (the wording of its recompile messages, which is not a
+public API either: :mod:`shapebucket.compile.messages`). Callers import the package
+(``from .. import _torch as compat``) and use the names below. Importing it loads no part
+of dynamo or inductor: each function imports what it uses when called.
+"""
+
+from .aot import AOT_MISS, aot_call, aot_compile_call, aot_deserialize, aot_serialize, has_hooks
+from .counters import (
+    cache_hit_counts,
+    compile_events,
+    inductor_cache_counts,
+    recompile_limit_hits,
+    reset_compiler,
+    unique_graphs,
+)
+from .dynamo import (
+    automatic_dynamic,
+    get_recompile_limit,
+    is_specialization_source_error,
+    raised_recompile_limit,
+    set_recompile_limit,
+)
+from .inductor import (
+    clear_cache_artifacts,
+    fresh_inductor_cache,
+    inductor_cache_dir,
+    load_cache_artifacts,
+    save_cache_artifacts,
+    set_compile_threads,
+)
+from .logs import add_limit_handler, add_recompile_handler
+from .marks import (
+    apply_compiler_marks,
+    mark_dynamic_dim,
+    mark_dynamic_specialized,
+    not_compiled,
+    skip_frame_only,
+)
+from .modules import is_compiled_module, unwrap_compiled
+from .version import MIN_TORCH, TORCH_VERSION
+
+__all__ = [
+    "AOT_MISS",
+    "MIN_TORCH",
+    "TORCH_VERSION",
+    "add_limit_handler",
+    "add_recompile_handler",
+    "aot_call",
+    "aot_compile_call",
+    "aot_deserialize",
+    "aot_serialize",
+    "apply_compiler_marks",
+    "automatic_dynamic",
+    "cache_hit_counts",
+    "clear_cache_artifacts",
+    "compile_events",
+    "fresh_inductor_cache",
+    "get_recompile_limit",
+    "has_hooks",
+    "inductor_cache_counts",
+    "inductor_cache_dir",
+    "is_compiled_module",
+    "is_specialization_source_error",
+    "load_cache_artifacts",
+    "mark_dynamic_dim",
+    "mark_dynamic_specialized",
+    "not_compiled",
+    "raised_recompile_limit",
+    "recompile_limit_hits",
+    "reset_compiler",
+    "save_cache_artifacts",
+    "set_compile_threads",
+    "set_recompile_limit",
+    "skip_frame_only",
+    "unique_graphs",
+    "unwrap_compiled",
+]

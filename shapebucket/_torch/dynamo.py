@@ -1,0 +1,84 @@
+"""Dynamo's configuration: the recompile limit and automatic dynamic shapes, and the loader of dynamo itself."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+
+def dynamo_module() -> Any:
+    """``torch._dynamo``, imported at first use (``import shapebucket`` loads no compiler)."""
+    import torch._dynamo
+
+    return torch._dynamo
+
+
+def get_recompile_limit() -> int:
+    """Dynamo's per-code-object recompile limit (8 by default)."""
+    return int(dynamo_module().config.recompile_limit)
+
+
+def set_recompile_limit(value: int) -> int:
+    """Set the global recompile limit; returns the previous value. Prefer
+    :func:`raised_recompile_limit`, which puts it back."""
+    config = dynamo_module().config
+    old = int(config.recompile_limit)
+    config.recompile_limit = int(value)
+    # The accumulated limit caps all recompiles of one code object across guards.
+    if config.accumulated_recompile_limit < value:
+        config.accumulated_recompile_limit = int(value)
+    return old
+
+
+@contextlib.contextmanager
+def raised_recompile_limit(at_least: int) -> Iterator[int | None]:
+    """Raise dynamo's global recompile limit to ``at_least`` for the block if lower; yields
+    the limit it raised from (``None``: high enough), puts both back on exit, also on error.
+
+    >>> with raised_recompile_limit(get_recompile_limit() + 1) as was:
+    ...     get_recompile_limit() == was + 1
+    True
+    >>> get_recompile_limit() == was
+    True
+    """
+    config = dynamo_module().config
+    old, old_accumulated = int(config.recompile_limit), int(config.accumulated_recompile_limit)
+    if at_least <= old:
+        yield None
+        return
+    set_recompile_limit(at_least)
+    try:
+        yield old
+    finally:
+        config.recompile_limit = old
+        config.accumulated_recompile_limit = old_accumulated
+
+
+@contextlib.contextmanager
+def automatic_dynamic(enabled: bool) -> Iterator[None]:
+    """Switch dynamo's automatic dynamic shapes (what ``dynamic=None`` does after a
+    recompile) on or off for the block."""
+    config = dynamo_module().config
+    old = config.automatic_dynamic_shapes
+    config.automatic_dynamic_shapes = enabled
+    try:
+        yield
+    finally:
+        config.automatic_dynamic_shapes = old
+
+
+def is_specialization_source_error(error: BaseException) -> bool:
+    """Whether ``error`` is dynamo failing to find a ``specialize_on`` dim among its graph
+    inputs (``TensorPropertySource(...) is not in list``): torch keeps one source of equal
+    dynamic sizes as the graph's input, and which one depends on the model (a ``[B, L]``
+    mask's for ``x * mask[:, None]``, a ``[B, F, L]`` value's behind a transpose and a
+    ``Linear``); a specialisation on the other source is not found."""
+    from torch._dynamo.exc import InternalTorchDynamoError
+
+    text = str(error)
+    return (
+        isinstance(error, InternalTorchDynamoError)
+        and "TensorPropertySource" in text
+        and "is not in list" in text
+    )

@@ -1,0 +1,87 @@
+"""The mode hooks and the job they act on, shared by every mode.
+
+Modes: small parts that change how :func:`~shapebucket.prewarm` makes its graphs.
+
+``prewarm(model, plan, example, modes=(Specialize(), Cache("compile-cache")))``.
+Each mode is a frozen dataclass with up to six hooks, all optional, each
+testable alone with a :class:`Job`:
+
+* ``scope(job)``: the block the whole job (compiles and verify pass) runs in,
+  exited also on error (raise the recompile limit, put it back);
+* ``setup(job)``: once, before the first shape (load a cache);
+* ``prepare(batch, shape, job)``: each prewarm batch before it runs (mark dims);
+* ``context()``: the block every run of a batch happens in (``inference_mode``);
+* ``runs``: how many times each prewarm batch runs (CUDA graphs record on the third);
+* ``finish(job)``: once, after every shape compiled (save the cache);
+* ``retry(error, job)``: a run of a prepared batch raised ``error``: return True to
+  prepare the batch again and rerun it (Specialize tries another marked dim).
+
+``how`` (a class attribute) is what ``report.how`` says for every shape when
+the mode decides it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ...plan.shapes import Shape, ShapePlan
+from ..report import PrewarmReport
+
+__all__ = ["Job", "Mode"]
+
+
+@dataclass
+class Job:
+    """What a mode sees of one :func:`~shapebucket.prewarm` call."""
+
+    model: Any
+    step: Callable[[Any], Any] | None
+    plan: ShapePlan
+    example: Any
+    report: PrewarmReport
+    modes: tuple[Mode, ...] = ()
+    memo: dict[str, Any] = field(default_factory=dict)
+    phase: str = "compile"  # then "verify": the verify pass's runs (prewarm sets it)
+
+    def batch(self, shape: Shape) -> Any:
+        """A fresh batch of ``shape`` (``plan.batch(example, shape)``)."""
+        return self.plan.batch(self.example, shape)
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A part of prewarm; every hook does nothing by default."""
+
+    how: ClassVar[str | None] = None
+
+    @property
+    def runs(self) -> int:
+        """How many times each prewarm batch runs."""
+        return 1
+
+    def scope(self, job: Job) -> contextlib.AbstractContextManager[Any]:
+        """The block the whole job runs in (entered before ``setup``, exited last, also
+        on error)."""
+        return contextlib.nullcontext()
+
+    def setup(self, job: Job) -> None:
+        """Called once before the first shape."""
+
+    def prepare(self, batch: Any, shape: Shape, job: Job) -> Any:
+        """Called on each prewarm batch before it runs; returns the batch to run."""
+        return batch
+
+    def context(self) -> contextlib.AbstractContextManager[Any]:
+        """The block every run (prewarm's and the verify pass's) happens in."""
+        return contextlib.nullcontext()
+
+    def finish(self, job: Job) -> None:
+        """Called once after every shape compiled (not after an error)."""
+
+    def retry(self, error: BaseException, job: Job) -> bool:
+        """A run of a batch this mode prepared raised ``error``: True to prepare the batch
+        again and rerun it, False to let the error through."""
+        return False

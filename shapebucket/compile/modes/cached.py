@@ -1,0 +1,115 @@
+"""The ``Cache`` mode: compiled code kept between runs under a key, one builder at a time."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ... import _torch as compat
+from ..._validate import check_number
+from ...errors import ShapeBucketError
+from ..cache.artifacts import load_compile_cache, save_compile_cache
+from ..cache.key import describe_batch, job_key
+from ..cache.lock import WAIT_S, cache_lock
+from .base import Job, Mode
+
+__all__ = ["Cache"]
+
+
+_TIMEOUT_HINT = "; pass seconds (the default is 1800), or None to wait as long as the builder takes"
+
+
+@dataclass(frozen=True)
+class Cache(Mode):
+    """Keep the compiled code between runs in ``dir/<key>``.
+
+    Loads the cache before the first compile and saves it after compiling
+    anything new. The key hashes what invalidates compiled code: torch version,
+    devices, the source of the model's module classes and of ``step``, every
+    shape's batch (shapes, dtypes, strides), the other modes, and ``extra``
+    (put the compile options there: ``"mode=max-autotune fullgraph=True"``).
+    A damaged or foreign cache is refused with a warning
+    (:func:`~shapebucket.compile.load_compile_cache`). Processes sharing ``dir``
+    take turns on a key (:func:`~shapebucket.compile.cache.lock.cache_lock`): the first
+    compiles and saves, the others wait (``report.cache_wait_s``; a warning says once
+    who holds the lock) and load it. ``timeout`` bounds that wait (seconds; 30 minutes,
+    enough for another rank's cold compile of many shapes; ``None``: no limit).
+    """
+
+    dir: str | Path = "compile-cache"
+    extra: str = ""
+    timeout: float | None = WAIT_S
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.dir, (str, Path)):
+            raise ShapeBucketError(f"Cache(dir) must be a path, got {self.dir!r}")
+        if str(self.dir).strip() == "":
+            raise ShapeBucketError(
+                "Cache(dir='') would write the cache into the working directory; name a "
+                "directory for it, e.g. Cache('compile-cache')"
+            )
+        if not isinstance(self.extra, str):
+            raise ShapeBucketError(f"Cache(extra) must be a str, got {self.extra!r}")
+        if self.timeout is not None:
+            check_number("Cache(timeout)", self.timeout, above=0, hint=_TIMEOUT_HINT)
+
+    def key(self, job: Job) -> str:
+        """The cache key of ``job`` (batches are made one at a time, only to describe them)."""
+        others = sorted(repr(m) for m in job.modes if not isinstance(m, Cache))
+        described = {f"{s.rows}x{s.length}": describe_batch(job.batch(s)) for s in job.plan}
+        return job_key(job.model, job.step, described, self.extra + "".join(others), described=True)
+
+    def _check_dir(self) -> None:
+        """The cache directory must be one prewarm can write, checked before compiling
+        anything (a save after every shape compiled would fail at the end)."""
+        where = Path(self.dir)
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ShapeBucketError(
+                f"Cache(dir={str(self.dir)!r}): {where} is not a directory (a file is in the "
+                "way); pass the path of a directory, or remove that file"
+            ) from None
+        except OSError as e:
+            raise ShapeBucketError(
+                f"Cache(dir={str(self.dir)!r}): cannot create the cache directory ({e}); pass a "
+                "directory this process can write"
+            ) from None
+        if not os.access(where, os.W_OK | os.X_OK):
+            raise ShapeBucketError(
+                f"Cache(dir={str(self.dir)!r}): {where} is not writable, so the compiled code "
+                "could not be saved; pass a directory this process can write"
+            )
+
+    def extra_files(self, job: Job) -> dict[str, bytes]:
+        """Files to save with the cache beside what the compiler built (``AotCache``'s)."""
+        return {}
+
+    def setup(self, job: Job) -> None:
+        self._check_dir()
+        path = Path(self.dir) / self.key(job)
+        job.memo["cache_path"] = path
+        job.memo["cache_counts"] = compat.inductor_cache_counts()
+        job.report.cache_path = str(path)
+        # one builder per cache: other processes wait here, then load what it saved (the
+        # lock goes when the job does, also after an error; see compile.cache.lock)
+        lock = contextlib.ExitStack()
+        job.memo["cache_lock"] = lock
+        job.report.cache_wait_s = lock.enter_context(cache_lock(path, self.timeout))
+        job.report.cache_loaded = load_compile_cache(path)
+
+    def finish(self, job: Job) -> None:
+        hits, misses = compat.inductor_cache_counts()
+        hits_before, misses_before = job.memo["cache_counts"]
+        # save what inductor compiled anew, and graphs this machine's inductor cache served
+        # when this directory held nothing (else the next machine would start cold)
+        try:
+            extra = self.extra_files(job)
+            new = misses > misses_before or (hits > hits_before and not job.report.cache_loaded)
+            if new or extra:
+                save_compile_cache(job.memo["cache_path"], extra)
+                job.report.cache_saved = True
+        finally:
+            job.memo["cache_lock"].close()

@@ -33,7 +33,7 @@ from .. import _torch_compat as compat
 from .._validate import check_flag, check_int, check_number
 from ..errors import ShapeBucketError
 from ..plan.shapes import Shape, ShapePlan
-from .cache import load_compile_cache, save_compile_cache
+from .cache import load_compile_cache, save_held_compile_cache
 from .key import describe_batch, job_key
 from .lock import WAIT_S, cache_lock
 from .recompiles import walk_batch
@@ -414,7 +414,7 @@ class Cache(Mode):
             extra = self.extra_files(job)
             new = misses > misses_before or (hits > hits_before and not job.report.cache_loaded)
             if new or extra:
-                save_compile_cache(job.memo["cache_path"], extra)
+                save_held_compile_cache(job.memo["cache_path"], extra)
                 job.report.cache_saved = True
         finally:
             job.memo["cache_lock"].close()

@@ -24,7 +24,7 @@ def check_resume_at_every_position(make_sampler: Callable[[], Any], epoch: int =
         restored = make_sampler()
         restored.load_state_dict(state)
         if k == len(full) > 0:
-            assert state["epoch"] == epoch + 1 and state["position"] == 0
+            assert (state["epoch"], state["position"], state["num_batches"]) == (epoch, k, k)
             assert list(restored) == after, "the epoch after the end differs"
             assert list(s) == full, "set_epoch's epoch is not pinned"
         else:

@@ -1,8 +1,8 @@
 """Every use of torch's private compiler APIs lives here (``AotCache``'s at the end).
 
-shapebucket supports torch >= 2.13, the oldest release its CI tests (see the README);
-nothing here falls back to older releases. A torch upgrade that moves one of these
-names touches this file only (the wording of its recompile messages, which is not a
+shapebucket supports torch >= 2.11 (:mod:`shapebucket._torch_version` holds the floor
+and the features that need a newer torch); nothing here falls back to older releases.
+A torch upgrade that moves one of these names touches this file only (the wording of its recompile messages, which is not a
 public API either: :mod:`shapebucket.compile.messages`).
 """
 
@@ -19,20 +19,11 @@ from typing import Any
 
 import torch
 
+from ._torch_version import check_floor, recompile_limit_fix  # noqa: F401 (modes.py asks the seam)
+
 # no __all__: every name here is shapebucket's own seam to a private torch API
 
-
-def _parse_version(text: str) -> tuple[int, int]:
-    major, minor = text.split("+")[0].split(".")[:2]
-    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
-
-
-MIN_TORCH = (2, 13)
-TORCH_VERSION = _parse_version(torch.__version__)
-if TORCH_VERSION < MIN_TORCH:  # pragma: no cover - guarded by the package's torch requirement
-    raise ImportError(
-        f"shapebucket needs torch >= {'.'.join(map(str, MIN_TORCH))}, found {torch.__version__}"
-    )
+check_floor()
 
 
 def _dynamo() -> Any:

@@ -57,3 +57,16 @@ def build(cls, *data, **kwargs):
     if "tokens_per_batch" in kwargs:
         return cls.for_tokens(*data, **kwargs)
     return cls(*data, **kwargs)
+
+
+def compile_with_limit(fn: Any, limit: int, **kwargs: Any) -> Any:
+    """``torch.compile(fn, recompile_limit=limit, **kwargs)``; torch < 2.13 has no such
+    argument (only dynamo's global config), so a test that needs it is skipped there."""
+    import pytest
+    import torch
+
+    from shapebucket._torch_version import has
+
+    if not has("compile_recompile_limit"):
+        pytest.skip(f"torch {torch.__version__}: torch.compile takes no recompile_limit")
+    return torch.compile(fn, recompile_limit=limit, **kwargs)

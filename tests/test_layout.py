@@ -129,7 +129,7 @@ print(json.dumps({
 #: not the benchmark, the CLI, the lengths helpers or the Hugging Face integration
 CONCERNS = ("fit", "plan", "sampling", "collate", "compile", "bucketed")
 CORE = ["shapebucket", "shapebucket._progress", "shapebucket._torch_compat"]
-CORE += ["shapebucket._validate", "shapebucket.errors"]
+CORE += ["shapebucket._torch_version", "shapebucket._validate", "shapebucket.errors"]
 #: loaded when first used: the triton kernels (the ``gpu`` extra)
 LAZY = {"shapebucket.collate._triton_kernels"}
 EXPECTED_MODULES = sorted(
@@ -173,6 +173,7 @@ CORE_MODULES = {
     "shapebucket.errors",
     "shapebucket._validate",
     "shapebucket._torch_compat",
+    "shapebucket._torch_version",
     "shapebucket._progress",
 }
 ALLOWED = {  # concern -> what it may import besides itself and the core

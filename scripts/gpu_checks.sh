@@ -14,10 +14,9 @@
 # JSON to $OUT (default results/gpu); a part that fails or runs out of time does not stop
 # the next; the caps add up to more than BUDGET_S, so the last parts get what is left.
 # The GPU runs use k=4 fitted shapes (CLI default 8) to fit a 15-minute lease.
-# Needs torch >= 2.13, shapebucket's floor: on an older torch the import check below
-# stops it. (The 2026-11-26 runs, on an image with torch 2.11, lowered MIN_TORCH in
-# shapebucket/_torch/ of that machine's copy of the checkout, for those runs
-# only: docs/benchmarks.md says so beside their figures.)
+# Needs torch >= 2.11, shapebucket's floor (shapebucket/_torch/version.py) and the GPU
+# image's torch: it runs on the image as it is; on an older torch the import check below
+# stops it.
 # PARTS picks some (default: all but smoke, a --quick run on cuda): cuda_tests smoke calibrate
 # bench_w256 bench_w1024 gpu_bench_tests.
 set -u

@@ -351,3 +351,24 @@ def test_steady_peak_bytes_refuses_what_it_cannot_measure():
         steady_peak_bytes(5, device=torch.device("cpu"))  # type: ignore[arg-type]
     with pytest.raises(ShapeBucketError, match="device must be a torch.device"):
         steady_peak_bytes(lambda: None, device="cpu")  # type: ignore[arg-type]
+
+
+def test_a_mapping_batch_and_a_sparse_gradient_are_counted():
+    """Issue 39 item 13: a tokenizer's BatchEncoding (a Mapping, not a dict) had "no tensor
+    in it" for calibrate_rows and 0 bytes for live_tensor_bytes; a sparse embedding's
+    gradient raised a raw NotImplementedError (it has no storage)."""
+    from collections import UserDict
+
+    from shapebucket.calibrate import live_tensor_bytes
+    from shapebucket.calibrate.rows import _device_of
+
+    cpu = torch.device("cpu")
+    batch = UserDict({"input_ids": torch.zeros(4, 8, dtype=torch.long)})
+    assert live_tensor_bytes(batch, device=cpu) == 4 * 8 * 8
+    assert _device_of(batch) == cpu
+    emb = torch.nn.Embedding(10, 4, sparse=True)
+    emb(torch.tensor([1, 2, 2])).sum().backward()
+    assert emb.weight.grad is not None and emb.weight.grad.is_sparse
+    grad = emb.weight.grad.coalesce()
+    expected = 10 * 4 * 4 + grad.indices().nbytes + grad.values().nbytes
+    assert live_tensor_bytes(emb, device=cpu) == expected

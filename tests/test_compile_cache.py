@@ -5,6 +5,7 @@ the caches are made of made-up inductor files."""
 from __future__ import annotations
 
 import json
+import threading
 import warnings
 from pathlib import Path
 
@@ -210,14 +211,96 @@ def test_job_key_tells_classes_without_source_apart():
     assert job_key(None, step_a, batches) != job_key(None, step_b, batches)
 
 
-def test_a_file_in_the_way_of_the_cache_is_removed_once_the_cache_is_in_place(tmp_path):
-    """A plain file at the cache's path was moved aside to .cache.old-* and left there."""
+def test_a_file_in_the_way_of_the_cache_is_refused_and_kept(tmp_path):
+    """Issue 39 item 11: a file at the cache's path (a mistyped "model.pt") was deleted."""
+    cache = tmp_path / "model.pt"
+    cache.write_bytes(b"weights")
+    with (
+        compat.fresh_inductor_cache(str(make_live(tmp_path))),
+        pytest.raises(ShapeBucketError, match=r"'.*model\.pt' is a file, not a cache.*never"),
+    ):
+        save_compile_cache(cache)
+    assert cache.read_bytes() == b"weights"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["live", "model.pt"]  # nothing aside
+
+
+def test_a_directory_holding_more_than_a_cache_is_refused_and_kept(tmp_path):
+    """A directory with files no cache has (a checkpoint directory) is never replaced; a
+    cache whose manifest is damaged, another torch's, or an empty directory is."""
+    with compat.fresh_inductor_cache(str(make_live(tmp_path))):
+        for name, files in [("run", {"model.pt": b"w"}), ("run2", {"inductor": b"not a dir"})]:
+            other = tmp_path / name
+            other.mkdir()
+            for f, data in files.items():
+                (other / f).write_bytes(data)
+            with pytest.raises(ShapeBucketError, match=f"holds 1 entry no cache has \\({f}\\)"):
+                save_compile_cache(other)
+            assert contents(other) == files
+        cache = tmp_path / "cache"
+        save_compile_cache(cache, {"aot.bin": b"functions"})
+        (cache / "stray.txt").write_text("mine")
+        with pytest.raises(ShapeBucketError, match=r"stray\.txt"):
+            save_compile_cache(cache)
+        assert (cache / "stray.txt").read_text() == "mine"
+        (cache / "stray.txt").unlink()
+        (cache / "manifest.json").write_text(
+            (cache / "manifest.json").read_text().replace(torch.__version__, "1.0.0")
+        )
+        save_compile_cache(cache)  # another torch's cache, its extra file kept by name
+        (cache / "manifest.json").write_text("[1, 2]")
+        (cache / "inductor" / "added.py").write_text("x = 2\n")
+        save_compile_cache(cache)  # a damaged cache is still a cache
+        assert loads_cleanly(cache)
+        (tmp_path / "empty").mkdir()
+        save_compile_cache(tmp_path / "empty")
+        assert loads_cleanly(tmp_path / "empty")
+
+
+def test_two_saves_racing_on_one_cache_take_turns(tmp_path, monkeypatch):
+    """Issue 39 item 11: save_compile_cache took no lock; a save that moved the cache aside
+    while another copied from it made the other fail with a raw shutil.Error. Here the
+    first save pauses while copying the cache's files until the second one has moved the
+    cache aside, which then waits for the first to finish (each pause at most 1 s: with
+    the lock, the second save only starts once the first is done)."""
     cache = tmp_path / "cache"
-    cache.write_bytes(b"not a cache")
     with compat.fresh_inductor_cache(str(make_live(tmp_path))):
         save_compile_cache(cache)
-    assert cache.is_dir() and loads_cleanly(cache)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "live"]  # nothing aside
+        aside, first_done = threading.Event(), threading.Event()
+        real_copy_new, real_rename = cache_module._copy_new, Path.rename
+
+        def slow_copy(src, dst):
+            if threading.current_thread().name == "first" and str(cache) in src:
+                aside.wait(1.0)
+            real_copy_new(src, dst)
+
+        def slow_rename(self, target):
+            moved = real_rename(self, target)
+            if threading.current_thread().name == "second" and self == cache:
+                aside.set()
+                first_done.wait(1.0)
+            return moved
+
+        monkeypatch.setattr(cache_module, "_copy_new", slow_copy)
+        monkeypatch.setattr(Path, "rename", slow_rename)
+        errors: list[BaseException] = []
+
+        def save(done=None):
+            try:
+                save_compile_cache(cache)
+            except BaseException as e:
+                errors.append(e)
+            finally:
+                if done is not None:
+                    done.set()
+
+        first = threading.Thread(target=save, args=(first_done,), name="first")
+        second = threading.Thread(target=save, name="second")
+        first.start()
+        second.start()
+        first.join(30.0)
+        second.join(30.0)
+    assert errors == []
+    assert loads_cleanly(cache)
 
 
 def test_extra_files_are_checked_by_the_manifest_and_kept_by_the_next_save(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _helpers import compile_with_limit
 from torch import nn
 
 from shapebucket import BucketCollator, ShapeBucketError
@@ -164,7 +165,7 @@ def test_cache_saves_what_the_next_machine_would_lack(tmp_path, monkeypatch, aft
     calls = []
     monkeypatch.setattr(compat, "inductor_cache_counts", lambda: (0, 0))
     monkeypatch.setattr(
-        "shapebucket.compile.modes.cached.save_compile_cache",
+        "shapebucket.compile.modes.cached.save_held_compile_cache",
         lambda path, extra: calls.append(path),
     )
     Cache(tmp_path).setup(job)
@@ -187,7 +188,7 @@ def test_no_recompiles_names_the_plan():
 
 
 def test_limit_hits_are_counted_without_a_handler_and_forgotten_on_reset():
-    f = torch.compile(lambda x: x * 2, **EAGER, recompile_limit=2)
+    f = compile_with_limit(lambda x: x * 2, 2, **EAGER)
     for n in (2, 3, 4):
         f(torch.ones(n))
     assert compat.recompile_limit_hits() == 1

@@ -168,15 +168,16 @@ def test_plain_loader_state_without_consumed_runs_ahead():
 
 
 def test_end_of_epoch_state_resumes_with_the_next_epoch():
-    """Once an epoch's last batch is handed out, the state is the next epoch's start: a
-    resume begins with that epoch, not with an empty pass that leaves the loop one epoch
-    behind. The same for a state saved inside the loop after its last batch (consumed ==
-    len): a loop that counts its steps resumes there at the next epoch."""
+    """Once an epoch's last batch is handed out, the state says the epoch is complete
+    (position == num_batches, issue 39 item 12): a resume without set_epoch begins with
+    the next epoch, not with an empty pass that leaves the loop one epoch behind. The same
+    for a state saved inside the loop after its last batch (consumed == len): a loop that
+    counts its steps resumes there at the next epoch, as from the next epoch's start."""
     sampler, loader = make("plain", 2, 1, 0)
     n = len(sampler)
     epoch0 = list(loader)  # the workers ran the sampler to its end long before this
     state = sampler.state_dict()
-    assert (state["epoch"], state["position"]) == (1, 0)
+    assert (state["epoch"], state["position"], state["num_batches"]) == (0, n, n)
     fresh, fresh_loader = make("plain", 0, 1, 0)
     fresh.load_state_dict(roundtrip(state))
     ref, ref_loader = make("plain", 0, 1, 0)
@@ -186,9 +187,12 @@ def test_end_of_epoch_state_resumes_with_the_next_epoch():
     sampler, loader = make("plain", 0, 1, 0)
     assert list(itertools.islice(loader, n)) == epoch0
     inside = sampler.state_dict(consumed=n)
-    assert (inside["epoch"], inside["position"]) == (1, 0)
+    assert (inside["epoch"], inside["position"]) == (0, n)
     fresh, fresh_loader = make("plain", 0, 1, 0)
-    fresh.load_state_dict(roundtrip({**inside, "epoch": 0, "position": n}))  # the same
+    fresh.load_state_dict(roundtrip(inside))
+    assert list(fresh_loader) == epoch1
+    fresh, fresh_loader = make("plain", 0, 1, 0)
+    fresh.load_state_dict(roundtrip({**inside, "epoch": 1, "position": 0}))  # the same
     assert list(fresh_loader) == epoch1
 
 
@@ -270,14 +274,15 @@ def test_an_example_batch_taken_with_workers_follows_the_documented_rule():
 def test_set_epoch_pins_every_pass_until_the_next_set_epoch(which):
     """As ``DistributedSampler``: after ``set_epoch(e)`` every pass is epoch ``e`` (a pass
     a loader's prefetch ran to the end moves nothing on), while ``epoch``/``state_dict``
-    count the completed epoch, where a resumed run starts."""
+    count the completed epoch: ``epoch`` is the next one, the state says epoch 2 is complete
+    (issue 39 item 12), and a resumed run starts after it."""
     sampler, ref = new_sampler(which, 1, 0), new_sampler(which, 1, 0)
     ref.set_epoch(2)
     epoch2 = list(ref)
     sampler.set_epoch(2)
     assert list(sampler) == epoch2
     assert (sampler.epoch, sampler.state_dict()["epoch"], sampler.state_dict()["position"]) == (
-        3, 3, 0,
+        3, 2, len(epoch2),
     )  # fmt: skip
     assert len(sampler) == len(epoch2)  # the next pass's
     assert list(sampler) == epoch2

@@ -122,15 +122,15 @@ def test_epochs_differ_and_repeat():
     s.set_epoch(2)
     b = list(s)
     assert a != b and sorted(map(sorted, a)) != sorted(map(sorted, b))
-    # a full pass completes epoch 1: the state is the next epoch's start (the loop over
-    # epoch 1 is over); set_epoch pins the order, so another pass repeats epoch 1 (as
-    # DistributedSampler), and without set_epoch a full pass moves on by itself
+    # a full pass completes epoch 1: ``epoch`` is the next one and the state says epoch 1
+    # is complete (the loop over it is over); set_epoch pins the order, so another pass
+    # repeats epoch 1 (as DistributedSampler), and without set_epoch a full pass moves on
     s.set_epoch(1)
     list(s)
     state = s.state_dict()
-    assert s.epoch == 2 and (state["epoch"], state["position"]) == (2, 0)
+    assert s.epoch == 2 and (state["epoch"], state["position"]) == (1, len(a))
     assert s.state_dict(consumed=len(s) - 1)["position"] == len(s) - 1
-    assert s.state_dict(consumed=len(s))["epoch"] == 2  # all consumed: epoch 1 is over
+    assert s.state_dict(consumed=len(s))["position"] == state["num_batches"]  # epoch 1 over
     assert list(s) == a
     unpinned = BucketBatchSampler(lengths, BUCKETS, batch_size=8, seed=3)
     unpinned.load_state_dict(state)

@@ -1,7 +1,7 @@
 """Every use of torch's private compiler APIs, one module per torch area.
 
-shapebucket supports torch >= 2.13, the oldest release its CI tests (see the README);
-nothing here falls back to older releases. A torch upgrade that moves one of these
+shapebucket supports torch >= 2.11 (:mod:`.version` holds the floor and the features
+that need a newer torch); nothing here falls back to older releases. A torch upgrade that moves one of these
 names touches this package only (the wording of its recompile messages, which is not a
 public API either: :mod:`shapebucket.compile.messages`). Callers import the package
 (``from .. import _torch as compat``) and use the names below. Importing it loads no part
@@ -41,7 +41,7 @@ from .marks import (
     skip_frame_only,
 )
 from .modules import is_compiled_module, unwrap_compiled
-from .version import MIN_TORCH, TORCH_VERSION
+from .version import MIN_TORCH, TORCH_VERSION, has, recompile_limit_fix, requires
 
 __all__ = [
     "AOT_MISS",
@@ -60,6 +60,7 @@ __all__ = [
     "compile_events",
     "fresh_inductor_cache",
     "get_recompile_limit",
+    "has",
     "has_hooks",
     "inductor_cache_counts",
     "inductor_cache_dir",
@@ -70,7 +71,9 @@ __all__ = [
     "mark_dynamic_specialized",
     "not_compiled",
     "raised_recompile_limit",
+    "recompile_limit_fix",
     "recompile_limit_hits",
+    "requires",
     "reset_compiler",
     "save_cache_artifacts",
     "set_compile_threads",

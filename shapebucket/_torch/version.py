@@ -1,22 +1,104 @@
-"""The torch release shapebucket runs on, checked when the package loads."""
+"""The torch release shapebucket runs on (checked when the package loads), and the
+features that need a newer one.
+
+:data:`MIN_TORCH` is the oldest release the package was run on (its tests, on the
+CPU; ``docs/compile.md``, "Torch versions", says what ran on which release). A
+feature that needs a newer torch is named in :data:`FEATURES` with the release it
+needs; :func:`requires` refuses it on an older torch with a :class:`ShapeBucketError`
+naming both versions, and :func:`has` asks without raising.
+
+>>> has("compile")
+True
+"""
 
 from __future__ import annotations
 
 import torch
 
+from ..errors import ShapeBucketError
 
-def _parse_version(text: str) -> tuple[int, int]:
+# no __all__: private to the package
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """``(major, minor)`` of a torch version string.
+
+    >>> parse_version("2.11.0+cu130"), parse_version("2.15.0a0+git1234"), parse_version("3.0")
+    ((2, 11), (2, 15), (3, 0))
+    """
     major, minor = text.split("+")[0].split(".")[:2]
     return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
 
 
-MIN_TORCH = (2, 13)
+def _text(version: tuple[int, int]) -> str:
+    return ".".join(map(str, version))
 
 
-TORCH_VERSION = _parse_version(torch.__version__)
+#: the oldest torch shapebucket runs on (the import refuses an older one)
+MIN_TORCH = (2, 11)
+#: the installed torch's ``(major, minor)``
+TORCH_VERSION = parse_version(torch.__version__)
+
+#: feature -> (the torch release it needs, what it is): every feature newer than
+#: :data:`MIN_TORCH` that shapebucket uses, checked where it is used
+FEATURES: dict[str, tuple[tuple[int, int], str]] = {
+    "compile": (MIN_TORCH, "torch.compile with static shapes"),
+    "compile_recompile_limit": ((2, 13), "torch.compile(..., recompile_limit=N)"),
+}
 
 
-if TORCH_VERSION < MIN_TORCH:  # pragma: no cover - guarded by the package's torch requirement
-    raise ImportError(
-        f"shapebucket needs torch >= {'.'.join(map(str, MIN_TORCH))}, found {torch.__version__}"
-    )
+def check_floor(version: str = torch.__version__) -> None:
+    """Raise ``ImportError`` when ``version`` is older than :data:`MIN_TORCH`.
+
+    >>> check_floor("2.13.0")
+    >>> check_floor("2.10.1")
+    Traceback (most recent call last):
+    ...
+    ImportError: shapebucket needs torch >= 2.11, found 2.10.1
+    """
+    if parse_version(version) < MIN_TORCH:
+        raise ImportError(f"shapebucket needs torch >= {_text(MIN_TORCH)}, found {version}")
+
+
+def _needed(feature: str) -> tuple[tuple[int, int], str]:
+    try:
+        return FEATURES[feature]
+    except KeyError:  # a typo in shapebucket's own code, not the user's
+        raise KeyError(
+            f"no torch feature {feature!r} (known: {', '.join(sorted(FEATURES))})"
+        ) from None
+
+
+def has(feature: str) -> bool:
+    """Whether the installed torch has ``feature`` (a key of :data:`FEATURES`)."""
+    return _needed(feature)[0] <= TORCH_VERSION
+
+
+def requires(feature: str) -> None:
+    """Refuse ``feature`` on a torch older than it needs, naming both versions.
+
+    >>> requires("compile")  # every supported torch has it
+    """
+    version, what = _needed(feature)
+    if version > TORCH_VERSION:
+        raise ShapeBucketError(
+            f"{what} needs torch >= {_text(version)}; this is torch {torch.__version__}. "
+            f"Upgrade torch (pip install 'torch>={_text(version)}'), or leave this feature out"
+        )
+
+
+def recompile_limit_fix(n: int | str) -> str:
+    """How to compile with a recompile limit of ``n`` on this torch: ``torch.compile``
+    takes ``recompile_limit=`` from 2.13 on; older releases set dynamo's global config.
+
+    >>> recompile_limit_fix(9) in (
+    ...     "torch.compile(..., recompile_limit=9)", "torch._dynamo.config.recompile_limit = 9"
+    ... )
+    True
+    """
+    if has("compile_recompile_limit"):
+        return f"torch.compile(..., recompile_limit={n})"
+    return f"torch._dynamo.config.recompile_limit = {n}"
+
+
+check_floor()

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .._torch.version import recompile_limit_fix
 from .._validate import CheckedLengths, check_int, check_number
 from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN, optimal_buckets
@@ -94,8 +95,8 @@ class KChoiceReport:
         if self.chosen.k > self.limit:
             out.append(
                 f"K={self.chosen.k} is above the recompile limit ({self.limit}): shapebucket.prewarm "
-                f"raises the limit for you; with torch.compile alone pass "
-                f"recompile_limit={self.chosen.k}"
+                f"raises the limit for you; with torch.compile alone use "
+                f"{recompile_limit_fix(self.chosen.k)}"
             )
         if self.capped:
             out.append(

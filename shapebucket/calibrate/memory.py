@@ -22,7 +22,7 @@ optimizer state at a backward peak: up to two copies of the parameters for AdamW
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -84,7 +84,7 @@ def _tensors(obj: Any) -> Iterable[torch.Tensor]:
     elif isinstance(obj, torch.optim.Optimizer):
         for state in obj.state.values():
             yield from (v for v in state.values() if isinstance(v, torch.Tensor))
-    elif isinstance(obj, dict):
+    elif isinstance(obj, Mapping):  # a tokenizer's BatchEncoding too
         for v in obj.values():
             yield from _tensors(v)
     elif isinstance(obj, (list, tuple)):
@@ -100,12 +100,17 @@ def live_tensor_bytes(*objects: Any, device: torch.device) -> int:
     >>> live_tensor_bytes(torch.nn.Linear(4, 4), {"x": torch.zeros(8)}, device=torch.device("cpu"))
     112
     """
-    seen: dict[int, int] = {}
+    seen: dict[tuple[str, int], int] = {}
     for obj in objects:
         for t in _tensors(obj):
-            if t.device.type == device.type and t.numel() > 0:
+            if t.device.type != device.type or t.numel() == 0:
+                continue
+            if t.is_sparse:  # a sparse embedding's gradient: no storage of its own
+                c = t.coalesce()
+                seen["sparse", id(t)] = c.indices().nbytes + c.values().nbytes
+            else:
                 storage = t.untyped_storage()
-                seen[storage.data_ptr()] = storage.nbytes()
+                seen["storage", storage.data_ptr()] = storage.nbytes()
     return sum(seen.values())
 
 

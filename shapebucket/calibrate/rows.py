@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import numbers
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,14 +81,14 @@ def _lengths(lengths: Any) -> list[int]:
 def _device_of(batch: Any) -> torch.device:
     if isinstance(batch, torch.Tensor):
         return batch.device
-    values = batch.values() if isinstance(batch, dict) else batch
+    values = batch.values() if isinstance(batch, Mapping) else batch  # a BatchEncoding too
     if isinstance(values, Iterable) and not isinstance(values, (str, bytes)):
         for v in values:
             if isinstance(v, torch.Tensor):
                 return v.device
     raise ShapeBucketError(
         f"make_batch returned a {type(batch).__name__} with no tensor in it; return a tensor, "
-        "or a dict, list or tuple of tensors, on the device the job trains on"
+        "or a dict (any mapping), list or tuple of tensors, on the device the job trains on"
     )
 
 

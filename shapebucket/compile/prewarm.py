@@ -27,6 +27,7 @@ import torch
 
 from .. import _torch as compat
 from .._progress import progress as progress_bar
+from .._torch.version import recompile_limit_fix
 from .._validate import check_flag
 from ..collate.bucket import BucketCollator
 from ..errors import ShapeBucketError
@@ -269,8 +270,8 @@ def _run_job(
             raise ShapeBucketError(
                 f"prewarm: a compiled function hit the recompile limit ({job.report.limit}), so it "
                 "runs eagerly for some shapes: it compiled more than one graph per shape, or it was "
-                "compiled for other shapes before. Compile it with torch.compile(..., "
-                f"recompile_limit=N) for N >= the graphs it needs, or use fewer buckets.\n"
+                f"compiled for other shapes before. Compile it with {recompile_limit_fix('N')} "
+                "for N >= the graphs it needs, or use fewer buckets.\n"
                 f"compiler said: {said}"
             )
         if verify:

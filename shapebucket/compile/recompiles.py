@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from .. import _torch as compat
+from .._torch.version import recompile_limit_fix
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
@@ -44,10 +45,11 @@ def check_recompile_limit(
     you; this check is for compiling without it.
 
     >>> check_recompile_limit(Buckets([16, 32]), limit=8)
-    >>> check_recompile_limit([8, 16, 24], limit=2)
-    Traceback (most recent call last):
-    ...
-    shapebucket.errors.ShapeBucketError: 3 buckets exceed the compiler's recompile limit of 2 per function: past it torch.compile silently runs eagerly. Use at most 2 buckets (e.g. shapebucket.fit_buckets(lengths, k=2)), or raise the limit with torch.compile(..., recompile_limit=3) or shapebucket.prewarm(...), which does it for you
+    >>> try:
+    ...     check_recompile_limit([8, 16, 24], limit=2)
+    ... except ShapeBucketError as e:
+    ...     print(str(e)[:100])
+    3 buckets exceed the compiler's recompile limit of 2 per function: past it torch.compile silently ru
     """
     table = _table_of(shapes, "check_recompile_limit")
     n = len(table)
@@ -58,7 +60,7 @@ def check_recompile_limit(
             f"{n} {what} exceed the compiler's recompile limit of {limit} per function: "
             f"past it torch.compile silently runs eagerly. Use at most {limit} {what} "
             f"(e.g. shapebucket.fit_buckets(lengths, k={limit})), or raise the limit with "
-            f"torch.compile(..., recompile_limit={n}) or shapebucket.prewarm(...), which does "
+            f"{recompile_limit_fix(n)} or shapebucket.prewarm(...), which does "
             "it for you"
         )
 
@@ -224,7 +226,7 @@ def no_recompiles(
             f"{hits} compiled function(s) hit the recompile limit earlier in this process{named} "
             f"and now run eagerly, without an error, for shapes they were not compiled for; "
             "no_recompiles() cannot catch that. Raise the limit before compiling (prewarm does, or "
-            "torch.compile(..., recompile_limit=N)), or reset the compiler and prewarm again",
+            f"{recompile_limit_fix('N')}), or reset the compiler and prewarm again",
             stacklevel=3,
         )
     try:

@@ -14,8 +14,10 @@ the rest of that epoch. An epoch is complete once its last batch is handed
 out, whether or not the iterator is then exhausted: ``for batch in loader``,
 ``itertools.islice(loader, len(loader))`` and a loop calling ``next``
 ``len(loader)`` times all leave the sampler at the start of the next epoch
-(its ``epoch``, ``len()`` and ``state_dict()`` are the next epoch's), with any
-number of workers (``set_epoch`` chooses another one instead). A pass
+(its ``epoch`` and ``len()`` are the next epoch's; ``state_dict()`` says the epoch
+is complete, and loaded resumes at the next one, or, under ``set_epoch`` of the
+saved epoch, with its empty rest), with any number of workers (``set_epoch``
+chooses another one instead). A pass
 abandoned before its last batch completes nothing: the next pass starts where
 it started, so an example batch taken with ``next(iter(loader))`` skips nothing
 (unless it was the epoch's only batch).
@@ -171,7 +173,7 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         """The epoch the sampler is in: the pass in progress's; after a completed epoch, the
         next one, where a state saved now resumes (the next pass repeats the epoch
         :meth:`set_epoch` pinned, if any); else the next pass's."""
-        return self._at()[0]
+        return self._at()[0] if self._begun else self._upcoming()[0]
 
     @epoch.setter
     def epoch(self, value: Any) -> NoReturn:
@@ -205,16 +207,14 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
     def _count(self, epoch: int) -> int:
         return self._count_for(self._seed, epoch)
 
-    def _settled(self, epoch: int, position: int) -> tuple[int, int]:
-        """``(epoch, position)``, with the end of an epoch as the next epoch's start."""
-        if position and position >= self._count(epoch):
-            return epoch + 1, 0
-        return epoch, position
+    def _complete(self, epoch: int, position: int) -> bool:
+        """Whether ``position`` is past the last batch of ``epoch`` (the epoch is done)."""
+        return position > 0 and position >= self._count(epoch)
 
     def _start_at(self, epoch: int, position: int, *, loaded: bool = False) -> None:
         self._pass += 1
-        self._epoch, self._position = self._settled(epoch, position)
-        self._next = (self._epoch, self._position)
+        self._epoch, self._position = epoch, position
+        self._next = (epoch, position)
         self._begun = False
         self._loaded = loaded
 
@@ -229,8 +229,14 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
 
     def _upcoming(self) -> tuple[int, int]:
         """Where the next pass starts: where the last one started if it was abandoned;
-        after a completed epoch, the next one, or the epoch ``set_epoch`` pinned again."""
+        after a completed epoch, the next one, or the epoch ``set_epoch`` pinned again. A
+        loaded state at the end of its epoch is the next epoch's start, unless
+        ``set_epoch`` pinned the loaded epoch (the docs' recipe, resuming at the loop's
+        epoch): then the pass yields the nothing left of it."""
         if not self._done():
+            epoch, start = self._next
+            if self._complete(epoch, start) and self._pinned != epoch:
+                return epoch + 1, 0
             return self._next
         return (self._epoch + 1, 0) if self._pinned is None else (self._pinned, 0)
 
@@ -239,7 +245,8 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         # and the first batch then already describes the new pass. An abandoned pass
         # restarts where it started; a completed one moves to the next epoch.
         if self._done():
-            self._next, self._loaded = self._upcoming(), False
+            self._loaded = False
+        self._next = self._upcoming()
         self._pass += 1
         epoch, start = self._next
         self._epoch, self._position, self._begun = epoch, start, True
@@ -262,7 +269,8 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         the next ``set_epoch`` (a pass that a loader's prefetch ran to the end, or that a
         restoring ``StatefulDataLoader`` discarded, never moves the order on). ``epoch``
         and :meth:`state_dict` still count an epoch whose last batch was handed out as
-        done: a state saved then resumes at the next epoch.
+        done: a state saved then resumes at the next epoch (or, loaded under
+        ``set_epoch`` of the saved epoch, with the empty rest of it).
 
         Right after :meth:`load_state_dict`, ``set_epoch`` with the loaded epoch keeps
         the loaded position, so the usual loop (``for epoch in range(start, n):
@@ -288,23 +296,26 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         ahead of the loop; pass ``consumed=`` the number of this epoch's batches your
         loop has finished instead (``0 <= consumed <=`` what was handed out).
 
-        An epoch whose last batch is handed out (or ``consumed=``) is complete: the state
-        is the next epoch's start, as a loop that counts its steps resumes (epoch =
-        steps // batches per epoch), whether or not the iterator was exhausted.
+        An epoch whose last batch is handed out (or ``consumed=``) is complete, whether or
+        not the iterator was exhausted: the state says so (``position == num_batches``).
+        Loaded, it resumes at the next epoch's start (as a loop that counts its steps
+        resumes: epoch = steps // batches per epoch), or, when ``set_epoch`` names the
+        saved epoch (a loop that saved its own epoch beside the state), with the empty
+        rest of that epoch, so that the loop's next ``set_epoch`` starts the next one.
 
         >>> from shapebucket.sampling import BucketBatchSampler
         >>> s = BucketBatchSampler([3, 5, 9, 12], [8, 16], batch_size=1, shuffle=False)
         >>> it = iter(s); _ = next(it); _ = next(it)
         >>> s.state_dict()["position"], s.state_dict(consumed=1)["position"]
         (2, 1)
-        >>> _ = list(it); s.state_dict()["epoch"], s.state_dict()["position"]
-        (1, 0)
+        >>> _ = list(it); s.state_dict()["epoch"], s.state_dict()["position"], s.epoch
+        (0, 4, 1)
         """
-        if consumed is None:
-            epoch, position = self._at()
-        else:
+        epoch, position = self._epoch, self._position
+        if self._done() and self._count(epoch) == 0:  # an empty epoch: nothing says complete
+            epoch, position = epoch + 1, 0
+        if consumed is not None:
             position = check_int("consumed", consumed, minimum=0, maximum=self._position)
-            epoch, position = self._settled(self._epoch, position)
         return {
             EPOCH_KEY: epoch,
             POSITION_KEY: position,
@@ -318,15 +329,17 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
 
         A pass abandoned before its end leaves the resume point in place;
         ``set_epoch`` with the loaded epoch keeps it, another epoch discards it. A state
-        at the end of its epoch (``position == num_batches``) is the next epoch's start.
-        An epoch pinned by ``set_epoch`` stays pinned when the state is of that epoch
-        (``StatefulDataLoader`` loads the state inside ``iter(loader)``, after the
-        loop's ``set_epoch``).
+        at the end of its epoch (``position == num_batches``) is the next epoch's start,
+        or, with ``set_epoch`` of the saved epoch, that epoch's empty rest. An epoch
+        pinned by ``set_epoch`` stays pinned when the state is of that epoch (or ends the
+        epoch before it: ``StatefulDataLoader`` loads the state inside ``iter(loader)``,
+        after the loop's ``set_epoch``).
         """
         seed, epoch, position = self.check_state(state)
         self._seed = seed
         self._start_at(epoch, position, loaded=True)
-        if self._pinned != self._epoch:
+        complete = self._complete(epoch, position)
+        if self._pinned != epoch and not (complete and self._pinned == epoch + 1):
             self._pinned = None
 
     def check_state(self, state: Any) -> tuple[int, int, int]:

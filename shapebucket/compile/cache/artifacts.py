@@ -4,8 +4,12 @@ A saved cache carries ``manifest.json``: the torch version and the size and
 SHA-256 of every file. :func:`save_compile_cache` builds the whole cache in a
 temporary directory next to ``path`` and renames it into place only when
 complete, so an interrupted save leaves the previous cache (or none), never a
-half-written one; what it replaces (the previous cache, or a plain file in the
-way) is moved aside to ``.<name>.old-*`` for the rename and removed after it. :func:`load_compile_cache` checks every field of the
+half-written one; the previous cache is moved aside to ``.<name>.old-*`` for the
+rename and removed after it. Only a cache is ever replaced: a file, or a directory
+holding anything a cache does not, at ``path`` is refused (:func:`_check_replaceable`).
+A save holds the cache's lock (:func:`~shapebucket.compile.lock.cache_lock`, the one
+prewarm's ``Cache`` takes), so saves racing on one path take turns.
+:func:`load_compile_cache` checks every field of the
 manifest and every file (none missing, changed or added) before it copies
 anything into the live inductor cache, so a truncated, edited or foreign cache
 is refused with a warning instead of being half-installed.
@@ -29,12 +33,18 @@ import torch
 
 from ... import _torch as compat
 from ...errors import ShapeBucketError
+from .lock import cache_lock
 
 MANIFEST = "manifest.json"
 ARTIFACTS = "artifacts.bin"
 INDUCTOR = "inductor"
 
-__all__ = ["load_compile_cache", "save_compile_cache", "save_new_compile_cache"]
+__all__ = [
+    "load_compile_cache",
+    "save_compile_cache",
+    "save_held_compile_cache",
+    "save_new_compile_cache",
+]
 
 
 def _copy_new(src: str, dst: str) -> None:
@@ -68,6 +78,11 @@ def save_compile_cache(
     artifacts: its bytes), checked by the manifest like the rest; those of the cache
     already at ``path`` are kept unless ``extra`` names them. Returns byte counts.
 
+    Only a cache is replaced: a file at ``path``, or a directory holding anything a cache
+    does not, is refused with :class:`ShapeBucketError` (nothing is moved or deleted).
+    The save holds the cache's lock, waiting for another process's save or prewarm on
+    ``path`` (:func:`~shapebucket.compile.lock.cache_lock`, at most ``WAIT_S`` seconds).
+
     >>> sizes = save_compile_cache("compile-cache")  # doctest: +SKIP
     >>> sorted(sizes)  # doctest: +SKIP
     ['artifacts_bytes', 'inductor_bytes']
@@ -75,6 +90,18 @@ def save_compile_cache(
     (Not run as a doctest: it copies this machine's whole inductor cache;
     ``tests/test_compile_cache.py`` runs it.)
     """
+    extra = _check_extra(extra)
+    _check_replaceable(Path(path))  # before waiting on the lock; again under it
+    with cache_lock(path):
+        return _save(Path(path), None, extra)
+
+
+def save_held_compile_cache(
+    path: str | Path, extra: Mapping[str, bytes] | None = None
+) -> dict[str, int]:
+    """:func:`save_compile_cache` for a caller that already holds ``path``'s
+    :func:`~shapebucket.compile.lock.cache_lock` (prewarm's ``Cache``): a second lock on
+    the same file in one process would wait for itself."""
     return _save(Path(path), None, _check_extra(extra))
 
 
@@ -87,6 +114,7 @@ def save_new_compile_cache(path: str | Path, exported: set[str]) -> dict[str, in
 
 
 def _save(path: Path, exported: set[str] | None, extra: dict[str, bytes]) -> dict[str, int]:
+    _check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-", dir=path.parent))
     try:
@@ -100,12 +128,38 @@ def _save(path: Path, exported: set[str] | None, extra: dict[str, bytes]) -> dic
             old = path.with_name(f".{path.name}.old-{os.getpid()}-{tmp.name[-8:]}")
             path.rename(old)
         tmp.rename(path)
-        if old is not None:  # the previous cache, or a file that was in the way: gone now
+        if old is not None:  # the previous cache (_check_replaceable): gone now
             _remove(old)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return sizes
+
+
+def _check_replaceable(path: Path) -> None:
+    """Refuse to replace what is not a compile cache: a file (a mistyped ``"model.pt"``),
+    or a directory holding anything but a cache's files (``manifest.json``,
+    ``artifacts.bin``, ``inductor/``, and the extra files its manifest names). An empty
+    directory, or a cache whose files fail their checks, may be replaced."""
+    if not path.exists() and not path.is_symlink():
+        return
+    fix = (
+        "save_compile_cache never replaces what it did not write: pass a new or empty "
+        "directory (e.g. 'compile-cache'), or move that away first"
+    )
+    if not path.is_dir():
+        raise ShapeBucketError(f"compile cache {str(path)!r} is a file, not a cache; {fix}")
+    files, _ = _read_manifest(path, any_torch=True)
+    known = {MANIFEST, ARTIFACTS, INDUCTOR, *(files or ())}
+    foreign = sorted(f.name for f in path.iterdir() if f.name not in known)
+    if (path / INDUCTOR).exists() and not (path / INDUCTOR).is_dir():
+        foreign.append(INDUCTOR)
+    if foreign:
+        raise ShapeBucketError(
+            f"compile cache {str(path)!r} holds {len(foreign)} entr"
+            f"{'y' if len(foreign) == 1 else 'ies'} no cache has ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''}); {fix}"
+        )
 
 
 def _remove(old: Path) -> None:
@@ -227,8 +281,11 @@ def _refuse(path: Path, why: str) -> bool:
     return False
 
 
-def _read_manifest(path: Path) -> tuple[dict[str, tuple[int, str]] | None, str]:
-    """The manifest's files as ``{name: (bytes, sha256)}``, or None and why not."""
+def _read_manifest(
+    path: Path, any_torch: bool = False
+) -> tuple[dict[str, tuple[int, str]] | None, str]:
+    """The manifest's files as ``{name: (bytes, sha256)}``, or None and why not (with
+    ``any_torch``, also a manifest another torch version wrote)."""
     try:
         manifest: Any = json.loads((path / MANIFEST).read_text())
     except (OSError, ValueError):
@@ -236,7 +293,7 @@ def _read_manifest(path: Path) -> tuple[dict[str, tuple[int, str]] | None, str]:
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         return None, f"its {MANIFEST} has no 'files' mapping"
     version = manifest.get("torch")
-    if version != torch.__version__:
+    if version != torch.__version__ and not any_torch:
         return None, f"it was saved by torch {version}, this is torch {torch.__version__}"
     files: dict[str, tuple[int, str]] = {}
     for name, meta in manifest["files"].items():

@@ -10,7 +10,7 @@ from pathlib import Path
 from ... import _torch as compat
 from ..._validate import check_number
 from ...errors import ShapeBucketError
-from ..cache.artifacts import load_compile_cache, save_compile_cache
+from ..cache.artifacts import load_compile_cache, save_held_compile_cache
 from ..cache.key import describe_batch, job_key
 from ..cache.lock import WAIT_S, cache_lock
 from .base import Job, Mode
@@ -109,7 +109,7 @@ class Cache(Mode):
             extra = self.extra_files(job)
             new = misses > misses_before or (hits > hits_before and not job.report.cache_loaded)
             if new or extra:
-                save_compile_cache(job.memo["cache_path"], extra)
+                save_held_compile_cache(job.memo["cache_path"], extra)
                 job.report.cache_saved = True
         finally:
             job.memo["cache_lock"].close()

@@ -46,7 +46,7 @@ class RecompileLimit(Mode):
         if n > limit and not self.raise_limit:
             raise ShapeBucketError(
                 f"{n} shapes exceed the compiler's recompile limit of {limit}; compile with "
-                f"torch.compile(..., recompile_limit={n}), drop RecompileLimit(raise_limit=False), "
+                f"{compat.recompile_limit_fix(n)}, drop RecompileLimit(raise_limit=False), "
                 "or use fewer buckets"
             )
         with compat.raised_recompile_limit(n) as raised_from:

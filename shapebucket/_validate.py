@@ -107,11 +107,13 @@ def check_number(
     above: float | None = None,
     at_least: float | None = None,
     below: float | None = None,
+    at_most: float | None = None,
     hint: str = "",
 ) -> float:
     """``value`` as a finite float within the bounds (``> above``, ``>= at_least``,
-    ``< below``), or a :class:`ShapeBucketError` naming ``name``, the value, the bound and
-    ``hint`` (the fix). Refuses bools and strings: ``"0.1"`` is a typo, not a number.
+    ``< below``, ``<= at_most``), or a :class:`ShapeBucketError` naming ``name``, the value,
+    the bound and ``hint`` (the fix). Refuses bools and strings: ``"0.1"`` is a typo, not
+    a number.
 
     >>> check_number("contention", 1.5, at_least=1)
     1.5
@@ -119,14 +121,12 @@ def check_number(
     Traceback (most recent call last):
     ...
     shapebucket.errors.ShapeBucketError: tolerance must be a finite number in [0, 1), got 1.0
+    >>> check_number("share", 0, above=0, at_most=1, hint="; pass a share of the whole")
+    Traceback (most recent call last):
+    ...
+    shapebucket.errors.ShapeBucketError: share must be a finite number in (0, 1], got 0; pass a share of the whole
     """
-    if at_least is not None and below is not None:
-        bound = f"in [{at_least:g}, {below:g})"
-    else:
-        parts = [f"> {above:g}"] if above is not None else []
-        parts += [f">= {at_least:g}"] if at_least is not None else []
-        parts += [f"< {below:g}"] if below is not None else []
-        bound = " and ".join(parts)
+    bound = _bound(above, at_least, below, at_most)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise ShapeBucketError(
             f"{name} must be a number {bound}, got {value!r} ({type(value).__name__}){hint}"
@@ -137,9 +137,25 @@ def check_number(
         and (above is None or number > above)
         and (at_least is None or number >= at_least)
         and (below is None or number < below)
+        and (at_most is None or number <= at_most)
     ):
         raise ShapeBucketError(f"{name} must be a finite number {bound}, got {value!r}{hint}")
     return number
+
+
+def _bound(
+    above: float | None, at_least: float | None, below: float | None, at_most: float | None
+) -> str:
+    """The bounds in words: an interval (``in [0, 1)``) when both ends are given."""
+    low = f"({above:g}" if above is not None else f"[{at_least:g}" if at_least is not None else ""
+    high = f"{below:g})" if below is not None else f"{at_most:g}]" if at_most is not None else ""
+    if low and high:
+        return f"in {low}, {high}"
+    parts = [f"> {above:g}"] if above is not None else []
+    parts += [f">= {at_least:g}"] if at_least is not None else []
+    parts += [f"< {below:g}"] if below is not None else []
+    parts += [f"<= {at_most:g}"] if at_most is not None else []
+    return " and ".join(parts)
 
 
 class CheckedLengths(Sequence[int]):

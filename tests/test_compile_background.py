@@ -233,7 +233,7 @@ def test_bad_input_is_refused(change, match, no_launch):
     [
         ({"compile_options": {"dynamic": True}}, "dynamic=True"),
         ({"compile_options": "eager"}, "dict of torch.compile"),
-        ({"poll_seconds": -1}, "poll_seconds must be between 0 and 60, got -1"),
+        ({"poll_seconds": -1}, r"poll_seconds must be a finite number in \[0, 60\], got -1 \(seconds"),
         ({"poll_seconds": True}, "poll_seconds must be a number"),
         ({"cache_dir": ""}, "cache_dir must be a directory path"),
         ({"cache_dir": 3}, "cache_dir must be a directory path, got 3"),

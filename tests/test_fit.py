@@ -130,6 +130,22 @@ def test_compare_policies_table():
     json.dumps(table.to_dict())
 
 
+def test_the_tables_read_the_compilers_recompile_limit_live():
+    """The limit was a constant 8 beside the one ``prewarm`` reads: a raised limit still
+    marked 10 buckets as over it."""
+    from shapebucket import _torch as compat
+
+    lengths = list(range(8, 8 * 11, 8)) * 50  # 10 distinct lengths: 10 fitted buckets
+    table = compare_policies(lengths, k=10, align=8)
+    job = choose_k(lengths, compile_seconds=1e-9, job_samples=10**9, tokens_per_second=1e6)
+    assert job.chosen.k == 10
+    assert "over recompile limit" in str(table) and "above the recompile limit (8)" in str(job)
+    with compat.raised_recompile_limit(12):
+        assert "over recompile limit" not in str(table) and table.to_dict()["limit"] == 12
+        assert "above the recompile limit" not in str(job)
+    assert compare_policies(lengths, k=10, align=8, limit=20).to_dict()["limit"] == 20
+
+
 @pytest.mark.parametrize(
     "kwargs, needle",
     [

@@ -269,6 +269,16 @@ def test_private_torch_apis_live_in_one_module():
     assert found == []
 
 
+def test_the_profilers_undocumented_events_are_read_in_one_module():
+    """``kineto_results`` (no underscore, but undocumented) only behind the profiler seam."""
+    found = [
+        f"{p.relative_to(PKG.parent)}"
+        for p in PKG.rglob("*.py")
+        if p.relative_to(PKG).as_posix() != "_torch/profiler.py" and "kineto_results" in p.read_text()
+    ]
+    assert found == []
+
+
 # -- named seams: no module reaches into another's private names -------------------------
 
 #: the receivers whose private attributes a module may read: its own objects

@@ -131,3 +131,20 @@ def test_from_steps_takes_the_plans_shapes():
     from shapebucket.plan import Shape
 
     assert StepCost.from_steps({Shape(4, 64): 0.001}).seconds_per_token == {64: 0.001 / 256}
+
+
+@pytest.mark.parametrize("length", [float("nan"), float("inf"), -1, "64"])
+def test_a_length_that_is_not_a_finite_number_is_refused(length):
+    """``per_token(nan)`` used to pass the check (``nan < 0`` is false) and interpolate
+    garbage; every length goes through the one number check now."""
+    with pytest.raises(ShapeBucketError, match=r"length must be a .*number >= 0"):
+        StepCost({64: 2e-6, 256: 3e-6}).per_token(length)
+
+
+def test_one_row_cost_model_serves_packing_and_the_job_time():
+    from shapebucket.advise.jobtime import unit_cost
+    from shapebucket.fit.step_cost import row_cost
+
+    measured = StepCost({48: 1e-6, 96: 2e-6})
+    for model_dim in (16, None, measured):
+        assert unit_cost(3, 96, model_dim) == pytest.approx(3 * row_cost(model_dim)(96))

@@ -41,6 +41,7 @@ from .marks import (
     skip_frame_only,
 )
 from .modules import is_compiled_module, unwrap_compiled
+from .profiler import cpu_allocation_peak_bytes
 from .version import MIN_TORCH, TORCH_VERSION, has, recompile_limit_fix, requires
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "cache_hit_counts",
     "clear_cache_artifacts",
     "compile_events",
+    "cpu_allocation_peak_bytes",
     "fresh_inductor_cache",
     "get_recompile_limit",
     "has",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
-from ..fit.step_cost import StepCost, check_model_dim
+from ..fit.step_cost import StepCost, check_model_dim, row_cost
 
 __all__ = [
     "MODES",
@@ -41,11 +41,11 @@ MODES = ("eager", "compile-first", "compile-while-training")
 
 def unit_cost(rows: int, length: int, model_dim: int | StepCost | None) -> float:
     """Estimated cost of one batch of ``rows x length`` tokens in a model of width
-    ``model_dim``: ``rows * length * (1 + length / (6 * model_dim))`` (a transformer
-    block's linear layers do about ``24 d^2`` multiply-adds per token, its dense attention
-    ``4 L d``); with ``model_dim=None``, one unit per token (``rows * length``); with a
-    :class:`~shapebucket.fit.step_cost.StepCost` (step times measured on the machine),
-    ``rows * cost.row(length)``: no formula. Any other ``model_dim`` (not an int >= 1) is a
+    ``model_dim``: ``rows`` times the one step-cost model's row cost
+    (:func:`~shapebucket.fit.step_cost.row_cost`: ``length * (1 + length / (6 *
+    model_dim))``, or with a :class:`~shapebucket.fit.step_cost.StepCost` (step times
+    measured on the machine) ``cost.row(length)``, no formula); with ``model_dim=None``,
+    one unit per token (``rows * length``, an int). Any other ``model_dim`` (not an int >= 1) is a
     :class:`~shapebucket.errors.ShapeBucketError`.
 
     >>> unit_cost(2, 96, 16)  # attention doubles a token's cost when L = 6 d
@@ -57,11 +57,9 @@ def unit_cost(rows: int, length: int, model_dim: int | StepCost | None) -> float
     """
     if model_dim is None:
         return rows * length
-    if isinstance(model_dim, StepCost):
-        return rows * model_dim.row(length)
-    if type(model_dim) is not int or model_dim < 1:  # an int >= 1 needs no more than this
-        return unit_cost(rows, length, check_model_dim(model_dim))
-    return rows * length * (1 + length / (6 * model_dim))
+    if not isinstance(model_dim, StepCost) and (type(model_dim) is not int or model_dim < 1):
+        model_dim = check_model_dim(model_dim)  # an int >= 1 needs no more than this
+    return rows * row_cost(model_dim)(length)
 
 
 @dataclass(frozen=True)

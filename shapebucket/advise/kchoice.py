@@ -9,8 +9,9 @@ cost unit per computed token: each bucket costs one compile before training
     job(K)     = prewarm(K) + train(K)
 
 and the ``K`` with the shortest job wins. ``tokens_per_second`` counts computed
-tokens (real and padding) of the training step. With ``K`` above the recompile
-limit (8), :func:`~shapebucket.prewarm` raises the limit.
+tokens (real and padding) of the training step. With ``K`` above the compiler's
+recompile limit (read live: :func:`recompile_limit`), :func:`~shapebucket.prewarm`
+raises the limit.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _torch as compat
 from .._torch.version import recompile_limit_fix
 from .._validate import CheckedLengths, check_int, check_number
 from ..fit.buckets import Buckets
@@ -28,11 +30,19 @@ from ..fit.optimal import DEFAULT_ALIGN, optimal_buckets
 from ..fit.padding import Batching, check_batching, padding_report
 from .jobtime import Rates, fitted_sets, job_seconds
 
-__all__ = ["RECOMPILE_LIMIT", "KChoiceReport", "KEstimate", "choose_k"]
+__all__ = ["KChoiceReport", "KEstimate", "choose_k", "recompile_limit"]
 
-#: dynamo's default recompile limit: more buckets than this need it raised
-#: (``prewarm`` does it for you).
-RECOMPILE_LIMIT = 8
+
+def recompile_limit(limit: int | None = None) -> int:
+    """``limit``, or (``None``) the compiler's recompile limit read live, as
+    :func:`~shapebucket.prewarm` reads it (8 unless changed): more buckets than this need
+    it raised (``prewarm`` does it for you). The compiler loads on the first read, when a
+    report is shown, never on ``import shapebucket``.
+
+    >>> recompile_limit(4), recompile_limit() >= 1
+    (4, True)
+    """
+    return compat.get_recompile_limit() if limit is None else limit
 
 
 @dataclass(frozen=True)
@@ -77,7 +87,7 @@ class KChoiceReport:
     tokens_per_second: float
     max_k: int = 32
     capped: bool = False
-    limit: int = RECOMPILE_LIMIT
+    limit: int | None = None  # None: the compiler's, read live when shown
 
     @property
     def buckets(self) -> Buckets:
@@ -92,9 +102,10 @@ class KChoiceReport:
     def notes(self) -> list[str]:
         """What a reader of the table must know about the choice (empty when nothing)."""
         out = []
-        if self.chosen.k > self.limit:
+        limit = recompile_limit(self.limit)
+        if self.chosen.k > limit:
             out.append(
-                f"K={self.chosen.k} is above the recompile limit ({self.limit}): shapebucket.prewarm "
+                f"K={self.chosen.k} is above the recompile limit ({limit}): shapebucket.prewarm "
                 f"raises the limit for you; with torch.compile alone use "
                 f"{recompile_limit_fix(self.chosen.k)}"
             )

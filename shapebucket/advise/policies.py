@@ -13,7 +13,7 @@ from .._validate import CheckedLengths, check_int, round_up
 from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN, Cost, optimal_buckets
 from ..fit.padding import Batching, PaddingReport, check_batching, padding_report
-from .kchoice import RECOMPILE_LIMIT
+from .kchoice import recompile_limit
 
 __all__ = ["PolicyReport", "compare_policies", "quantile_buckets"]
 
@@ -24,7 +24,8 @@ _OVER = " (over recompile limit)"
 class PolicyReport:
     """One :class:`PaddingReport` per policy (``policies``: ``(name, report)`` pairs),
     printable as one table; ``fitted`` is the last policy's buckets. A policy with more
-    buckets than ``limit`` (the recompile limit) is marked in the table, and a note
+    buckets than ``limit`` (default: the compiler's recompile limit, read live when the
+    table is shown) is marked in the table, and a note
     under it says what that costs and the fix.
 
     ``num_samples`` counts the lengths. The efficiencies of each policy follow
@@ -36,7 +37,7 @@ class PolicyReport:
     """
 
     policies: list[tuple[str, PaddingReport]]
-    limit: int = RECOMPILE_LIMIT
+    limit: int | None = None  # None: the compiler's, read live when shown
 
     @property
     def num_samples(self) -> int:
@@ -55,9 +56,9 @@ class PolicyReport:
             f"batching={first.batching!r}, batch_size={first.batch_size}",
             f"{'policy':<18s} {'buckets':>7s} {'shapes':>6s} {'tokens':>7s} {'attention':>9s}  boundaries",
         ]
-        over = False
+        over, limit = False, recompile_limit(self.limit)
         for name, r in self.policies:
-            mark = _OVER if len(r.buckets) > self.limit else ""
+            mark = _OVER if len(r.buckets) > limit else ""
             over = over or bool(mark)
             shown = (
                 list(r.buckets)
@@ -70,14 +71,14 @@ class PolicyReport:
             )
         if over:
             lines.append(
-                f"over recompile limit: more than {self.limit} buckets, one compile each; past "
+                f"over recompile limit: more than {limit} buckets, one compile each; past "
                 "it torch.compile alone runs eagerly: shapebucket.prewarm raises the limit"
             )
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "limit": self.limit,
+            "limit": recompile_limit(self.limit),
             "num_samples": self.num_samples,
             "policies": [{"policy": n, **r.to_dict()} for n, r in self.policies],
         }
@@ -112,7 +113,7 @@ def compare_policies(
     batch_size: int = 1,
     batching: Batching = "bucketed",
     cost: Cost = "tokens",
-    limit: int = RECOMPILE_LIMIT,
+    limit: int | None = None,
 ) -> PolicyReport:
     """One table: multiples of 8 and 32, powers of two, quantiles and the fitted buckets.
 
@@ -126,7 +127,8 @@ def compare_policies(
     checked = CheckedLengths.of(lengths)
     arr = checked.array
     k = check_int("k", k, minimum=1)
-    limit = check_int("limit", limit, minimum=1)
+    if limit is not None:
+        limit = check_int("limit", limit, minimum=1)
     fitted = optimal_buckets(
         checked, k, align=align, batch_size=batch_size, batching=mode, cost=cost
     )

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from ..calibrate import step_peak_bytes
+
 __all__ = ["peak_memory_mb", "peak_step_memory_mb", "reset_peak_memory", "step_autocast", "sync"]
 
 
@@ -53,31 +55,10 @@ def peak_memory_mb(device: torch.device) -> float:
 
 def peak_step_memory_mb(step: Callable[[], Any], device: torch.device) -> float:
     """Peak megabytes of tensor memory a call of ``step`` allocates on top of what was
-    live before it: the running sum of the allocator's allocations and frees recorded by
-    ``torch.profiler`` (``profile_memory=True``; CPU: torch's CPU allocator, compiled
-    kernels' buffers included; CUDA: the CUDA caching allocator's tensors).
+    live before it, measured by the calibration's owner of step peaks
+    (:func:`~shapebucket.calibrate.step_peak_bytes`).
 
     >>> peak_step_memory_mb(lambda: torch.zeros(2**18), torch.device("cpu"))  # 1 MiB
     1.0
     """
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities, profile_memory=True) as prof:
-        step()
-        sync(device)
-    # every allocation and free, in time order (the processed event list attributes most
-    # of them to their ops and would hide the peak inside a compiled graph)
-    want = "CPU" if device.type != "cuda" else "CUDA"
-    events = sorted(
-        (e.start_ns(), e.nbytes())
-        for e in prof.profiler.kineto_results.events()  # type: ignore[union-attr]
-        if e.name() == "[memory]" and want in str(e.device_type())
-    )
-    peak = live = 0
-    for _, delta in events:
-        live += delta
-        peak = max(peak, live)
-    return peak / 2**20
+    return step_peak_bytes(step, device) / 2**20

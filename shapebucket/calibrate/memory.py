@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from .._torch import cpu_allocation_peak_bytes
 from .._validate import physical_memory
 from ..errors import ShapeBucketError
 
@@ -41,8 +42,8 @@ __all__ = [
 
 def step_peak_bytes(step: Callable[[], Any], device: torch.device) -> int:
     """Bytes of tensor memory allocated on top of what was live before ``step()``, at the
-    step's peak (CPU: through the profiler; CUDA: the allocator's peak minus what was
-    allocated before the call).
+    step's peak (CPU: through the profiler's seam :mod:`shapebucket._torch.profiler`; CUDA:
+    the allocator's peak minus what was allocated before the call).
 
     >>> step_peak_bytes(lambda: torch.zeros(2**18), torch.device("cpu"))  # 1 MiB
     1048576
@@ -54,22 +55,7 @@ def step_peak_bytes(step: Callable[[], Any], device: torch.device) -> int:
         step()
         torch.cuda.synchronize(device)
         return int(torch.cuda.max_memory_allocated(device) - before)
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    # every allocation and free in time order (the processed event list attributes most of
-    # them to their ops and would hide the peak inside a compiled graph)
-    events = sorted(
-        (e.start_ns(), e.nbytes())
-        for e in prof.profiler.kineto_results.events()  # type: ignore[union-attr]
-        if e.name() == "[memory]" and "CPU" in str(e.device_type())
-    )
-    peak = live = 0
-    for _, delta in events:
-        live += delta
-        peak = max(peak, live)
-    return peak
+    return cpu_allocation_peak_bytes(step)
 
 
 def _tensors(obj: Any) -> Iterable[torch.Tensor]:

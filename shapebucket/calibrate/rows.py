@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from .._validate import check_int
+from .._validate import check_int, check_number
 from ..compile.prewarm import check_callables, run_batch
 from ..compile.recompiles import CompileCounter
 from ..compile.state import Snapshot, optimizers_stepped, restore_objects, snapshot
@@ -52,19 +52,16 @@ COMPILED_WHY = (
 
 
 def _budget_bytes(budget: Any, device: torch.device) -> int:
-    if isinstance(budget, bool) or not isinstance(budget, numbers.Real):
-        raise ShapeBucketError(
-            f"budget must be bytes (an int) or a fraction of the device's memory in (0, 1], "
-            f"got {budget!r}"
-        )
-    if isinstance(budget, numbers.Integral):
+    if isinstance(budget, numbers.Integral) and not isinstance(budget, bool):
         return check_int("budget", budget, minimum=1)
-    if not 0 < float(budget) <= 1:
-        raise ShapeBucketError(
-            f"budget={budget} as a float is a fraction of the device's memory and must be in "
-            "(0, 1]; pass bytes as an int"
-        )
-    return int(float(budget) * device_memory(device))
+    fraction = check_number(
+        "budget",
+        budget,
+        above=0,
+        at_most=1,
+        hint="; budget is bytes (an int) or, as a float, a fraction of the device's memory",
+    )
+    return int(fraction * device_memory(device))
 
 
 def _lengths(lengths: Any) -> list[int]:
@@ -210,8 +207,9 @@ def calibrate_rows(
     """
     order = _lengths(lengths)
     max_rows = check_int("max_rows", max_rows, minimum=1)
-    if isinstance(margin, bool) or not isinstance(margin, numbers.Real) or not 0 <= margin < 1:
-        raise ShapeBucketError(f"margin must be a fraction in [0, 1), got {margin!r}")
+    check_number(
+        "margin", margin, at_least=0, below=1, hint="; margin is the fraction of budget kept free"
+    )
     check_callables(model, step, "calibrate_rows")
     if not callable(make_batch):
         raise ShapeBucketError(

@@ -286,12 +286,15 @@ def regrid(
     return pad(flat, layout, fill, use_triton=False)
 
 
-def pad_rows(value: torch.Tensor, rows: int, fill: Any) -> torch.Tensor:
-    """A per-row value (``[n, ...]``) cut or padded with ``fill`` to ``rows`` rows.
+def pad_rows(value: torch.Tensor | list[Any], rows: int, fill: Any) -> Any:
+    """A per-row value cut or padded to ``rows`` rows: a tensor (``[n, ...]``) with
+    ``fill``, a list (one entry per row, anything in it) with ``None``.
 
-    >>> pad_rows(torch.tensor([True, True]), 3, False).tolist()
-    [True, True, False]
+    >>> pad_rows(torch.tensor([True, True]), 3, False).tolist(), pad_rows(["a"], 2, 0)
+    ([True, True, False], ['a', None])
     """
+    if isinstance(value, list):
+        return value[:rows] + [None] * (rows - len(value))
     out = torch.full((rows, *value.shape[1:]), fill, dtype=value.dtype, device=value.device)
     keep = min(rows, int(value.shape[0]))
     signed_view(out)[:keep] = signed_view(value[:keep])

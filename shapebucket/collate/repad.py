@@ -85,8 +85,6 @@ def repad_batch(batch: Any, shape: Shape, rules: Mapping[Key, Rule], *, left: bo
         if rule.kind == "sequence":
             length = shape.lengths[rule.axis]
             out.append((k, regrid(v, rule.dim, shape.rows, length, rule.pad, left=left)))
-        elif rule.kind == "row" and isinstance(v, list):
-            out.append((k, v[: shape.rows] + [None] * (shape.rows - len(v))))
         elif rule.kind == "row":
             out.append((k, pad_rows(v, shape.rows, rule.pad)))
         elif rule.kind == "boundaries":

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ..errors import ShapeBucketError
-from .engine import Key
+from .engine import Key, pad_rows
 from .samples import Where, at, is_scalar, short
 
 __all__ = ["check_pad_fits", "concat", "from_python", "same_dtype", "stack_column"]
@@ -265,7 +265,8 @@ def _to_tensor(key: Key, value: Any, i: int, where: Where) -> torch.Tensor:
 def stack_column(key: Key, column: list[Any], rows: int, pad: Any, where: Where = at) -> Any:
     """The values of a key that is not padded, as one batch value of ``rows`` rows: numbers
     into a ``[rows]`` tensor, tensors and arrays of one shape into ``[rows, *shape]``
-    (extra rows hold ``pad``), anything else a list (extra rows ``None``).
+    (extra rows hold ``pad``), anything else a list (extra rows ``None``); the engine's
+    :func:`~.engine.pad_rows` adds the rows.
 
     Dtypes follow :func:`concat`: numbers of mixed types are promoted only when no
     value changes."""
@@ -289,9 +290,8 @@ def stack_column(key: Key, column: list[Any], rows: int, pad: Any, where: Where 
             )
         values = torch.stack(same_dtype(key, tensors, where))
     else:
-        return list(column) + [None] * extra
+        return pad_rows(list(column), rows, None)
     if extra:
         check_pad_fits(key, pad, values.dtype)
-        filler = torch.full((extra, *values.shape[1:]), pad, dtype=values.dtype)
-        values = torch.cat([values, filler])
+        values = pad_rows(values, rows, pad)
     return values

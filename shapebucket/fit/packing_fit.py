@@ -12,8 +12,8 @@ from .._validate import MAX_BUCKET, MIN_LENGTH, CheckedLengths, check_int, check
 from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .packing import PackingReport, pack_epoch, rows_for_tokens
-from .packing_search import SearchResult, halving_sets, row_cost, search_row_lengths
-from .step_cost import StepCost, check_model_dim
+from .packing_search import SearchResult, halving_sets, search_row_lengths
+from .step_cost import StepCost, check_model_dim, row_cost
 
 __all__ = [
     "MAX_TOKENS_PER_BATCH",

@@ -30,7 +30,7 @@ optimum (hypothesis has found other small cases 1.5 points short).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from itertools import combinations
 
 import numpy as np
@@ -40,7 +40,7 @@ from ._packer import Packer
 from .buckets import Buckets
 from .optimal import Cost, optimal_buckets
 from .packing import rows_for_tokens
-from .step_cost import StepCost
+from .step_cost import StepCost, row_cost
 
 __all__ = [
     "EXHAUSTIVE_WORK",
@@ -79,17 +79,6 @@ def halving_sets(top: int, k: int, align: int) -> list[Buckets]:
             break
         out.append(Buckets(values))
     return out
-
-
-def row_cost(model_dim: int | StepCost | None) -> Callable[[int], float]:
-    """The estimated cost of one row of length ``L`` (in token units): ``L``, or with a
-    model width ``L * (1 + L / (6 * model_dim))`` (linear layers ``24 d^2`` per token,
-    dense attention ``4 L d``), or measured (:class:`~shapebucket.fit.step_cost.StepCost`)."""
-    if model_dim is None:
-        return float
-    if isinstance(model_dim, StepCost):
-        return model_dim.row
-    return lambda L: L * (1 + L / (6 * model_dim))
 
 
 class SearchResult:

@@ -1,5 +1,6 @@
-"""``StepCost``: measured seconds per token by row length, for :func:`fit_packing` to use
-in place of the ``1 + L / (6 * model_dim)`` formula.
+"""The one step-cost model: :func:`row_cost`, a row's estimated cost from a model width
+(the ``1 + L / (6 * model_dim)`` formula) or from ``StepCost``, measured seconds per
+token by row length, which :func:`fit_packing` and the advisers use in its place.
 
 A pure record (no torch): the seconds per token a whole training step took at each
 measured length, from the machine (``advise.time_steps``, the benchmark's limit row,
@@ -15,7 +16,7 @@ from __future__ import annotations
 import math
 import numbers
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ import numpy as np
 from .._validate import MAX_BUCKET, check_int, check_number
 from ..errors import ShapeBucketError
 
-__all__ = ["StepCost", "check_model_dim"]
+__all__ = ["StepCost", "check_model_dim", "row_cost"]
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,7 @@ class StepCost:
         """Seconds per token at ``length``: between two measured lengths, linear where the
         cost per token rises (the formula's shape), and a row's seconds linear where it falls
         (a fixed overhead per step); outside them, the nearest measured length's."""
-        if isinstance(length, bool) or not isinstance(length, numbers.Real) or length < 0:
-            raise ShapeBucketError(f"length must be a number >= 0, got {length!r}")
+        check_number("length", length, at_least=0, hint=" (a row length in tokens)")
         grid, values = tuple(self.seconds_per_token), tuple(self.seconds_per_token.values())
         if length <= grid[0]:
             return values[0]
@@ -121,6 +121,23 @@ class StepCost:
         shortest measured length (the formula's ``L * (1 + L / (6 d))`` counterpart); it
         never falls as the row gets longer."""
         return length * self.per_token(length) / next(iter(self.seconds_per_token.values()))
+
+
+def row_cost(model_dim: int | StepCost | None) -> Callable[[int], float]:
+    """The estimated cost of one row of length ``L`` in token units: ``L`` (``model_dim=None``),
+    or with a model width ``L * (1 + L / (6 * model_dim))`` (a transformer block's linear
+    layers do about ``24 d^2`` multiply-adds per token, its dense attention ``4 L d``), or
+    measured (:meth:`StepCost.row`). ``model_dim`` is checked by the caller
+    (:func:`check_model_dim`).
+
+    >>> row_cost(16)(96), row_cost(None)(96)  # attention doubles a token's cost at L = 6 d
+    (192.0, 96.0)
+    """
+    if model_dim is None:
+        return float
+    if isinstance(model_dim, StepCost):
+        return model_dim.row
+    return lambda L: L * (1 + L / (6 * model_dim))
 
 
 def check_model_dim(value: Any) -> int | StepCost:

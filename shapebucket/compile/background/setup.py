@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ... import _torch as compat
+from ..._validate import check_number
 from ...errors import ShapeBucketError
 from ...plan.shapes import Shape, ShapePlan
 from ..cache.key import describe_batch, job_key
@@ -129,11 +130,13 @@ class BackgroundOptions:
                 f"cache_dir must be a directory path, got {self.cache_dir!r}; pass a directory "
                 "(created if missing) or leave cache_dir out"
             )
-        poll = self.poll_seconds
-        if isinstance(poll, bool) or not isinstance(poll, (int, float)):
-            raise ShapeBucketError(f"poll_seconds must be a number of seconds, got {poll!r}")
-        if not 0 <= poll <= 60:
-            raise ShapeBucketError(f"poll_seconds must be between 0 and 60, got {poll!r}")
+        check_number(
+            "poll_seconds",
+            self.poll_seconds,
+            at_least=0,
+            at_most=60,
+            hint=" (seconds between polls)",
+        )
 
 
 def output_dir(

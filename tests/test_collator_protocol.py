@@ -35,10 +35,10 @@ def token_samples(lengths, seed=0):
 
 
 def test_every_collator_implements_the_protocol_and_the_plan_asks_only_it():
-    bucket = BucketBatchSampler(LENGTHS, [8, 16], batch_size=4)
+    bucket = BucketBatchSampler(LENGTHS, [8, 16], rows=4)
     packed = PackedBatchSampler(LENGTHS, [8, 16], rows=2)
     cells = CellBatchSampler(
-        LENGTHS, [n // 2 + 1 for n in LENGTHS], [(8, 4), (16, 8)], batch_size=4
+        LENGTHS, [n // 2 + 1 for n in LENGTHS], [(8, 4), (16, 8)], rows=4
     )
     pairs = [
         (BucketCollator([8, 16]), bucket),
@@ -94,7 +94,7 @@ def test_cell_sampler_and_collator_with_other_weights_are_refused():
     src = [3, 5, 12, 14, 6, 15] * 4
     tgt = [8, 2, 3, 7, 2, 8] * 4
     cells = Cells([(8, 8), (16, 4), (16, 8)], weights=(1, 4))
-    sampler = CellBatchSampler(src, tgt, cells, batch_size=2)
+    sampler = CellBatchSampler(src, tgt, cells, rows=2)
     with pytest.raises(
         ShapeBucketError, match=r"weights=\(1, 4\).*weights=\(1, 1\).*sampler\.cells"
     ):
@@ -102,7 +102,7 @@ def test_cell_sampler_and_collator_with_other_weights_are_refused():
     with pytest.raises(ShapeBucketError, match=r"cells are Cells.*CellCollator\(sampler.cells"):
         ShapePlan.of(
             CellCollator([(8, 8), (16, 8)], rows=2),
-            CellBatchSampler(src, tgt, [(16, 8)], batch_size=2),
+            CellBatchSampler(src, tgt, [(16, 8)], rows=2),
         )
     assert len(ShapePlan.of(CellCollator(sampler.cells), sampler)) >= 1
 
@@ -367,7 +367,7 @@ def test_a_users_packing_collator_with_a_bucket_sampler_is_refused():
     class Packs(Delegating):
         packs = True
 
-    sampler = BucketBatchSampler(LENGTHS, [8, 16], batch_size=2)
+    sampler = BucketBatchSampler(LENGTHS, [8, 16], rows=2)
     with pytest.raises(ShapeBucketError, match=r"do not make one loader.*packs=False.*packs=True"):
         ShapePlan.of(Packs(), sampler)
 

@@ -245,7 +245,7 @@ class BucketTrainer(_ShapeTrainer):
         self.sampler = BucketBatchSampler(
             arr,
             self.buckets,
-            batch_size=self.args.per_device_train_batch_size,
+            rows=self.args.per_device_train_batch_size,
             seed=self.args.seed,
             drop_last=self.args.dataloader_drop_last,
             leftovers=leftovers,  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ from ..errors import ShapeBucketError
 from ..plan import Shape, ShapePlan
 from .calls import MASK_KEYS, Call, Side, forward_of, is_encoder_decoder, read_call, takes
 from .pad import cut_outputs, open_pad_rows, repad
-from .stats import BucketedStats
+from .stats import BucketedReport
 
 __all__ = ["BucketedModel"]
 
@@ -130,7 +130,7 @@ class BucketedModel(torch.nn.Module):
         self.model = model
         self.overflow = overflow
         self.sequence_keys = None if sequence_keys is None else list(sequence_keys)
-        self.stats = BucketedStats()
+        self.stats = BucketedReport()
         self._enc_dec = is_encoder_decoder(model)
         self._pad_values = {**_config_pad_values(model), **dict(pad_values or {})}
         self._collators = {

@@ -10,7 +10,9 @@ def _has(module: str) -> bool:
         return False
 
 
-# the deprecated shapebucket.compile shim warns on import; its names are tested where they live
-collect_ignore = ["shapebucket/compile.py"]
-if not _has("transformers"):  # shapebucket.hf needs the hf extra
-    collect_ignore.append("shapebucket/hf.py")
+# the doctests of shapebucket.hf need the hf extra, and shapebucket/hf/trl.py needs trl too
+collect_ignore: list[str] = []
+if not _has("transformers"):
+    collect_ignore.append("shapebucket/hf")
+elif not _has("trl"):
+    collect_ignore.append("shapebucket/hf/trl.py")

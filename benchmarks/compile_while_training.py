@@ -43,7 +43,7 @@ KEYS = ["input_ids", "labels"]
 def _setup(a: argparse.Namespace) -> tuple[Any, ShapePlan, BucketBatchSampler, list[dict]]:
     lengths = np.minimum(mixture_lengths(a.samples, seed=a.seed), a.max_len)
     buckets = fit_buckets(lengths, a.k, align=8, batching="bucketed", max_len=a.max_len)
-    sampler = BucketBatchSampler(lengths, buckets, batch_size=a.batch_size, seed=a.seed)
+    sampler = BucketBatchSampler(lengths, buckets, rows=a.batch_size, seed=a.seed)
     collate = BucketCollator(buckets, sequence_keys=KEYS, rows=sampler.rows)
     get = make_samples(lengths, a.vocab, a.seed, None)
     batches = [collate(get(b)) for b, _ in zip(sampler, range(a.steps), strict=False)]

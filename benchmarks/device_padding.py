@@ -43,7 +43,7 @@ def main() -> None:
     args = p.parse_args()
     lengths = mixture_lengths(50_000)
     buckets = fit_buckets(lengths, 8, align=8, batching="bucketed", max_len=256)
-    sampler = BucketBatchSampler(lengths, buckets, batch_size=64)
+    sampler = BucketBatchSampler(lengths, buckets, rows=64)
     collate = BucketCollator(buckets, rows=sampler.rows)
     rng = np.random.default_rng(0)
     batches = []

@@ -45,7 +45,7 @@ def grouped(lengths: np.ndarray, batch_size: int) -> tuple[float, int]:
 
 def bucketed(lengths: np.ndarray, batch_size: int, max_len: int) -> tuple[float, int]:
     buckets = fit_buckets(lengths, 8, align=8, batching="bucketed", max_len=max_len)
-    sampler = BucketBatchSampler(lengths, buckets, batch_size=batch_size)
+    sampler = BucketBatchSampler(lengths, buckets, rows=batch_size)
     rows = sampler.rows
     used = sampler.batch_buckets().tolist()
     computed = sum(rows[b] * b for b in used)  # short batches padded to full rows (rows)

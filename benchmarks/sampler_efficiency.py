@@ -39,11 +39,11 @@ def main() -> None:
     random_batches = [perm[i : i + B] for i in range(0, args.n, B)]
     fitted_random = fit_buckets(lengths, args.k, align=args.align, batching="random", batch_size=B)
     fitted = fit_buckets(lengths, args.k, align=args.align, batching="bucketed")
-    sampler = BucketBatchSampler(lengths, fitted, batch_size=B, seed=0)
+    sampler = BucketBatchSampler(lengths, fitted, rows=B, seed=0)
     bucket_batches = [np.asarray(b) for b in sampler]
     promoted = [
         np.asarray(b)
-        for b in BucketBatchSampler(lengths, fitted, batch_size=B, seed=0, leftovers="promote")
+        for b in BucketBatchSampler(lengths, fitted, rows=B, seed=0, leftovers="promote")
     ]
 
     def longest(b: np.ndarray) -> int:

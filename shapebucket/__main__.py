@@ -36,7 +36,7 @@ from .data import mixture_lengths, read_lengths
 from .errors import ShapeBucketError
 from .fit.optimal import DEFAULT_ALIGN
 
-__all__ = ["main", "plot_lengths", "plot_path", "read_lengths"]
+__all__ = ["main", "plot_lengths", "plot_path"]
 
 
 def plot_path(plot: str | Path) -> Path:

@@ -582,8 +582,8 @@ def test_advice_compares_the_recommendation_with_the_measured_best(monkeypatch):
         chosen = types.SimpleNamespace(layout="packing", mode=mode, num_shapes=4, job_seconds=100.0)
         return types.SimpleNamespace(chosen=chosen)
 
-    fake = types.SimpleNamespace(choose_strategy=choose, StepTiming=Timing)
-    monkeypatch.setattr(advice.importlib, "import_module", lambda name: fake)
+    monkeypatch.setattr(advice, "choose_strategy", choose)
+    monkeypatch.setattr(advice, "StepTiming", Timing)
     step = dict(step_times=[9.0, 0.1, 0.3, 0.2], compiled_steps=[0])
     results = [
         StrategyResult("fixed-packed-eager", warmup_s=1.0, **step),

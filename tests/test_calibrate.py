@@ -159,7 +159,7 @@ def test_a_fraction_of_memory_and_max_rows():
 
 def test_the_rows_feed_the_samplers_and_collators(report):
     lengths = [random.Random(i).randint(1, 64) for i in range(500)]
-    bucket = BucketBatchSampler(lengths, LENGTHS, batch_size=report.rows, shuffle=False)
+    bucket = BucketBatchSampler(lengths, LENGTHS, rows=report.rows, shuffle=False)
     assert bucket.rows == report.rows
     assert {tuple(s) for s in bucket.shapes()} <= set(report.shapes()) | {
         (n, L) for L in LENGTHS for n in range(1, report.rows[L])
@@ -182,15 +182,15 @@ def test_a_compiled_step_is_reported_as_compiled():
 
 
 def test_bucket_sampler_takes_rows_per_bucket():
-    s = BucketBatchSampler([3, 5, 9, 12, 4], [8, 16], batch_size={8: 3, 16: 1}, shuffle=False)
+    s = BucketBatchSampler([3, 5, 9, 12, 4], [8, 16], rows={8: 3, 16: 1}, shuffle=False)
     assert list(s) == [[0, 1, 4], [2], [3]] and s.rows == {8: 3, 16: 1}
     with pytest.raises(
         ShapeBucketError,
-        match=r"batch_size must give samples per batch for exactly the keys \[8, 16\]; it lacks \[16\]",
+        match=r"rows must give samples per batch for exactly the keys \[8, 16\]; it lacks \[16\]",
     ):
-        BucketBatchSampler([3], [8, 16], batch_size={8: 3})
-    with pytest.raises(ShapeBucketError, match=r"batch_size\[16\] must be >= 1"):
-        BucketBatchSampler([3], [8, 16], batch_size={8: 3, 16: 0})
+        BucketBatchSampler([3], [8, 16], rows={8: 3})
+    with pytest.raises(ShapeBucketError, match=r"rows\[16\] must be >= 1"):
+        BucketBatchSampler([3], [8, 16], rows={8: 3, 16: 0})
 
 
 @pytest.mark.slow  # measures ~15 whole steps of a GPT through the profiler: 10-20 s here

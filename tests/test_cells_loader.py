@@ -44,7 +44,7 @@ def samples(src=SRC, tgt=TGT):
 @given(
     pairs=st.lists(st.tuples(st.integers(1, 60), st.integers(1, 30)), min_size=1, max_size=50),
     k=st.integers(1, 5),
-    size=st.one_of(st.integers(1, 6).map(lambda b: ("batch_size", b)), st.just(("tokens", 0))),
+    size=st.one_of(st.integers(1, 6).map(lambda b: ("rows", b)), st.just(("tokens", 0))),
     world=st.sampled_from([1, 2, 3]),
     drop_last=st.booleans(),
     epoch=st.integers(0, 2),
@@ -55,7 +55,7 @@ def test_every_sample_once_per_epoch_each_batch_in_one_cell_shapes_exact(
     src, tgt = np.array(pairs).T
     cells = fit_cells(src, tgt, k)
     kind, b = size
-    how = {"batch_size": b} if kind == "batch_size" else {"tokens_per_batch": 200}
+    how = {"rows": b} if kind == "rows" else {"tokens_per_batch": 200}
     ranks = [
         build(
             CellBatchSampler,
@@ -99,36 +99,36 @@ def test_tokens_per_batch_counts_source_plus_target():
     assert s.rows == {(8, 32): 2, (32, 8): 2}
     with pytest.raises(ShapeBucketError, match="tokens_per_batch >= 80"):
         CellBatchSampler.for_tokens([3], [3], [(8, 32)], 79, batch_multiple=2)
-    with pytest.raises(ShapeBucketError, match="batch_size must be an int"):
-        CellBatchSampler([3], [3], [(8, 32)], batch_size=None)  # type: ignore[arg-type]
+    with pytest.raises(ShapeBucketError, match="rows must be an int"):
+        CellBatchSampler([3], [3], [(8, 32)], rows=None)  # type: ignore[arg-type]
     with pytest.raises(ShapeBucketError, match=r"lacks \[\(32, 8\)\]"):
-        CellBatchSampler([3], [3], [(8, 32), (32, 8)], batch_size={(8, 32): 2})
+        CellBatchSampler([3], [3], [(8, 32), (32, 8)], rows={(8, 32): 2})
 
 
 def test_sampler_refuses_samples_outside_the_cells_naming_them():
     with pytest.raises(
         ShapeBucketError, match=r"sample 1: source length 40 .* longest source of the cells is 8"
     ):
-        CellBatchSampler([3, 40], [3, 3], [(8, 8)], batch_size=2)
+        CellBatchSampler([3, 40], [3, 3], [(8, 8)], rows=2)
     with pytest.raises(ShapeBucketError, match="sample 1: source length 3 and target length 9"):
-        CellBatchSampler([3, 3], [3, 9], [(8, 8)], batch_size=2)
+        CellBatchSampler([3, 3], [3, 9], [(8, 8)], rows=2)
     with pytest.raises(ShapeBucketError, match="give both lengths"):
-        CellBatchSampler([3, 3], [3], [(8, 8)], batch_size=2)
+        CellBatchSampler([3, 3], [3], [(8, 8)], rows=2)
 
 
 @pytest.mark.parametrize("world", [(1, 0), (2, 1)])
 def test_resume_at_every_position(world):
     check_resume_at_every_position(
         lambda: CellBatchSampler(
-            SRC, TGT, CELLS, batch_size=3, seed=5, num_replicas=world[0], rank=world[1]
+            SRC, TGT, CELLS, rows=3, seed=5, num_replicas=world[0], rank=world[1]
         ),
         epoch=1,
     )
 
 
 def test_state_of_other_lengths_is_refused():
-    a = CellBatchSampler(SRC, TGT, CELLS, batch_size=3)
-    b = CellBatchSampler(SRC, TGT[::-1].copy(), CELLS, batch_size=3)
+    a = CellBatchSampler(SRC, TGT, CELLS, rows=3)
+    b = CellBatchSampler(SRC, TGT[::-1].copy(), CELLS, rows=3)
     with pytest.raises(ShapeBucketError, match="other lengths"):
         b.load_state_dict(a.state_dict())
 
@@ -137,7 +137,7 @@ def test_stateful_dataloader_resume_mid_epoch_through_torch_save():
     sdl = pytest.importorskip("torchdata.stateful_dataloader")
 
     def loader():
-        sampler = CellBatchSampler(SRC, TGT, CELLS, batch_size=4, seed=2)
+        sampler = CellBatchSampler(SRC, TGT, CELLS, rows=4, seed=2)
         collate = CellCollator(CELLS, rows=sampler.rows)
         return sdl.StatefulDataLoader(samples(), batch_sampler=sampler, collate_fn=collate)
 
@@ -260,7 +260,7 @@ def test_repad_makes_each_cell_shape():
 
 
 def test_shape_plan_lists_every_rows_source_target_and_refuses_mismatches():
-    sampler = CellBatchSampler(SRC, TGT, CELLS, batch_size=4)
+    sampler = CellBatchSampler(SRC, TGT, CELLS, rows=4)
     plan = ShapePlan.of(CellCollator(CELLS), sampler)
     assert {tuple(s) for s in plan} == sampler.shapes()
     assert all(isinstance(s, Shape) and len(s.lengths) == 2 for s in plan)
@@ -271,7 +271,7 @@ def test_shape_plan_lists_every_rows_source_target_and_refuses_mismatches():
     with pytest.raises(ShapeBucketError, match="do not make one loader.*CellCollator"):
         ShapePlan.of(BucketCollator([64]), sampler)
     with pytest.raises(ShapeBucketError, match="do not make one loader.*CellBatchSampler"):
-        ShapePlan.of(CellCollator(CELLS), BucketBatchSampler([3], [8], batch_size=1))
+        ShapePlan.of(CellCollator(CELLS), BucketBatchSampler([3], [8], rows=1))
     with pytest.raises(ShapeBucketError, match="pads no rows"):
         ShapePlan.of(CellCollator(CELLS))
     with pytest.raises(ShapeBucketError, match=r"cells \[\(999, 8\)\], which the collator"):
@@ -281,7 +281,7 @@ def test_shape_plan_lists_every_rows_source_target_and_refuses_mismatches():
 
 
 def test_prewarm_compiles_one_graph_per_cell_and_training_compiles_none(fresh_compiler):
-    sampler = CellBatchSampler(SRC, TGT, CELLS, batch_size=4, seed=1)
+    sampler = CellBatchSampler(SRC, TGT, CELLS, rows=4, seed=1)
     collate = CellCollator(CELLS, rows=sampler.rows)
     loader = DataLoader(samples(), batch_sampler=sampler, collate_fn=collate)
     plan = ShapePlan.of(collate, sampler)

@@ -38,7 +38,7 @@ def _samples(lengths, seed=0):
 
 def _quick_start_batch():
     lengths = [3, 5, 9, 12, 4, 7, 15]
-    sampler = BucketBatchSampler(lengths, [8, 16], batch_size=3, shuffle=False)
+    sampler = BucketBatchSampler(lengths, [8, 16], rows=3, shuffle=False)
     collate = BucketCollator([8, 16], rows=sampler.rows)
     samples = _samples(lengths)
     short = next(b for b in sampler if len(b) < 3)  # a batch that gets pad rows

@@ -20,7 +20,7 @@ from shapebucket import (
     no_recompiles,
     prewarm,
 )
-from shapebucket.collate import CellCollator, KeyRoles
+from shapebucket.collate import CellCollator, KeyRoles, WithDocumentBlocks
 from shapebucket.fit import Cells
 from shapebucket.plan import Shape, ShapedCollator, as_plan
 from shapebucket.sampling import CellBatchSampler
@@ -35,10 +35,10 @@ def token_samples(lengths, seed=0):
 
 
 def test_every_collator_implements_the_protocol_and_the_plan_asks_only_it():
-    bucket = BucketBatchSampler(LENGTHS, [8, 16], batch_size=4)
+    bucket = BucketBatchSampler(LENGTHS, [8, 16], rows=4)
     packed = PackedBatchSampler(LENGTHS, [8, 16], rows=2)
     cells = CellBatchSampler(
-        LENGTHS, [n // 2 + 1 for n in LENGTHS], [(8, 4), (16, 8)], batch_size=4
+        LENGTHS, [n // 2 + 1 for n in LENGTHS], [(8, 4), (16, 8)], rows=4
     )
     pairs = [
         (BucketCollator([8, 16]), bucket),
@@ -94,7 +94,7 @@ def test_cell_sampler_and_collator_with_other_weights_are_refused():
     src = [3, 5, 12, 14, 6, 15] * 4
     tgt = [8, 2, 3, 7, 2, 8] * 4
     cells = Cells([(8, 8), (16, 4), (16, 8)], weights=(1, 4))
-    sampler = CellBatchSampler(src, tgt, cells, batch_size=2)
+    sampler = CellBatchSampler(src, tgt, cells, rows=2)
     with pytest.raises(
         ShapeBucketError, match=r"weights=\(1, 4\).*weights=\(1, 1\).*sampler\.cells"
     ):
@@ -102,7 +102,7 @@ def test_cell_sampler_and_collator_with_other_weights_are_refused():
     with pytest.raises(ShapeBucketError, match=r"cells are Cells.*CellCollator\(sampler.cells"):
         ShapePlan.of(
             CellCollator([(8, 8), (16, 8)], rows=2),
-            CellBatchSampler(src, tgt, [(16, 8)], batch_size=2),
+            CellBatchSampler(src, tgt, [(16, 8)], rows=2),
         )
     assert len(ShapePlan.of(CellCollator(sampler.cells), sampler)) >= 1
 
@@ -153,6 +153,7 @@ class WeightedPacked:
     length of the token's sample). It implements the protocol by delegating."""
 
     packs = True
+    seq_dim = 0
 
     def __init__(self, buckets, rows):
         self.inner = PackedCollator(buckets, rows=rows)
@@ -210,7 +211,7 @@ def test_an_object_without_the_protocol_is_refused_naming_what_it_lacks():
         def shapes(self, sampler=None):
             return frozenset({Shape(2, 8)})
 
-    with pytest.raises(ShapeBucketError, match="OnlyCalls has no repad"):
+    with pytest.raises(ShapeBucketError, match="OnlyCalls has no repad or packs or seq_dim"):
         ShapePlan.of(OnlyCalls())
     assert KeyRoles().labels == ("labels",)
 
@@ -285,3 +286,99 @@ def test_a_sampler_whose_shapes_is_not_a_list_is_refused_naming_it():
 
     with pytest.raises(ShapeBucketError, match=r"Odd.shapes\(\) returned 5"):
         ShapePlan.of(BucketCollator([8, 16]), Odd())
+
+
+def test_with_document_blocks_forwards_the_wrapped_collators_seq_dim():
+    """Issue 38: WithDocumentBlocks forwarded packs but not seq_dim, so its plan said 0."""
+    inner = PackedCollator([8, 16], rows=1, seq_dim=1, label_shift="none")
+    wrapped = WithDocumentBlocks(inner)
+    assert ShapePlan.of(wrapped).seq_dim == 1 and wrapped.packs
+    assert isinstance(wrapped, ShapedCollator)
+
+
+def test_a_collator_without_packs_or_seq_dim_is_refused_naming_them():
+    """Issue 38: the protocol declares every member the package reads (packs, seq_dim)."""
+
+    class NoMarkers:
+        def __call__(self, samples):
+            return samples
+
+        def shapes(self, sampler=None):
+            return frozenset({Shape(2, 8)})
+
+        def repad(self, batch, shape):
+            return batch
+
+    with pytest.raises(ShapeBucketError, match="NoMarkers has no packs or seq_dim"):
+        ShapePlan.of(NoMarkers())
+    with pytest.raises(ShapeBucketError, match="NoMarkers has no packs or seq_dim"):
+        assert WithDocumentBlocks(NoMarkers()).seq_dim == 0
+
+
+class Delegating:
+    """A user's collator delegating to BucketCollator; ``repad`` may be broken on purpose."""
+
+    packs = False
+    seq_dim = 0
+
+    def __init__(self, repad=None):
+        self.inner = BucketCollator([8, 16], rows=2)
+        self._repad = repad
+
+    def __call__(self, samples):
+        return self.inner(samples)
+
+    def shapes(self, sampler=None):
+        return self.inner.shapes(sampler)
+
+    def repad(self, batch, shape):
+        return self._repad(self.inner, batch, shape) if self._repad else self.inner.repad(batch, shape)
+
+
+def _cut_to(length):
+    return lambda inner, batch, shape: inner.repad(batch, Shape(shape.rows, length))
+
+
+def test_a_users_repad_of_the_wrong_shape_is_refused_at_prewarm(fresh_compiler):
+    """Issue 39 (14): a repad output of another shape was compiled and 'verified'."""
+    collate = Delegating(repad=_cut_to(8))  # always length 8, whatever shape is asked
+    example = collate(token_samples([3, 5]))
+    compiled = torch.compile(lambda input_ids, attention_mask: input_ids.sum(), **EAGER)
+    with pytest.raises(
+        ShapeBucketError,
+        match=r"Delegating.repad\(batch, \(2, 16\)\) returned a batch with tensor shapes "
+        r"\[\(2, 8\), \(2, 8\)\]; none has 2 rows at dim 0 and length 16",
+    ):
+        prewarm(compiled, ShapePlan.of(collate), example=example, progress=False)
+
+
+def test_a_users_repad_returning_none_is_refused_naming_it():
+    """Issue 39 (15): repad returning None gave a raw TypeError later."""
+    collate = Delegating(repad=lambda inner, batch, shape: None)
+    plan = ShapePlan.of(collate)
+    with pytest.raises(ShapeBucketError, match=r"Delegating.repad\(batch, \(2, 8\)\) returned None"):
+        plan.batch(collate(token_samples([3])), Shape(2, 8))
+
+
+def test_a_users_packing_collator_with_a_bucket_sampler_is_refused():
+    """Issue 39 (14): a user collator with packs = True was accepted with a bucket sampler
+    when its own shapes() did not check the pairing."""
+
+    class Packs(Delegating):
+        packs = True
+
+    sampler = BucketBatchSampler(LENGTHS, [8, 16], rows=2)
+    with pytest.raises(ShapeBucketError, match=r"do not make one loader.*packs=False.*packs=True"):
+        ShapePlan.of(Packs(), sampler)
+
+
+def test_a_users_shapes_without_the_sampler_parameter_is_refused_naming_the_fix():
+    """Issue 39 (15): shapes() without the sampler parameter gave a raw TypeError."""
+
+    class NoParam(Delegating):
+        def shapes(self):
+            return self.inner.shapes()
+
+    with pytest.raises(ShapeBucketError, match=r"NoParam.shapes\(\) cannot be called with a "
+                       r"sampler.*shapes\(self, sampler=None\)"):
+        ShapePlan.of(NoParam())

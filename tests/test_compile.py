@@ -795,7 +795,7 @@ def test_the_guard_and_the_limit_check_refuse_what_is_not_a_plan_or_buckets(bad)
 def test_the_guard_does_not_iterate_a_sampler_passed_by_mistake():
     from shapebucket import BucketBatchSampler
 
-    sampler = BucketBatchSampler([3, 9, 4], [8, 16], batch_size=1, shuffle=False)
+    sampler = BucketBatchSampler([3, 9, 4], [8, 16], rows=1, shuffle=False)
     with (
         pytest.raises(ShapeBucketError, match=r"got BucketBatchSampler; pass ShapePlan.of"),
         no_recompiles(sampler),

@@ -138,7 +138,7 @@ def test_shapes_run_eagerly_until_published_then_compiled_without_recompiles(
 
 def test_most_frequent_shapes_first(no_launch, fresh_compiler):
     lengths = [4] * 5 + [12] * 30 + [20] * 10
-    sampler = BucketBatchSampler(lengths, [8, 16, 24], batch_size=5)
+    sampler = BucketBatchSampler(lengths, [8, 16, 24], rows=5)
     collate = BucketCollator([8, 16, 24], sequence_keys=KEYS, rows=sampler.rows)
     with _start(build_gpt, collate, collate(samples(5, 4, 0)), sampler=sampler) as bg:
         assert [s.length for s in bg.report.order] == [16, 24, 8]

@@ -45,7 +45,7 @@ def iterated_shapes(make, epochs=3):
 
 
 def make_sampler(**kwargs):
-    return BucketBatchSampler(LENGTHS, BUCKETS, batch_size=5, seed=0, **kwargs)
+    return BucketBatchSampler(LENGTHS, BUCKETS, rows=5, seed=0, **kwargs)
 
 
 class Tokens(torch.utils.data.Dataset):
@@ -204,7 +204,7 @@ def test_of_refuses_a_bucket_sampler_with_a_packed_collator_and_back():
 
     lengths = [3, 5, 7, 9, 12, 15, 4, 6] * 4
     packed = PackedBatchSampler(lengths, [16], rows=2)
-    bucket = BucketBatchSampler(lengths, [16], batch_size=4)
+    bucket = BucketBatchSampler(lengths, [16], rows=4)
     with pytest.raises(ShapeBucketError, match="PackedBatchSampler and a BucketCollator do not"):
         ShapePlan.of(BucketCollator([16]), packed)
     with pytest.raises(ShapeBucketError, match="BucketBatchSampler and a PackedCollator do not"):
@@ -213,10 +213,10 @@ def test_of_refuses_a_bucket_sampler_with_a_packed_collator_and_back():
 
 
 def test_of_refuses_sampler_batches_larger_than_every_row_bucket():
-    """Probe: row_buckets=[1, 2] with a batch_size=4 sampler planned (1|2, bucket) shapes;
+    """Probe: row_buckets=[1, 2] with a rows=4 sampler planned (1|2, bucket) shapes;
     every batch of the loader then fails to collate."""
     lengths = [3, 5, 7, 9, 12, 15, 4, 6] * 4
-    sampler = BucketBatchSampler(lengths, [8, 16], batch_size=4)
+    sampler = BucketBatchSampler(lengths, [8, 16], rows=4)
     with pytest.raises(ShapeBucketError, match=r"batches of 4 rows .* largest row bucket 2"):
         ShapePlan.of(BucketCollator.with_row_buckets([8, 16], [1, 2]), sampler)
     assert len(ShapePlan.of(BucketCollator.with_row_buckets([8, 16], [2, 4]), sampler)) == 4

@@ -2,6 +2,7 @@
 the facts docs/architecture.md states."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -365,6 +366,34 @@ def test_private_torch_attributes_live_in_one_module():
         if not _in_torch_seam(p) and "_orig_mod" in p.read_text()
     ]
     assert found == []
+
+
+#: the private names of transformers and TRL that shapebucket/hf/_compat.py holds
+HF_PRIVATE = (
+    "_remove_unused_columns",
+    "_get_collator_with_removed_columns",
+    "_save_checkpoint",
+    "_get_output_dir",
+    "_total_train_tokens",
+    "_tp_size",
+    "_metrics",
+)
+
+
+def test_private_names_of_transformers_and_trl_live_in_one_module():
+    """Every private name of transformers or TRL is used in ``hf/_compat.py`` alone (as
+    an attribute, a string or a method override), so a release that renames one breaks
+    one module; the seam's own list of them is this list."""
+    found = [
+        f"{p.relative_to(PKG.parent)}: {name}"
+        for p in sorted(PKG.rglob("*.py"))
+        if p.name != "_compat.py" or p.parent.name != "hf"
+        for name in HF_PRIVATE
+        if re.search(rf"\b{name}\b", p.read_text())
+    ]
+    assert found == []
+    text = (PKG / "hf" / "_compat.py").read_text()
+    assert all(f'"{name}"' in text for name in HF_PRIVATE)
 
 
 # -- signatures: few parameters; options that belong together are one record --------------

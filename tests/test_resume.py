@@ -48,7 +48,7 @@ def new_sampler(which: str, replicas: int, rank: int):
             num_replicas=replicas, rank=rank,
         )  # fmt: skip
     return BucketBatchSampler(
-        LENGTHS, BUCKETS, batch_size=3, seed=5, num_replicas=replicas, rank=rank
+        LENGTHS, BUCKETS, rows=3, seed=5, num_replicas=replicas, rank=rank
     )
 
 
@@ -254,12 +254,12 @@ def test_an_example_batch_taken_with_workers_follows_the_documented_rule():
     (as the docstring of shapebucket.sampling.base says) that epoch is complete and the
     next pass is epoch 1; set_epoch(0) at the start of the epoch gives epoch 0 back."""
     short = Indices()
-    sampler = BucketBatchSampler(LENGTHS[:7], BUCKETS, batch_size=4, seed=5)
+    sampler = BucketBatchSampler(LENGTHS[:7], BUCKETS, rows=4, seed=5)
     assert len(sampler) <= 4  # prefetch_factor 2 x 2 workers fetches all of it
     loader = DataLoader(
         short, batch_sampler=sampler, collate_fn=as_list, num_workers=2, prefetch_factor=2
     )
-    ref = BucketBatchSampler(LENGTHS[:7], BUCKETS, batch_size=4, seed=5)
+    ref = BucketBatchSampler(LENGTHS[:7], BUCKETS, rows=4, seed=5)
     epochs = [list(ref), list(ref)]
     example = next(iter(loader))
     assert example == epochs[0][0]
@@ -304,7 +304,7 @@ def test_stateful_loader_with_workers_resumes_after_a_finished_short_epoch(which
         if which == "packed":
             s = PackedBatchSampler(lengths, [16, 32], rows={16: 2, 32: 1}, seed=5, window=9)
         else:
-            s = BucketBatchSampler(lengths, BUCKETS, batch_size=4, seed=5)
+            s = BucketBatchSampler(lengths, BUCKETS, rows=4, seed=5)
         loader = torchdata.StatefulDataLoader(
             Indices(), batch_sampler=s, collate_fn=as_list, num_workers=2, prefetch_factor=2
         )

@@ -34,7 +34,7 @@ def configs(draw):
         if kwargs["tokens_per_batch"] // 32 < kwargs["batch_multiple"]:
             kwargs["batch_multiple"] = 1
     else:
-        kwargs["batch_size"] = draw(st.integers(1, 9))
+        kwargs["rows"] = draw(st.integers(1, 9))
     return np.array(lengths), kwargs
 
 
@@ -114,7 +114,7 @@ def test_resume_at_every_position(cfg, epoch):
 
 def test_epochs_differ_and_repeat():
     lengths = np.random.default_rng(0).integers(1, 33, 500)
-    s = BucketBatchSampler(lengths, BUCKETS, batch_size=8, seed=3)
+    s = BucketBatchSampler(lengths, BUCKETS, rows=8, seed=3)
     s.set_epoch(1)
     a = list(s)
     s.set_epoch(1)
@@ -132,7 +132,7 @@ def test_epochs_differ_and_repeat():
     assert s.state_dict(consumed=len(s) - 1)["position"] == len(s) - 1
     assert s.state_dict(consumed=len(s))["position"] == state["num_batches"]  # epoch 1 over
     assert list(s) == a
-    unpinned = BucketBatchSampler(lengths, BUCKETS, batch_size=8, seed=3)
+    unpinned = BucketBatchSampler(lengths, BUCKETS, rows=8, seed=3)
     unpinned.load_state_dict(state)
     assert list(unpinned) == b and unpinned.epoch == 3
     # no global RNG: numpy's global state is untouched and irrelevant
@@ -145,7 +145,7 @@ def test_epochs_differ_and_repeat():
 
 def test_abandoned_iterator_skips_nothing():
     lengths = np.random.default_rng(0).integers(1, 33, 100)
-    s = BucketBatchSampler(lengths, BUCKETS, batch_size=8)
+    s = BucketBatchSampler(lengths, BUCKETS, rows=8)
     first = next(iter(s))  # e.g. an example batch for prewarm
     full = list(s)
     assert full[0] == first and len(full) == len(s)
@@ -154,18 +154,18 @@ def test_abandoned_iterator_skips_nothing():
 
 def test_unshuffled_is_sorted_and_deterministic():
     lengths = np.array([9, 3, 3, 30, 5, 9, 2])
-    s = BucketBatchSampler(lengths, BUCKETS, batch_size=2, shuffle=False)
+    s = BucketBatchSampler(lengths, BUCKETS, rows=2, shuffle=False)
     assert list(s) == [[1, 2], [6], [4], [0, 5], [3]]
     assert s.batch_buckets().tolist() == [4, 4, 8, 16, 32]
 
 
 def test_promote_and_drop_counts():
     lengths = np.array([3] * 5 + [7] * 3 + [20] * 2)
-    keep = BucketBatchSampler(lengths, BUCKETS, batch_size=4, shuffle=False)
+    keep = BucketBatchSampler(lengths, BUCKETS, rows=4, shuffle=False)
     assert keep.stats.short_batches == 3 and keep.stats.num_shapes == 4
-    promote = BucketBatchSampler(lengths, BUCKETS, batch_size=4, shuffle=False, leftovers="promote")
+    promote = BucketBatchSampler(lengths, BUCKETS, rows=4, shuffle=False, leftovers="promote")
     assert [len(b) for b in promote] == [4, 4, 2] and promote.stats.promotions == 1
-    drop = BucketBatchSampler(lengths, BUCKETS, batch_size=4, shuffle=False, drop_last=True)
+    drop = BucketBatchSampler(lengths, BUCKETS, rows=4, shuffle=False, drop_last=True)
     assert list(drop) == [[0, 1, 2, 3]] and drop.stats.dropped == 6
 
 
@@ -181,23 +181,23 @@ def test_max_tokens_batch_sizes_and_collator_pairing():
 @pytest.mark.parametrize(
     "args, kwargs, needle",
     [
-        ([[3, 0, 4]], {"batch_size": 2}, "sample 1 has length 0"),
-        ([[3, -2]], {"batch_size": 2}, "sample 1 has length -2"),
-        ([[3, 40]], {"batch_size": 2}, r"sample 1 has length 40 > largest bucket 32"),
-        ([[3]], {"batch_size": None}, "batch_size must be an int"),
-        ([[3]], {"batch_size": {4: 2}}, r"lacks \[8, 16, 32\]"),
-        ([[3]], {"batch_size": {**dict.fromkeys(BUCKETS, 2), 5: 1}}, r"names \[5\]"),
+        ([[3, 0, 4]], {"rows": 2}, "sample 1 has length 0"),
+        ([[3, -2]], {"rows": 2}, "sample 1 has length -2"),
+        ([[3, 40]], {"rows": 2}, r"sample 1 has length 40 > largest bucket 32"),
+        ([[3]], {"rows": None}, "rows must be an int"),
+        ([[3]], {"rows": {4: 2}}, r"lacks \[8, 16, 32\]"),
+        ([[3]], {"rows": {**dict.fromkeys(BUCKETS, 2), 5: 1}}, r"names \[5\]"),
         ([[3]], {"tokens_per_batch": 31}, "tokens_per_batch=31 .* use tokens_per_batch >= 32"),
         ([[3]], {"tokens_per_batch": 40, "batch_multiple": 2}, "use tokens_per_batch >= 64"),
-        ([[3]], {"batch_size": 0}, "batch_size must be >= 1, got 0"),
-        ([[3]], {"batch_size": 2, "num_replicas": 2, "rank": 2}, "rank 2 is not < num_replicas 2"),
-        ([[3]], {"batch_size": 2, "leftovers": "merge"}, "'merge'"),
-        ([[]], {"batch_size": 2}, "lengths is empty"),
-        ([[3.5]], {"batch_size": 2}, "dtype float64"),
+        ([[3]], {"rows": 0}, "rows must be >= 1, got 0"),
+        ([[3]], {"rows": 2, "num_replicas": 2, "rank": 2}, "rank 2 is not < num_replicas 2"),
+        ([[3]], {"rows": 2, "leftovers": "merge"}, "'merge'"),
+        ([[]], {"rows": 2}, "lengths is empty"),
+        ([[3.5]], {"rows": 2}, "dtype float64"),
         # a string is true in Python: drop_last="no" dropped samples, shuffle="no" shuffled
-        ([[3]], {"batch_size": 2, "drop_last": "no"}, "drop_last must be True or False, got 'no'"),
-        ([[3]], {"batch_size": 2, "shuffle": "no"}, "shuffle must be True or False, got 'no'"),
-        ([[3]], {"batch_size": 2, "drop_last": 0}, "drop_last must be True or False, got 0"),
+        ([[3]], {"rows": 2, "drop_last": "no"}, "drop_last must be True or False, got 'no'"),
+        ([[3]], {"rows": 2, "shuffle": "no"}, "shuffle must be True or False, got 'no'"),
+        ([[3]], {"rows": 2, "drop_last": 0}, "drop_last must be True or False, got 0"),
     ],
 )
 def test_bad_input(args, kwargs, needle):
@@ -206,8 +206,8 @@ def test_bad_input(args, kwargs, needle):
 
 
 def test_state_from_other_config_is_refused():
-    a = BucketBatchSampler([3, 5, 9], BUCKETS, batch_size=2)
-    b = BucketBatchSampler([3, 5, 9], BUCKETS, batch_size=1)
+    a = BucketBatchSampler([3, 5, 9], BUCKETS, rows=2)
+    b = BucketBatchSampler([3, 5, 9], BUCKETS, rows=1)
     with pytest.raises(ShapeBucketError, match="other lengths, buckets"):
         b.load_state_dict(a.state_dict())
     with pytest.raises(ShapeBucketError, match="no 'fingerprint'"):
@@ -215,7 +215,7 @@ def test_state_from_other_config_is_refused():
 
 
 def test_pickles():
-    s = BucketBatchSampler(np.arange(1, 33), BUCKETS, batch_size=3, seed=5)
+    s = BucketBatchSampler(np.arange(1, 33), BUCKETS, rows=3, seed=5)
     assert list(pickle.loads(pickle.dumps(s))) == list(s)
 
 
@@ -234,7 +234,7 @@ class Lengths(Dataset):
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_dataloader_workers(method):
     lengths = np.random.default_rng(2).integers(1, 33, 100)
-    sampler = BucketBatchSampler(lengths, BUCKETS, batch_size=8, seed=1)
+    sampler = BucketBatchSampler(lengths, BUCKETS, rows=8, seed=1)
     collate = BucketCollator(BUCKETS, rows=8)
     want = [
         b["input_ids"]
@@ -265,7 +265,7 @@ DIST_SCRIPT = textwrap.dedent(
 
     dist.init_process_group("gloo")
     lengths = np.random.default_rng(0).integers(1, 33, 203)
-    s = BucketBatchSampler(lengths, Buckets([4, 8, 16, 32]), batch_size=5, seed=7)  # world and rank from torch.distributed
+    s = BucketBatchSampler(lengths, Buckets([4, 8, 16, 32]), rows=5, seed=7)  # world and rank from torch.distributed
     s.set_epoch(1)
     batches = list(s)
     buckets = [int(Buckets([4, 8, 16, 32]).bucket_for(int(lengths[b].max()))) for b in batches]
@@ -302,7 +302,7 @@ def test_two_process_gloo(tmp_path):
 
 
 def test_settings_are_read_only_once_built():
-    s = BucketBatchSampler([3, 5, 9, 12, 4], BUCKETS, batch_size=2)
+    s = BucketBatchSampler([3, 5, 9, 12, 4], BUCKETS, rows=2)
     before = list(s)
     for name, value in [
         ("drop_last", True),
@@ -359,15 +359,15 @@ def test_batch_functions_alone_give_the_samplers_batches(cfg, replicas, epoch):
 def test_drop_last_warns_when_whole_buckets_are_never_seen():
     lengths = np.r_[np.full(100, 3), np.full(5, 30)]  # the 5 longest fill less than a batch
     with pytest.warns(UserWarning, match=r"drops every sample of bucket\(s\) \[32\] \(5 samples"):
-        s = BucketBatchSampler(lengths, BUCKETS, batch_size=8, drop_last=True)
+        s = BucketBatchSampler(lengths, BUCKETS, rows=8, drop_last=True)
     assert max(lengths[i] for b in s for i in b) == 3  # indeed never seen
     whole = np.r_[np.full(96, 3), np.full(5, 30)]  # no leftover to promote: promote cannot help
     with pytest.warns(UserWarning, match="Pass drop_last=False"):
-        BucketBatchSampler(whole, BUCKETS, batch_size=8, drop_last=True, leftovers="promote")
+        BucketBatchSampler(whole, BUCKETS, rows=8, drop_last=True, leftovers="promote")
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a bucket that loses only its remainder: no warning
         BucketBatchSampler(
-            np.r_[np.full(100, 3), np.full(9, 30)], BUCKETS, batch_size=8, drop_last=True
+            np.r_[np.full(100, 3), np.full(9, 30)], BUCKETS, rows=8, drop_last=True
         )

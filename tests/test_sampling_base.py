@@ -50,7 +50,7 @@ def test_subpackage_exports():
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: BucketBatchSampler([3, 5, 9], BUCKETS, batch_size=2, seed=4),
+        lambda: BucketBatchSampler([3, 5, 9], BUCKETS, rows=2, seed=4),
         lambda: PackedBatchSampler([3, 5, 9], [16, 32], rows=2, seed=4),
     ],
 )
@@ -69,7 +69,7 @@ def test_state_keys_are_the_module_constants(make):
 
 
 def test_the_two_samplers_never_accept_each_others_state():
-    bucket = BucketBatchSampler([3, 5, 9], [16, 32], batch_size=2)
+    bucket = BucketBatchSampler([3, 5, 9], [16, 32], rows=2)
     packed = PackedBatchSampler([3, 5, 9], [16, 32], rows=2)
     with pytest.raises(ShapeBucketError, match="other lengths"):
         packed.load_state_dict(bucket.state_dict())
@@ -86,7 +86,7 @@ def test_resolve_world():
 
 def test_settings_have_docs_and_name_the_fix():
     assert "world size" in (BucketBatchSampler.num_replicas.__doc__ or "")
-    s = BucketBatchSampler([3, 5, 9], BUCKETS, batch_size=2)
+    s = BucketBatchSampler([3, 5, 9], BUCKETS, rows=2)
     with pytest.raises(AttributeError, match=r"epoch is fixed .*call set_epoch\(\)"):
         s.epoch = 3  # type: ignore[misc]
     with pytest.raises(
@@ -112,7 +112,7 @@ def bucket_configs(draw):
     if draw(st.booleans()):
         kwargs["tokens_per_batch"] = draw(st.integers(32, 200))
     else:
-        kwargs["batch_size"] = draw(st.integers(1, 9))
+        kwargs["rows"] = draw(st.integers(1, 9))
     return lengths, kwargs
 
 
@@ -182,7 +182,7 @@ def test_packed_shapes_cover_every_epoch_and_equal_them_with_one_window(cfg, rep
 @pytest.mark.parametrize(
     "make",
     [
-        lambda lengths: BucketBatchSampler(lengths, BUCKETS, batch_size=2),
+        lambda lengths: BucketBatchSampler(lengths, BUCKETS, rows=2),
         lambda lengths: PackedBatchSampler(lengths, [16, 32], rows=2),
     ],
 )
@@ -196,7 +196,7 @@ def test_a_bool_among_the_lengths_is_refused_naming_it(make):
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: BucketBatchSampler(np.arange(1, 21), BUCKETS, batch_size=2, seed=1),
+        lambda: BucketBatchSampler(np.arange(1, 21), BUCKETS, rows=2, seed=1),
         lambda: PackedBatchSampler(np.arange(1, 21), [16, 32], rows=2, seed=1),
     ],
 )
@@ -226,9 +226,9 @@ def test_passes_and_epochs(make):
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: BucketBatchSampler([3, 5, 9, 12, 4, 30], BUCKETS, batch_size=2, seed=4),
+        lambda: BucketBatchSampler([3, 5, 9, 12, 4, 30], BUCKETS, rows=2, seed=4),
         lambda: BucketBatchSampler.for_tokens([3, 5, 9, 12, 4, 30], BUCKETS, 64, seed=4),
-        lambda: CellBatchSampler([3, 5, 9, 12], [4, 2, 9, 3], [(8, 4), (16, 16)], batch_size=1),
+        lambda: CellBatchSampler([3, 5, 9, 12], [4, 2, 9, 3], [(8, 4), (16, 16)], rows=1),
         lambda: PackedBatchSampler([3, 5, 9, 12, 4, 30], [16, 32], rows=1, seed=4, window=3),
     ],
 )
@@ -250,7 +250,7 @@ def test_every_sampler_pickles_with_its_state_and_keeps_the_shape_protocol(make)
 
 @pytest.mark.parametrize("fingerprint", [np.array(["a", "b"]), [1, 2], None])
 def test_a_corrupt_fingerprint_is_refused_as_another_configuration(fingerprint):
-    s = BucketBatchSampler([3, 5, 9], BUCKETS, batch_size=2)
+    s = BucketBatchSampler([3, 5, 9], BUCKETS, rows=2)
     with pytest.raises(ShapeBucketError, match="saved by a sampler with other lengths"):
         s.check_state({**s.state_dict(), FINGERPRINT_KEY: fingerprint})
 
@@ -258,9 +258,9 @@ def test_a_corrupt_fingerprint_is_refused_as_another_configuration(fingerprint):
 @pytest.mark.parametrize(
     ("make", "name"),
     [
-        (lambda: BucketBatchSampler.for_tokens([3, 9], [8, 16], 64, batch_size=2), "batch_size"),
+        (lambda: BucketBatchSampler.for_tokens([3, 9], [8, 16], 64, rows=2), "rows"),
         (lambda: PackedBatchSampler.for_tokens([3, 9], [8, 16], 64, rows=2), "rows"),
-        (lambda: CellBatchSampler.for_tokens([3], [1], [(8, 4)], 96, batch_size=1), "batch_size"),
+        (lambda: CellBatchSampler.for_tokens([3], [1], [(8, 4)], 96, rows=1), "rows"),
     ],
 )
 def test_for_tokens_refuses_the_count_it_computes(make, name):

@@ -47,8 +47,8 @@ def new_sampler(which: str, size: int = 3):
     if which == "packed":
         return PackedBatchSampler(LENGTHS, [16, 32], rows={16: size, 32: 1}, seed=2, window=7)
     if which == "cells":
-        return CellBatchSampler(LENGTHS, TARGETS, [(8, 8), (16, 8)], batch_size=size, seed=2)
-    return BucketBatchSampler(LENGTHS, [4, 8, 16], batch_size=size, seed=2)
+        return CellBatchSampler(LENGTHS, TARGETS, [(8, 8), (16, 8)], rows=size, seed=2)
+    return BucketBatchSampler(LENGTHS, [4, 8, 16], rows=size, seed=2)
 
 
 def new_loader(sampler, kind: str, workers: int = 0):

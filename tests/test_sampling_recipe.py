@@ -28,7 +28,7 @@ sdl = pytest.importorskip("torchdata.stateful_dataloader")
 EPOCHS = 2
 LENGTHS = np.random.default_rng(3).integers(1, 17, 17)
 TARGETS = np.random.default_rng(4).integers(1, 9, 17)
-ROWS = {"batch_size": 3}  # the samplers' rows per batch (keyword-only)
+ROWS = {"rows": 3}  # the samplers' rows per batch (keyword-only)
 
 
 class Indices(torch.utils.data.Dataset):

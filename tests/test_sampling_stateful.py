@@ -98,7 +98,7 @@ def loop_machine(workers_choices: tuple[int, ...]) -> type[RuleBasedStateMachine
                 )  # fmt: skip
             else:
                 sampler = BucketBatchSampler(
-                    LENGTHS, [4, 8, 16], batch_size=size, seed=seed,
+                    LENGTHS, [4, 8, 16], rows=size, seed=seed,
                     num_replicas=replicas, rank=rank,
                 )  # fmt: skip
             cls = DataLoader if kind == "plain" else torchdata.StatefulDataLoader

@@ -25,7 +25,7 @@ ENTRY_POINTS = {
     "fit_buckets": lambda x: fit_buckets(x, 2),
     "padding_report": lambda x: padding_report(x, [8, 2**31]),
     "compare_policies": lambda x: compare_policies(x, 2),
-    "BucketBatchSampler": lambda x: BucketBatchSampler(x, [8, 2**31], batch_size=2),
+    "BucketBatchSampler": lambda x: BucketBatchSampler(x, [8, 2**31], rows=2),
     "check_lengths": check_lengths,
 }
 
@@ -69,7 +69,7 @@ def test_every_entry_point_accepts_the_same_good_lengths(entry):
 
 def test_check_lengths_never_aliases_or_changes_the_input():
     arr = np.array([3, 5], dtype=np.int64)
-    sampler = BucketBatchSampler(arr, [8], batch_size=1)
+    sampler = BucketBatchSampler(arr, [8], rows=1)
     arr[0] = 100  # the sampler owns a copy: its plan cannot change under it
     assert sampler.lengths.tolist() == [3, 5] and not sampler.lengths.flags.writeable
 

@@ -50,7 +50,7 @@ def main():
     lengths = mixture_lengths(4000, seed=0)
     buckets = shapebucket.fit_buckets(lengths, k=3, align=8)
     sampler = shapebucket.BucketBatchSampler(
-        lengths, buckets, batch_size=8, seed=0
+        lengths, buckets, rows=8, seed=0
     )  # world/rank from dist
     collate = shapebucket.BucketCollator(buckets, rows=sampler.rows)
     loader = DataLoader(RandomTokens(lengths), batch_sampler=sampler, collate_fn=collate)

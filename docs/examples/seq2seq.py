@@ -61,7 +61,7 @@ def build(steps: int, backend: str, cells_k: int = 4) -> dict:
     sources = np.array([len(d["input_ids"]) for d in ds.data])
     targets = np.array([len(d["labels"]) for d in ds.data])
     cells = fit_cells(sources, targets, k=cells_k)
-    sampler = CellBatchSampler(sources, targets, cells, batch_size=16, seed=0)
+    sampler = CellBatchSampler(sources, targets, cells, rows=16, seed=0)
     collate = CellCollator(cells, rows=sampler.rows)
     loader = DataLoader(ds, batch_sampler=sampler, collate_fn=collate)
     plan = shapebucket.ShapePlan.of(collate, sampler)

@@ -39,7 +39,7 @@ def main():
     lengths = np.array([len(ids) - 1 for ids in ds.data])
     # 1. buckets fitted to the data; 2. batches formed inside buckets; 3. padding to them
     buckets = shapebucket.fit_buckets(lengths, k=4, align=8)
-    sampler = shapebucket.BucketBatchSampler(lengths, buckets, batch_size=16, seed=0)
+    sampler = shapebucket.BucketBatchSampler(lengths, buckets, rows=16, seed=0)
     collate = shapebucket.BucketCollator(buckets, rows=sampler.rows)
     loader = DataLoader(ds, batch_sampler=sampler, collate_fn=collate, num_workers=2)
     print(shapebucket.fit.padding_report(lengths, buckets))

@@ -16,13 +16,13 @@ times slower while it compiles (2x on this project's 2-core machine, as
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from ..advise import StepTiming, choose_strategy
 from .strategies import StrategyResult
 
 __all__ = ["MEASURED_AS", "recommendation"]
@@ -48,12 +48,7 @@ def recommendation(
     results: Sequence[StrategyResult], lengths: np.ndarray, config: dict[str, Any]
 ) -> list[str]:
     """Lines to print: the recommendation for one and ten epochs and the agreement, or why
-    there is none (``choose_strategy`` missing, or the fixed-length peers not run)."""
-    advise = importlib.import_module("shapebucket.advise")
-    choose = getattr(advise, "choose_strategy", None)
-    timing_cls = getattr(advise, "StepTiming", None)
-    if choose is None or timing_cls is None:
-        return ["strategy advice: shapebucket.advise.choose_strategy is not in this version"]
+    there is none (the fixed-length peers not run)."""
     by = {r.name: r for r in results if r.error is None and r.step_times}
     eager, compiled = by.get("fixed-packed-eager"), by.get("fixed-packed-compile")
     if eager is None or compiled is None:
@@ -62,7 +57,7 @@ def recommendation(
     rows = max(1, int(config["packed_tokens_per_batch"]) // int(model["max_len"]))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     contention = cores / (cores - 1) if cores and cores > 1 else 2.0
-    timing = timing_cls(
+    timing = StepTiming(
         compile_seconds=compiled.warmup_s,  # one graph, forward and backward, plus 3 steps
         eager_seconds=_step_s(eager),
         compiled_seconds=_step_s(compiled),
@@ -78,7 +73,7 @@ def recommendation(
     lines[0] = lines[0][:-2] + f", contention {contention:.2g}):"
     ours = [r for r in results if r.error is None and r.name in MEASURED_AS and r.job_s > 0]
     for epochs in (1, 10):
-        report = choose(
+        report = choose_strategy(
             lengths,
             timing,
             model_dim=int(model["dim"]),

@@ -158,7 +158,7 @@ def epoch_batches(family: str, s: Setup, ids: np.ndarray | None = None) -> Famil
         )
         return Family(collate, epoch, shapes, buckets=fit.buckets, rows=rows, packing=fit)
     if family == "buckets":
-        sampler = BucketBatchSampler(L, s.buckets, batch_size=a.batch_size, seed=a.seed)
+        sampler = BucketBatchSampler(L, s.buckets, rows=a.batch_size, seed=a.seed)
     else:
         sampler = BucketBatchSampler.for_tokens(
             L, s.buckets, a.bucket_tokens_per_batch, seed=a.seed

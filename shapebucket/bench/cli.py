@@ -20,7 +20,7 @@ from .harness import run
 from .peers import source as grouped_source
 from .report import check_losses, format_table, headline, plot, run_payload
 from .strategies import DEFAULT, PEERS, STRATEGIES, StrategyResult
-from .workloads import WORKLOADS, load_workload
+from .workloads import WORKLOADS
 
 __all__ = ["main"]
 
@@ -361,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ShapeBucketError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    config, results, padding_problems = run(args)
+    config, results, padding_problems, lengths = run(args)
     config["grouped_sampler"] = grouped_source()
     print()
     print(_describe(config))
@@ -369,13 +369,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in (args.json, args.plot):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-    lengths = load_workload(
-        args.workload,
-        n=args.samples,
-        max_len=args.max_len,
-        seed=args.seed,
-        lengths_file=args.lengths,
-    )[0]
     advice = recommendation(results, lengths, config)
     print("\n".join(advice))
     if args.json:

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
 import torch
 
 from .. import _torch as compat
@@ -162,11 +163,14 @@ def _setup(args: argparse.Namespace) -> Setup:
     )
 
 
-def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult], list[str]]:
+def run(
+    args: argparse.Namespace,
+) -> tuple[dict[str, Any], list[StrategyResult], list[str], np.ndarray]:
     """Warm every strategy up (each its own cold compile), then time them in interleaved rounds.
 
     Returns the run's configuration, one result per strategy (in ``args.strategies``
-    order) and the padding-invariance problems (empty when the masks are right).
+    order), the padding-invariance problems (empty when the masks are right) and the
+    workload's lengths (loaded once, here).
     """
     s = _setup(args)
     names = [n for n in STRATEGIES if n in args.strategies]
@@ -188,7 +192,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult],
     rows = [results[n] for n in names]
     if not getattr(args, "no_limit", False):
         add_limit(s, families, rows, limits)  # the reference row, last
-    return _config(args, s, families, names), rows, problems
+    return _config(args, s, families, names), rows, problems, s.lengths
 
 
 def _build_families(s: Setup, names: list[str]) -> tuple[dict[str, Family], dict[str, str]]:

@@ -9,12 +9,14 @@ cells to every call and change no shape. What the cell planner would add is a fi
 smaller table, which needs both lengths of every sample before the first call: that is
 a new argument (``cells=``, fitted by :func:`~shapebucket.fit.fit_cells`), not a refactor.
 
+``model.stats`` (a :class:`~shapebucket.bucketed.stats.BucketedReport`) says what the
+wrapper padded; the record is returned, never built, so it is not exported here.
+
 >>> import shapebucket.bucketed as sb
 >>> sb.__all__
-['BucketedModel', 'BucketedStats']
+['BucketedModel']
 """
 
 from .model import BucketedModel
-from .stats import BucketedStats
 
-__all__ = ["BucketedModel", "BucketedStats"]
+__all__ = ["BucketedModel"]

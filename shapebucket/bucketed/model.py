@@ -27,7 +27,7 @@ from ..errors import ShapeBucketError
 from ..plan import Shape, ShapePlan
 from .calls import MASK_KEYS, Call, Side, forward_of, is_encoder_decoder, read_call, takes
 from .pad import config_pad_values, cut_outputs, open_pad_rows, repad, side_collator
-from .stats import BucketedStats
+from .stats import BucketedReport
 
 __all__ = ["BucketedModel"]
 
@@ -131,7 +131,7 @@ class BucketedModel(torch.nn.Module):
         self.model = model
         self.overflow = overflow
         self.sequence_keys = None if sequence_keys is None else list(sequence_keys)
-        self.stats = BucketedStats()
+        self.stats = BucketedReport()
         self._enc_dec = is_encoder_decoder(model)
         self._pad_values = {**config_pad_values(model), **dict(pad_values or {})}
         self._collators = {

@@ -1,4 +1,4 @@
-"""``BucketedStats``: what a :class:`~shapebucket.bucketed.BucketedModel` padded."""
+"""``BucketedReport``: what a :class:`~shapebucket.bucketed.BucketedModel` padded."""
 
 from __future__ import annotations
 
@@ -7,17 +7,17 @@ from dataclasses import dataclass, field
 
 from .calls import Call, Side
 
-__all__ = ["BucketedStats"]
+__all__ = ["BucketedReport"]
 
 
 @dataclass
-class BucketedStats:
+class BucketedReport:
     """Counts of a wrapper's calls: ``calls``, ``tokens`` (the callers' rows x lengths),
     ``padded_tokens`` (what ran), ``shapes`` (``{(rows, length[, target]): calls}``) and
     ``eager_calls`` (calls past the largest bucket run eagerly at their own shape,
     with ``overflow="eager"``).
 
-    >>> BucketedStats().token_efficiency
+    >>> BucketedReport().token_efficiency
     1.0
     """
 

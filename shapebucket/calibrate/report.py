@@ -32,7 +32,7 @@ class RowsReport:
 
     ``rows`` feeds the samplers and collators as it is:
     ``PackedBatchSampler(lengths, buckets, rows=report.rows)``,
-    ``BucketBatchSampler(lengths, buckets, batch_size=report.rows)``,
+    ``BucketBatchSampler(lengths, buckets, rows=report.rows)``,
     ``BucketCollator(buckets, rows=report.rows)``; :meth:`shapes` are the shapes
     a plan built from them has.
 

@@ -32,7 +32,8 @@ from ..compile.recompiles import CompileCounter
 from ..compile.state import Snapshot, optimizers_stepped, restore_objects, snapshot
 from ..compile.state import restore as restore_state
 from ..errors import ShapeBucketError
-from ..plan.shapes import Shape, ShapePlan, check_batch_shape
+from ..plan.contract import check_batch_shape
+from ..plan.shapes import Shape, ShapePlan
 from .memory import collect, device_memory, steady_peak_bytes
 from .report import Probe, RowsReport, size
 

@@ -20,7 +20,8 @@ import torch
 
 from .._validate import check_flag, check_int
 from ..errors import ShapeBucketError
-from ..plan.shapes import Shape, check_protocol
+from ..plan.contract import check_protocol
+from ..plan.shapes import Shape
 from .attention import check_document_ids, document_mask_mod
 
 __all__ = ["BLOCK_KEYS", "CAUSAL_KEY", "WithDocumentBlocks", "block_mask_from_blocks", "document_blocks"]
@@ -209,7 +210,14 @@ class WithDocumentBlocks:
     @property
     def packs(self) -> bool:
         """Whether the wrapped collator packs (pairs it with a packed sampler)."""
-        return bool(getattr(self.collator, "packs", False))
+        check_protocol(self.collator, "WithDocumentBlocks")
+        return bool(self.collator.packs)
+
+    @property
+    def seq_dim(self) -> int:
+        """The wrapped collator's sequence dim."""
+        check_protocol(self.collator, "WithDocumentBlocks")
+        return int(self.collator.seq_dim)
 
     def shapes(self, sampler: Any = None) -> frozenset[Shape]:
         """The wrapped collator's shapes (the blocks' shapes follow from each)."""

@@ -29,19 +29,14 @@ from typing import Any, Literal, cast
 import numpy as np
 import torch
 
-from .._validate import check_batch_sizes, check_fits_in_memory, check_int
+from .._validate import check_fits_in_memory, check_int
 from ..errors import ShapeBucketError
 from ..plan.shapes import Shape
 from .base import Collator, Columns, KeyRoles, check_key_list
-from .counters import CollateReport
 from .device import FlatBatch
 from .engine import Key, Layout, assemble
 
-__all__ = [
-    "BucketCollator",
-    "CollateReport",
-    "check_batch_sizes",
-]  # compile/prewarm.py imports it here
+__all__ = ["BucketCollator"]
 
 
 @dataclass(repr=False, kw_only=True)
@@ -82,7 +77,7 @@ class BucketCollator(Collator):
     (``-100`` in ``uint8``), samples whose dtypes do not promote without loss
     (ids above 2**24 next to floats), and Python ints outside int64 raise a
     :class:`ShapeBucketError`. ``collator.stats`` counts batches, tokens and
-    truncation, exactly also with DataLoader workers (see :class:`CollateReport`).
+    truncation, exactly also with DataLoader workers (see :class:`~shapebucket.collate.counters.CollateReport`).
 
     >>> collate = BucketCollator(buckets=[8, 16])
     >>> batch = collate([{"input_ids": [1, 2, 3]}, {"input_ids": [4] * 9}])

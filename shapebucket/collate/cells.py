@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -85,6 +85,7 @@ class CellCollator:
     roles: KeyRoles = field(default_factory=KeyRoles)
     sequence_keys: Sequence[Key] | None = None
     seq_dim: int = 0
+    packs: ClassVar[bool] = False  # the collator protocol: one sample per row
     _source: BucketCollator = field(init=False, repr=False)
     _target: BucketCollator = field(init=False, repr=False)
 

@@ -111,7 +111,7 @@ def refuse_cached_decoder(model: Any, who: str) -> None:
 def packs(plan: ShapePlan) -> bool:
     """Whether ``plan``'s batches are packed rows (its collator says so with ``packs``, the
     collator protocol's marker, so a user's collator that packs is asked too)."""
-    return bool(getattr(plan.collator, "packs", False))
+    return plan.collator is not None and bool(plan.collator.packs)
 
 
 _MODES = "Specialize(), Cache(dir), Inference(), CudaGraphs(), Repeat(n), RecompileLimit()"

@@ -59,7 +59,7 @@ class SamplerReport:
     collated at their smaller bucket: ``sampler.shapes()`` lists those).
 
     >>> from shapebucket.sampling import BucketBatchSampler
-    >>> s = BucketBatchSampler([3, 5, 9, 12, 4], [8, 16], batch_size=2, drop_last=True)
+    >>> s = BucketBatchSampler([3, 5, 9, 12, 4], [8, 16], rows=2, drop_last=True)
     >>> s.stats.batches, s.stats.dropped, s.stats.num_shapes
     (2, 1, 2)
     """

@@ -27,6 +27,7 @@ from ..compile.prewarm import prewarm
 from ..compile.report import PrewarmReport
 from ..errors import ShapeBucketError
 from ..plan.shapes import ShapePlan
+from ._compat import counted, restore_counted
 
 __all__ = ["PrewarmCallback", "check_compile_cache", "prewarm_trainer"]
 
@@ -49,11 +50,6 @@ def check_compile_cache(value: Any, output_dir: str | None) -> str | None:
         f"compile_cache must be True (<output_dir>/compile-cache), False (no cache) or a "
         f"directory, got {value!r}"
     )
-
-
-#: Trainer attributes a training step adds to (TRL's ``SFTTrainer`` metrics), put back
-#: after the prewarm so its steps are not logged.
-_COUNTED = ("_metrics", "_total_train_tokens")
 
 
 def _example(trainer: Any) -> Any:
@@ -91,7 +87,7 @@ def prewarm_trainer(trainer: Any) -> PrewarmReport | None:
         _, count = trainer.get_batch_samples(iter([batch]), 1, args.device)
         trainer.training_step(model, batch, count)
 
-    kept = {k: copy.deepcopy(getattr(trainer, k)) for k in _COUNTED if hasattr(trainer, k)}
+    kept = counted(trainer)
     report = prewarm(
         model,
         plan,
@@ -101,8 +97,7 @@ def prewarm_trainer(trainer: Any) -> PrewarmReport | None:
         modes=modes,
         progress=not args.disable_tqdm and trainer.is_local_process_zero(),
     )
-    for k, v in kept.items():
-        setattr(trainer, k, v)
+    restore_counted(trainer, kept)
     trainer.prewarm_report = report
     trainer.log(
         {

@@ -34,6 +34,11 @@ from ..fit.packing_fit import PackingFitReport
 from ..sampling.base import ResumableBatchSampler
 from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
+from ._compat import (
+    CheckpointHook,
+    collator_without_unused_columns,
+    dataset_without_unused_columns,
+)
 from .packing import Packing
 from .prewarm import PrewarmCallback, check_compile_cache
 
@@ -69,7 +74,7 @@ def _dataset_lengths(dataset: Any, key: str = "input_ids") -> np.ndarray:
         ) from None
 
 
-class _ShapeTrainer(Trainer):
+class _ShapeTrainer(CheckpointHook, Trainer):
     """What both trainers share: the DataLoader, checkpoints, resume, static shapes and
     the prewarm (a subclass sets ``self.sampler`` and ``self.collator``)."""
 
@@ -114,9 +119,9 @@ class _ShapeTrainer(Trainer):
         except ImportError:
             is_hf_dataset = False
         if is_hf_dataset:
-            dataset = self._remove_unused_columns(dataset, description="Training")
+            dataset = dataset_without_unused_columns(self, dataset)
         else:
-            collate = self._get_collator_with_removed_columns(collate, description="Training")
+            collate = collator_without_unused_columns(self, collate)
         return dataset, collate
 
     def get_train_dataloader(self) -> DataLoader:
@@ -146,11 +151,9 @@ class _ShapeTrainer(Trainer):
         state.update(epoch=global_step // per_epoch, position=position)
         return state
 
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        super()._save_checkpoint(model, trial)
-        folder = os.path.join(
-            self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        )
+    def after_checkpoint(self, output_dir: str) -> None:
+        """The sampler's state beside the checkpoint just saved (one file per rank)."""
+        folder = os.path.join(output_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         path = os.path.join(folder, STATE_FILE.format(rank=self.args.process_index))
         with open(path, "w") as f:
             json.dump(self._sampler_state_at(self.state.global_step), f)
@@ -242,7 +245,7 @@ class BucketTrainer(_ShapeTrainer):
         self.sampler = BucketBatchSampler(
             arr,
             self.buckets,
-            batch_size=self.args.per_device_train_batch_size,
+            rows=self.args.per_device_train_batch_size,
             seed=self.args.seed,
             drop_last=self.args.dataloader_drop_last,
             leftovers=leftovers,  # type: ignore[arg-type]

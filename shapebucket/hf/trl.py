@@ -21,6 +21,7 @@ from trl import SFTTrainer
 
 from ..collate.packed import PackedCollator
 from ..errors import ShapeBucketError
+from ._compat import count_train_tokens, tensor_parallel_size, train_tokens
 from .trainers import PackedTrainer
 
 __all__ = ["PackedSFTTrainer"]
@@ -81,12 +82,11 @@ class PackedSFTTrainer(PackedTrainer, SFTTrainer):
         less their padding)."""
         documents = inputs.get(DOCUMENT_KEY)
         inputs = {k: v for k, v in inputs.items() if k != DOCUMENT_KEY}
-        before = self._total_train_tokens
+        before = train_tokens(self)
         out = super().compute_loss(
             model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
         )
-        if documents is not None and self._total_train_tokens != before:  # a training step
+        if documents is not None and train_tokens(self) != before:  # a training step
             real = self.accelerator.gather_for_metrics((documents >= 0).sum()).sum().item()
-            self._total_train_tokens = before + int(real) // self._tp_size
-            self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
+            count_train_tokens(self, before + int(real) // tensor_parallel_size(self))
         return out

@@ -24,7 +24,8 @@ import torch
 
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
-from .shapes import ShapePlan, check_protocol
+from .contract import check_protocol
+from .shapes import ShapePlan
 
 __all__ = ["as_plan"]
 

@@ -9,7 +9,11 @@ like the built-in ones (:class:`~shapebucket.BucketCollator`,
   makes on its own, or a :class:`~shapebucket.ShapeBucketError` when its row count
   comes from the sampler);
 * ``repad(batch, shape)``: a batch of ``shape`` made from ``batch``, a batch the
-  collator made (:func:`shapebucket.prewarm` compiles each shape from one).
+  collator made (:func:`shapebucket.prewarm` compiles each shape from one);
+* ``packs``: True when its rows hold several samples each (it pairs with a packing
+  sampler);
+* ``seq_dim``: the sequence dim of each sample (batches have their length at dim
+  ``seq_dim + 1``).
 
 A sampler (:class:`ShapedSampler`) lists ``shapes()``, the shape of each batch it
 yields on this rank, and says whether it ``packs`` samples into rows. Pairing is by
@@ -27,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ShapeBucketError
+from .contract import check_pairing
 from .shapes import Shape, as_shape
 
 __all__ = ["ShapedCollator", "ShapedSampler", "sampler_shapes"]
@@ -40,8 +45,12 @@ class ShapedCollator(Protocol):
     from the batches of ``sampler``; ``repad(batch, shape)`` must return a batch
     of exactly ``shape`` (``shape.rows`` rows, ``shape.lengths`` on the padded
     axes) with the keys, dtypes and trailing dims of ``batch``, whose real values
-    are ``batch``'s where they fit.
+    are ``batch``'s where they fit. ``packs`` says whether its rows hold several samples
+    each; ``seq_dim`` is each sample's sequence dim (0 for token lists).
     """
+
+    packs: bool
+    seq_dim: int
 
     def __call__(self, samples: Sequence[Any]) -> Any:
         """Collate a list of samples into a batch."""
@@ -73,8 +82,8 @@ class ShapedSampler(Protocol):
 
 def sampler_shapes(sampler: Any, collator: Any, axes: int = 1) -> frozenset[Shape]:
     """The shapes of ``sampler``'s batches, checked to suit ``collator``: the sampler
-    lists ``shapes()``, packs exactly when the collator does (the ``packs`` attribute,
-    default False), and its shapes have ``axes`` lengths. A collator's ``shapes()`` starts
+    lists ``shapes()``, packs exactly when the collator does (their ``packs`` attributes;
+    a sampler without one does not pack), and its shapes have ``axes`` lengths. A collator's ``shapes()`` starts
     from them.
 
     >>> from shapebucket import BucketCollator
@@ -91,16 +100,7 @@ def sampler_shapes(sampler: Any, collator: Any, axes: int = 1) -> frozenset[Shap
             f"{name}.shapes(sampler) needs a batch sampler that lists its shapes() "
             f"(BucketBatchSampler, PackedBatchSampler, CellBatchSampler), got {kind}"
         )
-    packs, packed = bool(getattr(sampler, "packs", False)), bool(getattr(collator, "packs", False))
-    if packs != packed:
-        what = ("packs samples into rows", "does not pack")
-        raise ShapeBucketError(
-            f"a {kind} and a {name} do not make one loader: the sampler "
-            f"{what[0] if packs else what[1]} (packs={packs}) and the collator "
-            f"{what[0] if packed else what[1]} (packs={packed}); pair BucketBatchSampler with "
-            "BucketCollator, PackedBatchSampler with PackedCollator and CellBatchSampler with "
-            "CellCollator (same buckets and rows)"
-        )
+    check_pairing(sampler, collator)
     listed = sampler.shapes()
     if isinstance(listed, (str, bytes)) or not isinstance(listed, Iterable):
         raise ShapeBucketError(

@@ -17,13 +17,12 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from typing import Any
 
-import torch
-
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
+from .contract import check_batch_shape, check_pairing, check_protocol, check_repad, collator_shapes
 
-__all__ = ["Shape", "ShapePlan", "as_shape", "check_protocol"]
+__all__ = ["Shape", "ShapePlan", "as_shape"]
 
 
 class Shape(tuple):  # type: ignore[type-arg]
@@ -127,37 +126,6 @@ def _check_shapes(shapes: Iterable[Any]) -> tuple[Shape, ...]:
     return tuple(sorted(out, key=lambda s: (s.lengths, s.rows)))
 
 
-def _tensor_shapes(batch: Any) -> list[tuple[int, ...]]:
-    if isinstance(batch, torch.Tensor):
-        return [tuple(batch.shape)]
-    if isinstance(batch, Mapping):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)):
-        return [s for v in batch for s in _tensor_shapes(v)]
-    return []
-
-
-def check_batch_shape(batch: Any, shape: Shape) -> Any:
-    """``make_batch(shape)``'s batch, refused unless a tensor has ``rows`` at dim 0 and
-    ``length`` at a later dim (else prewarm compiles, or calibration measures, a shape
-    the loader never makes). A batch without tensors is the step's business and passes.
-
-    >>> check_batch_shape(torch.ones(2, 8), Shape(2, 8)).shape
-    torch.Size([2, 8])
-    """
-    found = _tensor_shapes(batch)
-    if found and not any(
-        len(t) >= 2 and t[0] == shape.rows and shape.length in t[1:] for t in found
-    ):
-        raise ShapeBucketError(
-            f"make_batch({tuple(shape)}) returned a batch with tensor shapes {found} "
-            f"({type(batch).__name__}); none has {shape.rows} rows at dim 0 and length "
-            f"{shape.length} after it, so it would stand for a shape the loader never makes: "
-            "build each batch from shape.rows and shape.length"
-        )
-    return batch
-
-
 class _Listed:
     """A sampler whose batches have exactly the given shapes: how a plan built from a list
     checks it through the collator protocol (``collator.shapes(_Listed(shapes))``)."""
@@ -226,8 +194,8 @@ class ShapePlan:
     def _check_collator(self, collator: Any) -> None:
         """Every shape must be one the collator makes for batches of that shape; shapes it
         makes beside them (``row_buckets``) are named in a warning."""
-        listed = _Listed(self._shapes, bool(getattr(collator, "packs", False)))
-        made = {as_shape(s) for s in collator.shapes(listed)}
+        listed = _Listed(self._shapes, bool(collator.packs))
+        made = {as_shape(s) for s in collator_shapes(collator, listed)}
         for s in self._shapes:
             if s not in made:
                 raise ShapeBucketError(
@@ -256,7 +224,9 @@ class ShapePlan:
         (Shape(rows=1, length=8), Shape(rows=4, length=8), Shape(rows=1, length=16), Shape(rows=4, length=16))
         """
         check_protocol(collator, "ShapePlan.of")
-        return cls(collator.shapes(sampler), collator)
+        if sampler is not None:
+            check_pairing(sampler, collator)
+        return cls(collator_shapes(collator, sampler), collator)
 
     @classmethod
     def from_function(
@@ -288,9 +258,9 @@ class ShapePlan:
 
     @property
     def seq_dim(self) -> int:
-        """The sequence dim of each sample (the collator's ``seq_dim``; 0 without one):
-        batches have their length at dim ``seq_dim + 1``."""
-        return int(getattr(self._collator, "seq_dim", 0))
+        """The sequence dim of each sample (the collator's ``seq_dim``; 0 for a
+        :meth:`from_function` plan): batches have their length at dim ``seq_dim + 1``."""
+        return 0 if self._collator is None else int(self._collator.seq_dim)
 
     def batch(self, example: Any, shape: tuple[int, ...]) -> Any:
         """A batch of ``shape`` (one of the plan's): ``collator.repad(example, shape)``,
@@ -307,7 +277,7 @@ class ShapePlan:
             raise ShapeBucketError(
                 "this plan re-pads an example batch to each shape: pass example=next(iter(loader))"
             )
-        return self._collator.repad(example, shape)
+        return check_repad(self._collator, self._collator.repad(example, shape), shape)
 
     def __len__(self) -> int:
         return len(self._shapes)
@@ -342,17 +312,3 @@ class ShapePlan:
             else getattr(self._make_batch, "__name__", "make_batch")
         )
         return f"ShapePlan([{pairs}], {source})"
-
-
-def check_protocol(collator: Any, where: str) -> None:
-    """Refuse an object that does not implement :class:`~shapebucket.plan.ShapedCollator`
-    (``shapes(sampler)`` and ``repad(batch, shape)``), naming what it lacks."""
-    lacks = [m for m in ("shapes", "repad") if not callable(getattr(collator, m, None))]
-    if lacks:
-        raise ShapeBucketError(
-            f"{where} needs a collator that implements the ShapedCollator protocol "
-            f"(shapes(sampler) and repad(batch, shape)); {type(collator).__name__} has no "
-            f"{' or '.join(lacks)}: use BucketCollator, PackedCollator or CellCollator, add "
-            "the two methods to your collator, or build the plan with "
-            "ShapePlan.from_function(shapes, make_batch)"
-        )

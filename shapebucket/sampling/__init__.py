@@ -1,7 +1,7 @@
 """Sampling: which samples go into each batch, distributed and resumable.
 
 >>> from shapebucket.sampling import BucketBatchSampler
->>> sorted(BucketBatchSampler([3, 5, 9], [8, 16], batch_size=2, shuffle=False).shapes())
+>>> sorted(BucketBatchSampler([3, 5, 9], [8, 16], rows=2, shuffle=False).shapes())
 [Shape(rows=1, length=16), Shape(rows=2, length=8)]
 """
 

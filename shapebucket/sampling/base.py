@@ -304,7 +304,7 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         rest of that epoch, so that the loop's next ``set_epoch`` starts the next one.
 
         >>> from shapebucket.sampling import BucketBatchSampler
-        >>> s = BucketBatchSampler([3, 5, 9, 12], [8, 16], batch_size=1, shuffle=False)
+        >>> s = BucketBatchSampler([3, 5, 9, 12], [8, 16], rows=1, shuffle=False)
         >>> it = iter(s); _ = next(it); _ = next(it)
         >>> s.state_dict()["position"], s.state_dict(consumed=1)["position"]
         (2, 1)
@@ -348,7 +348,7 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         ``ShapeBucketError`` names what does not fit.
 
         >>> from shapebucket.sampling import BucketBatchSampler
-        >>> s = BucketBatchSampler([3, 5, 9, 12], [8, 16], batch_size=1, seed=7)
+        >>> s = BucketBatchSampler([3, 5, 9, 12], [8, 16], rows=1, seed=7)
         >>> s.check_state(s.state_dict())
         (7, 0, 0)
         """

@@ -30,7 +30,7 @@ class BucketBatchSampler(GroupedBatchSampler[int]):
     Args:
         lengths: one length per dataset index (ints >= 1, <= ``buckets.max_len``).
         buckets: the bucket lengths.
-        batch_size: samples per batch (per rank): an int for every bucket, or
+        rows: samples (rows) per batch, per rank: an int for every bucket, or
             ``{bucket: samples}``. :meth:`for_tokens` sizes them from a token budget.
         shuffle: shuffle inside buckets and across batches from ``seed`` and the
             epoch; ``False`` yields buckets in ascending order, indices sorted.
@@ -45,7 +45,7 @@ class BucketBatchSampler(GroupedBatchSampler[int]):
     (``sampler.drop_last``) but cannot be assigned; make a new sampler instead.
     Epochs, passes and resuming: see :mod:`shapebucket.sampling.base`.
 
-    >>> s = BucketBatchSampler([3, 5, 9, 12, 4], [8, 16], batch_size=2, shuffle=False)
+    >>> s = BucketBatchSampler([3, 5, 9, 12, 4], [8, 16], rows=2, shuffle=False)
     >>> list(s), len(s), s.rows
     ([[0, 1], [4], [2, 3]], 3, {8: 2, 16: 2})
     >>> sorted(s.shapes())
@@ -66,7 +66,7 @@ class BucketBatchSampler(GroupedBatchSampler[int]):
         lengths: Sequence[int] | np.ndarray,
         buckets: Buckets | Sequence[int],
         *,
-        batch_size: int | Mapping[int, int],
+        rows: int | Mapping[int, int],
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
@@ -82,7 +82,7 @@ class BucketBatchSampler(GroupedBatchSampler[int]):
         self._leftovers = leftovers
         table = self._buckets
         index = table.index_for_many(self._lengths)
-        counts = self._cut(index, list(table), batch_size, drop_last, leftovers)
+        counts = self._cut(index, list(table), rows, drop_last, leftovers)
         self._bucket_index = self._group
         if self._drop_last:
             _warn_unseen_buckets(self._steps, table, counts, leftovers)
@@ -104,12 +104,12 @@ class BucketBatchSampler(GroupedBatchSampler[int]):
         >>> BucketBatchSampler.for_tokens([3, 9], [8, 16], 64, batch_multiple=4).rows
         {8: 8, 16: 4}
         """
-        refuse_both(options, 'batch_size')
+        refuse_both(options, "rows")
         table = as_buckets(buckets)
         rows = rows_for_budget(
             table.lengths, table.lengths, tokens_per_batch, batch_multiple, "largest bucket"
         )
-        return cls(lengths, table, batch_size=rows, **options)
+        return cls(lengths, table, rows=rows, **options)
 
     def _repr_settings(self) -> list[str]:
         return [*super()._repr_settings(), f"leftovers={self._leftovers!r}"]

@@ -37,7 +37,7 @@ class CellBatchSampler(GroupedBatchSampler[Cell]):
         sources, targets: each dataset index's source and target length (ints >= 1).
         cells: the cells (:func:`~shapebucket.fit.cells.fit_cells` fits them); kept,
             weights included, as ``sampler.cells``.
-        batch_size: samples per batch (per rank): an int for every cell, or
+        rows: samples (rows) per batch, per rank: an int for every cell, or
             ``{(source, target): samples}``. :meth:`for_tokens` sizes them from a
             token budget.
         shuffle, seed, drop_last, num_replicas, rank: as for
@@ -48,7 +48,7 @@ class CellBatchSampler(GroupedBatchSampler[Cell]):
     ``{(S, T): rows}``. State, resume and ``set_epoch``: see
     :mod:`shapebucket.sampling.base`.
 
-    >>> s = CellBatchSampler([3, 4, 20, 30], [30, 20, 4, 3], [(8, 32), (32, 8)], batch_size=2, shuffle=False)
+    >>> s = CellBatchSampler([3, 4, 20, 30], [30, 20, 4, 3], [(8, 32), (32, 8)], rows=2, shuffle=False)
     >>> list(s), sorted(s.shapes())
     ([[0, 1], [2, 3]], [Shape(rows=2, lengths=(8, 32)), Shape(rows=2, lengths=(32, 8))])
     """
@@ -68,7 +68,7 @@ class CellBatchSampler(GroupedBatchSampler[Cell]):
         targets: Sequence[int] | np.ndarray,
         cells: Cells | Sequence[Cell],
         *,
-        batch_size: int | Mapping[Cell, int],
+        rows: int | Mapping[Cell, int],
         shuffle: bool = True,
         seed: int = 0,
         drop_last: bool = False,
@@ -91,7 +91,7 @@ class CellBatchSampler(GroupedBatchSampler[Cell]):
         tgt.flags.writeable = False
         self._cells, self._targets = table, tgt
         self._targets_digest = hashlib.sha1(tgt.tobytes() + repr(table).encode()).hexdigest()
-        self._cut(index, list(table), batch_size, drop_last)
+        self._cut(index, list(table), rows, drop_last)
         self._cell_index = self._group
 
     @classmethod
@@ -113,8 +113,8 @@ class CellBatchSampler(GroupedBatchSampler[Cell]):
         >>> CellBatchSampler.for_tokens([3], [9], [(8, 16), (32, 32)], 96).rows
         {(8, 16): 4, (32, 32): 1}
         """
-        refuse_both(options, 'batch_size')
+        refuse_both(options, "rows")
         table = cells if isinstance(cells, Cells) else Cells(cells)
         widths = [s + t for s, t in table]
         rows = rows_for_budget(list(table), widths, tokens_per_batch, batch_multiple, "widest cell")
-        return cls(sources, targets, table, batch_size=rows, **options)
+        return cls(sources, targets, table, rows=rows, **options)

@@ -55,13 +55,13 @@ class GroupedBatchSampler(ResumableBatchSampler[K]):
         self,
         group: np.ndarray,
         keys: Sequence[K],
-        batch_size: int | Mapping[K, int],
+        rows: int | Mapping[K, int],
         drop_last: bool,
         leftovers: Leftovers = "keep",
     ) -> np.ndarray:
         """Set the rows, the groups and the steps; the samples per group, returned."""
         self._keys = list(keys)
-        self._rows = rows_per_key(self._keys, batch_size)
+        self._rows = rows_per_key(self._keys, rows)
         self._drop_last = check_flag("drop_last", drop_last)
         group = group.astype(np.int32)
         group.flags.writeable = False
@@ -139,26 +139,26 @@ class GroupedBatchSampler(ResumableBatchSampler[K]):
         )
 
 
-def rows_per_key(keys: Sequence[K], batch_size: int | Mapping[K, int]) -> dict[K, int]:
-    """``batch_size`` (an int for every key, or ``{key: samples}`` naming every key and no
+def rows_per_key(keys: Sequence[K], rows: int | Mapping[K, int]) -> dict[K, int]:
+    """``rows`` (an int for every key, or ``{key: samples}`` naming every key and no
     other) as ``{key: samples}``, checked.
 
     >>> rows_per_key([8, 16], 4), rows_per_key([(8, 4)], {(8, 4): 2})
     ({8: 4, 16: 4}, {(8, 4): 2})
     """
-    if not isinstance(batch_size, Mapping):
-        size = check_int("batch_size", batch_size, minimum=1)
+    if not isinstance(rows, Mapping):
+        size = check_int("rows", rows, minimum=1)
         return {k: size for k in keys}
-    missing = [k for k in keys if k not in batch_size]
-    extra = [k for k in batch_size if k not in keys]
+    missing = [k for k in keys if k not in rows]
+    extra = [k for k in rows if k not in keys]
     if missing or extra:
         wrong = [f"lacks {missing}"] if missing else []
         wrong += [f"names {extra}, which are not among them"] if extra else []
         raise ShapeBucketError(
-            f"batch_size must give samples per batch for exactly the keys {list(keys)}; it "
+            f"rows must give samples per batch for exactly the keys {list(keys)}; it "
             + " and ".join(wrong)
         )
-    return {k: check_int(f"batch_size[{k!r}]", batch_size[k], minimum=1) for k in keys}
+    return {k: check_int(f"rows[{k!r}]", rows[k], minimum=1) for k in keys}
 
 
 def rows_for_budget(

@@ -1,0 +1,129 @@
+"""What a plan checks of what it is given: a collator implements the protocol (its members,
+``shapes(sampler)`` callable with a sampler), pairs with the sampler by ``packs``, and
+``repad`` (or ``make_batch``) returns a batch of the shape it was asked for.
+
+These checks know a shape only as ``rows`` and ``lengths``, so :mod:`.shapes` and
+:mod:`.protocol` both use them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from ..errors import ShapeBucketError
+
+__all__ = [
+    "check_batch_shape",
+    "check_pairing",
+    "check_protocol",
+    "check_repad",
+    "collator_shapes",
+]
+
+
+def _tensor_shapes(batch: Any) -> list[tuple[int, ...]]:
+    if isinstance(batch, torch.Tensor):
+        return [tuple(batch.shape)]
+    if isinstance(batch, Mapping):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        return [s for v in batch for s in _tensor_shapes(v)]
+    return []
+
+
+def check_batch_shape(batch: Any, shape: Any) -> Any:
+    """``make_batch(shape)``'s batch, refused unless a tensor has ``rows`` at dim 0 and
+    ``length`` at a later dim (else prewarm compiles, or calibration measures, a shape
+    the loader never makes). A batch without tensors is the step's business and passes.
+
+    >>> from shapebucket.plan import Shape
+    >>> check_batch_shape(torch.ones(2, 8), Shape(2, 8)).shape
+    torch.Size([2, 8])
+    """
+    found = _tensor_shapes(batch)
+    if found and not any(
+        len(t) >= 2 and t[0] == shape.rows and shape.length in t[1:] for t in found
+    ):
+        raise ShapeBucketError(
+            f"make_batch({tuple(shape)}) returned a batch with tensor shapes {found} "
+            f"({type(batch).__name__}); none has {shape.rows} rows at dim 0 and length "
+            f"{shape.length} after it, so it would stand for a shape the loader never makes: "
+            "build each batch from shape.rows and shape.length"
+        )
+    return batch
+
+
+def check_protocol(collator: Any, where: str) -> None:
+    """Refuse an object that does not implement :class:`~shapebucket.plan.ShapedCollator`
+    (``shapes(sampler)``, ``repad(batch, shape)``, ``packs`` and ``seq_dim``), naming what
+    it lacks."""
+    lacks = [m for m in ("shapes", "repad") if not callable(getattr(collator, m, None))]
+    lacks += [m for m in ("packs", "seq_dim") if not hasattr(collator, m)]
+    if lacks:
+        raise ShapeBucketError(
+            f"{where} needs a collator that implements the ShapedCollator protocol "
+            f"(shapes(sampler), repad(batch, shape), packs and seq_dim); "
+            f"{type(collator).__name__} has no {' or '.join(lacks)}: use BucketCollator, "
+            "PackedCollator or CellCollator, add them to your collator (packs = False and "
+            "seq_dim = 0 for rows of one token sequence each), or build the plan with "
+            "ShapePlan.from_function(shapes, make_batch)"
+        )
+
+
+def check_pairing(sampler: Any, collator: Any) -> None:
+    """Refuse a sampler and a collator of which one packs samples into rows and the other
+    does not (their ``packs`` attributes; a sampler without one does not pack)."""
+    packs, packed = bool(getattr(sampler, "packs", False)), bool(collator.packs)
+    if packs != packed:
+        name, kind = type(collator).__name__, type(sampler).__name__
+        what = ("packs samples into rows", "does not pack")
+        raise ShapeBucketError(
+            f"a {kind} and a {name} do not make one loader: the sampler "
+            f"{what[0] if packs else what[1]} (packs={packs}) and the collator "
+            f"{what[0] if packed else what[1]} (packs={packed}); pair BucketBatchSampler with "
+            "BucketCollator, PackedBatchSampler with PackedCollator and CellBatchSampler with "
+            "CellCollator (same buckets and rows)"
+        )
+
+
+def collator_shapes(collator: Any, sampler: Any) -> Any:
+    """``collator.shapes(sampler)``, refused with the fix when ``shapes`` takes no sampler
+    (the protocol's ``shapes(sampler=None)``)."""
+    try:
+        inspect.signature(collator.shapes).bind(sampler)
+    except TypeError:
+        raise ShapeBucketError(
+            f"{type(collator).__name__}.shapes{inspect.signature(collator.shapes)} cannot be "
+            "called with a sampler; the ShapedCollator protocol's method is "
+            "shapes(self, sampler=None): add the parameter"
+        ) from None
+    except ValueError:  # a builtin without a signature: call it as it is
+        pass
+    return collator.shapes(sampler)
+
+
+def check_repad(collator: Any, batch: Any, shape: Any) -> Any:
+    """``collator.repad(..., shape)``'s ``batch``, refused unless it is a batch and, when it
+    holds tensors, one has ``shape.rows`` rows at dim 0 and each of ``shape.lengths`` after
+    it (else prewarm would compile a shape the loader never makes)."""
+    name = f"{type(collator).__name__}.repad(batch, {tuple(shape)})"
+    if batch is None:
+        raise ShapeBucketError(
+            f"{name} returned None; repad must return the re-padded batch (the ShapedCollator "
+            "protocol), not change the batch in place"
+        )
+    found = _tensor_shapes(batch)
+    rowed = [t for t in found if len(t) >= 2 and t[0] == shape.rows]
+    missing = [n for n in shape.lengths if not any(n in t[1:] for t in rowed)]
+    if found and (not rowed or missing):
+        raise ShapeBucketError(
+            f"{name} returned a batch with tensor shapes {found}; none has {shape.rows} rows "
+            f"at dim 0 and length {(missing or list(shape.lengths))[0]} after it, so prewarm "
+            "would compile a shape the loader never makes: repad must return a batch of "
+            "exactly the shape it is given"
+        )
+    return batch

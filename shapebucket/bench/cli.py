@@ -18,6 +18,7 @@ from ..errors import ShapeBucketError
 from .advice import recommendation
 from .harness import run
 from .peers import source as grouped_source
+from .profiles import add_profile_flags, apply_profile, describe_profile, profile_config
 from .report import check_losses, format_table, headline, plot, run_payload
 from .strategies import DEFAULT, PEERS, STRATEGIES, StrategyResult
 from .workloads import WORKLOADS, load_workload
@@ -63,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--quick", action="store_true", help="a small smoke run (tiny model, k=2)")
+    add_profile_flags(p)
     p.add_argument("--workload", choices=WORKLOADS, default="mixture")
     p.add_argument(
         "--lengths",
@@ -217,7 +219,8 @@ def _describe(config: dict[str, Any]) -> str:
         f"{config['model']['max_len']}), batch {config['batch_size']}, buckets {config['buckets']}, "
         f"{config['rounds']} rounds x {_round(config)}, model {config['model']}, "
         f"torch {config['torch']}, {config['device']}"
-        f"{', mode ' + str(config['mode']) if config['mode'] else ''}, {config['machine']}\n"
+        f"{', mode ' + str(config['mode']) if config['mode'] else ''}, {config['machine']}"
+        f"{describe_profile(config)}\n"
         f"peers: {', '.join(n for n in config['strategies'] if n in PEERS)} "
         f"({config.get('grouped_sampler', '?')})"
     )
@@ -240,7 +243,8 @@ def _title(config: dict[str, Any]) -> str:
 
 
 def _resolve(args: argparse.Namespace) -> None:
-    """Fill the defaults that depend on --quick and check every number."""
+    """Fill the defaults that depend on --profile and --quick and check every number."""
+    apply_profile(args)
     for key, (full, small) in _DEFAULTS.items():
         if getattr(args, key) is None:
             setattr(args, key, small if args.quick else full)
@@ -363,6 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     config, results, padding_problems = run(args)
     config["grouped_sampler"] = grouped_source()
+    config["profile"], config["tokens_per_step"] = profile_config(args), args.tokens_per_step
     print()
     print(_describe(config))
     print(format_table(results))

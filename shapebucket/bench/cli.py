@@ -16,6 +16,7 @@ from .._validate import check_int
 from ..data import read_lengths
 from ..errors import ShapeBucketError
 from .advice import recommendation
+from .attention import add_attention_flag, check_attention
 from .harness import run
 from .peers import source as grouped_source
 from .profiles import add_profile_flags, apply_profile, describe_profile, profile_config
@@ -65,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--quick", action="store_true", help="a small smoke run (tiny model, k=2)")
     add_profile_flags(p)
+    add_attention_flag(p)
     p.add_argument("--workload", choices=WORKLOADS, default="mixture")
     p.add_argument(
         "--lengths",
@@ -308,6 +310,7 @@ def _resolve(args: argparse.Namespace) -> None:
         raise ShapeBucketError(
             "--mode reduce-overhead captures CUDA graphs: it needs --device cuda"
         )
+    check_attention(args)
     stem = f"results/steps_per_sec_{args.workload}{'_quick' if args.quick else ''}"
     if args.json is None:
         args.json = stem + ".json"
@@ -368,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config, results, padding_problems = run(args)
     config["grouped_sampler"] = grouped_source()
     config["profile"], config["tokens_per_step"] = profile_config(args), args.tokens_per_step
+    config["attention"] = args.attention
     print()
     print(_describe(config))
     print(format_table(results))

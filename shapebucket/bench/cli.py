@@ -21,7 +21,7 @@ from .harness import run
 from .peers import source as grouped_source
 from .profiles import add_profile_flags, apply_profile, describe_profile, profile_config
 from .report import check_losses, format_table, headline, plot, run_payload
-from .strategies import DEFAULT, PEERS, STRATEGIES, StrategyResult
+from .strategies import DEFAULT, PEERS, STRATEGIES, StrategyResult, for_device
 from .workloads import WORKLOADS, load_workload
 
 __all__ = ["main"]
@@ -306,6 +306,7 @@ def _resolve(args: argparse.Namespace) -> None:
         read_lengths(args.lengths)  # refused here, before any strategy runs
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ShapeBucketError("--device cuda but torch.cuda.is_available() is False")
+    args.strategies = for_device(args.strategies, args.device, everything=given == "all")
     if args.mode == "reduce-overhead" and not args.device.startswith("cuda"):
         raise ShapeBucketError(
             "--mode reduce-overhead captures CUDA graphs: it needs --device cuda"

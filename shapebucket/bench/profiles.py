@@ -21,6 +21,7 @@ from typing import Any
 
 from .._argparse import MAX_DRAWN
 from .._validate import check_int
+from .strategies import CUDA_ONLY
 from .workloads import load_workload
 
 __all__ = [
@@ -141,8 +142,9 @@ def apply_profile(args: argparse.Namespace) -> None:
                 setattr(args, key, getattr(size, key))
         if args.rounds is None:
             args.rounds = size.rounds
-        if args.strategies is None:
-            args.strategies = ",".join(profile.strategies)
+        if args.strategies is None:  # on CUDA the CUDA-graph strategies too
+            cuda = str(args.device).startswith("cuda")
+            args.strategies = ",".join((*profile.strategies, *(CUDA_ONLY if cuda else ())))
         if args.json is None:
             args.json = f"results/profile_{profile.name}{'_quick' if args.quick else ''}.json"
     if args.tokens_per_step is None:

@@ -60,4 +60,22 @@ def test_gpu_profile_quick_runs_and_records_the_profile(tmp_path, capsys):
     assert data["config"]["profile"]["name"] == "gpu" and data["config"]["profile"]["quick"]
     assert data["config"]["tokens_per_step"] == PROFILES["gpu"].quick.tokens_per_step
     assert all(r["steps_per_sec"] > 0 for r in data["results"])
-    assert "profile gpu (quick)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "profile gpu (quick)" in printed and "steps/s: " in printed
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf"])
+def test_rows_budget_must_be_positive(value):
+    with pytest.raises(ShapeBucketError, match="--rows-budget-mb"):
+        resolved("--profile", "gpu", "--quick", "--rows-budget-mb", value)
+
+
+def test_calibrated_rows_fit_the_stated_budget():
+    from shapebucket.bench import harness
+    from shapebucket.bench.batching import epoch_batches
+
+    args = resolved("--profile", "gpu", "--quick", "--samples", "2000", "--rows-budget-mb", "3")
+    s = harness._setup(args)
+    epoch_batches("calibrated", s)
+    assert s.calibrated.budget == 3 * 2**20
+    assert all(peak <= s.calibrated.budget for peak in s.calibrated.peak.values())

@@ -21,6 +21,7 @@ from typing import Any
 
 from .._argparse import MAX_DRAWN
 from .._validate import check_int
+from ..errors import ShapeBucketError
 from .strategies import CUDA_ONLY
 from .workloads import load_workload
 
@@ -125,6 +126,14 @@ def add_profile_flags(p: argparse.ArgumentParser) -> None:
         "fixed packing's rows x max-len, and the grouped peers' batch of tokens / mean "
         "length samples (the gpu profile: 16,384)",
     )
+    p.add_argument(
+        "--rows-budget-mb",
+        type=float,
+        default=None,
+        help="shapebucket-calibrated's memory budget in MB: rows per row length from "
+        "calibrate_rows within it (without it: the peak shapebucket-packed's token budget "
+        "needs at its longest row length)",
+    )
 
 
 def apply_profile(args: argparse.Namespace) -> None:
@@ -132,6 +141,12 @@ def apply_profile(args: argparse.Namespace) -> None:
     profile's workload, ``--max-len`` and ``--heads``, which make the profile), then turn
     ``--tokens-per-step`` into every strategy's budget. Runs before the other defaults."""
     profile = PROFILES[args.profile] if args.profile else None
+    budget = args.rows_budget_mb
+    if budget is not None and not (isinstance(budget, float) and 0 < budget < float("inf")):
+        raise ShapeBucketError(
+            f"--rows-budget-mb {budget} must be a positive number of MB (the memory "
+            "shapebucket-calibrated's rows may use a step), e.g. --rows-budget-mb 40000"
+        )
     if profile is not None:
         size = profile.size(args.quick)
         args.workload = profile.workload
@@ -182,6 +197,7 @@ def profile_config(args: argparse.Namespace) -> dict[str, Any] | None:
         "quick": bool(args.quick),
         "size": asdict(profile.size(args.quick)),
         "tokens_per_step": args.tokens_per_step,
+        "rows_budget_mb": args.rows_budget_mb,
     }
 
 

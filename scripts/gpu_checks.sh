@@ -1,31 +1,33 @@
 #!/usr/bin/env bash
 # The GPU checks, on a machine with CUDA and a torch already installed (no venv, no
-# downloads: it runs the checkout through PYTHONPATH with that machine's python3):
-#   1. the CUDA tests (CUDA graphs, the triton padding kernel on a GPU, reduce-overhead
-#      prewarm, the memory calibration on the CUDA allocator);
-#   2. the memory calibration of the bench GPT at widths 256 and 1024 (and the small
-#      Llama at 256) against the token budget's rows (benchmarks/calibrate_rows.py);
-#   3. the steps/sec benchmark on cuda (bf16 autocast) at width 256: the peers,
-#      shapebucket-packed (token-budget rows) and shapebucket-calibrated (rows from
-#      memory), in one process; then at width 1024, packed against calibrated and
-#      grouped-eager;
-#   4. the benchmark's own GPU smoke tests (--quick on cuda, default and reduce-overhead).
-# Each part has its own time limit inside BUDGET_S (default 540 s) and writes its log and
-# JSON to $OUT (default results/gpu); a part that fails or runs out of time does not stop
-# the next; the caps add up to more than BUDGET_S, so the last parts get what is left.
-# The GPU runs use k=4 fitted shapes (CLI default 8) to fit a 15-minute lease.
-# Needs torch >= 2.11, shapebucket's floor (shapebucket/_torch/version.py) and the GPU
-# image's torch: it runs on the image as it is; on an older torch the import check below
-# stops it.
-# PARTS picks some (default: all but smoke, a --quick run on cuda): cuda_tests smoke calibrate
-# bench_w256 bench_w1024 gpu_bench_tests.
+# downloads: it runs the checkout through PYTHONPATH with that machine's python3, the
+# torch the device image has: 2.11 at the time of writing):
+#   1. cuda_tests: the CUDA tests (CUDA graphs, the triton padding kernel on a GPU,
+#      reduce-overhead prewarm, the memory calibration on the CUDA allocator, and the
+#      bench's CUDA-graph strategies recorded at prewarm with the memory they keep);
+#   2. profile: the benchmark's GPU profile (--profile gpu: 16k tokens a step, lengths up
+#      to 2,048, 4 blocks of width 1,024, bf16; the peers, the limit row, shapebucket's
+#      buckets, packing, calibrated rows within --rows-budget-mb, and the CUDA-graph
+#      strategies), writing $OUT/profile_gpu.json and .png, which docs/benchmarks.md reads;
+#   3. profile_flex: packing through flex_attention (--attention flex), packed and
+#      packed-graphs, to $OUT/profile_gpu_flex.json;
+#   4. bucketed_calls: the wrapper's call benchmark (benchmarks/bucketed_calls.py), when
+#      the checkout has it (it says so and skips otherwise).
+# Older parts, by name in PARTS only: smoke, calibrate, bench_w256, bench_w1024,
+# gpu_bench_tests.
+# Each part has its own time limit inside BUDGET_S (default 570 s, under 10 minutes) and
+# writes its log and JSON to $OUT (default results/gpu); a part that fails or runs out of
+# time does not stop the next; the caps add up to more than BUDGET_S, so the last parts
+# get what is left. shapebucket's floor is torch 2.11 (shapebucket/_torch/version.py),
+# the image's: it runs on the image as it is (the import check below stops an older torch).
+# PARTS picks some (default: cuda_tests profile profile_flex bucketed_calls).
 set -u
 OUT=${OUT:-results/gpu}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 PY=${PY:-python3}
-deadline=$(($(date +%s) + ${BUDGET_S:-540}))
-PARTS=${PARTS:-cuda_tests calibrate bench_w256 bench_w1024 gpu_bench_tests}
+deadline=$(($(date +%s) + ${BUDGET_S:-570}))
+PARTS=${PARTS:-cuda_tests profile profile_flex bucketed_calls}
 
 part() { # part NAME CAP_SECONDS COMMAND...: run with the smaller of CAP and the time left
     local name=$1 cap=$2 left t start rc
@@ -53,7 +55,20 @@ part cuda_tests 100 "$PY" -m pytest -q -rs -p no:cacheprovider \
     "tests/test_bucketed.py::test_cuda_graphs_are_recorded_for_the_planned_shapes_only" \
     "tests/test_device_pad.py::test_cuda_finish_with_triton_equals_the_collator" \
     "tests/test_prewarm_modes.py::test_reduce_overhead_prewarm_records_every_bucket_and_training_never_recompiles" \
-    "tests/test_calibrate.py::test_on_cuda_the_allocator_peaks_stay_within_and_state_is_put_back"
+    "tests/test_calibrate.py::test_on_cuda_the_allocator_peaks_stay_within_and_state_is_put_back" \
+    "tests/test_bench_graphs.py::test_graph_strategies_record_at_prewarm_and_report_their_memory"
+profile=("$PY" -m shapebucket bench --profile gpu --device cuda --rounds 3 --epoch-samples 2000)
+TAIL=40 part profile 300 "${profile[@]}" --rows-budget-mb "${ROWS_BUDGET_MB:-40000}" \
+    --json "$OUT/profile_gpu.json"
+TAIL=20 part profile_flex 150 "${profile[@]}" --attention flex --no-limit \
+    --strategies fixed-packed-compile,shapebucket-packed,shapebucket-packed-graphs \
+    --json "$OUT/profile_gpu_flex.json"
+if [[ -f benchmarks/bucketed_calls.py ]]; then
+    part bucketed_calls 60 "$PY" benchmarks/bucketed_calls.py --device cuda \
+        --json "$OUT/bucketed_calls.json"
+elif [[ " $PARTS " == *" bucketed_calls "* ]]; then
+    echo "== bucketed_calls: skipped, this checkout has no benchmarks/bucketed_calls.py"
+fi
 part smoke 120 "$PY" -m shapebucket bench --quick --device cuda --no-limit \
     --strategies grouped-eager,shapebucket-packed,shapebucket-calibrated --json "$OUT/smoke.json"
 TAIL=45 part calibrate_w256 60 "$PY" benchmarks/calibrate_rows.py --device cuda --dim 256 \

@@ -476,7 +476,7 @@ def test_quick_run_on_gpu(tmp_path, mode):
 
 # options whose None means "not given" (no default to fill): an input file, torch.compile's
 # own default mode, and the replay switch
-NOT_GIVEN = {"lengths", "mode", "from_json"}
+NOT_GIVEN = {"lengths", "mode", "from_json", "profile", "tokens_per_step", "rows_budget_mb"}
 
 
 def test_every_default_is_set_and_matches_its_help():

@@ -21,6 +21,7 @@ from ..fit.buckets import Buckets
 from ..fit.packing_fit import PackingFitReport, fit_packing
 from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
+from .attention import with_blocks
 from .calibrated import calibrated_rows
 from .peers import FixedLengthCollator, fixed_length_packs, length_grouped_indices
 
@@ -150,11 +151,14 @@ def epoch_batches(family: str, s: Setup, ids: np.ndarray | None = None) -> Famil
         packer = PackedBatchSampler(L, fit.buckets, rows=rows, seed=a.seed)
         epoch = [ids[np.asarray(b, dtype=np.int64)] for b in packer]
         shapes = [(rows[n], n) for n in packer.batch_buckets().tolist()]
-        collate = PackedCollator(
-            fit.buckets,
-            rows=rows,
-            mask_key=None,
-            label_shift="none",  # the bench samples carry labels aligned with their tokens
+        collate = with_blocks(
+            PackedCollator(
+                fit.buckets,
+                rows=rows,
+                mask_key=None,
+                label_shift="none",  # the bench samples carry labels aligned with their tokens
+            ),
+            getattr(a, "attention", "sdpa"),
         )
         return Family(collate, epoch, shapes, buckets=fit.buckets, rows=rows, packing=fit)
     if family == "buckets":
@@ -189,6 +193,18 @@ def timed_sample_set(n: int, size: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed + 1).choice(n, size=size, replace=False))
 
 
+def _to_device(batch: dict[str, Any], to: torch.device) -> dict[str, Any]:
+    """The batch's tensors on ``to``, those of a nested dict (document blocks) too."""
+    return {
+        k: v.to(to, non_blocking=True)
+        if isinstance(v, torch.Tensor)
+        else _to_device(v, to)
+        if isinstance(v, dict)
+        else v
+        for k, v in batch.items()
+    }
+
+
 def build_family(family: str, s: Setup) -> Family:
     """The family's epoch over the whole dataset (its shapes and token efficiency), its
     warm-up batches (the first of that epoch) and its timed batches: one epoch of the timed
@@ -204,10 +220,7 @@ def build_family(family: str, s: Setup) -> Family:
             b: dict[str, Any] = dict(batches.collate(samples, batches.sizes[i]))  # type: ignore[call-arg, arg-type]
         else:
             b = dict(batches.collate(samples))  # type: ignore[arg-type]
-        return {
-            k: v.to(to, non_blocking=True) if isinstance(v, torch.Tensor) else v
-            for k, v in b.items()
-        }
+        return _to_device(b, to)
 
     fam.warmup = [collated(fam, i) for i in range(min(a.warmup_steps, len(fam.epoch)))]
     fam.warmup_real = [int(s.lengths[b].sum()) for b in fam.epoch[: len(fam.warmup)]]

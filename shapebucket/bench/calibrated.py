@@ -40,8 +40,8 @@ def _packed_batch(shape: Shape, vocab: int, device: torch.device) -> dict[Any, A
 
 
 def calibrated_rows(s: Any, fit: PackingFitReport) -> RowsReport:
-    """Rows per row length of ``fit`` within the token budget's peak at its longest row
-    length, measured with eager steps of the run's model (setup ``s``) and AdamW, in
+    """Rows per row length of ``fit`` within ``--rows-budget-mb`` when given, else within
+    the token budget's peak at its longest row length, measured with eager steps of the run's model (setup ``s``) and AdamW, in
     the timed steps' precision (:func:`~shapebucket.bench.memory.step_autocast`)."""
     torch.manual_seed(s.args.seed)
     model = s.make_model().to(s.device)
@@ -63,7 +63,12 @@ def calibrated_rows(s: Any, fit: PackingFitReport) -> RowsReport:
 
     longest = max(fit.buckets)
     batch = make_batch(Shape(fit.rows[longest], longest))
-    budget = steady_peak_bytes(lambda: step(batch), model, opt, batch, device=s.device)
+    stated = getattr(s.args, "rows_budget_mb", None)  # --rows-budget-mb, else measured
+    budget = (
+        int(stated * 2**20)
+        if stated is not None
+        else steady_peak_bytes(lambda: step(batch), model, opt, batch, device=s.device)
+    )
     torch.manual_seed(s.args.seed)
     model.load_state_dict(s.init_state)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

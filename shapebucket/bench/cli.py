@@ -16,10 +16,12 @@ from .._validate import check_int
 from ..data import read_lengths
 from ..errors import ShapeBucketError
 from .advice import recommendation
+from .attention import add_attention_flag, check_attention
 from .harness import run
 from .peers import source as grouped_source
+from .profiles import add_profile_flags, apply_profile, describe_profile, profile_config
 from .report import check_losses, format_table, headline, plot, run_payload
-from .strategies import DEFAULT, PEERS, STRATEGIES, StrategyResult
+from .strategies import DEFAULT, PEERS, STRATEGIES, StrategyResult, for_device
 from .workloads import WORKLOADS
 
 __all__ = ["main"]
@@ -63,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--quick", action="store_true", help="a small smoke run (tiny model, k=2)")
+    add_profile_flags(p)
+    add_attention_flag(p)
     p.add_argument("--workload", choices=WORKLOADS, default="mixture")
     p.add_argument(
         "--lengths",
@@ -217,7 +221,8 @@ def _describe(config: dict[str, Any]) -> str:
         f"{config['model']['max_len']}), batch {config['batch_size']}, buckets {config['buckets']}, "
         f"{config['rounds']} rounds x {_round(config)}, model {config['model']}, "
         f"torch {config['torch']}, {config['device']}"
-        f"{', mode ' + str(config['mode']) if config['mode'] else ''}, {config['machine']}\n"
+        f"{', mode ' + str(config['mode']) if config['mode'] else ''}, {config['machine']}"
+        f"{describe_profile(config)}\n"
         f"peers: {', '.join(n for n in config['strategies'] if n in PEERS)} "
         f"({config.get('grouped_sampler', '?')})"
     )
@@ -240,7 +245,8 @@ def _title(config: dict[str, Any]) -> str:
 
 
 def _resolve(args: argparse.Namespace) -> None:
-    """Fill the defaults that depend on --quick and check every number."""
+    """Fill the defaults that depend on --profile and --quick and check every number."""
+    apply_profile(args)
     for key, (full, small) in _DEFAULTS.items():
         if getattr(args, key) is None:
             setattr(args, key, small if args.quick else full)
@@ -300,10 +306,12 @@ def _resolve(args: argparse.Namespace) -> None:
         read_lengths(args.lengths)  # refused here, before any strategy runs
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ShapeBucketError("--device cuda but torch.cuda.is_available() is False")
+    args.strategies = for_device(args.strategies, args.device, everything=given == "all")
     if args.mode == "reduce-overhead" and not args.device.startswith("cuda"):
         raise ShapeBucketError(
             "--mode reduce-overhead captures CUDA graphs: it needs --device cuda"
         )
+    check_attention(args)
     stem = f"results/steps_per_sec_{args.workload}{'_quick' if args.quick else ''}"
     if args.json is None:
         args.json = stem + ".json"
@@ -363,6 +371,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     config, results, padding_problems, lengths = run(args)
     config["grouped_sampler"] = grouped_source()
+    config["profile"], config["tokens_per_step"] = profile_config(args), args.tokens_per_step
+    config["attention"] = args.attention
     print()
     print(_describe(config))
     print(format_table(results))

@@ -12,8 +12,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..collate.attention import document_causal_mask
+from ..collate.blocks import block_mask_from_blocks
 
-__all__ = ["GPT", "CaptionConfig", "Captioner", "GPTConfig"]
+__all__ = ["FLEX_BLOCK_SIZE", "GPT", "CaptionConfig", "Captioner", "GPTConfig"]
+
+#: ``flex_attention``'s block size: a packed batch's ``document_blocks`` are made with it
+FLEX_BLOCK_SIZE = 128
 
 
 @dataclass(frozen=True)
@@ -45,12 +49,22 @@ class Block(nn.Module):
         q, k, v = (
             self.qkv(self.ln1(x)).view(B, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
         )
-        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        att = _attention(q, k, v, mask)
         return self.proj(att.transpose(1, 2).reshape(B, L, D))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         x = x + self._attend(x, mask)
         return x + self.mlp(self.ln2(x))
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any) -> torch.Tensor:
+    """Dense attention under a boolean mask (or none), or ``flex_attention`` under a
+    ``BlockMask``: it computes only the blocks the mask keeps."""
+    if mask is None or isinstance(mask, torch.Tensor):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(q, k, v, block_mask=mask)  # type: ignore[return-value]
 
 
 def _next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -73,7 +87,11 @@ class GPT(nn.Module):
     itself, so pad rows never see an empty row); the loss ignores label -100.
     A packed batch (``position_ids`` and ``document_ids`` from
     :class:`~shapebucket.PackedCollator`) gets each sample's own positions and a
-    block-diagonal causal mask (:func:`~shapebucket.document_causal_mask`).
+    block-diagonal causal mask (:func:`~shapebucket.document_causal_mask`); with its
+    ``document_blocks`` too (:class:`~shapebucket.WithDocumentBlocks`, made in the
+    DataLoader worker) it attends through ``flex_attention`` under the document
+    ``BlockMask`` (:func:`~shapebucket.block_mask_from_blocks`), computing only the blocks
+    the mask keeps.
 
     >>> model = GPT(GPTConfig(vocab=16, dim=8, layers=1, heads=2, max_len=8))
     >>> ids = torch.randint(0, 16, (2, 8))
@@ -92,6 +110,7 @@ class GPT(nn.Module):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         document_ids: torch.Tensor | None = None,
+        document_blocks: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """``[rows, L, vocab]`` logits of a padded or a packed batch."""
         L = input_ids.shape[1]
@@ -100,7 +119,13 @@ class GPT(nn.Module):
             if position_ids is None:
                 raise ValueError("a packed batch needs position_ids next to document_ids")
             x = self.tok(input_ids) + self.pos(position_ids)
-            mask = document_causal_mask(document_ids)
+            mask: Any = (
+                document_causal_mask(document_ids)
+                if document_blocks is None
+                else block_mask_from_blocks(
+                    document_blocks, document_ids, block_size=FLEX_BLOCK_SIZE
+                )
+            )
         else:
             if attention_mask is None:
                 raise ValueError("pass attention_mask (padded batches) or document_ids (packed)")
@@ -117,8 +142,9 @@ class GPT(nn.Module):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         document_ids: torch.Tensor | None = None,
+        document_blocks: dict[str, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        logits = self.logits(input_ids, attention_mask, position_ids, document_ids)
+        logits = self.logits(input_ids, attention_mask, position_ids, document_ids, document_blocks)
         return _next_token_loss(logits, labels)
 
     def token_losses(

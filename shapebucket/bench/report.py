@@ -185,6 +185,19 @@ def check_losses(
     return problems
 
 
+def _steps_lines(ranked: Sequence[StrategyResult]) -> list[str]:
+    """Steps/sec beside useful tokens/sec (median round), and the memory CUDA graphs keep."""
+    ok = [r for r in ranked if r.error is None and r.family != LIMIT]
+    lines = ["steps/s: " + ", ".join(f"{r.name} {r.steps_per_sec:,.2f}" for r in ok)]
+    graphs = [r for r in ok if r.graph_memory_mb is not None]
+    if graphs:
+        lines.append(
+            "CUDA graphs keep: "
+            + ", ".join(f"{r.name} {r.graph_memory_mb:,.0f} MB" for r in graphs)
+        )
+    return lines
+
+
 def format_table(results: Sequence[StrategyResult]) -> str:
     """One row per strategy, fastest first: median and range of the rounds, the ratio to the
     best peer, peak memory of a step, warm-up, one epoch, the whole job of one and ten
@@ -217,6 +230,7 @@ def format_table(results: Sequence[StrategyResult]) -> str:
             f"{r.token_efficiency:>7.1%} {r.timed_token_efficiency:>5.0%} {r.shapes:>6d} "
             f"{'-' if r.of_limit is None else f'{r.of_limit:.0%}':>8s}"
         )
+    lines += _steps_lines(ranked)
     lines.append(
         "useful tok/s: real tokens per second, median of the rounds (each one whole epoch of the "
         "timed set); vs peer: relative to the best strategy without shapebucket; peak MB: tensor "

@@ -153,8 +153,9 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
     a = s.args
     result = new_result(name, s, fam)
     fwd: Any = fresh_forward(name)
+    mode = strategy.mode or a.mode
     if strategy.compile is not None:
-        fwd = torch.compile(fwd, fullgraph=True, mode=a.mode, **strategy.compile)
+        fwd = torch.compile(fwd, fullgraph=True, mode=mode, **strategy.compile)
     step, opt = training_step(s, fwd, _marker(strategy, fam.buckets))
     guard = (lambda: no_recompiles(fam.buckets)) if strategy.prewarm else contextlib.nullcontext
     # its own copies of the family's batches: marks (mark_dynamic) live on tensor objects,
@@ -165,6 +166,7 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
     with CompileCounter() as total:
         t0 = time.perf_counter()
         if strategy.prewarm and fam.buckets is not None:
+            reserved = _reserved(s.device)
             prewarm(
                 fwd,
                 ShapePlan.of(fam.collate),  # the bench's collators pad rows: one shape per bucket
@@ -172,9 +174,11 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
                 step=step,
                 restore=[opt],
                 # CUDA graphs are recorded after warm-up runs: record each shape's in prewarm
-                modes=[CudaGraphs()] if a.mode == "reduce-overhead" else [],
+                modes=[CudaGraphs()] if mode == "reduce-overhead" else [],
                 progress=False,
             )
+            if mode == "reduce-overhead":  # what the recorded graphs keep
+                result.graph_memory_mb = (_reserved(s.device) - reserved) / 2**20
         for i, b in enumerate(fam.warmup):
             runner.losses.append(step(b))
             if i == 0:
@@ -188,6 +192,11 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
     result.recompile_limit_hit = bool(total.limit_hits)
     result.warmup_peak_mem_mb = peak_memory_mb(s.device)
     return runner
+
+
+def _reserved(device: torch.device) -> int:
+    """Bytes the CUDA caching allocator holds (0 off CUDA)."""
+    return torch.cuda.memory_reserved(device) if device.type == "cuda" else 0
 
 
 def _copy(batch: dict[str, Any]) -> dict[str, Any]:

@@ -11,7 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DEFAULT", "PEERS", "STRATEGIES", "Strategy", "StrategyResult"]
+from ..errors import ShapeBucketError
+
+__all__ = [
+    "CUDA_ONLY",
+    "DEFAULT",
+    "PEERS",
+    "STRATEGIES",
+    "Strategy",
+    "StrategyResult",
+    "for_device",
+]
 
 
 @dataclass(frozen=True)
@@ -31,6 +41,9 @@ class Strategy:
     # "background" trains eagerly from the first second while a one-core process compiles
     # every shape, each shape switching to its graph when ready (bench.background)
     ready: str = "first"
+    # torch.compile's mode for this strategy (None: --mode); "reduce-overhead" records a CUDA
+    # graph per planned shape at prewarm and needs --device cuda
+    mode: str | None = None
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -95,6 +108,22 @@ STRATEGIES: dict[str, Strategy] = {
         "rows per row length within the peak shapebucket-packed's token budget needs at its "
         "longest row length), prewarmed",
     ),
+    "shapebucket-graphs": Strategy(
+        "buckets",
+        {"dynamic": False},
+        prewarm=True,
+        mode="reduce-overhead",
+        about="same batches as shapebucket, CUDA graphs (mode=reduce-overhead: forward and "
+        "backward) recorded at prewarm for the plan's shapes only; CUDA only",
+    ),
+    "shapebucket-packed-graphs": Strategy(
+        "packed",
+        {"dynamic": False},
+        prewarm=True,
+        mode="reduce-overhead",
+        about="same batches as shapebucket-packed, CUDA graphs (mode=reduce-overhead) "
+        "recorded at prewarm for the plan's shapes only; CUDA only",
+    ),
     "shapebucket-packed-background": Strategy(
         "packed",
         {"dynamic": False},
@@ -104,6 +133,31 @@ STRATEGIES: dict[str, Strategy] = {
     ),
 }
 PEERS = tuple(n for n in STRATEGIES if not n.startswith("shapebucket"))
+#: strategies that record CUDA graphs: refused without --device cuda
+CUDA_ONLY = tuple(n for n, s in STRATEGIES.items() if s.mode == "reduce-overhead")
+
+
+def for_device(names: list[str], device: str, *, everything: bool = False) -> list[str]:
+    """``names`` that run on ``device``: the CUDA-graph strategies need CUDA. Asked for
+    by name off CUDA they are refused; ``everything`` (``--strategies all``) leaves them
+    out there.
+
+    >>> for_device(["shapebucket", "shapebucket-graphs"], "cpu", everything=True)
+    ['shapebucket']
+    """
+    if device.startswith("cuda"):
+        return names
+    if everything:
+        return [n for n in names if n not in CUDA_ONLY]
+    cuda_only = [n for n in names if n in CUDA_ONLY]
+    if cuda_only:
+        raise ShapeBucketError(
+            f"--strategies {', '.join(cuda_only)} record CUDA graphs (mode=reduce-overhead): "
+            f"they need --device cuda, not {device}; leave them out on a CPU"
+        )
+    return names
+
+
 #: The default run: every peer, and packing eager and compiled first. The bucket
 #: strategies (shapebucket, -specialized, -tokens) ran within noise of the peers in every
 #: earlier run and cost 95-135 s of warm-up each; compiling while training starves on 2
@@ -157,6 +211,9 @@ class StrategyResult:
     limit: dict[str, Any] | None = None
     of_limit: float | None = None
     limit_gap: dict[str, float] | None = None
+    # CUDA graphs: the memory the recorded graphs keep (torch.cuda.memory_reserved after
+    # prewarm less before it), MB; None where no graph was recorded
+    graph_memory_mb: float | None = None
     error: str | None = None
 
     def job_seconds(self, epochs: int, epoch_s: float | None = None) -> float:

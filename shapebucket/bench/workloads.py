@@ -9,17 +9,19 @@ from pathlib import Path
 
 import numpy as np
 
+from .._validate import check_int
 from ..data import mixture_lengths
 
 __all__ = [
     "WORKLOADS",
     "caption_lengths",
     "load_workload",
+    "long_mixture_lengths",
     "stdlib_docstring_lengths",
     "stdlib_docstring_paragraphs",
 ]
 
-WORKLOADS = ("mixture", "text", "captioning")
+WORKLOADS = ("mixture", "long-mixture", "text", "captioning")
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
@@ -73,12 +75,30 @@ def caption_lengths(n: int, seed: int = 0) -> np.ndarray:
     return rng.integers(lo, hi + 1).astype(np.int64)
 
 
+def long_mixture_lengths(n: int, *, max_len: int, seed: int = 0) -> np.ndarray:
+    """Long-tailed sample lengths up to ``max_len``: 70% in ``[max_len/128, max_len/16]``,
+    25% in ``(max_len/16, max_len/4]`` and 5% in ``(max_len/4, max_len]`` (at
+    ``max_len=2048``: 16-128, 129-512 and 513-2,048 tokens).
+
+    >>> lengths = long_mixture_lengths(1000, max_len=2048, seed=0)
+    >>> int(lengths.min()) >= 16, int(lengths.max()) <= 2048
+    (True, True)
+    """
+    check_int("max_len", max_len, minimum=128)
+    rng = np.random.default_rng(seed)
+    part = rng.choice(3, size=n, p=[0.70, 0.25, 0.05])
+    lo = np.array([max_len // 128, max_len // 16 + 1, max_len // 4 + 1])[part]
+    hi = np.array([max_len // 16, max_len // 4, max_len])[part]
+    return rng.integers(lo, hi + 1).astype(np.int64)
+
+
 def load_workload(
     name: str, *, n: int, max_len: int, seed: int, lengths_file: str | None = None
 ) -> tuple[np.ndarray, int]:
     """``(lengths, clipped)``: the workload's lengths, clipped to ``max_len``, and how many were clipped.
 
-    ``mixture`` and ``captioning`` draw ``n`` samples; ``text`` and ``file`` use all their lengths.
+    ``mixture``, ``long-mixture`` (long-tailed up to ``max_len``) and ``captioning`` draw
+    ``n`` samples; ``text`` and ``file`` use all their lengths.
     """
     if lengths_file is not None:
         from ..data import read_lengths
@@ -86,6 +106,8 @@ def load_workload(
         lengths = read_lengths(lengths_file).astype(np.int64)
     elif name == "mixture":
         lengths = mixture_lengths(n, seed=seed)
+    elif name == "long-mixture":
+        lengths = long_mixture_lengths(n, max_len=max(max_len, 128), seed=seed)
     elif name == "text":
         lengths = stdlib_docstring_lengths()
     elif name == "captioning":

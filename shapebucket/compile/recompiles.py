@@ -220,15 +220,7 @@ def no_recompiles(
     table = None if plan is None else _table_of(plan, "no_recompiles")
     hits = compat.recompile_limit_hits()
     if hits:
-        names = sorted(set(_SEEN_LIMIT_HITS))
-        named = f" ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})" if names else ""
-        warnings.warn(
-            f"{hits} compiled function(s) hit the recompile limit earlier in this process{named} "
-            f"and now run eagerly, without an error, for shapes they were not compiled for; "
-            "no_recompiles() cannot catch that. Raise the limit before compiling (prewarm does, or "
-            f"{recompile_limit_fix('N')}), or reset the compiler and prewarm again",
-            stacklevel=3,
-        )
+        _warn_past_limit(hits)
     try:
         with torch.compiler.set_stance("fail_on_recompile"):
             yield
@@ -236,30 +228,7 @@ def no_recompiles(
         if not is_recompile_error(e):
             raise
         text = str(e)
-        failures = parse_recompile_error(text)
-        sizes = [f for f in failures if f.is_size]
-        others = [f for f in failures if not f.is_size]
-        modes = list(dict.fromkeys(m for f in others if (m := mode_change(f.text))))
-        fix = (
-            " Pad every batch to a bucket (BucketCollator) and prewarm every bucket (and batch "
-            "size) first."
-        )
-        if modes:
-            what, fix = "; ".join(modes), ""
-        elif sizes and not others:
-            f = sizes[0]
-            what = f"input {f.name!r} has size {f.actual} at dim {f.dim}, a shape that was not prewarmed"
-        elif any(_changes_keywords(f.text) for f in others):
-            f = next(f for f in others if _changes_keywords(f.text))
-            what = (
-                f"the call passes other inputs than the prewarmed example did "
-                f"({f.text.split('#', 1)[0].strip()}); prewarm with an example of exactly the "
-                "keys the loop passes (labels and masks included)"
-            )
-        elif others:
-            what = f"an input failed a guard other than its size ({others[0].text}), e.g. a different stride, dtype or device than the prewarmed batch"
-        else:
-            what = "an input or guard changed in a way that was not prewarmed"
+        what, fix = _cause(text)
         where = ""
         if isinstance(table, ShapePlan):
             where = f"; the plan's shapes (rows, length) are {[tuple(s) for s in table]}"
@@ -268,3 +237,52 @@ def no_recompiles(
         raise ShapeBucketError(
             f"recompile inside no_recompiles(): {what}{where}.{fix}\ncompiler said: {text}"
         ) from e
+
+
+def _warn_past_limit(hits: int) -> None:
+    """Warn that ``hits`` functions hit the recompile limit earlier: they run eagerly for
+    new shapes, which the ``fail_on_recompile`` stance cannot see."""
+    names = sorted(set(_SEEN_LIMIT_HITS))
+    named = f" ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})" if names else ""
+    warnings.warn(
+        f"{hits} compiled function(s) hit the recompile limit earlier in this process{named} "
+        f"and now run eagerly, without an error, for shapes they were not compiled for; "
+        "no_recompiles() cannot catch that. Raise the limit before compiling (prewarm does, or "
+        f"{recompile_limit_fix('N')}), or reset the compiler and prewarm again",
+        stacklevel=4,
+    )
+
+
+def _cause(text: str) -> tuple[str, str]:
+    """What caused the recompile a ``fail_on_recompile`` error describes, and the fix to
+    add after it (empty when the cause names its own): a mode, a new size, other keys than
+    the example's, or another guard."""
+    failures = parse_recompile_error(text)
+    sizes = [f for f in failures if f.is_size]
+    others = [f for f in failures if not f.is_size]
+    modes = list(dict.fromkeys(m for f in others if (m := mode_change(f.text))))
+    pad = (
+        " Pad every batch to a bucket (BucketCollator) and prewarm every bucket (and batch "
+        "size) first."
+    )
+    if modes:
+        return "; ".join(modes), ""
+    if sizes and not others:
+        f = sizes[0]
+        return (
+            f"input {f.name!r} has size {f.actual} at dim {f.dim}, a shape that was not prewarmed",
+            pad,
+        )
+    keys = next((f for f in others if _changes_keywords(f.text)), None)
+    if keys is not None:
+        return (
+            f"the call passes other inputs than the prewarmed example did "
+            f"({keys.text.split('#', 1)[0].strip()}); prewarm with an example of exactly the "
+            "keys the loop passes (labels and masks included)"
+        ), pad
+    if others:
+        return (
+            f"an input failed a guard other than its size ({others[0].text}), e.g. a different "
+            "stride, dtype or device than the prewarmed batch"
+        ), pad
+    return "an input or guard changed in a way that was not prewarmed", pad

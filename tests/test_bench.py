@@ -60,7 +60,19 @@ def bench(*args, timeout=600):
 
 @pytest.mark.slow
 def test_quick_run_writes_table_json_and_plot(tmp_path):
-    out = bench("--quick", "--cache", "shared", "--json", str(tmp_path / "r.json"))
+    # 2,000 samples and 100 a timed epoch (quick: 20,000 and 400): the same strategies,
+    # rounds and assertions, a quarter of the timed steps
+    out = bench(
+        "--quick",
+        "--samples",
+        "2000",
+        "--epoch-samples",
+        "100",
+        "--cache",
+        "shared",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["config"]["torch"] and data["config"]["batch_size"] == 16
@@ -103,9 +115,11 @@ def test_compile_while_training_strategy_trains_through_its_warm_up(tmp_path):
         "--k",
         "1",
         "--samples",
-        "4000",
+        "2000",
         "--epoch-samples",
-        "200",
+        "100",
+        "--rounds",
+        "1",  # the warm-up is what is checked: one timed round after it is enough
         "--json",
         str(tmp_path / "b.json"),
     )
@@ -133,6 +147,8 @@ def test_captioning_images_go_through_the_collator(tmp_path):
         "grouped-eager,shapebucket",
         "--rounds",
         "1",
+        "--samples",
+        "2000",
         "--epoch-samples",
         "64",
         "--cache",

@@ -115,11 +115,9 @@ def test_compile_while_training_strategy_trains_through_its_warm_up(tmp_path):
         "--k",
         "1",
         "--samples",
-        "2000",
+        "4000",
         "--epoch-samples",
-        "100",
-        "--rounds",
-        "1",  # the warm-up is what is checked: one timed round after it is enough
+        "200",
         "--json",
         str(tmp_path / "b.json"),
     )
@@ -147,8 +145,6 @@ def test_captioning_images_go_through_the_collator(tmp_path):
         "grouped-eager,shapebucket",
         "--rounds",
         "1",
-        "--samples",
-        "2000",
         "--epoch-samples",
         "64",
         "--cache",

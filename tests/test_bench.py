@@ -60,7 +60,19 @@ def bench(*args, timeout=600):
 
 @pytest.mark.slow
 def test_quick_run_writes_table_json_and_plot(tmp_path):
-    out = bench("--quick", "--cache", "shared", "--json", str(tmp_path / "r.json"))
+    # 2,000 samples and 100 a timed epoch (quick: 20,000 and 400): the same strategies,
+    # rounds and assertions, a quarter of the timed steps
+    out = bench(
+        "--quick",
+        "--samples",
+        "2000",
+        "--epoch-samples",
+        "100",
+        "--cache",
+        "shared",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["config"]["torch"] and data["config"]["batch_size"] == 16

@@ -1,5 +1,7 @@
 """Write docs/api.md from the docstrings of every public name: ``shapebucket.__all__``,
-then each subpackage's ``__all__`` (the names it adds to the top level).
+then each subpackage's ``__all__`` (the names it adds to the top level), then the
+records its functions return (:data:`RECORDS`: a user reads them but never builds one,
+so they are reached by their module path and not exported).
 
     python scripts/build_api_docs.py          # rewrite docs/api.md
     python scripts/build_api_docs.py --check  # exit 1 if docs/api.md is stale
@@ -36,12 +38,49 @@ MODULES = [
     "shapebucket.sampling",
     "shapebucket.collate",
     "shapebucket.compile",
-    "shapebucket.compile.background",
     "shapebucket.bucketed",
     "shapebucket.calibrate",
     "shapebucket.hf",
     "shapebucket.hf.trl",
 ]
+
+#: per subpackage, the records (and the handle) its functions return, by module path
+RECORDS = {
+    "shapebucket.fit": [
+        "shapebucket.fit.padding.PaddingReport",
+        "shapebucket.fit.packing.PackingReport",
+        "shapebucket.fit.packing_fit.PackingFitReport",
+        "shapebucket.fit.cell_report.CellsReport",
+    ],
+    "shapebucket.advise": [
+        "shapebucket.advise.kchoice.KChoiceReport",
+        "shapebucket.advise.kchoice.KEstimate",
+        "shapebucket.advise.policies.PolicyReport",
+        "shapebucket.advise.strategy.StrategyReport",
+        "shapebucket.advise.strategy.StrategyEstimate",
+    ],
+    "shapebucket.sampling": ["shapebucket.fit.batches.SamplerReport"],
+    "shapebucket.collate": [
+        "shapebucket.collate.device.FlatBatch",
+        "shapebucket.collate.counters.CollateReport",
+    ],
+    "shapebucket.compile": [
+        "shapebucket.compile.report.PrewarmReport",
+        "shapebucket.compile.background.handle.BackgroundCompile",
+        "shapebucket.compile.background.report.BackgroundReport",
+    ],
+    "shapebucket.bucketed": ["shapebucket.bucketed.stats.BucketedReport"],
+    "shapebucket.calibrate": [
+        "shapebucket.calibrate.report.RowsReport",
+        "shapebucket.calibrate.report.Probe",
+    ],
+}
+
+
+def record(path: str) -> object:
+    """The object at a dotted ``module.Name`` path."""
+    module_name, name = path.rsplit(".", 1)
+    return getattr(importlib.import_module(module_name), name)
 
 
 def _entry(name: str, obj: object, level: str) -> list[str]:
@@ -87,6 +126,10 @@ def render() -> str:
             parts += ["Also here: " + ", ".join(f"`{n}`" for n in same) + " (above).", ""]
         for name in extra:
             parts += _entry(f"{module_name}.{name}", getattr(module, name), "##")
+        if RECORDS.get(module_name):
+            parts += ["Returned, not exported (reached by the module path):", ""]
+        for path in RECORDS.get(module_name, []):
+            parts += _entry(path, record(path), "##")
     return "\n".join(parts).rstrip() + "\n"
 
 

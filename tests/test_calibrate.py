@@ -13,12 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapebucket import BucketBatchSampler, BucketCollator, PackedBatchSampler, ShapeBucketError
-from shapebucket.calibrate import (
-    calibrate_rows,
-    live_tensor_bytes,
-    steady_peak_bytes,
-    step_peak_bytes,
-)
+from shapebucket.calibrate import calibrate_rows, steady_peak_bytes
+from shapebucket.calibrate.memory import live_tensor_bytes, step_peak_bytes
 from shapebucket.calibrate.report import size
 from shapebucket.calibrate.rows import largest_fitting
 from shapebucket.plan import Shape
@@ -360,7 +356,7 @@ def test_a_mapping_batch_and_a_sparse_gradient_are_counted():
     gradient raised a raw NotImplementedError (it has no storage)."""
     from collections import UserDict
 
-    from shapebucket.calibrate import live_tensor_bytes
+    from shapebucket.calibrate.memory import live_tensor_bytes
     from shapebucket.calibrate.rows import _device_of
 
     cpu = torch.device("cpu")

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapebucket.errors import ShapeBucketError
-from shapebucket.fit import Cells, cells_lower_bound, cells_report, fit_cells
+from shapebucket.fit import Cells, cells_report, fit_cells
+from shapebucket.fit.cells import cells_lower_bound
 
 FAST = settings(max_examples=40, deadline=None, print_blob=True)
 

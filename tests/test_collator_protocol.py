@@ -22,7 +22,8 @@ from shapebucket import (
 )
 from shapebucket.collate import CellCollator, KeyRoles, WithDocumentBlocks
 from shapebucket.fit import Cells
-from shapebucket.plan import Shape, ShapedCollator, as_plan
+from shapebucket.plan import Shape, ShapedCollator
+from shapebucket.plan.coerce import as_plan
 from shapebucket.sampling import CellBatchSampler
 
 EAGER = {"dynamic": False, "backend": "eager", "fullgraph": True}

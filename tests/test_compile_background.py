@@ -19,12 +19,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from shapebucket import BucketBatchSampler, BucketCollator, ShapePlan, no_recompiles
 from shapebucket import _torch as compat
 from shapebucket.bench.model import GPT, CaptionConfig, Captioner, GPTConfig
-from shapebucket.compile import (
-    BackgroundCompile,
-    BackgroundOptions,
-    CompileCounter,
-    compile_in_background,
-)
+from shapebucket.compile import BackgroundOptions, CompileCounter, compile_in_background
+from shapebucket.compile.background.handle import BackgroundCompile
 from shapebucket.compile.background.worker import ERROR, compile_shapes
 from shapebucket.errors import ShapeBucketError
 

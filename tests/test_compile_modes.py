@@ -21,7 +21,8 @@ from shapebucket.compile import (
     no_recompiles,
     prewarm,
 )
-from shapebucket.compile.modes import Job, length_dims
+from shapebucket.compile.modes.base import Job
+from shapebucket.compile.modes.specialize import length_dims
 from shapebucket.compile.report import PrewarmReport
 from shapebucket.plan.shapes import Shape, ShapePlan
 

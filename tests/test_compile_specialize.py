@@ -15,7 +15,7 @@ from torch import nn
 from shapebucket import BucketCollator, ShapeBucketError, ShapePlan, no_recompiles, prewarm
 from shapebucket import _torch as compat
 from shapebucket.compile import CompileCounter, Specialize
-from shapebucket.compile.modes import Job
+from shapebucket.compile.modes.base import Job
 from shapebucket.compile.report import PrewarmReport
 
 

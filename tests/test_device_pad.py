@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shapebucket import BucketCollator, ShapeBucketError
-from shapebucket.collate import FlatBatch
+from shapebucket.collate.device import FlatBatch
 from shapebucket.collate.kernel import triton_available
 
 DTYPES = {

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from shapebucket import ShapeBucketError, fit_packing
 from shapebucket.data import mixture_lengths
-from shapebucket.fit import packing_report, rows_for_tokens
+from shapebucket.fit import packing_report
 from shapebucket.fit import packing_search as search
+from shapebucket.fit.packing import rows_for_tokens
 
 # -- the batches -------------------------------------------------------------------------------
 

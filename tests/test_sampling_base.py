@@ -40,7 +40,6 @@ def test_subpackage_exports():
         "CellBatchSampler",
         "PackedBatchSampler",
         "ResumableBatchSampler",
-        "SamplerReport",
     }
     assert issubclass(BucketBatchSampler, ResumableBatchSampler)
     assert issubclass(PackedBatchSampler, ResumableBatchSampler)

@@ -1,7 +1,7 @@
 """The torch seam for the profiler's undocumented event stream: the one module that reads
 ``torch.profiler.profile().profiler.kineto_results`` (every allocation and free of
 torch's CPU allocator, in time order). On CUDA the allocator's own counters give a
-step's peak (:func:`shapebucket.calibrate.step_peak_bytes`); a CPU has none.
+step's peak (:func:`shapebucket.calibrate.memory.step_peak_bytes`); a CPU has none.
 
 The processed event list (``prof.events()``) attributes most allocations to their ops
 and would hide a peak inside a compiled graph, so the peak comes from the raw events,

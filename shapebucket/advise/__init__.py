@@ -7,18 +7,13 @@ policies side by side). Sits above :mod:`shapebucket.fit`, which stays pure.
 True
 """
 
-from .kchoice import KChoiceReport, KEstimate, choose_k
-from .policies import PolicyReport, compare_policies
-from .strategy import StrategyEstimate, StrategyReport, choose_strategy
+from .kchoice import choose_k
+from .policies import compare_policies
+from .strategy import choose_strategy
 from .timing import StepTiming, time_steps
 
 __all__ = [
-    "KChoiceReport",
-    "KEstimate",
-    "PolicyReport",
     "StepTiming",
-    "StrategyEstimate",
-    "StrategyReport",
     "choose_k",
     "choose_strategy",
     "compare_policies",

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from .._validate import round_up
-from ..calibrate import RowsReport
+from ..calibrate.report import RowsReport
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
 from ..fit.buckets import Buckets

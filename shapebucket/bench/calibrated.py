@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from ..calibrate import RowsReport, calibrate_rows, steady_peak_bytes
+from ..calibrate import calibrate_rows, steady_peak_bytes
+from ..calibrate.report import RowsReport
 from ..collate.packed import PackedCollator
 from ..fit.packing_fit import PackingFitReport
 from ..plan.shapes import Shape

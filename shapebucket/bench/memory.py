@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ..calibrate import step_peak_bytes
+from ..calibrate.memory import step_peak_bytes
 
 __all__ = ["peak_memory_mb", "peak_step_memory_mb", "reset_peak_memory", "step_autocast", "sync"]
 
@@ -56,7 +56,7 @@ def peak_memory_mb(device: torch.device) -> float:
 def peak_step_memory_mb(step: Callable[[], Any], device: torch.device) -> float:
     """Peak megabytes of tensor memory a call of ``step`` allocates on top of what was
     live before it, measured by the calibration's owner of step peaks
-    (:func:`~shapebucket.calibrate.step_peak_bytes`).
+    (:func:`~shapebucket.calibrate.memory.step_peak_bytes`).
 
     >>> peak_step_memory_mb(lambda: torch.zeros(2**18), torch.device("cpu"))  # 1 MiB
     1.0

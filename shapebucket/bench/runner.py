@@ -21,7 +21,7 @@ import torch
 
 from .. import _torch as compat
 from ..compile.marks import mark_dynamic
-from ..compile.modes import CudaGraphs
+from ..compile.modes.run import CudaGraphs
 from ..compile.prewarm import prewarm
 from ..compile.recompiles import CompileCounter, no_recompiles
 from ..fit.buckets import Buckets

@@ -1,20 +1,14 @@
 """Shapes from the machine: rows per length calibrated to a memory budget.
 
 >>> import shapebucket.calibrate as cal
->>> sorted(cal.__all__)[:2]
-['Probe', 'RowsReport']
+>>> cal.__all__
+['calibrate_rows', 'steady_peak_bytes']
 """
 
-from .memory import device_memory, live_tensor_bytes, steady_peak_bytes, step_peak_bytes
-from .report import Probe, RowsReport
+from .memory import steady_peak_bytes
 from .rows import calibrate_rows
 
 __all__ = [
-    "Probe",
-    "RowsReport",
     "calibrate_rows",
-    "device_memory",
-    "live_tensor_bytes",
     "steady_peak_bytes",
-    "step_peak_bytes",
 ]

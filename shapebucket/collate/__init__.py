@@ -2,7 +2,7 @@
 
 One engine (:mod:`.engine`) turns flat values plus a layout into padded tensors and
 masks for every path: :class:`BucketCollator`, :class:`PackedCollator`,
-:class:`CellCollator`, :meth:`FlatBatch.finish` and re-padding (:mod:`.repad`).
+:class:`CellCollator`, :meth:`~.device.FlatBatch.finish` and re-padding (:mod:`.repad`).
 Every collator implements the collator protocol
 (:class:`~shapebucket.plan.ShapedCollator`): ``shapes(sampler)`` and
 ``repad(batch, shape)``.
@@ -12,16 +12,12 @@ from .attention import document_block_mask, document_causal_mask
 from .blocks import WithDocumentBlocks, block_mask_from_blocks, document_blocks
 from .bucket import BucketCollator
 from .cells import CellCollator
-from .counters import CollateReport
-from .device import FlatBatch
 from .packed import PackedCollator
 from .samples import KeyRoles
 
 __all__ = [
     "BucketCollator",
     "CellCollator",
-    "CollateReport",
-    "FlatBatch",
     "KeyRoles",
     "PackedCollator",
     "WithDocumentBlocks",

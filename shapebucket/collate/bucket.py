@@ -195,7 +195,7 @@ class BucketCollator(Collator):
 
     def flat(self, samples: Sequence[Any]) -> FlatBatch:
         """The batch before padding, for device-side padding: each sequence key's values
-        concatenated, the lengths, the bucket and the rows (:class:`~shapebucket.collate.FlatBatch`;
+        concatenated, the lengths, the bucket and the rows (:class:`~shapebucket.collate.device.FlatBatch`;
         its ``finish()`` returns what this collator returns for ``samples``). Dict samples
         only. Counted in ``stats`` as a collated batch.
 

@@ -8,7 +8,7 @@ sequence dim (``[sum(lengths), *trailing]``), to :func:`assemble`:
   (right padding) or the end (left padding) of a ``bucket``-long row;
 * :class:`~shapebucket.PackedCollator`: several samples per row, each at its
   ``(row, start)`` from :func:`~shapebucket.fit.packing.pack_rows`;
-* :meth:`~shapebucket.collate.FlatBatch.finish`: the bucket collator's layout,
+* :meth:`~shapebucket.collate.device.FlatBatch.finish`: the bucket collator's layout,
   on the device the values were moved to;
 * re-padding a batch to another shape (:mod:`.repad`): each row of the batch a
   "sample" as long as the part of it that fits (:func:`regrid`), its rows by

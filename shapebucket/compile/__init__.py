@@ -5,32 +5,26 @@
 True
 """
 
-from .background import (
-    BackgroundCompile,
-    BackgroundOptions,
-    BackgroundReport,
-    compile_in_background,
-)
+from .background.handle import BackgroundOptions, compile_in_background
 from .cache.aot import AotCache
 from .cache.artifacts import load_compile_cache, save_compile_cache
 from .marks import mark_dynamic
-from .modes import Cache, CudaGraphs, Inference, Mode, RecompileLimit, Repeat, Specialize
+from .modes.base import Mode
+from .modes.cached import Cache
+from .modes.run import CudaGraphs, Inference, RecompileLimit, Repeat
+from .modes.specialize import Specialize
 from .prewarm import prewarm
 from .recompiles import CompileCounter, check_recompile_limit, no_recompiles
 from .regions import compile_regions
-from .report import PrewarmReport
 
 __all__ = [
     "AotCache",
-    "BackgroundCompile",
     "BackgroundOptions",
-    "BackgroundReport",
     "Cache",
     "CompileCounter",
     "CudaGraphs",
     "Inference",
     "Mode",
-    "PrewarmReport",
     "RecompileLimit",
     "Repeat",
     "Specialize",

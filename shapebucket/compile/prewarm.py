@@ -33,7 +33,8 @@ from ..collate.bucket import BucketCollator
 from ..errors import ShapeBucketError
 from ..plan.coerce import as_plan
 from ..plan.shapes import ShapePlan
-from .modes import Job, Mode, RecompileLimit
+from .modes.base import Job, Mode
+from .modes.run import RecompileLimit
 from .recompiles import CompileCounter, no_recompiles
 from .report import PrewarmReport
 from .state import Snapshot, optimizers_stepped, restore_objects, snapshot
@@ -296,7 +297,7 @@ def prewarm(
     """Compile every shape of ``plan`` before training, then put everything back as it was.
 
     ``plan`` is a :class:`ShapePlan`, or the buckets with ``example=`` (a batch of the
-    loader): each bucket at the example's rows (:func:`~shapebucket.plan.as_plan`).
+    loader): each bucket at the example's rows (:func:`~shapebucket.plan.coerce.as_plan`).
 
     For each shape, ``plan.batch(example, shape)`` (the collator re-pads
     ``example``, a real batch it made; or the plan's ``make_batch``) runs

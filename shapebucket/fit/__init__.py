@@ -11,35 +11,23 @@ cells for encoder-decoders (:func:`fit_cells`).
 Buckets([16, 32])
 """
 
-from .batches import cut_steps, epoch_batches
 from .bucket_fit import fit_buckets
 from .buckets import Buckets
-from .cell_report import CellsReport, cells_report
-from .cells import Cells, cells_lower_bound, fit_cells
-from .packing import PackingReport, pack_epoch, pack_rows, rows_for_tokens
-from .packing_fit import PackingFitReport, PackingTrial, fit_packing, packing_report
-from .padding import PaddingReport, padding_report
+from .cell_report import cells_report
+from .cells import Cells, fit_cells
+from .packing_fit import PackingTrial, fit_packing, packing_report
+from .padding import padding_report
 from .step_cost import StepCost
 
 __all__ = [
     "Buckets",
     "Cells",
-    "CellsReport",
-    "PackingFitReport",
-    "PackingReport",
     "PackingTrial",
-    "PaddingReport",
     "StepCost",
-    "cells_lower_bound",
     "cells_report",
-    "cut_steps",
-    "epoch_batches",
     "fit_buckets",
     "fit_cells",
     "fit_packing",
-    "pack_epoch",
-    "pack_rows",
     "packing_report",
     "padding_report",
-    "rows_for_tokens",
 ]

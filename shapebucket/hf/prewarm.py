@@ -22,7 +22,8 @@ from typing import Any
 from transformers import TrainerCallback
 
 from .. import _torch as compat
-from ..compile.modes import Cache, Mode
+from ..compile.modes.base import Mode
+from ..compile.modes.cached import Cache
 from ..compile.prewarm import prewarm
 from ..compile.report import PrewarmReport
 from ..errors import ShapeBucketError

@@ -219,7 +219,7 @@ class BucketTrainer(_ShapeTrainer):
       is compiled before the first step (``prewarm=True``), through the Trainer's own
       compiled model and ``training_step``, with the compiler's cache in
       ``compile_cache`` (default ``<output_dir>/compile-cache``; ``False``: none).
-      ``trainer.prewarm_report`` is the :class:`~shapebucket.compile.PrewarmReport`.
+      ``trainer.prewarm_report`` is the :class:`~shapebucket.compile.report.PrewarmReport`.
 
     Example (see ``docs/examples/hf_trainer.py`` for a full run)::
 

@@ -8,7 +8,6 @@ A collator joins the plan through one protocol (:class:`ShapedCollator`):
 Shape(rows=4, length=128)
 """
 
-from .coerce import as_plan
 from .protocol import ShapedCollator, ShapedSampler
 from .shapes import Shape, ShapePlan
 
@@ -17,5 +16,4 @@ __all__ = [
     "ShapePlan",
     "ShapedCollator",
     "ShapedSampler",
-    "as_plan",
 ]

@@ -5,7 +5,6 @@
 [Shape(rows=1, length=16), Shape(rows=2, length=8)]
 """
 
-from ..fit.batches import SamplerReport
 from .base import ResumableBatchSampler
 from .bucket import BucketBatchSampler
 from .cells import CellBatchSampler
@@ -16,5 +15,4 @@ __all__ = [
     "CellBatchSampler",
     "PackedBatchSampler",
     "ResumableBatchSampler",
-    "SamplerReport",
 ]

@@ -32,7 +32,10 @@ import torch
 from ... import _torch as compat
 from ...errors import ShapeBucketError
 from ..messages import is_recompile_error
-from ..modes import Cache, CudaGraphs, Job, Specialize
+from ..modes.base import Job
+from ..modes.cached import Cache
+from ..modes.run import CudaGraphs
+from ..modes.specialize import Specialize
 
 __all__ = ["AotCache", "AotForward", "check", "install", "installed", "uninstall"]
 
@@ -182,7 +185,7 @@ def uninstall(compiled: Any) -> None:
 
 @dataclass(frozen=True)
 class AotCache(Cache):
-    """:class:`~shapebucket.compile.modes.Cache`, plus every call prewarm makes compiled
+    """:class:`~shapebucket.compile.Cache`, plus every call prewarm makes compiled
     ahead of time and kept with the cache (``aot.bin``), so that the next run loads whole
     graphs and traces nothing (see this module's docstring, and ``docs/compile.md``).
 

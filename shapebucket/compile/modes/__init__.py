@@ -1,18 +1,5 @@
-"""Modes: small parts that change how :func:`~shapebucket.prewarm` makes its graphs (hooks in :mod:`.base`)."""
+"""Modes: small parts that change how :func:`~shapebucket.prewarm` makes its graphs (hooks in :mod:`.base`).
 
-from .base import Job, Mode
-from .cached import Cache
-from .run import CudaGraphs, Inference, RecompileLimit, Repeat
-from .specialize import Specialize, length_dims
-
-__all__ = [
-    "Cache",
-    "CudaGraphs",
-    "Inference",
-    "Job",
-    "Mode",
-    "RecompileLimit",
-    "Repeat",
-    "Specialize",
-    "length_dims",
-]
+:mod:`shapebucket.compile` exports the modes; import the modules themselves
+(:mod:`.base`, :mod:`.cached`, :mod:`.run`, :mod:`.specialize`) for the rest.
+"""

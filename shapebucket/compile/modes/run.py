@@ -28,6 +28,8 @@ class RecompileLimit(Mode):
     usable (the limit caps new compiles, not the use of compiled ones).
     ``raise_limit=False`` raises :class:`ShapeBucketError` instead.
 
+    >>> from shapebucket.compile.report import PrewarmReport
+    >>> from shapebucket.plan import ShapePlan
     >>> plan = ShapePlan.from_function([(1, 4), (1, 8)], lambda s: torch.ones(s.rows, s.length))
     >>> job = Job(None, None, plan, None, PrewarmReport(plan.shapes))
     >>> with RecompileLimit().scope(job):

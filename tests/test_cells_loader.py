@@ -259,6 +259,34 @@ def test_repad_makes_each_cell_shape():
 # -- the shape plan and the compiler -------------------------------------------------------
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stats_count_source_and_target_tokens_exactly_across_workers(workers):
+    """CellCollator.stats has BucketCollator's contract: real tokens are source + target
+    tokens, padded tokens the rest of rows x (source + target), per cell, exact with
+    workers; reset_stats() zeroes them."""
+    sampler = CellBatchSampler(SRC, TGT, CELLS, rows=4, seed=2)
+    collate = CellCollator(CELLS, rows=sampler.rows)
+    loader = DataLoader(samples(), batch_sampler=sampler, collate_fn=collate, num_workers=workers)
+    batches = list(loader)
+    st_ = collate.stats
+    assert st_.batches == len(batches) == len(sampler) and st_.num_samples == len(SRC)
+    assert st_.real_tokens == int(SRC.sum() + TGT.sum())
+    assert st_.real_tokens == sum(
+        int(b["attention_mask"].sum() + (b["labels"] != -100).sum()) for b in batches
+    )
+    computed = sum(b["input_ids"].numel() + b["labels"].numel() for b in batches)
+    assert st_.padded_tokens == computed - st_.real_tokens
+    assert st_.pad_rows == sum(int((b["attention_mask"].sum(1) == 0).sum()) for b in batches)
+    assert st_.batches_per_bucket == dict(
+        Counter((b["input_ids"].shape[1], b["labels"].shape[1]) for b in batches)
+    )
+    assert st_.truncated_samples == st_.truncated_tokens == 0
+    assert 0 < st_.token_efficiency < 1
+    collate.reset_stats()
+    assert collate.stats.batches == collate.stats.real_tokens == 0
+    assert pickle.loads(pickle.dumps(collate)).stats.batches == 0
+
+
 def test_shape_plan_lists_every_rows_source_target_and_refuses_mismatches():
     sampler = CellBatchSampler(SRC, TGT, CELLS, rows=4)
     plan = ShapePlan.of(CellCollator(CELLS), sampler)

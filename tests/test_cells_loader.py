@@ -210,6 +210,25 @@ def test_audio_features_pad_along_seq_dim_and_the_collator_pickles():
     )
 
 
+@pytest.mark.parametrize("mask", ["frame_mask", "attention_mask"])
+def test_a_per_frame_mask_beside_seq_dim_1_features_is_refused_with_the_fix(mask):
+    """A [frames] mask next to [n_mels, frames] features has no dim 1 to pad: refused naming
+    the key and both fixes, and each fix gives a per-frame mask of the batch's frames."""
+    collate = CellCollator([(16, 8), (32, 4)], rows=2, seq_dim=1)
+    sample = {"input_features": np.ones((4, 10), np.float32), "labels": [1, 2, 3]}
+    with pytest.raises(
+        ShapeBucketError,
+        match=rf"sample 0: '{mask}' has shape \(10,\) with no seq_dim=1; .*per-frame mask, leave "
+        r"it out of the samples: the collator makes the mask itself .*\[1, 10\] for \[10\]",
+    ):
+        collate([{**sample, mask: np.ones(10, bool)}])
+    made = collate([sample])["attention_mask"]  # left out: the collator's own
+    assert made.shape == (2, 16) and made.sum(1).tolist() == [10, 0]
+    if mask == "frame_mask":  # given the features' layout: padded along its frames
+        kept = collate([{**sample, mask: np.ones((1, 10), bool)}])[mask]
+        assert kept.shape == (2, 1, 16) and kept.sum().item() == 10
+
+
 def test_collator_errors_name_key_sample_value_limit_and_fix():
     collate = CellCollator([(8, 4), (16, 2)])
     with pytest.raises(ShapeBucketError) as e:

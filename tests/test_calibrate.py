@@ -3,6 +3,7 @@ budget, one more row over it, the state put back bitwise, and a refusal for a le
 whose one row does not fit."""
 
 import math
+import os
 import random
 import re
 
@@ -390,3 +391,23 @@ def test_a_profiler_without_its_raw_events_is_named(monkeypatch):
     monkeypatch.setattr(torch.profiler, "profile", Bare)
     with pytest.raises(ShapeBucketError, match=r"kineto_results.*measure on CUDA"):
         step_peak_bytes(lambda: torch.zeros(4), torch.device("cpu"))
+
+
+def test_calibration_prints_nothing_on_stderr_but_the_step_still_can(budget, capfd):
+    """The profiler's start and stop lines (kineto writes them to file descriptor 2) are
+    kept out of stderr; what the step itself prints still shows, and so do errors."""
+    from shapebucket._torch.profiler import cpu_allocation_peak_bytes
+
+    model, opt, step = _setup()
+    calibrate_rows(model, [16, 64], budget, make_batch, step=step, restore=[opt])
+    assert capfd.readouterr().err == ""
+
+    def loud():
+        torch.zeros(8)
+        os.write(2, b"the step's own line\n")
+
+    assert cpu_allocation_peak_bytes(loud) >= 32
+    assert capfd.readouterr().err == "the step's own line\n"
+    with pytest.raises(RuntimeError, match="boom"):
+        cpu_allocation_peak_bytes(lambda: (_ for _ in ()).throw(RuntimeError("boom")))
+    assert capfd.readouterr().err == ""  # the profiler stopped quietly; the error raised

@@ -210,6 +210,25 @@ def test_audio_features_pad_along_seq_dim_and_the_collator_pickles():
     )
 
 
+@pytest.mark.parametrize("mask", ["frame_mask", "attention_mask"])
+def test_a_per_frame_mask_beside_seq_dim_1_features_is_refused_with_the_fix(mask):
+    """A [frames] mask next to [n_mels, frames] features has no dim 1 to pad: refused naming
+    the key and both fixes, and each fix gives a per-frame mask of the batch's frames."""
+    collate = CellCollator([(16, 8), (32, 4)], rows=2, seq_dim=1)
+    sample = {"input_features": np.ones((4, 10), np.float32), "labels": [1, 2, 3]}
+    with pytest.raises(
+        ShapeBucketError,
+        match=rf"sample 0: '{mask}' has shape \(10,\) with no seq_dim=1; .*per-frame mask, leave "
+        r"it out of the samples: the collator makes the mask itself .*\[1, 10\] for \[10\]",
+    ):
+        collate([{**sample, mask: np.ones(10, bool)}])
+    made = collate([sample])["attention_mask"]  # left out: the collator's own
+    assert made.shape == (2, 16) and made.sum(1).tolist() == [10, 0]
+    if mask == "frame_mask":  # given the features' layout: padded along its frames
+        kept = collate([{**sample, mask: np.ones((1, 10), bool)}])[mask]
+        assert kept.shape == (2, 1, 16) and kept.sum().item() == 10
+
+
 def test_collator_errors_name_key_sample_value_limit_and_fix():
     collate = CellCollator([(8, 4), (16, 2)])
     with pytest.raises(ShapeBucketError) as e:
@@ -257,6 +276,34 @@ def test_repad_makes_each_cell_shape():
 
 
 # -- the shape plan and the compiler -------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stats_count_source_and_target_tokens_exactly_across_workers(workers):
+    """CellCollator.stats has BucketCollator's contract: real tokens are source + target
+    tokens, padded tokens the rest of rows x (source + target), per cell, exact with
+    workers; reset_stats() zeroes them."""
+    sampler = CellBatchSampler(SRC, TGT, CELLS, rows=4, seed=2)
+    collate = CellCollator(CELLS, rows=sampler.rows)
+    loader = DataLoader(samples(), batch_sampler=sampler, collate_fn=collate, num_workers=workers)
+    batches = list(loader)
+    st_ = collate.stats
+    assert st_.batches == len(batches) == len(sampler) and st_.num_samples == len(SRC)
+    assert st_.real_tokens == int(SRC.sum() + TGT.sum())
+    assert st_.real_tokens == sum(
+        int(b["attention_mask"].sum() + (b["labels"] != -100).sum()) for b in batches
+    )
+    computed = sum(b["input_ids"].numel() + b["labels"].numel() for b in batches)
+    assert st_.padded_tokens == computed - st_.real_tokens
+    assert st_.pad_rows == sum(int((b["attention_mask"].sum(1) == 0).sum()) for b in batches)
+    assert st_.batches_per_bucket == dict(
+        Counter((b["input_ids"].shape[1], b["labels"].shape[1]) for b in batches)
+    )
+    assert st_.truncated_samples == st_.truncated_tokens == 0
+    assert 0 < st_.token_efficiency < 1
+    collate.reset_stats()
+    assert collate.stats.batches == collate.stats.real_tokens == 0
+    assert pickle.loads(pickle.dumps(collate)).stats.batches == 0
 
 
 def test_shape_plan_lists_every_rows_source_target_and_refuses_mismatches():

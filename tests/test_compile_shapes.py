@@ -19,6 +19,7 @@ from shapebucket import BucketBatchSampler, BucketCollator, PackedCollator, Shap
 from shapebucket.compile import CompileCounter, no_recompiles, prewarm
 from shapebucket.fit.buckets import Buckets
 from shapebucket.plan.shapes import Shape, ShapePlan
+from shapebucket.sampling import CellBatchSampler
 
 LENGTHS = np.random.default_rng(0).integers(2, 40, 61)
 BUCKETS = Buckets([8, 16, 32, 40])
@@ -144,6 +145,41 @@ def test_bad_plans_name_the_value_and_the_fix():
         ShapePlan([(2, 8)], BucketCollator(BUCKETS, rows=4))
     with pytest.raises(ShapeBucketError, match="pass example=next"):
         ShapePlan([(2, 8)], collate).batch(None, (2, 8))
+
+
+class _Triples:
+    """A user's collator whose shapes() gives (rows, source, target) triples."""
+
+    packs, seq_dim = False, 0
+
+    def __init__(self, shapes):
+        self._shapes = shapes
+
+    def shapes(self, sampler=None):
+        return self._shapes
+
+    def repad(self, batch, shape):
+        return {"x": torch.zeros(shape.rows, *shape.lengths)}
+
+
+def test_a_user_collator_giving_triples_for_one_length_batches_is_refused():
+    """The protocol: shapes() gives (rows, length) pairs for a one-length sampler's batches;
+    triples would make a plan of shapes the loader never makes."""
+    sampler = BucketBatchSampler([3, 5, 7], [8], rows=2)
+    for triples in ([(2, 8, 4)], (s for s in [(2, 8), Shape(2, 8, 4)])):
+        with pytest.raises(
+            ShapeBucketError,
+            match=r"_Triples.shapes\(sampler\) returned \(2, 8, 4\), a shape of 2 length\(s\), "
+            r"for a BucketBatchSampler whose batches have 1 length\(s\).*\(rows, length\) pairs",
+        ):
+            ShapePlan.of(_Triples(triples), sampler)
+    with pytest.raises(ShapeBucketError, match=r"returned \(2, 8, 4\), .* for a _Listed whose"):
+        ShapePlan([(2, 8)], _Triples([(2, 8, 4)]))  # a plan from a list checks the same
+    assert ShapePlan.of(_Triples([(2, 8)]), sampler).shapes == (Shape(2, 8),)
+    cells = CellBatchSampler([3, 5], [2, 4], [(8, 4)], rows=2)
+    assert ShapePlan.of(_Triples([(2, 8, 4)]), cells).shapes == (Shape(2, 8, 4),)
+    with pytest.raises(ShapeBucketError, match=r"returned \(2, 8\), a shape of 1 length.*triples"):
+        ShapePlan.of(_Triples([(2, 8)]), cells)
 
 
 def test_from_function_plans_pickle_and_print():

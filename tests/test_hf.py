@@ -167,6 +167,31 @@ def test_resume_with_another_seed_is_refused(tmp_path):
         t2.train(resume_from_checkpoint=str(out / "checkpoint-2"))
 
 
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ('{"epoch": 0, "posit', "JSONDecodeError"),  # a save killed halfway
+        (b"\xff\xfe{}", "UnicodeDecodeError"),
+        ('{"epoch": "0", "position": 0, "seed": 0, "fingerprint": "%s"}', "state['epoch']"),
+        ("[1, 2]", "got list"),
+    ],
+)
+def test_a_damaged_sampler_state_file_is_refused_naming_the_file(tmp_path, text, shown):
+    _, t = trainer(tmp_path / "run")
+    ckpt = tmp_path / "run" / "checkpoint-2"
+    ckpt.mkdir(parents=True)
+    path = ckpt / "shapebucket_sampler_rank0.json"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text.replace("%s", t.sampler.state_dict()["fingerprint"]))
+    with pytest.raises(ShapeBucketError) as info:
+        t.train(resume_from_checkpoint=str(ckpt))
+    message = str(info.value)
+    assert "shapebucket_sampler_rank0.json" in message and shown in message
+    assert "resume from another checkpoint, or start training afresh" in message
+
+
 class Counted(TrainerCallback):
     """Graphs compiled (in ``counter``) when each step begins."""
 

@@ -3,7 +3,9 @@ and ``shapes()``: every (rows, bucket) a rank's batches have, exact over epochs.
 
 from __future__ import annotations
 
+import json
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -247,11 +249,47 @@ def test_every_sampler_pickles_with_its_state_and_keeps_the_shape_protocol(make)
     assert list(fresh) == list(s)  # both the next epoch
 
 
-@pytest.mark.parametrize("fingerprint", [np.array(["a", "b"]), [1, 2], None])
-def test_a_corrupt_fingerprint_is_refused_as_another_configuration(fingerprint):
+@pytest.mark.parametrize("fingerprint", [np.array(["a", "b"]), [1, 2], None, "58c25c79", "x" * 40])
+def test_a_corrupt_fingerprint_is_refused_as_damaged(fingerprint):
     s = BucketBatchSampler([3, 5, 9], BUCKETS, rows=2)
-    with pytest.raises(ShapeBucketError, match="saved by a sampler with other lengths"):
+    with pytest.raises(ShapeBucketError, match=r"state\['fingerprint'\] is .*state is damaged"):
         s.check_state({**s.state_dict(), FINGERPRINT_KEY: fingerprint})
+    other = BucketBatchSampler([3, 5, 9, 9], BUCKETS, rows=2).state_dict()
+    with pytest.raises(ShapeBucketError, match="saved by a sampler with other lengths"):
+        s.check_state(other)  # a whole fingerprint of another sampler: not damage
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: BucketBatchSampler([3, 5, 9], BUCKETS, rows=2, seed=4),
+        lambda: PackedBatchSampler([3, 5, 9], [16, 32], rows=2, seed=4),
+        lambda: CellBatchSampler([3, 5], [4, 9], [(8, 8), (8, 16)], rows=2, seed=4),
+    ],
+)
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        (EPOCH_KEY, "0", "'0' (str)"),  # a JSON round trip through the wrong type
+        (EPOCH_KEY, 0.0, "0.0 (float)"),
+        (SEED_KEY, None, "None (NoneType)"),
+        (SEED_KEY, -4, "got -4"),
+        (POSITION_KEY, [1], "[1] (list)"),
+        (POSITION_KEY, 10**6, "got 1000000"),
+    ],
+)
+def test_a_damaged_state_names_the_key_the_value_and_the_fix(make, key, value, shown):
+    """Every corrupted field is a ShapeBucketError saying which key, what it holds and what
+    to do, for every sampler (they share the base's check)."""
+    s = make()
+    state = s.state_dict()
+    with pytest.raises(ShapeBucketError, match=rf"state\['{key}'\].*{re.escape(shown)}.*damaged"):
+        s.load_state_dict({**state, key: value})
+    with pytest.raises(ShapeBucketError, match=r"state has no 'seed' \(its keys: .*damaged"):
+        s.load_state_dict({k: v for k, v in state.items() if k != SEED_KEY})
+    with pytest.raises(ShapeBucketError, match=r"got str '\{\"epoch.*damaged"):
+        s.load_state_dict(json.dumps(state)[:30])  # type: ignore[arg-type]
+    assert s.state_dict() == state  # nothing was loaded
 
 
 @pytest.mark.parametrize(

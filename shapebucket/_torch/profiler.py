@@ -7,11 +7,21 @@ The processed event list (``prof.events()``) attributes most allocations to thei
 and would hide a peak inside a compiled graph, so the peak comes from the raw events,
 which torch does not document: a torch release that renames them breaks this module
 alone, with a :class:`~shapebucket.errors.ShapeBucketError` that says so.
+
+Starting and stopping the profiler, kineto writes lines such as ``USDT:...
+profiler_start`` straight to the process's stderr (file descriptor 2, which no
+Python setting reaches); :func:`_quiet_stderr` sends them to a temporary file
+for those two calls only (the step's own output still shows) and writes them
+back if starting or stopping fails.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -31,8 +41,14 @@ def cpu_allocation_peak_bytes(step: Callable[[], Any]) -> int:
     """
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():
+        prof.__enter__()  # the context protocol, entered and left with stderr caught
+    try:
         step()
+    finally:
+        with _quiet_stderr():
+            prof.__exit__(*sys.exc_info())
     results = getattr(prof.profiler, "kineto_results", None)
     if results is None or not hasattr(results, "events"):
         raise ShapeBucketError(
@@ -50,3 +66,28 @@ def cpu_allocation_peak_bytes(step: Callable[[], Any]) -> int:
         live += delta
         peak = max(peak, live)
     return peak
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """File descriptor 2 into a temporary file for the block (kineto's C++ logging goes
+    there, not through ``sys.stderr``); what it caught is written back if the block
+    raises."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no fd 2 (an embedded interpreter)
+        yield
+        return
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            caught.seek(0)
+            os.write(2, caught.read())
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)

@@ -29,6 +29,7 @@ from ..plan.protocol import sampler_shapes, shapes_at_rows
 from ..plan.shapes import Shape, as_shape
 from .base import Columns, KeyRoles
 from .bucket import BucketCollator
+from .counters import CollateReport, Counts, SharedCounters
 from .engine import Key, Layout, assemble
 from .repad import repad_batch
 
@@ -70,10 +71,20 @@ class CellCollator:
     cells, weights included, land in their own cell: :meth:`shapes` refuses a
     sampler whose cells differ).
 
+    ``collator.stats`` counts what :class:`~shapebucket.BucketCollator`'s does, exactly
+    also with DataLoader workers (:class:`~shapebucket.collate.CollateReport`), for
+    both lengths at once: a batch's real tokens are its samples' source plus target
+    lengths, its padded tokens ``rows x (source + target)`` of its cell minus the real
+    ones (so ``token_efficiency`` is the share of the encoder's and decoder's positions
+    that hold a token); ``batches_per_bucket`` is keyed by cell, ``pad_rows`` counts the
+    all-pad rows, and nothing is truncated (a sample longer than every cell is refused).
+
     >>> collate = CellCollator([(8, 4), (16, 8)])
     >>> batch = collate([{"input_ids": [1] * 10, "labels": [2, 3]}, {"input_ids": [4], "labels": [5]}])
     >>> batch["input_ids"].shape, batch["labels"].shape, batch["labels"][1].tolist()
     (torch.Size([2, 16]), torch.Size([2, 8]), [5, -100, -100, -100, -100, -100, -100, -100])
+    >>> collate.stats.real_tokens, collate.stats.padded_tokens, collate.stats.batches_per_bucket
+    (14, 34, {(16, 8): 1})
     """
 
     cells: Cells | Sequence[Cell]
@@ -88,6 +99,7 @@ class CellCollator:
     packs: ClassVar[bool] = False  # the collator protocol: one sample per row
     _source: BucketCollator = field(init=False, repr=False)
     _target: BucketCollator = field(init=False, repr=False)
+    _counters: SharedCounters = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.cells = self.cells if isinstance(self.cells, Cells) else Cells(self.cells)
@@ -112,6 +124,7 @@ class CellCollator:
             pad_values=pads,
             roles=KeyRoles(index=self.roles.index, labels=self.roles.labels),
         )
+        self._counters = SharedCounters(tuple(self._table))
 
     def _check_mask_keys(self) -> None:
         """A mask named like a target key or like the other mask would replace it."""
@@ -165,6 +178,16 @@ class CellCollator:
         if tuple(cell) not in self.rows:
             raise ShapeBucketError(f"rows has no entry for cell {cell}; it has {sorted(self.rows)}")
         return self.rows[tuple(cell)]  # type: ignore[index]
+
+    @property
+    def stats(self) -> CollateReport:
+        """What this collator (and its DataLoader workers' copies) did so far, as a snapshot:
+        source plus target tokens, batches per cell (see the class docstring)."""
+        return self._counters.snapshot()
+
+    def reset_stats(self) -> None:
+        """Set every counter back to zero (also for the workers of a running DataLoader)."""
+        self._counters.reset()
 
     def __repr__(self) -> str:
         return (
@@ -244,6 +267,16 @@ class CellCollator:
                 f"(batch keys {list(out)}): the target mask would be dropped; name it differently"
             )
         out.update((k, v) for k, v in target.items() if k not in out)
+        real = int(src.lengths.sum()) + int(tgt.lengths.sum())
+        self._counters.add(
+            cell,
+            Counts(
+                num_samples=n,
+                real_tokens=real,
+                padded_tokens=rows * (cell[0] + cell[1]) - real,
+                pad_rows=rows - n,
+            ),
+        )
         return out
 
     @staticmethod

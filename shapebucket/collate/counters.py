@@ -1,5 +1,6 @@
-"""Collation counters: what a :class:`~shapebucket.BucketCollator` did, exact across
-DataLoader workers and threads (shared memory, one lock per batch update)."""
+"""Collation counters: what a :class:`~shapebucket.BucketCollator` (or a
+:class:`~shapebucket.collate.CellCollator`) did, exact across DataLoader workers and
+threads (shared memory, one lock per batch update)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import multiprocessing.context
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CollateReport", "Counts", "SharedCounters"]
+__all__ = ["BucketKey", "CollateReport", "Counts", "SharedCounters"]
+
+#: What a batch is counted under: its bucket length, or a ``(source, target)`` cell.
+BucketKey = int | tuple[int, int]
 
 
 @dataclass
@@ -20,7 +24,9 @@ class CollateReport:
     collator adds to the same shared counters (fork and spawn alike), and each
     batch's update is atomic, also when several threads share one collator.
     Only a copy made outside a DataLoader (``pickle.dumps``, ``copy.deepcopy``)
-    starts from zero.
+    starts from zero. A :class:`~shapebucket.collate.CellCollator` counts both lengths:
+    its tokens are source plus target tokens, and ``batches_per_bucket`` is keyed by
+    the ``(source, target)`` cell.
 
     >>> from shapebucket import BucketCollator
     >>> collate = BucketCollator([8])
@@ -36,7 +42,7 @@ class CollateReport:
     pad_rows: int = 0
     truncated_samples: int = 0
     truncated_tokens: int = 0
-    batches_per_bucket: dict[int, int] = field(default_factory=dict)
+    batches_per_bucket: dict[BucketKey, int] = field(default_factory=dict)
 
     @property
     def token_efficiency(self) -> float:
@@ -68,7 +74,7 @@ _COUNTERS = ("batches", *(f.name for f in dataclasses.fields(Counts)))
 
 
 class SharedCounters:
-    """A collator's counters in shared memory, one int64 per counter and per bucket.
+    """A collator's counters in shared memory, one int64 per counter and per bucket (or cell).
 
     DataLoader workers get the same memory: forked workers inherit it, and
     spawned ones receive it while the DataLoader starts them (multiprocessing
@@ -77,11 +83,11 @@ class SharedCounters:
     The array's lock makes each batch's update atomic across threads and processes.
     """
 
-    def __init__(self, buckets: tuple[int, ...]) -> None:
+    def __init__(self, buckets: tuple[BucketKey, ...]) -> None:
         self.buckets = buckets
         self.array: Any = _new_array(len(_COUNTERS) + len(buckets))
 
-    def add(self, bucket: int, counts: Counts) -> None:
+    def add(self, bucket: BucketKey, counts: Counts) -> None:
         """Count one batch at ``bucket``, atomically."""
         values = [1, *(getattr(counts, name) for name in _COUNTERS[1:])]
         with self.array.get_lock():

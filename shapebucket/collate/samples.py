@@ -225,9 +225,17 @@ def _length(key: Key, value: Any, seq_dim: int, where: Where, i: int) -> int:
     else:
         shape = _nested_shape(key, value, where, i)
     if len(shape) <= seq_dim:
+        fix = "pass the seq_dim the values have (0 for [T], [T, F])"
+        if shape:  # a per-step value [T] beside [F, T] features: one seq_dim pads every key
+            fix = (
+                f"every sequence key of a collator is padded along seq_dim={seq_dim}, and a "
+                f"{len(shape)}-D value has no dim {seq_dim}; if {key!r} is a per-frame mask, "
+                "leave it out of the samples: the collator makes the mask itself (mask_key, "
+                f"[rows, frames]); else give it the features' layout ({[1, *shape]} for "
+                f"{list(shape)})"
+            )
         raise ShapeBucketError(
-            f"{where(i)}: {key!r} has shape {shape} with no seq_dim={seq_dim}; pass the seq_dim "
-            "the values have (0 for [T], [T, F])"
+            f"{where(i)}: {key!r} has shape {shape} with no seq_dim={seq_dim}; {fix}"
         )
     return shape[seq_dim]
 

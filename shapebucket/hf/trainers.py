@@ -185,9 +185,16 @@ class _ShapeTrainer(CheckpointHook, Trainer):
                 f"{type(self).__name__} with this world size, so its batch order cannot be "
                 "checked; resume from such a checkpoint, or start training afresh"
             )
-        with open(path) as f:
-            state = json.load(f)
-        seed, _, _ = self.sampler.check_state(state)
+        try:
+            with open(path, encoding="utf-8") as f:
+                state = json.load(f)
+            seed, _, _ = self.sampler.check_state(state)
+        except ValueError as e:  # a truncated or edited file: JSON, UTF-8, or the state's check
+            raise ShapeBucketError(
+                f"checkpoint {folder!r}: {os.path.basename(path)} is not a sampler state this "
+                f"trainer can resume from ({type(e).__name__}: {str(e)[:400]}); resume from "
+                "another checkpoint, or start training afresh"
+            ) from None
         if seed != self.sampler.seed:
             raise ShapeBucketError(
                 f"checkpoint {folder!r} was trained with seed {seed}, this trainer has seed "

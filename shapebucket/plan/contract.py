@@ -9,7 +9,7 @@ These checks know a shape only as ``rows`` and ``lengths``, so :mod:`.shapes` an
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -103,7 +103,35 @@ def collator_shapes(collator: Any, sampler: Any) -> Any:
         ) from None
     except ValueError:  # a builtin without a signature: call it as it is
         pass
-    return collator.shapes(sampler)
+    made = collator.shapes(sampler)
+    listed = getattr(sampler, "shapes", None)
+    if not callable(listed) or isinstance(made, (str, bytes)) or not isinstance(made, Iterable):
+        return made  # no sampler, or not a list: the plan's own checks name it
+    made = list(made)
+    want = sorted({n for n in map(_lengths_of, listed()) if n is not None})
+    for shape in made:
+        n = _lengths_of(shape)
+        if n is not None and want and n not in want:
+            kind = "(rows, length) pairs" if want == [1] else "(rows, source, target) triples"
+            raise ShapeBucketError(
+                f"{type(collator).__name__}.shapes(sampler) returned {tuple(shape)!r}, a shape "
+                f"of {n} length(s), for a {type(sampler).__name__} whose batches have "
+                f"{' or '.join(map(str, want))} length(s): the plan would prewarm shapes the loader never "
+                f"makes; the ShapedCollator protocol's shapes() gives {kind} for these "
+                "batches (Shape(rows, *lengths) of each batch it makes)"
+            )
+    return made
+
+
+def _lengths_of(shape: Any) -> int | None:
+    """How many lengths a ``(rows, *lengths)`` shape has (``None``: not a shape; the plan's
+    own checks name it)."""
+    lengths = getattr(shape, "lengths", None)  # a Shape
+    if isinstance(lengths, tuple):
+        return len(lengths)
+    if isinstance(shape, (str, bytes, Mapping)) or not isinstance(shape, Sequence):
+        return None
+    return len(shape) - 1 if len(shape) >= 2 else None
 
 
 def check_repad(collator: Any, batch: Any, shape: Any) -> Any:

@@ -355,21 +355,53 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         if not isinstance(state, Mapping):
             raise ShapeBucketError(
                 f"state must be the dict that state_dict() returned, got {type(state).__name__}"
+                f" {_short(state)}; {_DAMAGED}"
             )
         for key in _REQUIRED_KEYS:
             if key not in state:
-                raise ShapeBucketError(f"state has no {key!r}; pass what state_dict() returned")
+                raise ShapeBucketError(
+                    f"state has no {key!r} (its keys: {sorted(map(str, state))}); {_DAMAGED}"
+                )
         saved = state[FINGERPRINT_KEY]
-        if not isinstance(saved, str) or saved != self._fingerprint():  # an array: no `!=`
+        if not (isinstance(saved, str) and len(saved) == 40 and _is_hex(saved)):
+            raise ShapeBucketError(
+                f"state[{FINGERPRINT_KEY!r}] is {_short(saved)}, not the 40 hex digits "
+                f"state_dict() writes; {_DAMAGED}"
+            )
+        if saved != self._fingerprint():
             raise ShapeBucketError(
                 "state was saved by a sampler with other lengths, buckets, rows or world size; "
                 "resume with the same configuration (or start the epoch afresh with set_epoch)"
             )
-        seed = check_int(f"state[{SEED_KEY!r}]", state[SEED_KEY], minimum=0)
-        epoch = check_int(f"state[{EPOCH_KEY!r}]", state[EPOCH_KEY], minimum=0)
+        seed = _state_int(state, SEED_KEY)
+        epoch = _state_int(state, EPOCH_KEY)
         # the number of batches of the saved epoch (a packed epoch's count varies by epoch)
-        total = self._count_for(seed, epoch)
-        position = check_int(
-            f"state[{POSITION_KEY!r}]", state[POSITION_KEY], minimum=0, maximum=total
-        )
+        position = _state_int(state, POSITION_KEY, maximum=self._count_for(seed, epoch))
         return seed, epoch, position
+
+
+#: The fix for a state that is not what ``state_dict()`` wrote (truncated, retyped, edited).
+_DAMAGED = (
+    "the state is damaged: load the dict state_dict() returned, unchanged (or resume from "
+    "an earlier checkpoint, or start afresh with set_epoch)"
+)
+
+
+def _short(value: Any) -> str:
+    """``repr(value)``, cut to 80 characters: a damaged state can hold anything."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
+
+
+def _state_int(state: Mapping[str, Any], key: str, maximum: int | None = None) -> int:
+    """``state[key]`` as an int >= 0 (<= ``maximum``), or a ``ShapeBucketError`` naming the
+    key, the value and the fix."""
+    value = state[key]
+    try:
+        return check_int(f"state[{key!r}]", value, minimum=0, maximum=maximum)
+    except ShapeBucketError as e:
+        raise ShapeBucketError(f"{str(e)[:200]}; {_DAMAGED}") from None

@@ -128,6 +128,12 @@ def test_blocks_made_with_the_other_causal_rule_are_refused(made):
     got = block_mask_from_blocks(blocks, doc, causal=made, block_size=4)
     want = document_block_mask(doc, causal=made, block_size=4)
     assert torch.equal(got.to_dense(), want.to_dense())
+    # review: a Python bool was not checked at all; other values are refused
+    with pytest.raises(ShapeBucketError, match=f"made with causal={made} .* got causal={not made}"):
+        block_mask_from_blocks({**blocks, "causal": made}, doc, causal=not made, block_size=4)
+    for bad in ("yes", None, torch.tensor([1.5]), torch.tensor([False, True])):
+        with pytest.raises(ShapeBucketError, match="must be the bool"):
+            block_mask_from_blocks({**blocks, "causal": bad}, doc, causal=made, block_size=4)
 
 
 def test_flags_keys_and_empty_batches_are_checked():

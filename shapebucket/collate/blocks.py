@@ -124,13 +124,14 @@ def block_mask_from_blocks(
         )
     block_size = check_int("block_size", block_size, minimum=1)
     causal = check_flag("causal", causal)
-    made = blocks.get(CAUSAL_KEY)
-    if isinstance(made, torch.Tensor) and {bool(made.all()), bool(made.any())} != {causal}:
-        raise ShapeBucketError(
-            f"the blocks were made with causal={not causal} and block_mask_from_blocks got "
-            f"causal={causal}: the mask would list the other rule's blocks; pass the same causal "
-            "to both (WithDocumentBlocks(causal=...) or document_blocks(causal=...))"
-        )
+    if CAUSAL_KEY in blocks:
+        made = _made_causal(blocks[CAUSAL_KEY])
+        if made != causal:
+            raise ShapeBucketError(
+                f"the blocks were made with causal={made} and block_mask_from_blocks got "
+                f"causal={causal}: the mask would list the other rule's blocks; pass the same "
+                "causal to both (WithDocumentBlocks(causal=...) or document_blocks(causal=...))"
+            )
     check_document_ids(document_ids)
     rows, length = document_ids.shape
     want = (rows, 1, -(-length // block_size))
@@ -150,6 +151,22 @@ def block_mask_from_blocks(
         BLOCK_SIZE=block_size,
         mask_mod=document_mask_mod(document_ids, causal=causal),
         seq_lengths=(length, length),
+    )
+
+
+def _made_causal(flag: Any) -> bool:
+    """The rule ``blocks["causal"]`` records: a bool, or a bool tensor of one value (a
+    batch's, or a stack of batches made alike); anything else is refused."""
+    if isinstance(flag, bool):
+        return flag
+    if isinstance(flag, torch.Tensor) and flag.dtype == torch.bool and flag.numel() > 0:
+        values = set(flag.flatten().tolist())
+        if len(values) == 1:
+            return bool(values.pop())
+    raise ShapeBucketError(
+        f"blocks[{CAUSAL_KEY!r}] must be the bool (or bool tensor of one value) that "
+        f"document_blocks records, got {flag!r}: pass the dict document_blocks returned, "
+        "unchanged, with blocks made by one rule"
     )
 
 

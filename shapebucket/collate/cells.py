@@ -72,12 +72,14 @@ class CellCollator:
     sampler whose cells differ).
 
     ``collator.stats`` counts what :class:`~shapebucket.BucketCollator`'s does, exactly
-    also with DataLoader workers (:class:`~shapebucket.collate.CollateReport`), for
+    also with DataLoader workers (:class:`~shapebucket.collate.counters.CollateReport`), for
     both lengths at once: a batch's real tokens are its samples' source plus target
     lengths, its padded tokens ``rows x (source + target)`` of its cell minus the real
     ones (so ``token_efficiency`` is the share of the encoder's and decoder's positions
     that hold a token); ``batches_per_bucket`` is keyed by cell, ``pad_rows`` counts the
     all-pad rows, and nothing is truncated (a sample longer than every cell is refused).
+    As with ``BucketCollator``, a copy made outside a DataLoader (``pickle``,
+    ``copy.deepcopy``) starts its counters from zero.
 
     >>> collate = CellCollator([(8, 4), (16, 8)])
     >>> batch = collate([{"input_ids": [1] * 10, "labels": [2, 3]}, {"input_ids": [4], "labels": [5]}])

@@ -64,8 +64,8 @@ def mode_change(guard: str) -> str | None:
 
     >>> mode_change("GLOBAL_STATE changed: grad_mode ")[:42]
     'grad mode: the call runs with gradients on'
-    >>> mode_change("fn._modules['1'].training == True   # return F.dropout(...)")[:60]
-    "eval mode: fn._modules['1'] was prewarmed in train mode and "
+    >>> mode_change("fn._modules['1'].training == True   # return F.dropout(...)")[:56]
+    "eval mode: fn._modules['1'] was compiled (or prewarmed) "
     >>> mode_change("tensor 'x' stride mismatch at index 0") is None
     True
     """
@@ -88,7 +88,8 @@ def mode_change(guard: str) -> str | None:
         module, was = training.group(1), training.group(2) == "True"
         now, then = ("eval", "train") if was else ("train", "eval")
         return (
-            f"{now} mode: {module} was prewarmed in {then} mode and the call runs it in {now} "
-            f"mode; call model.{now}() before prewarm (prewarm puts the mode back afterwards)"
+            f"{now} mode: {module} was compiled (or prewarmed) in {then} mode and the call runs "
+            f"it in {now} mode; call model.{now}() before prewarm or the first compiled call "
+            "(prewarm puts the mode back afterwards)"
         )
     return None

@@ -19,6 +19,7 @@ from .counters import (
 )
 from .dynamo import (
     automatic_dynamic,
+    frame_callback_getter,
     get_recompile_limit,
     is_specialization_source_error,
     raised_recompile_limit,
@@ -60,6 +61,7 @@ __all__ = [
     "clear_cache_artifacts",
     "compile_events",
     "cpu_allocation_peak_bytes",
+    "frame_callback_getter",
     "fresh_inductor_cache",
     "get_recompile_limit",
     "has",

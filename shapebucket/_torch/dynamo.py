@@ -82,3 +82,13 @@ def is_specialization_source_error(error: BaseException) -> bool:
         and "TensorPropertySource" in text
         and "is not in list" in text
     )
+
+
+def frame_callback_getter() -> Any:
+    """The C function that returns dynamo's frame callback: set (not ``None`` or ``False``)
+    inside a ``torch.compile``'d call, where ``torch.compiler.set_stance`` raises. A C
+    function, so that a caller inside a compiled region can ask without dynamo tracing a
+    Python frame of it."""
+    from torch._C._dynamo.eval_frame import get_eval_frame_callback
+
+    return get_eval_frame_callback

@@ -1,14 +1,21 @@
-"""Reading one call of a wrapped model: which keys follow which length, and which shape
-it is padded to.
+"""Reading the calls of a wrapped model: which keys follow which length, from their names.
 
-A call's keyword tensors fall into one or two *sides*: the source (``input_ids``,
-``attention_mask``, ...) and, for an encoder-decoder, the target (every
-``decoder_*`` key, and ``labels`` when the model is an encoder-decoder). Each side
-has one length: the size at dim 1 of its first key (``input_ids``,
-``decoder_input_ids``, ``labels``, else the first tensor of the side); its
-sequence keys are the tensors with the call's rows at dim 0 and that length at
-dim 1. Everything else with the call's rows at dim 0 (``pixel_values``) is a
-per-row value: padded along the rows only, never along a length.
+The rule, read once per kind of call (its keys and their dtypes and ranks), never from
+sizes that happen to match:
+
+* **sequence keys** are padded along their length (dim 1). Source: ``input_ids``,
+  ``inputs_embeds``, ``attention_mask``, ``token_type_ids``, ``position_ids``,
+  ``special_tokens_mask``, and torch's ``src``, ``memory`` and their
+  ``*_key_padding_mask``. Target (an encoder-decoder's): every ``decoder_*`` key of
+  those, and ``tgt``, ``tgt_key_padding_mask``. ``labels`` is a sequence key when it
+  holds token labels (an integer dtype and 2 dims), on the target side of an
+  encoder-decoder. ``sequence_keys=`` replaces the rule with the names given.
+* **per-row keys**: every other tensor whose dim 0 is the call's rows (``pixel_values``,
+  ``input_features``, per-row ``labels``): padded along the rows only, with 0.
+* everything else reaches the model as it is.
+
+Each side's length is its lead key's dim 1 (``input_ids``, ``inputs_embeds``, ``src``,
+``decoder_input_ids``, ..., else its first sequence key).
 """
 
 from __future__ import annotations
@@ -20,38 +27,62 @@ from typing import Any
 
 import torch
 
+from .. import _torch as compat
 from ..errors import ShapeBucketError
 
-__all__ = ["Call", "Side", "forward_of", "read_call", "takes"]
+__all__ = ["Call", "Route", "Side", "forward_of", "parameters", "route_of"]
 
-#: the key whose length is a side's length, in order of preference
-_LEADS = ("input_ids", "inputs_embeds", "decoder_input_ids", "decoder_inputs_embeds", "labels")
+_SOURCE = (
+    "input_ids",
+    "inputs_embeds",
+    "src",
+    "attention_mask",
+    "token_type_ids",
+    "position_ids",
+    "special_tokens_mask",
+    "src_key_padding_mask",
+    "memory",
+    "memory_key_padding_mask",
+)
+_TARGET = (
+    "decoder_input_ids",
+    "decoder_inputs_embeds",
+    "tgt",
+    "decoder_attention_mask",
+    "decoder_token_type_ids",
+    "decoder_position_ids",
+    "tgt_key_padding_mask",
+)
+#: keys whose length is their side's length, in order of preference
+_LEADS = ("input_ids", "inputs_embeds", "src", "decoder_input_ids", "decoder_inputs_embeds", "tgt")
 #: the token-mask key the model takes on each side (added when the call has none)
 MASK_KEYS = {"source": "attention_mask", "target": "decoder_attention_mask"}
+#: torch's masks where True means a pad (``nn.Transformer``'s)
+PAD_TRUE = ("src_key_padding_mask", "tgt_key_padding_mask", "memory_key_padding_mask")
+#: the keys that hold token ids, padded with the model config's ``pad_token_id``
+ID_KEYS = ("input_ids", "decoder_input_ids")
 
 
 def forward_of(model: Any) -> Any:
-    """What a call of ``model`` runs: a module's ``forward``, else the function itself."""
-    return getattr(model, "forward", model)
+    """What a call of ``model`` runs, seen through ``torch.compile`` and DDP: the wrapped
+    module's ``forward``, else the function itself."""
+    inner = compat.unwrap_compiled(model)
+    if isinstance(inner, torch.nn.parallel.DistributedDataParallel):
+        inner = compat.unwrap_compiled(inner.module)
+    return getattr(inner, "forward", inner)
 
 
-def takes(model: Any, name: str) -> bool:
-    """Whether ``model.forward`` (or the function) names a parameter ``name``
-    (``**kwargs`` does not count).
-
-    >>> takes(torch.nn.Linear(2, 2), "input"), takes(lambda input_ids: input_ids, "input_ids")
-    (True, True)
-    """
+def parameters(model: Any) -> Mapping[str, inspect.Parameter]:
+    """The parameters of ``forward_of(model)`` (none when it has no signature)."""
     try:
-        params = inspect.signature(forward_of(model)).parameters
+        return inspect.signature(forward_of(model)).parameters
     except (TypeError, ValueError):
-        return False
+        return {}
+
+
+def takes(params: Mapping[str, inspect.Parameter], name: str) -> bool:
+    """Whether a signature names ``name`` (``**kwargs`` does not count)."""
     return name in params and params[name].kind is not inspect.Parameter.VAR_KEYWORD
-
-
-def is_encoder_decoder(model: Any) -> bool:
-    """A Hugging Face encoder-decoder (its config says so)."""
-    return getattr(getattr(model, "config", None), "is_encoder_decoder", False) is True
 
 
 @dataclass
@@ -73,6 +104,7 @@ class Call:
     sides: dict[str, Side] = field(default_factory=dict)
     left: bool = False
     planned: bool = True  # False: past the largest bucket, run eagerly at its own shape
+    outputs: Any = None  # the output roles of its route (outputs.OutputRoles)
 
     @property
     def pads(self) -> bool:
@@ -82,71 +114,167 @@ class Call:
         )
 
 
-def _side_of(key: str, enc_dec: bool) -> str:
-    if key.startswith("decoder_") or (enc_dec and key == "labels"):
+@dataclass
+class Route:
+    """How one kind of call (its keys, dtypes and ranks) is padded: read once, then used
+    for every call of that kind. ``sides`` maps a side to its sequence keys, lead first;
+    ``masks`` the token mask added on a side (the call has none, the model takes one)."""
+
+    sides: dict[str, list[str]]
+    row_keys: list[str]
+    masks: dict[str, str]
+    pad_values: dict[str, Any]
+    positions: bool = False  # add position_ids (padding left)
+    row_labels: bool = False  # labels per row: padded rows would enter the loss
+    outputs: Any = None  # the learned output roles (outputs.OutputRoles)
+
+
+def signature_of(kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What decides a call's route: each key with its tensor's dtype, rank and device."""
+    return tuple(
+        (k, v.dtype, v.ndim, v.device) if isinstance(v, torch.Tensor) else (k, _hashable(v))
+        for k, v in kwargs.items()
+    )
+
+
+def _hashable(v: Any) -> Any:
+    return v if isinstance(v, (bool, int, float, str, type(None))) else type(v)
+
+
+def _side_of(key: str, enc_dec: bool) -> str | None:
+    if key in _TARGET or (enc_dec and key == "labels"):
         return "target"
-    return "source"
+    if key in _SOURCE or key == "labels":
+        return "source"
+    return "target" if key.startswith("decoder_") else None
 
 
-def _lead(keys: Sequence[str]) -> str:
-    for name in _LEADS:
-        if name in keys:
-            return name
-    return keys[0]
+def _is_token_labels(v: Any) -> bool:
+    return isinstance(v, torch.Tensor) and v.ndim == 2 and not v.is_floating_point()
 
 
-def read_call(
-    kwargs: Mapping[str, Any], enc_dec: bool, sequence_keys: Sequence[str] | None
-) -> tuple[int, dict[str, Side]]:
-    """The call's rows and its sides (before bucketing).
+def route_of(
+    kwargs: Mapping[str, Any],
+    *,
+    enc_dec: bool,
+    sequence_keys: Sequence[str] | None,
+    params: Mapping[str, inspect.Parameter],
+    pad_values: Mapping[str, Any],
+    left: bool,
+) -> Route:
+    """The route of a call like ``kwargs`` (see the module's rule).
 
-    >>> rows, sides = read_call({"input_ids": torch.ones(2, 5), "pixel_values": torch.ones(2, 3, 8, 8)}, False, None)
-    >>> rows, sides["source"].keys, sides["source"].length
-    (2, ['input_ids'], 5)
+    >>> r = route_of({"input_ids": torch.ones(2, 5, dtype=torch.long), "pixel_values": torch.ones(2, 3)},
+    ...              enc_dec=False, sequence_keys=None, params={}, pad_values={}, left=False)
+    >>> r.sides, r.row_keys
+    ({'source': ['input_ids']}, ['pixel_values'])
     """
-    tensors = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor) and v.ndim >= 2}
-    if sequence_keys is not None:
-        missing = [k for k in sequence_keys if k in kwargs and k not in tensors]
-        if missing:
+    tensors = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+    sides: dict[str, list[str]] = {}
+    for k, v in tensors.items():
+        side = _side_of(k, enc_dec)
+        if sequence_keys is not None:
+            named = k in sequence_keys
+            side = (side or "source") if named else None
+        elif k == "labels" and not _is_token_labels(v):
+            side = None
+        if side is None:
+            continue
+        if v.ndim < 2:
             raise ShapeBucketError(
-                f"sequence_keys names {missing}, but the call's value there is not a tensor of "
-                "[rows, length, ...]; name only the keys padded along their length"
+                f"{k!r} has shape {tuple(v.shape)}, but it is a sequence key (padded along "
+                "dim 1 of [rows, length, ...]); pass it as [rows, length], or leave it out "
+                "of sequence_keys"
             )
-        tensors = {k: v for k, v in tensors.items() if k in sequence_keys}
-    if not tensors:
+        sides.setdefault(side, []).append(k)
+    if not sides:
         raise ShapeBucketError(
-            f"the call has no [rows, length] tensor to pad (keys {sorted(kwargs)}); pass the "
-            "token ids by name (model(input_ids=...)), or name them with sequence_keys="
+            f"the call has no sequence key to pad (keys {sorted(kwargs)}); pass the token ids "
+            "by name (model(input_ids=...)), or name the keys padded along their length with "
+            "sequence_keys=[...]"
         )
-    by_side: dict[str, list[str]] = {}
-    for k in tensors:
-        by_side.setdefault(_side_of(k, enc_dec), []).append(k)
-    lead = tensors[_lead(by_side.get("source") or by_side["target"])]
-    rows = int(lead.shape[0])
-    sides = {}
-    for name, keys in by_side.items():
-        length = int(tensors[_lead(keys)].shape[1])
-        picked = [k for k in keys if tensors[k].shape[0] == rows and tensors[k].shape[1] == length]
-        if sequence_keys is not None and len(picked) != len(keys):
-            odd = [k for k in keys if k not in picked]
-            raise ShapeBucketError(
-                f"sequence_keys {odd} have shapes {[tuple(tensors[k].shape) for k in odd]}, "
-                f"not [{rows}, {length}, ...] like {_lead(keys)!r}: every key of a side must "
-                "share its rows and its length"
-            )
-        sides[name] = Side(name, picked, length)
-    _refuse_square_masks(kwargs, sides)
-    return rows, sides
+    for keys in sides.values():
+        keys.sort(key=lambda k: _LEADS.index(k) if k in _LEADS else len(_LEADS))
+    _refuse_square_masks(tensors, sides)
+    padded = {k for keys in sides.values() for k in keys}
+    masks = {
+        s: MASK_KEYS[s] for s in sides if MASK_KEYS[s] not in kwargs and takes(params, MASK_KEYS[s])
+    }
+    values = {k: _pad_value(k, tensors[k], pad_values) for k in padded}
+    values.update({m: 0 for m in masks.values()})
+    positions = left and "source" in sides and "position_ids" not in kwargs
+    return Route(
+        sides=sides,
+        row_keys=[k for k in tensors if k not in padded and tensors[k].ndim >= 1],
+        masks=masks,
+        pad_values=values,
+        positions=positions and takes(params, "position_ids"),
+        row_labels="labels" in tensors and "labels" not in padded,
+    )
 
 
-def _refuse_square_masks(kwargs: Mapping[str, Any], sides: dict[str, Side]) -> None:
+def _pad_value(key: str, v: torch.Tensor, pad_values: Mapping[str, Any]) -> Any:
+    """A key's pad value: the user's, else -100 for labels, True for torch's True-means-pad
+    masks, else 0; refused when the tensor's dtype cannot hold it."""
+    if key in pad_values:
+        value = pad_values[key]
+    elif key.startswith("labels") or key.endswith("labels"):
+        value = -100
+    elif key in PAD_TRUE:
+        value = True
+    else:
+        value = 0
+    if isinstance(value, bool) or v.dtype == torch.bool:
+        return bool(value)
+    try:
+        fits = torch.tensor(value, dtype=v.dtype).item() == value
+    except (TypeError, RuntimeError, OverflowError):
+        fits = False
+    if not fits:
+        raise ShapeBucketError(
+            f"pad value {value!r} for {key!r} does not fit the call's dtype "
+            f"{str(v.dtype).removeprefix('torch.')}: it would be stored as another number; "
+            f"pass pad_values={{{key!r}: ...}} with a value the dtype holds, or cast the input"
+        )
+    return value
+
+
+def _refuse_square_masks(tensors: Mapping[str, torch.Tensor], sides: dict[str, list[str]]) -> None:
     """A mask of more than 2 dims (``[rows, 1, L, L]``) has the length at dims the
     padding does not reach; it would reach the model with its old size."""
-    for k, v in kwargs.items():
-        if isinstance(v, torch.Tensor) and v.ndim > 2 and "mask" in k:
-            side = _side_of(k, "target" in sides)
-            raise ShapeBucketError(
-                f"{k!r} has shape {tuple(v.shape)}: a mask of more than 2 dims cannot be padded "
-                "to the bucket (its length is not only at dim 1); pass the 2-D [rows, length] "
-                f"{MASK_KEYS[side]!r} and let the model build its own"
-            )
+    for side, keys in sides.items():
+        for k in keys:
+            if tensors[k].ndim > 2 and "mask" in k:
+                raise ShapeBucketError(
+                    f"{k!r} has shape {tuple(tensors[k].shape)}: a mask of more than 2 dims "
+                    "cannot be padded to the bucket (its length is not only at dim 1); pass "
+                    f"the 2-D [rows, length] {MASK_KEYS[side]!r} and let the model build its own"
+                )
+
+
+def read_call(kwargs: Mapping[str, Any], route: Route) -> tuple[int, dict[str, Side]]:
+    """The call's rows and its sides (before bucketing), checked against its route: every
+    sequence key of a side has the side's rows (or 1, broadcast) and length.
+
+    >>> route = Route({"source": ["input_ids"]}, [], {}, {})
+    >>> rows, sides = read_call({"input_ids": torch.ones(2, 5)}, route)
+    >>> rows, sides["source"].length
+    (2, 5)
+    """
+    first = next(iter(route.sides.values()))[0]
+    rows = int(kwargs[first].shape[0])
+    sides = {}
+    for name, keys in route.sides.items():
+        lead = kwargs[keys[0]]
+        length = int(lead.shape[1])
+        for k in keys[1:]:
+            v = kwargs[k]
+            if v.shape[1] != length or v.shape[0] not in (rows, 1):
+                raise ShapeBucketError(
+                    f"{k!r} has shape {tuple(v.shape)}, not [{rows}, {length}, ...] like "
+                    f"{keys[0]!r} {tuple(lead.shape)}: every sequence key of a side shares its "
+                    "rows and its length; fix the call, or name the keys padded along the "
+                    "length with sequence_keys=[...]"
+                )
+        sides[name] = Side(name, keys, length)
+    return rows, sides

@@ -14,6 +14,7 @@ that ignore -100 comes back as it is.
 
 from __future__ import annotations
 
+import bisect
 import inspect
 import sys
 from collections.abc import Mapping, Sequence
@@ -22,11 +23,23 @@ from typing import Any, Literal
 import torch
 
 from .. import _torch as compat
-from ..collate import BucketCollator
+from .._validate import check_int
 from ..errors import ShapeBucketError
+from ..fit.buckets import Buckets
 from ..plan import Shape, ShapePlan
-from .calls import MASK_KEYS, Call, Side, forward_of, is_encoder_decoder, read_call, takes
-from .pad import config_pad_values, cut_outputs, open_pad_rows, repad, side_collator
+from .calls import (
+    Call,
+    Route,
+    Side,
+    forward_of,
+    parameters,
+    read_call,
+    route_of,
+    signature_of,
+    takes,
+)
+from .outputs import cut_outputs, learn_roles, probe, probe_shapes
+from .pad import config_pad_values, pad_call
 from .stats import BucketedReport
 
 __all__ = ["BucketedModel"]
@@ -112,69 +125,54 @@ class BucketedModel(torch.nn.Module):
             )
         if overflow not in ("error", "eager"):
             raise ShapeBucketError(f"overflow must be 'error' or 'eager', got {overflow!r}")
-        if sequence_keys is not None and (
-            isinstance(sequence_keys, (str, bytes))
-            or not isinstance(sequence_keys, Sequence)
-            or not sequence_keys
-            or not all(isinstance(k, str) for k in sequence_keys)
-        ):
-            one = f"[{sequence_keys!r}]" if isinstance(sequence_keys, str) else "['input_ids']"
-            raise ShapeBucketError(
-                f"sequence_keys must be a non-empty list of the call's keyword names, got "
-                f"{sequence_keys!r}; for one key write {one}"
-            )
-        if pad_values is not None and not isinstance(pad_values, Mapping):
-            raise ShapeBucketError(
-                f"pad_values must be a mapping key -> number, got {pad_values!r}; for example "
-                "pad_values={'input_ids': 0}"
-            )
+        if padding_side not in ("right", "left"):
+            raise ShapeBucketError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
         self.model = model
         self.overflow = overflow
-        self.sequence_keys = None if sequence_keys is None else list(sequence_keys)
+        self.sequence_keys = _check_sequence_keys(sequence_keys)
         self.stats = BucketedReport()
-        self._enc_dec = is_encoder_decoder(model)
-        self._pad_values = {**config_pad_values(model), **dict(pad_values or {})}
-        self._collators = {
-            side: self._collator(side, buckets, row_buckets, padding_side) for side in MASK_KEYS
-        }
-        if padding_side == "left" and not takes(model, "attention_mask"):
-            raise ShapeBucketError(
-                f"padding_side='left' and {type(model).__name__}.forward takes no "
-                "attention_mask: its real tokens would attend to the pads before them and "
-                "sit at shifted positions; pad right (exact for a causal model), or pass a "
-                "model that takes the mask"
-            )
+        self._table = Buckets(buckets)
+        self._lengths = list(self._table)
+        self._rows = _check_row_buckets(row_buckets)
+        self._left = padding_side == "left"
+        self._params = dict(parameters(model))
+        self._enc_dec = getattr(getattr(model, "config", None), "is_encoder_decoder", False) is True
+        self._pad_values = {**config_pad_values(model), **_check_pad_values(pad_values)}
+        self._routes: dict[tuple[Any, ...], Route] = {}
+        modules = model.modules() if isinstance(model, torch.nn.Module) else ()
+        self._norms = [type(m).__name__ for m in modules if isinstance(m, _BATCH_NORMS)]
+        if self._left:
+            self._refuse_left()
         self.forward = _Forward(self)  # type: ignore[method-assign]
 
-    def _collator(
-        self,
-        side: str,
-        buckets: Sequence[int],
-        row_buckets: Sequence[int] | None,
-        padding_side: str,
-    ) -> BucketCollator:
-        return side_collator(
-            buckets,
-            row_buckets,
-            pad_values=self._pad_values,
-            padding_side=padding_side,
-            mask_key=MASK_KEYS[side],
-        )
+    def _refuse_left(self) -> None:
+        name = type(compat.unwrap_compiled(self.model)).__name__
+        if not takes(self._params, "attention_mask"):
+            raise ShapeBucketError(
+                f"padding_side='left' and {name}.forward takes no attention_mask: its real "
+                "tokens would attend to the pads before them and sit at shifted positions; pad "
+                "right (exact for a causal model), or pass a model that takes the mask"
+            )
+        if not takes(self._params, "position_ids"):
+            raise ShapeBucketError(
+                f"padding_side='left' and {name}.forward takes no position_ids: it numbers "
+                "positions itself, so every real token would sit as many positions later as "
+                "there are pads before it; pad right, or pass a model that takes position_ids"
+            )
 
     @property
-    def buckets(self) -> Any:
-        """The bucket table (the collator's ``Buckets``)."""
-        return self._collators["source"].buckets
+    def buckets(self) -> Buckets:
+        """The bucket table."""
+        return self._table
 
     @property
     def row_buckets(self) -> list[int] | None:
         """The row counts calls are padded up to (``None``: rows as they come)."""
-        rb = self._collators["source"].row_buckets
-        return None if rb is None else list(rb)
+        return None if self._rows is None else list(self._rows)
 
     @property
     def padding_side(self) -> str:
-        return str(self._collators["source"].padding_side)
+        return "left" if self._left else "right"
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -203,13 +201,12 @@ class BucketedModel(torch.nn.Module):
         """``model(*args, **kwargs)`` run at the planned shape, cut back (what ``forward``
         does). Not traced itself: ``torch.compile`` of the wrapper compiles ``model``'s
         call on the padded batch, one graph per planned shape."""
-        batch, call = self.pad(*args, **kwargs)
-        if call.planned:
-            out = self.model(**batch)
-        else:  # overflow="eager": never compiled, no CUDA graph recorded for its shape
-            with torch.compiler.set_stance("force_eager"):
-                out = self.model(**batch)
-        return _cut_back(out, call)
+        compiled = _frame_callback() not in (None, False)  # the wrapper is compiled
+        batch, call = self.pad(*args, **kwargs) if compiled else self._pad(args, kwargs)
+        if not call.planned:  # overflow="eager": never compiled, no CUDA graph recorded
+            return _uncompiled(self.model, batch)
+        out = self.model(**batch)
+        return _cut_back(out, call) if compiled else cut_outputs(out, call.outputs, call)
 
     @compat.not_compiled
     def pad(self, *args: Any, **kwargs: Any) -> tuple[dict[str, Any], Call]:
@@ -218,39 +215,80 @@ class BucketedModel(torch.nn.Module):
         Not compiled (``torch.compile`` of the wrapper compiles the model's call on the
         padded batch only, so one graph per planned shape).
         """
-        kwargs = self._bind(args, kwargs)
-        self._refuse_cache(kwargs)
-        rows, sides = read_call(kwargs, self._enc_dec, self.sequence_keys)
+        return self._pad(args, kwargs)
+
+    def _pad(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], Call]:
+        if args:
+            kwargs = self._bind(args, kwargs)
+        route = self._route(kwargs)
+        rows, sides = read_call(kwargs, route)
         call = self._plan_call(rows, sides)
         if call is None:
-            self.stats.count_eager(rows, sides, largest=self.buckets[-1])
+            self.stats.count_eager(rows, sides, largest=self._lengths[-1])
             same = {k: Side(k, s.keys, s.length, s.length) for k, s in sides.items()}
-            return kwargs, Call(rows, rows, same, planned=False)
-        self._refuse_batch_norm(call)
-        if call.left and "labels" in kwargs:
-            raise ShapeBucketError(
-                "BucketedModel(padding_side='left') got a call with labels: a left pad sits "
-                "before each row's first token, and a model that shifts its labels (a Hugging "
-                "Face causal LM) would predict that token's label from the pad, a loss term the "
-                "unpadded call does not have; pad right for training (left is for inference)"
-            )
-        batch = self._add_inputs(kwargs, call)
-        for name, side in call.sides.items():
-            collator = self._collator_for(name, side.keys)
-            batch = repad(collator, batch, side.bucket, call.padded_rows)
-        open_pad_rows(batch, call, MASK_KEYS)
+            return self._with_cache_off(kwargs), Call(rows, rows, same, planned=False)
+        self._check_call(call, route, kwargs)
+        batch = self._with_cache_off(pad_call(kwargs, route, call))
+        if route.outputs is None and call.pads:
+            route.outputs = self._learn(kwargs, route, sides)
+        call.outputs = route.outputs
         self.stats.count(call)
         return batch, call
 
+    def _route(self, kwargs: Mapping[str, Any]) -> Route:
+        key = signature_of(kwargs)
+        route = self._routes.get(key)
+        if route is None:
+            if kwargs.get("use_cache") is True:
+                raise ShapeBucketError(
+                    "BucketedModel: use_cache=True would return a cache at the padded length, "
+                    "which the caller cannot continue from; call the unwrapped model to "
+                    "generate, or pass use_cache=False"
+                )
+            route = self._routes[key] = route_of(
+                kwargs,
+                enc_dec=self._enc_dec,
+                sequence_keys=self.sequence_keys,
+                params=self._params,
+                pad_values=self._pad_values,
+                left=self._left,
+            )
+        return route
+
+    def _with_cache_off(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """``use_cache=False`` for a model that takes it (a cache at the padded length cannot
+        be given back)."""
+        if "use_cache" not in batch and takes(self._params, "use_cache"):
+            batch["use_cache"] = False
+        return batch
+
+    def _learn(self, kwargs: Mapping[str, Any], route: Route, sides: dict[str, Side]) -> Any:
+        """The output roles of ``route``'s calls, from two probe calls of ``kwargs``."""
+        shapes = probe_shapes(self._lengths, list(sides))
+        batches = []
+        for rows, lengths in shapes:
+            probe_sides = {
+                n: Side(n, s.keys, min(s.length, lengths[n]), lengths[n]) for n, s in sides.items()
+            }
+            call = Call(
+                min(rows, int(kwargs[next(iter(sides.values())).keys[0]].shape[0])),
+                rows,
+                probe_sides,
+                left=self._left,
+            )
+            batches.append(self._with_cache_off(pad_call(kwargs, route, call)))
+        inner = compat.unwrap_compiled(self.model)
+        outs = probe(lambda b: _uncompiled(inner, b), batches, inner)
+        return learn_roles(outs, shapes)
+
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        if not args:
-            return kwargs
+        name = type(compat.unwrap_compiled(self.model)).__name__
         try:
-            bound = inspect.signature(forward_of(self.model)).bind_partial(*args, **kwargs)
+            bound = inspect.Signature(list(self._params.values())).bind_partial(*args, **kwargs)
         except TypeError as e:
             raise ShapeBucketError(
                 f"BucketedModel could not name the call's positional arguments by "
-                f"{type(self.model).__name__}.forward's parameters ({e}); pass them by name"
+                f"{name}.forward's parameters ({e}); pass them by name"
             ) from None
         if any(
             p.kind is p.VAR_POSITIONAL
@@ -258,29 +296,18 @@ class BucketedModel(torch.nn.Module):
             if p.name in bound.arguments
         ):
             raise ShapeBucketError(
-                f"{type(self.model).__name__}.forward takes *args, so the call's positional "
-                "values have no names to pad them by; pass them by keyword"
+                f"{name}.forward takes *args, so the call's positional values have no names "
+                "to pad them by; pass them by keyword"
             )
         return dict(bound.arguments)
 
-    def _refuse_cache(self, kwargs: dict[str, Any]) -> None:
-        if kwargs.get("use_cache") is True:
-            raise ShapeBucketError(
-                "BucketedModel: use_cache=True would return a cache at the padded length, which "
-                "the caller cannot continue from; call the unwrapped model to generate, or pass "
-                "use_cache=False"
-            )
-        if "use_cache" not in kwargs and takes(self.model, "use_cache"):
-            kwargs["use_cache"] = False
-
     def _plan_call(self, rows: int, sides: dict[str, Side]) -> Call | None:
         """The padded shape of the call; ``None`` when it overflows and runs eagerly."""
-        table = self.buckets
-        too_long = [s for s in sides.values() if s.length > table[-1]]
-        row_buckets = self.row_buckets or []
+        table, row_buckets = self._lengths, self._rows
         if rows == 0 and not row_buckets:
             _refuse_empty(sides)
-        too_many = bool(row_buckets) and rows > row_buckets[-1]
+        too_long = [s for s in sides.values() if s.length > table[-1]]
+        too_many = row_buckets is not None and rows > row_buckets[-1]
         if too_long or too_many:
             if self.overflow == "eager":
                 return None
@@ -288,69 +315,42 @@ class BucketedModel(torch.nn.Module):
                 s = too_long[0]
                 raise ShapeBucketError(
                     f"BucketedModel: {s.keys[0]!r} has length {s.length} > largest bucket "
-                    f"{table[-1]} (buckets {list(table)}); add a bucket >= {s.length}, cut the "
+                    f"{table[-1]} (buckets {table}); add a bucket >= {s.length}, cut the "
                     "input, or pass overflow='eager' to run such calls eagerly at their own shape"
                 )
+            largest = self._rows[-1] if self._rows else rows
             raise ShapeBucketError(
                 f"BucketedModel: the call has {rows} rows > largest row bucket "
-                f"{row_buckets[-1]} (row_buckets {row_buckets}); add a row bucket >= {rows}, "
+                f"{largest} (row_buckets {self._rows}); add a row bucket >= {rows}, "
                 "split the batch, or pass overflow='eager'"
             )
-        padded_rows = rows
-        if row_buckets:
-            padded_rows = next(r for r in row_buckets if r >= rows)
-        for s in sides.values():
-            s.bucket = next(b for b in table if b >= s.length)
-        return Call(rows, padded_rows, sides, left=self.padding_side == "left")
-
-    def _refuse_batch_norm(self, call: Call) -> None:
-        if not (call.pads and self.training):
-            return
-        modules = self.model.modules() if isinstance(self.model, torch.nn.Module) else ()
-        norms = [type(m).__name__ for m in modules if isinstance(m, _BATCH_NORMS)]
-        if norms:
-            raise ShapeBucketError(
-                f"BucketedModel: the model has {norms[0]} and is training, so padding this "
-                f"call ({call.rows} rows, lengths {[s.length for s in call.sides.values()]}) "
-                "to its bucket would put the pads into the batch statistics; train it without "
-                "the wrapper, use LayerNorm, or pad in the collator with exact-size batches"
-            )
-
-    def _add_inputs(self, kwargs: dict[str, Any], call: Call) -> dict[str, Any]:
-        """The token mask (and, padding left, ``position_ids``) of a call that has none and
-        a model that takes them: added to every call, padded or not, so that every call of
-        a shape has the same inputs (one graph)."""
-        batch = dict(kwargs)
-        for name, side in call.sides.items():
-            mask = MASK_KEYS[name]
-            if mask in batch or not takes(self.model, mask):
-                continue
-            lead = kwargs[side.keys[0]]
-            size = (lead.shape[0], side.length)
-            batch[mask] = torch.ones(size, dtype=torch.long, device=lead.device)
-            side.keys.append(mask)
-        source = call.sides.get("source")
-        wants_positions = call.left and takes(self.model, "position_ids")
-        if wants_positions and source is not None and "position_ids" not in batch:
-            lead = kwargs[source.keys[0]]
-            positions = torch.arange(source.length, device=lead.device)
-            batch["position_ids"] = positions.expand(lead.shape[0], -1)
-            source.keys.append("position_ids")
-        return batch
-
-    def _collator_for(self, side: str, keys: list[str]) -> BucketCollator:
-        base = self._collators[side]
-        if base.sequence_keys == keys:
-            return base
-        collator = self._collators[side] = side_collator(
-            base.buckets,
-            base.row_buckets,
-            pad_values=self._pad_values,
-            padding_side=base.padding_side,
-            mask_key=base.mask_key,
-            sequence_keys=list(keys),
+        padded_rows = (
+            rows if row_buckets is None else row_buckets[bisect.bisect_left(row_buckets, rows)]
         )
-        return collator
+        for s in sides.values():
+            s.bucket = table[bisect.bisect_left(table, s.length)]
+        return Call(rows, padded_rows, sides, left=self._left)
+
+    def _check_call(self, call: Call, route: Route, kwargs: Mapping[str, Any]) -> None:
+        """Refuse a call whose padded rows would enter a loss or a statistic."""
+        if call.rows == call.padded_rows:
+            return
+        if route.row_labels:
+            labels = kwargs["labels"]
+            raise ShapeBucketError(
+                f"BucketedModel: 'labels' has shape {tuple(labels.shape)}, one label per row, "
+                f"and the call's {call.rows} rows are padded to {call.padded_rows}: a padded "
+                "row's label would enter a regression or multi-label loss (only token labels "
+                "of -100 are provably ignored); pass row_buckets=None, or batches of a row "
+                "bucket's size"
+            )
+        if self._norms and self.training:
+            raise ShapeBucketError(
+                f"BucketedModel: the model has {self._norms[0]} and is training, so padding "
+                f"this call's {call.rows} rows to {call.padded_rows} would put the pads into "
+                "the batch statistics; train it without the wrapper, use LayerNorm, or pad in "
+                "the collator with exact-size batches"
+            )
 
     # -- the plan ----------------------------------------------------------------------
 
@@ -368,39 +368,104 @@ class BucketedModel(torch.nn.Module):
                 f"plan(example) takes the keyword batch of one call (a dict), got "
                 f"{type(example).__name__}"
             )
-        rows, sides = read_call(example, self._enc_dec, self.sequence_keys)
+        example = dict(example)
+        route = self._route(example)
+        rows, sides = read_call(example, route)
         if rows == 0:
             _refuse_empty(sides, "plan(example)")
-        row_counts = self.row_buckets or [rows]
-        table = list(self.buckets)
+        row_counts = self._rows or [rows]
+        table = self._lengths
         if "target" in sides and "source" in sides:
             shapes: Any = [(r, s, t) for r in row_counts for s in table for t in table]
         else:
             shapes = [(r, b) for r in row_counts for b in table]
-        example = dict(example)
-        return ShapePlan.from_function(shapes, lambda shape: self._example_at(example, shape))
+        return ShapePlan.from_function(shapes, _ExampleAt(self, example))
 
     def _example_at(self, example: dict[str, Any], shape: Shape) -> dict[str, Any]:
-        kwargs = dict(example)
-        rows, sides = read_call(kwargs, self._enc_dec, self.sequence_keys)
-        call = Call(min(rows, shape.rows), shape.rows, sides, left=self.padding_side == "left")
-        batch = self._add_inputs(kwargs, call)
+        route = self._route(example)
+        rows, sides = read_call(example, route)
         lengths = {"source": shape[1], "target": shape[-1]}
         for name, side in sides.items():
-            # a longer example is cut to the shape (repad keeps its first tokens)
-            batch = repad(self._collator_for(name, side.keys), batch, lengths[name], shape.rows)
-        open_pad_rows(batch, call, MASK_KEYS)
-        return batch
+            side.bucket = lengths[name]
+            side.length = min(side.length, side.bucket)  # a longer example is cut to the shape
+        call = Call(min(rows, shape.rows), shape.rows, sides, left=self._left)
+        return self._with_cache_off(pad_call(example, route, call))
+
+
+class _ExampleAt:
+    """``plan(example)``'s maker of a shape's batch (a class, so that the plan pickles)."""
+
+    def __init__(self, owner: BucketedModel, example: dict[str, Any]) -> None:
+        self.owner, self.example = owner, example
+
+    def __call__(self, shape: Shape) -> dict[str, Any]:
+        return self.owner._example_at(self.example, shape)
 
 
 @compat.not_compiled
 def _cut_back(out: Any, call: Call) -> Any:
     """``cut_outputs``, not compiled (so a compiled wrapper has no graph per call shape)."""
-    return cut_outputs(out, call)
+    return cut_outputs(out, call.outputs, call)
+
+
+_frame_callback: Any = None  # set by _apply_compiler_marks
+
+
+@compat.skip_frame_only  # never traced: it turns the compiler off for what it calls
+def _uncompiled(model: Any, batch: dict[str, Any]) -> Any:
+    """``model(**batch)`` with the compiler off: ``set_stance("force_eager")`` (no graph
+    compiled, no CUDA graph recorded, also for compiled parts inside), or, inside a
+    compiled wrapper where the stance cannot change, the module ``torch.compile`` wraps
+    under ``torch.compiler.disable``."""
+    if _frame_callback() in (None, False):
+        with torch.compiler.set_stance("force_eager"):
+            return model(**batch)
+    return torch.compiler.disable(compat.unwrap_compiled(model))(**batch)
+
+
+def _check_sequence_keys(sequence_keys: Sequence[str] | None) -> list[str] | None:
+    if sequence_keys is None:
+        return None
+    if (
+        isinstance(sequence_keys, (str, bytes))
+        or not isinstance(sequence_keys, Sequence)
+        or not sequence_keys
+        or not all(isinstance(k, str) for k in sequence_keys)
+    ):
+        one = f"[{sequence_keys!r}]" if isinstance(sequence_keys, str) else "['input_ids']"
+        raise ShapeBucketError(
+            f"sequence_keys must be a non-empty list of the call's keyword names, got "
+            f"{sequence_keys!r}; for one key write {one}"
+        )
+    return list(sequence_keys)
+
+
+def _check_pad_values(pad_values: Any) -> dict[str, Any]:
+    if pad_values is not None and not isinstance(pad_values, Mapping):
+        raise ShapeBucketError(
+            f"pad_values must be a mapping key -> number, got {pad_values!r}; for example "
+            "pad_values={'input_ids': 0}"
+        )
+    return dict(pad_values or {})
+
+
+def _check_row_buckets(row_buckets: Any) -> list[int] | None:
+    if row_buckets is None:
+        return None
+    if hasattr(row_buckets, "tolist"):
+        row_buckets = row_buckets.tolist()
+    if isinstance(row_buckets, (str, bytes)) or not isinstance(row_buckets, Sequence):
+        raise ShapeBucketError(f"row_buckets must be a list of ints >= 1, got {row_buckets!r}")
+    sizes = [check_int(f"row_buckets[{i}]", v, minimum=1) for i, v in enumerate(row_buckets)]
+    if not sizes:
+        raise ShapeBucketError("row_buckets must hold at least one size, got []")
+    return sorted(set(sizes))
 
 
 def _apply_compiler_marks() -> None:
     """The compiler marks of this module, at the first wrapper (``import`` loads no dynamo)."""
+    global _frame_callback
+    _frame_callback = compat.frame_callback_getter()
     compat.apply_compiler_marks(_Forward, BucketedModel, sys.modules[__name__])
 
 

@@ -1,138 +1,104 @@
-"""Padding a call up to its planned shape, and cutting the outputs back.
+"""Padding a call up to its planned shape: one ``F.pad`` per key.
 
-The padding itself is the collator's: a :class:`~shapebucket.BucketCollator` per side
-re-pads the call (``labels`` with -100, the token mask with 0, every other key with
-its pad value), through :func:`repad`, the one place this package calls it.
+Each sequence key is padded (or, for a plan's example, cut) along its length to its
+side's bucket and along its rows to the padded rows, with its route's pad value; a
+per-row key along its rows only, with 0. A token mask the call lacks is made for it. An
+all-pad row gets one open token in its mask, so that attention has a key to attend to.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Mapping
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
-from ..collate import BucketCollator
-from ..plan import Shape
-from .calls import Call
+from .calls import PAD_TRUE, Call, Route
 
-__all__ = [
-    "ID_KEYS",
-    "config_pad_values",
-    "cut_outputs",
-    "open_pad_rows",
-    "repad",
-    "side_collator",
-]
-
-#: the keys that hold token ids, padded with the model config's ``pad_token_id``
-ID_KEYS = ("input_ids", "decoder_input_ids")
-
-
-def repad(collator: BucketCollator, batch: dict[str, Any], bucket: int, rows: int) -> Any:
-    """``batch`` padded by ``collator`` to ``bucket`` with ``rows`` rows."""
-    return collator.repad(batch, Shape(rows, bucket))
-
-
-def open_pad_rows(batch: dict[str, Any], call: Call, masks: Mapping[str, str]) -> None:
-    """Give each all-pad row one unmasked token (its first; padding left, its last), in
-    place. A row whose mask is all 0 leaves every attention query of it with no key: an
-    attention that fills masked scores with -inf gives NaN (torch's SDPA gives 0), and its
-    backward NaN gradients, although the row's labels are all -100. The row's outputs are
-    cut off and carry no loss, so no real row sees the change.
-
-    >>> from shapebucket.bucketed.calls import Side
-    >>> call = Call(1, 2, {"source": Side("source", ["input_ids"], 2, 4)})
-    >>> batch = {"attention_mask": torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]])}
-    >>> open_pad_rows(batch, call, {"source": "attention_mask"})
-    >>> batch["attention_mask"].tolist()
-    [[1, 1, 0, 0], [1, 0, 0, 0]]
-    """
-    if call.padded_rows == call.rows:
-        return
-    for side in call.sides:
-        mask = batch.get(masks[side])
-        if isinstance(mask, torch.Tensor) and mask.ndim == 2:
-            mask[call.rows :, -1 if call.left else 0] = 1
-
-
-#: output names (Hugging Face ``ModelOutput`` fields) whose length is the source's
-_SOURCE_OUTPUTS = ("encoder_",)
-#: attention outputs: ``[rows, heads, query, key]``
-_ATTENTIONS = "attentions"
-
-
-def _cut(t: torch.Tensor, dim: int, length: int, padded: int, left: bool) -> torch.Tensor:
-    if t.ndim <= dim or t.shape[dim] != padded or length == padded:
-        return t
-    start = padded - length if left else 0
-    return t.narrow(dim, start, length)
-
-
-def _cut_tensor(t: torch.Tensor, name: str, call: Call) -> torch.Tensor:
-    """One output tensor cut back to the call's rows and lengths.
-
-    Rows: dim 0 when it has the padded rows. Lengths: dim 1 (logits, hidden states,
-    per-token losses) of the side the output belongs to (``encoder_*``: the source,
-    else the target of an encoder-decoder, else the source); attention weights
-    ``[rows, heads, query, key]`` at their last two dims (a ``cross_attentions``'
-    keys are the source's).
-    """
-    if t.ndim == 0:
-        return t
-    if t.shape[0] == call.padded_rows and call.rows != call.padded_rows:
-        t = t[: call.rows]
-    sides = call.sides
-    source = sides.get("source") or sides["target"]
-    own = source if name.startswith(_SOURCE_OUTPUTS) else sides.get("target", source)
-    if _ATTENTIONS in name and t.ndim == 4:
-        key = source if name.startswith("cross") else own
-        t = _cut(t, 2, own.length, own.bucket, call.left)
-        return _cut(t, 3, key.length, key.bucket, call.left)
-    return _cut(t, 1, own.length, own.bucket, call.left)
-
-
-def cut_outputs(out: Any, call: Call, name: str = "") -> Any:
-    """Every tensor of ``out`` (a tensor, a dict or ``ModelOutput``, a tuple or list,
-    nested) cut back to the call's shape; other values as they are.
-
-    >>> from shapebucket.bucketed.calls import Side
-    >>> call = Call(rows=2, padded_rows=4, sides={"source": Side("source", ["input_ids"], 5, 8)})
-    >>> out = cut_outputs({"loss": torch.tensor(1.0), "logits": torch.zeros(4, 8, 3)}, call)
-    >>> out["loss"].shape, out["logits"].shape
-    (torch.Size([]), torch.Size([2, 5, 3]))
-    """
-    if not call.pads:
-        return out
-    if isinstance(out, torch.Tensor):
-        return _cut_tensor(out, name, call)
-    if isinstance(out, Mapping):
-        fixed = {k: cut_outputs(v, call, str(k)) for k, v in out.items()}
-        kind: Any = type(out)
-        try:
-            return kind(**fixed)  # a ModelOutput or a dict subclass of its fields
-        except TypeError:
-            return kind(fixed.items())
-    fields = getattr(type(out), "_fields", None)  # a NamedTuple's (documented) field names
-    if isinstance(out, tuple) and fields is not None:
-        return type(out)(*(cut_outputs(v, call, f) for f, v in zip(fields, out, strict=True)))
-    if isinstance(out, (tuple, list)):
-        return type(out)(cut_outputs(v, call, name) for v in out)
-    return out
+__all__ = ["config_pad_values", "pad_call"]
 
 
 def config_pad_values(model: Any) -> dict[str, Any]:
     """The model config's ``pad_token_id`` as the pad value of its token-id keys."""
+    from .calls import ID_KEYS
+
     pad = getattr(getattr(model, "config", None), "pad_token_id", None)
     if isinstance(pad, int) and not isinstance(pad, bool):
         return {k: pad for k in ID_KEYS}
     return {}
 
 
-def side_collator(
-    buckets: Any, row_buckets: Sequence[int] | None, **options: Any
-) -> BucketCollator:
-    """The collator that re-pads one side of a call (rows padded to ``row_buckets``)."""
-    if row_buckets is None:
-        return BucketCollator(buckets, **options)
-    return BucketCollator.with_row_buckets(buckets, row_buckets, **options)
+def _fit(
+    v: torch.Tensor, have: int, call: Call, bucket: int, value: Any, opened: Any = None
+) -> torch.Tensor:
+    """``v`` ``[have or 1, length, ...]`` padded or cut to ``[padded rows or 1, bucket,
+    ...]``: a plan's example longer than the shape keeps its first rows and tokens."""
+    if v.shape[1] > bucket:  # strides as a tensor made at this size has (dynamo guards them)
+        v = v.narrow(1, v.shape[1] - bucket if call.left else 0, bucket)
+        v = v.clone(memory_format=torch.contiguous_format)
+    more = 0
+    if v.shape[0] == have:  # [1, length] stays broadcast
+        if have > call.rows:
+            v = v[: call.rows]
+        more = call.padded_rows - call.rows
+    grow = bucket - v.shape[1]
+    # a new tensor even when nothing grows: every input of a planned shape is made the same
+    # way (under inference_mode, an inference tensor), so one graph's guards hold for all
+    if opened is not None and more and v.ndim == 2:  # a mask: its pad rows open one token
+        v = F.pad(v, [grow, 0] if call.left else [0, grow], value=value)
+        return torch.cat([v, _opened_rows(more, bucket, v.dtype, v.device, call.left, opened)])
+    spec = [0, 0] * (v.ndim - 2) + ([grow, 0] if call.left else [0, grow]) + [0, more]
+    return F.pad(v, spec, value=value)
+
+
+@functools.lru_cache(maxsize=256)
+def _opened_rows(
+    rows: int, bucket: int, dtype: torch.dtype, device: torch.device, left: bool, opened: Any
+) -> torch.Tensor:
+    """``rows`` all-pad mask rows with one open token (the first; padding left, the last).
+    A row whose mask is all pad leaves every attention query of it with no key: an
+    attention that fills masked scores with -inf gives NaN (torch's SDPA gives 0), and its
+    backward NaN gradients, although the row's labels are all -100. The row's outputs are
+    cut off and carry no loss, so no real row sees the change."""
+    with torch.inference_mode(False):  # cached: usable in and out of inference mode
+        block = torch.full((rows, bucket), not opened, dtype=dtype, device=device)
+        block[:, -1 if left else 0] = opened
+    return block
+
+
+def pad_call(kwargs: Mapping[str, Any], route: Route, call: Call) -> dict[str, Any]:
+    """``kwargs`` padded to ``call``'s shape along ``route``.
+
+    >>> from shapebucket.bucketed.calls import Side
+    >>> route = Route({"source": ["input_ids"]}, [], {"source": "attention_mask"}, {"input_ids": 0, "attention_mask": 0})
+    >>> call = Call(1, 2, {"source": Side("source", ["input_ids"], 3, 4)})
+    >>> batch = pad_call({"input_ids": torch.tensor([[5, 6, 7]])}, route, call)
+    >>> batch["input_ids"].tolist(), batch["attention_mask"].tolist()
+    ([[5, 6, 7, 0], [0, 0, 0, 0]], [[1, 1, 1, 0], [1, 0, 0, 0]])
+    """
+    batch = dict(kwargs)
+    rows, padded_rows = call.rows, call.padded_rows
+    have = int(batch[next(iter(call.sides.values())).keys[0]].shape[0])
+    for name, side in call.sides.items():
+        lead = batch[side.keys[0]]
+        mask = route.masks.get(name)
+        if mask is not None:
+            batch[mask] = torch.ones(have, side.length, dtype=torch.long, device=lead.device)
+        if name == "source" and route.positions:
+            positions = torch.arange(side.length, device=lead.device)
+            batch["position_ids"] = positions.expand(have, -1)
+        added = [mask] if mask else []
+        if name == "source" and route.positions:
+            added.append("position_ids")
+        for k in side.keys + added:
+            opened = (k not in PAD_TRUE) if k in PAD_TRUE or k.endswith("attention_mask") else None
+            batch[k] = _fit(batch[k], have, call, side.bucket, route.pad_values.get(k, 0), opened)
+    if padded_rows != rows or have != rows:
+        for k in route.row_keys:
+            v = batch[k]
+            if v.shape[0] == have:
+                v = v[:rows]
+                batch[k] = F.pad(v, [0, 0] * (v.ndim - 1) + [0, padded_rows - rows])
+    return batch

@@ -1,0 +1,216 @@
+"""Cutting a call's outputs back to the caller's shape, by roles learned from the model.
+
+Which dims of an output follow the rows or a length is learned, not guessed from sizes:
+the first call of each kind runs the model (eager, under ``no_grad``, its random state
+and batch-norm statistics put back) at two small shapes that differ in the rows and in
+every length. A dim that changes as the rows do is a row dim; as a length does, with a
+constant offset, a length dim (``[rows, L - 1]`` shifted logits: offset -1); as rows
+times a length, a flat per-token dim (``[rows * L]``); a dim that does not change is
+fixed and never cut (8 labels stay 8 labels even in a call padded to a bucket of 8). A
+dim that changes any other way cannot be cut back, and is refused by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+
+from ..errors import ShapeBucketError
+from .calls import Call
+
+__all__ = ["OutputRoles", "cut_outputs", "learn_roles", "probe_shapes"]
+
+#: the offsets a length dim may have from its length (shifted logits: -1)
+_OFFSETS = (0, -1, 1, -2, 2)
+
+Role = tuple[Any, ...]  # ("rows",) | ("length", side, offset) | ("flat", side, offset)
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputRoles:
+    """Per output tensor (in :func:`leaves` order), the role of each dim (``None``:
+    fixed)."""
+
+    leaves: tuple[tuple[Role | None, ...], ...]
+
+
+# -- walking an output ------------------------------------------------------------------------
+
+
+def leaves(out: Any, path: str = "output") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor of ``out`` (a tensor, a dict or ``ModelOutput``, a dataclass, a tuple
+    or list, nested), with its path, in a fixed order."""
+    if isinstance(out, torch.Tensor):
+        yield path, out
+    elif isinstance(out, Mapping):
+        for k, v in out.items():
+            yield from leaves(v, f"{path}[{k!r}]")
+    elif dataclasses.is_dataclass(out) and not isinstance(out, type):
+        for f in dataclasses.fields(out):
+            yield from leaves(getattr(out, f.name), f"{path}.{f.name}")
+    elif isinstance(out, (tuple, list)):
+        for i, v in enumerate(out):
+            yield from leaves(v, f"{path}[{i}]")
+
+
+def _rebuild(out: Any, new: Iterator[torch.Tensor]) -> Any:
+    """``out`` with its tensors replaced by ``new``'s, in :func:`leaves` order."""
+    if isinstance(out, torch.Tensor):
+        return next(new)
+    if isinstance(out, Mapping):
+        fixed = {k: _rebuild(v, new) for k, v in out.items()}
+        kind: Any = type(out)
+        try:
+            return kind(**fixed)  # a ModelOutput or a dict subclass of its fields
+        except TypeError:
+            return kind(fixed.items())
+    if dataclasses.is_dataclass(out) and not isinstance(out, type):
+        changes = {f.name: _rebuild(getattr(out, f.name), new) for f in dataclasses.fields(out)}
+        return dataclasses.replace(out, **changes)
+    if isinstance(out, tuple) and hasattr(type(out), "_fields"):  # a NamedTuple
+        return type(out)(*(_rebuild(v, new) for v in out))
+    if isinstance(out, (tuple, list)):
+        return type(out)(_rebuild(v, new) for v in out)
+    return out
+
+
+# -- learning -------------------------------------------------------------------------------
+
+
+def probe_shapes(table: list[int], sides: list[str]) -> list[tuple[int, dict[str, int]]]:
+    """Two shapes ``(rows, {side: length})`` whose every pattern (rows, each length with
+    each offset, rows times each length) changes differently, so that one dim's change
+    names one role.
+
+    >>> probe_shapes([8, 16, 32], ["source"])
+    [(2, {'source': 8}), (3, {'source': 16})]
+    """
+    a = table[0]
+    b = table[1] if len(table) > 1 else (a - 1 if a >= 3 else a + 1)
+    lengths = [{"source": a, "target": b}, {"source": b, "target": a}]
+    if sides == ["target"]:
+        lengths = [{"target": a}, {"target": b}]
+    lengths = [{s: ls[s] for s in sides} for ls in lengths]
+    for r0, r1 in itertools.combinations(range(2, 40), 2):
+        shapes = [(r0, lengths[0]), (r1, lengths[1])]
+        pairs = [p for _, p in _patterns(shapes)]
+        if len(set(pairs)) == len(pairs) and all(x != y for x, y in pairs):
+            return shapes
+    raise ShapeBucketError(f"no probe shapes for buckets {table}")  # pragma: no cover
+
+
+def _patterns(shapes: list[tuple[int, dict[str, int]]]) -> list[tuple[Role, tuple[int, int]]]:
+    (r0, l0), (r1, l1) = shapes
+    found: list[tuple[Role, tuple[int, int]]] = [(("rows",), (r0, r1))]
+    for side in l0:
+        for off in _OFFSETS:
+            found.append((("length", side, off), (l0[side] + off, l1[side] + off)))
+            found.append((("flat", side, off), (r0 * (l0[side] + off), r1 * (l1[side] + off))))
+    return found
+
+
+def learn_roles(outs: list[Any], shapes: list[tuple[int, dict[str, int]]]) -> OutputRoles:
+    """The roles of the outputs ``outs`` of two calls at ``shapes``
+    (:func:`probe_shapes`).
+
+    >>> shapes = probe_shapes([8, 16], ["source"])
+    >>> outs = [{"logits": torch.zeros(r, ls["source"], 8), "loss": torch.zeros(())} for r, ls in shapes]
+    >>> learn_roles(outs, shapes).leaves
+    ((('rows',), ('length', 'source', 0), None), ())
+    """
+    patterns = dict((pair, role) for role, pair in _patterns(shapes))
+    first, second = (list(leaves(o)) for o in outs)
+    if [(p, t.ndim) for p, t in first] != [(p, t.ndim) for p, t in second]:
+        raise ShapeBucketError(
+            "the model's outputs have another structure at another shape "
+            f"({[p for p, _ in first]} against {[p for p, _ in second]}): BucketedModel "
+            "cannot cut them back; call the model unwrapped"
+        )
+    roles = []
+    for (path, a), (_, b) in zip(first, second, strict=True):
+        dims: list[Role | None] = []
+        for d, (x, y) in enumerate(zip(a.shape, b.shape, strict=True)):
+            if x == y:
+                dims.append(None)
+            elif (x, y) in patterns:
+                dims.append(patterns[(x, y)])
+            else:
+                (r0, l0), (r1, l1) = shapes
+                raise ShapeBucketError(
+                    f"BucketedModel: {path} has size {x} at dim {d} for a call of {r0} rows "
+                    f"and lengths {l0}, and {y} for {r1} rows and {l1}: it follows neither the "
+                    "rows nor a length, so it cannot be cut back to the caller's call; call "
+                    "the model unwrapped, or return [rows, length, ...] outputs"
+                )
+        roles.append(tuple(dims))
+    return OutputRoles(tuple(roles))
+
+
+# -- cutting --------------------------------------------------------------------------------
+
+
+def _cut_dim(t: torch.Tensor, d: int, role: Role, call: Call) -> torch.Tensor:
+    if role[0] == "rows":
+        return t.narrow(d, 0, call.rows) if call.rows != call.padded_rows else t
+    side = call.sides[role[1]]
+    keep, start = side.length + role[2], (side.bucket - side.length if call.left else 0)
+    if role[0] == "length":
+        return t.narrow(d, start, keep) if keep != t.shape[d] else t
+    grid = t.unflatten(d, (call.padded_rows, side.bucket + role[2]))
+    return grid.narrow(d, 0, call.rows).narrow(d + 1, start, keep).flatten(d, d + 1)
+
+
+def cut_outputs(out: Any, roles: OutputRoles, call: Call) -> Any:
+    """Every tensor of ``out`` cut back to the call's shape along its learned roles.
+
+    >>> from shapebucket.bucketed.calls import Side
+    >>> call = Call(rows=2, padded_rows=4, sides={"source": Side("source", ["input_ids"], 5, 8)})
+    >>> roles = OutputRoles(((("rows",), ("length", "source", 0), None), ()))
+    >>> out = cut_outputs({"logits": torch.zeros(4, 8, 8), "loss": torch.tensor(1.0)}, roles, call)
+    >>> out["logits"].shape, out["loss"].shape
+    (torch.Size([2, 5, 8]), torch.Size([]))
+    """
+    if not call.pads:
+        return out
+    tensors = [t for _, t in leaves(out)]
+    if len(tensors) != len(roles.leaves):
+        raise ShapeBucketError(
+            f"the model returned {len(tensors)} tensors for a call of a kind that returned "
+            f"{len(roles.leaves)} before: BucketedModel cannot cut them back; call the model "
+            "unwrapped"
+        )
+    cut = []
+    for t, dims in zip(tensors, roles.leaves, strict=True):
+        for d, role in enumerate(dims):
+            if role is not None:
+                t = _cut_dim(t, d, role, call)
+        cut.append(t)
+    return _rebuild(out, iter(cut))
+
+
+def probe(
+    run: Callable[[dict[str, Any]], Any], batches: list[dict[str, Any]], model: Any
+) -> list[Any]:
+    """``run`` on each batch with the compiler off, under ``no_grad``, with the random state
+    and every batch-norm's running statistics put back after."""
+    device = next(
+        (v.device for b in batches for v in b.values() if isinstance(v, torch.Tensor)), None
+    )
+    devices = [device] if device is not None and device.type == "cuda" else []
+    modules = model.modules() if isinstance(model, torch.nn.Module) else ()
+    kept = [
+        (m, {n: b.clone() for n, b in m.named_buffers(recurse=False)})
+        for m in modules
+        if getattr(m, "track_running_stats", False) and m.training
+    ]
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            return [run(b) for b in batches]
+    finally:
+        for m, buffers in kept:
+            for n, b in buffers.items():
+                getattr(m, n).copy_(b)

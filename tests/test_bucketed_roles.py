@@ -205,3 +205,32 @@ def test_mixed_dims_come_back_exact(rows, length, fixed):
     for g, p in zip(grads, inner.parameters(), strict=True):
         assert (g is None) == (p.grad is None)
         assert g is None or torch.allclose(g, p.grad, atol=1e-5)
+
+
+def test_an_eval_mode_batch_norm_model_is_not_refused_by_the_wrappers_own_train_flag():
+    class Normed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.norm = nn.Embedding(10, 4), nn.BatchNorm1d(4)
+
+        def forward(self, input_ids, attention_mask=None):
+            return self.norm(self.emb(input_ids).transpose(1, 2))
+
+    inner = Normed().eval()
+    wrapped = BucketedModel(inner, [8], row_buckets=[4])  # a new module: training=True
+    ids = torch.ones(3, 5, dtype=torch.long)
+    assert torch.allclose(wrapped(input_ids=ids), inner(input_ids=ids), atol=1e-6)
+
+
+def test_the_probe_calls_draw_no_random_number():
+    def noisy(input_ids, attention_mask=None):
+        return torch.nn.functional.dropout(input_ids.float() + 1, 0.5)
+
+    ids = torch.ones(3, 5, dtype=torch.long)
+    learned = BucketedModel(noisy, [8, 16], row_buckets=[4])
+    learned(input_ids=ids)  # its output roles are learned: no probe from now on
+    fresh = BucketedModel(noisy, [8, 16], row_buckets=[4])
+    torch.manual_seed(0)
+    want = learned(input_ids=ids)
+    torch.manual_seed(0)
+    assert torch.equal(fresh(input_ids=ids), want)  # two probe calls ran first

@@ -23,10 +23,9 @@ from typing import Any, Literal
 import torch
 
 from .. import _torch as compat
-from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
-from ..plan import Shape, ShapePlan
+from ..plan import ShapePlan
 from .calls import (
     Call,
     Route,
@@ -38,18 +37,21 @@ from .calls import (
     signature_of,
     takes,
 )
+from .checks import (
+    batch_norms,
+    check_call,
+    check_pad_values,
+    check_row_buckets,
+    check_sequence_keys,
+    check_settings,
+    refuse_empty,
+)
 from .outputs import cut_outputs, learn_roles, probe, probe_shapes
 from .pad import config_pad_values, pad_call
+from .planning import plan_of
 from .stats import BucketedReport
 
 __all__ = ["BucketedModel"]
-
-_BATCH_NORMS = (
-    torch.nn.BatchNorm1d,
-    torch.nn.BatchNorm2d,
-    torch.nn.BatchNorm3d,
-    torch.nn.SyncBatchNorm,
-)
 
 
 class _Forward:
@@ -119,46 +121,22 @@ class BucketedModel(torch.nn.Module):
     ) -> None:
         super().__init__()
         _apply_compiler_marks()
-        if not callable(model):
-            raise ShapeBucketError(
-                f"BucketedModel wraps a model (a module or function), got {type(model).__name__}"
-            )
-        if overflow not in ("error", "eager"):
-            raise ShapeBucketError(f"overflow must be 'error' or 'eager', got {overflow!r}")
-        if padding_side not in ("right", "left"):
-            raise ShapeBucketError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+        self._params = dict(parameters(model))
+        name = type(compat.unwrap_compiled(model)).__name__
+        check_settings(model, overflow, padding_side, self._params, name)
         self.model = model
         self.overflow = overflow
-        self.sequence_keys = _check_sequence_keys(sequence_keys)
+        self.sequence_keys = check_sequence_keys(sequence_keys)
         self.stats = BucketedReport()
         self._table = Buckets(buckets)
         self._lengths = list(self._table)
-        self._rows = _check_row_buckets(row_buckets)
+        self._rows = check_row_buckets(row_buckets)
         self._left = padding_side == "left"
-        self._params = dict(parameters(model))
         self._enc_dec = getattr(getattr(model, "config", None), "is_encoder_decoder", False) is True
-        self._pad_values = {**config_pad_values(model), **_check_pad_values(pad_values)}
+        self._pad_values = {**config_pad_values(model), **check_pad_values(pad_values)}
         self._routes: dict[tuple[Any, ...], Route] = {}
-        modules = model.modules() if isinstance(model, torch.nn.Module) else ()
-        self._norms = [type(m).__name__ for m in modules if isinstance(m, _BATCH_NORMS)]
-        if self._left:
-            self._refuse_left()
+        self._norms = batch_norms(model)
         self.forward = _Forward(self)  # type: ignore[method-assign]
-
-    def _refuse_left(self) -> None:
-        name = type(compat.unwrap_compiled(self.model)).__name__
-        if not takes(self._params, "attention_mask"):
-            raise ShapeBucketError(
-                f"padding_side='left' and {name}.forward takes no attention_mask: its real "
-                "tokens would attend to the pads before them and sit at shifted positions; pad "
-                "right (exact for a causal model), or pass a model that takes the mask"
-            )
-        if not takes(self._params, "position_ids"):
-            raise ShapeBucketError(
-                f"padding_side='left' and {name}.forward takes no position_ids: it numbers "
-                "positions itself, so every real token would sit as many positions later as "
-                "there are pads before it; pad right, or pass a model that takes position_ids"
-            )
 
     @property
     def buckets(self) -> Buckets:
@@ -220,22 +198,23 @@ class BucketedModel(torch.nn.Module):
     def _pad(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], Call]:
         if args:
             kwargs = self._bind(args, kwargs)
-        route = self._route(kwargs)
+        route = self.route(kwargs)
         rows, sides = read_call(kwargs, route)
         call = self._plan_call(rows, sides)
         if call is None:
             self.stats.count_eager(rows, sides, largest=self._lengths[-1])
             same = {k: Side(k, s.keys, s.length, s.length) for k, s in sides.items()}
-            return self._with_cache_off(kwargs), Call(rows, rows, same, planned=False)
-        self._check_call(call, route, kwargs)
-        batch = self._with_cache_off(pad_call(kwargs, route, call))
+            return self.with_cache_off(kwargs), Call(rows, rows, same, planned=False)
+        check_call(call, route, kwargs, self._norms, getattr(self.model, "training", False))
+        batch = self.with_cache_off(pad_call(kwargs, route, call))
         if route.outputs is None and call.pads:
             route.outputs = self._learn(kwargs, route, sides)
         call.outputs = route.outputs
         self.stats.count(call)
         return batch, call
 
-    def _route(self, kwargs: Mapping[str, Any]) -> Route:
+    def route(self, kwargs: Mapping[str, Any]) -> Route:
+        """How calls like ``kwargs`` are padded (read once per kind of call)."""
         key = signature_of(kwargs)
         route = self._routes.get(key)
         if route is None:
@@ -255,7 +234,7 @@ class BucketedModel(torch.nn.Module):
             )
         return route
 
-    def _with_cache_off(self, batch: dict[str, Any]) -> dict[str, Any]:
+    def with_cache_off(self, batch: dict[str, Any]) -> dict[str, Any]:
         """``use_cache=False`` for a model that takes it (a cache at the padded length cannot
         be given back)."""
         if "use_cache" not in batch and takes(self._params, "use_cache"):
@@ -276,9 +255,9 @@ class BucketedModel(torch.nn.Module):
                 probe_sides,
                 left=self._left,
             )
-            batches.append(self._with_cache_off(pad_call(kwargs, route, call)))
+            batches.append(self.with_cache_off(pad_call(kwargs, route, call)))
         inner = compat.unwrap_compiled(self.model)
-        outs = probe(lambda b: _uncompiled(inner, b), batches, inner)
+        outs = probe(lambda b: _uncompiled(inner, b), batches)
         return learn_roles(outs, shapes)
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -305,7 +284,7 @@ class BucketedModel(torch.nn.Module):
         """The padded shape of the call; ``None`` when it overflows and runs eagerly."""
         table, row_buckets = self._lengths, self._rows
         if rows == 0 and not row_buckets:
-            _refuse_empty(sides)
+            refuse_empty(sides)
         too_long = [s for s in sides.values() if s.length > table[-1]]
         too_many = row_buckets is not None and rows > row_buckets[-1]
         if too_long or too_many:
@@ -331,29 +310,6 @@ class BucketedModel(torch.nn.Module):
             s.bucket = table[bisect.bisect_left(table, s.length)]
         return Call(rows, padded_rows, sides, left=self._left)
 
-    def _check_call(self, call: Call, route: Route, kwargs: Mapping[str, Any]) -> None:
-        """Refuse a call whose padded rows would enter a loss or a statistic."""
-        if call.rows == call.padded_rows:
-            return
-        if route.row_labels:
-            labels = kwargs["labels"]
-            raise ShapeBucketError(
-                f"BucketedModel: 'labels' has shape {tuple(labels.shape)}, one label per row, "
-                f"and the call's {call.rows} rows are padded to {call.padded_rows}: a padded "
-                "row's label would enter a regression or multi-label loss (only token labels "
-                "of -100 are provably ignored); pass row_buckets=None, or batches of a row "
-                "bucket's size"
-            )
-        if self._norms and self.training:
-            raise ShapeBucketError(
-                f"BucketedModel: the model has {self._norms[0]} and is training, so padding "
-                f"this call's {call.rows} rows to {call.padded_rows} would put the pads into "
-                "the batch statistics; train it without the wrapper, use LayerNorm, or pad in "
-                "the collator with exact-size batches"
-            )
-
-    # -- the plan ----------------------------------------------------------------------
-
     def plan(self, example: Mapping[str, Any]) -> ShapePlan:
         """Every shape this wrapper runs, each made from ``example`` (a call's keyword
         batch) re-padded to it: for :func:`~shapebucket.prewarm` and
@@ -363,43 +319,7 @@ class BucketedModel(torch.nn.Module):
         >>> model.plan({"input": torch.ones(2, 3, dtype=torch.long)}).shapes
         (Shape(rows=2, length=8), Shape(rows=2, length=16))
         """
-        if not isinstance(example, Mapping):
-            raise ShapeBucketError(
-                f"plan(example) takes the keyword batch of one call (a dict), got "
-                f"{type(example).__name__}"
-            )
-        example = dict(example)
-        route = self._route(example)
-        rows, sides = read_call(example, route)
-        if rows == 0:
-            _refuse_empty(sides, "plan(example)")
-        row_counts = self._rows or [rows]
-        table = self._lengths
-        if "target" in sides and "source" in sides:
-            shapes: Any = [(r, s, t) for r in row_counts for s in table for t in table]
-        else:
-            shapes = [(r, b) for r in row_counts for b in table]
-        return ShapePlan.from_function(shapes, _ExampleAt(self, example))
-
-    def _example_at(self, example: dict[str, Any], shape: Shape) -> dict[str, Any]:
-        route = self._route(example)
-        rows, sides = read_call(example, route)
-        lengths = {"source": shape[1], "target": shape[-1]}
-        for name, side in sides.items():
-            side.bucket = lengths[name]
-            side.length = min(side.length, side.bucket)  # a longer example is cut to the shape
-        call = Call(min(rows, shape.rows), shape.rows, sides, left=self._left)
-        return self._with_cache_off(pad_call(example, route, call))
-
-
-class _ExampleAt:
-    """``plan(example)``'s maker of a shape's batch (a class, so that the plan pickles)."""
-
-    def __init__(self, owner: BucketedModel, example: dict[str, Any]) -> None:
-        self.owner, self.example = owner, example
-
-    def __call__(self, shape: Shape) -> dict[str, Any]:
-        return self.owner._example_at(self.example, shape)
+        return plan_of(self, example)
 
 
 @compat.not_compiled
@@ -423,56 +343,8 @@ def _uncompiled(model: Any, batch: dict[str, Any]) -> Any:
     return torch.compiler.disable(compat.unwrap_compiled(model))(**batch)
 
 
-def _check_sequence_keys(sequence_keys: Sequence[str] | None) -> list[str] | None:
-    if sequence_keys is None:
-        return None
-    if (
-        isinstance(sequence_keys, (str, bytes))
-        or not isinstance(sequence_keys, Sequence)
-        or not sequence_keys
-        or not all(isinstance(k, str) for k in sequence_keys)
-    ):
-        one = f"[{sequence_keys!r}]" if isinstance(sequence_keys, str) else "['input_ids']"
-        raise ShapeBucketError(
-            f"sequence_keys must be a non-empty list of the call's keyword names, got "
-            f"{sequence_keys!r}; for one key write {one}"
-        )
-    return list(sequence_keys)
-
-
-def _check_pad_values(pad_values: Any) -> dict[str, Any]:
-    if pad_values is not None and not isinstance(pad_values, Mapping):
-        raise ShapeBucketError(
-            f"pad_values must be a mapping key -> number, got {pad_values!r}; for example "
-            "pad_values={'input_ids': 0}"
-        )
-    return dict(pad_values or {})
-
-
-def _check_row_buckets(row_buckets: Any) -> list[int] | None:
-    if row_buckets is None:
-        return None
-    if hasattr(row_buckets, "tolist"):
-        row_buckets = row_buckets.tolist()
-    if isinstance(row_buckets, (str, bytes)) or not isinstance(row_buckets, Sequence):
-        raise ShapeBucketError(f"row_buckets must be a list of ints >= 1, got {row_buckets!r}")
-    sizes = [check_int(f"row_buckets[{i}]", v, minimum=1) for i, v in enumerate(row_buckets)]
-    if not sizes:
-        raise ShapeBucketError("row_buckets must hold at least one size, got []")
-    return sorted(set(sizes))
-
-
 def _apply_compiler_marks() -> None:
     """The compiler marks of this module, at the first wrapper (``import`` loads no dynamo)."""
     global _frame_callback
     _frame_callback = compat.frame_callback_getter()
     compat.apply_compiler_marks(_Forward, BucketedModel, sys.modules[__name__])
-
-
-def _refuse_empty(sides: dict[str, Side], what: str = "the call") -> None:
-    keys = [s.keys[0] for s in sides.values()]
-    raise ShapeBucketError(
-        f"BucketedModel: {what} has 0 rows ({keys[0]!r}), so there is no planned shape to "
-        "run it at (a shape of 0 rows would compile a graph of its own); skip empty batches, "
-        "or pass row_buckets=[...] to pad them to the smallest row bucket"
-    )

@@ -192,25 +192,13 @@ def cut_outputs(out: Any, roles: OutputRoles, call: Call) -> Any:
     return _rebuild(out, iter(cut))
 
 
-def probe(
-    run: Callable[[dict[str, Any]], Any], batches: list[dict[str, Any]], model: Any
-) -> list[Any]:
-    """``run`` on each batch with the compiler off, under ``no_grad``, with the random state
-    and every batch-norm's running statistics put back after."""
+def probe(run: Callable[[dict[str, Any]], Any], batches: list[dict[str, Any]]) -> list[Any]:
+    """``run`` on each batch under ``no_grad``, with the random state put back after (a
+    dropout draws no number the caller's call would have drawn). Batch-norm statistics
+    are not touched: a call that pads a training batch-norm model is refused before."""
     device = next(
         (v.device for b in batches for v in b.values() if isinstance(v, torch.Tensor)), None
     )
     devices = [device] if device is not None and device.type == "cuda" else []
-    modules = model.modules() if isinstance(model, torch.nn.Module) else ()
-    kept = [
-        (m, {n: b.clone() for n, b in m.named_buffers(recurse=False)})
-        for m in modules
-        if getattr(m, "track_running_stats", False) and m.training
-    ]
-    try:
-        with torch.no_grad(), torch.random.fork_rng(devices=devices):
-            return [run(b) for b in batches]
-    finally:
-        for m, buffers in kept:
-            for n, b in buffers.items():
-                getattr(m, n).copy_(b)
+    with torch.no_grad(), torch.random.fork_rng(devices=devices):
+        return [run(b) for b in batches]

@@ -1,0 +1,140 @@
+"""What a :class:`~shapebucket.BucketedModel` refuses: its settings, and a call whose pads
+would reach a loss, a statistic or a position, each with the cause and the fix."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .._validate import check_int
+from ..errors import ShapeBucketError
+from .calls import Call, Route, Side, takes
+
+__all__ = [
+    "batch_norms",
+    "check_call",
+    "check_pad_values",
+    "check_row_buckets",
+    "check_sequence_keys",
+    "check_settings",
+    "refuse_empty",
+]
+
+_BATCH_NORMS = (
+    torch.nn.BatchNorm1d,
+    torch.nn.BatchNorm2d,
+    torch.nn.BatchNorm3d,
+    torch.nn.SyncBatchNorm,
+)
+
+
+def check_settings(
+    model: Any, overflow: Any, padding_side: Any, params: Mapping[str, inspect.Parameter], name: str
+) -> None:
+    """Refuse a wrapper's settings that cannot work for ``model``."""
+    if not callable(model):
+        raise ShapeBucketError(
+            f"BucketedModel wraps a model (a module or function), got {type(model).__name__}"
+        )
+    if overflow not in ("error", "eager"):
+        raise ShapeBucketError(f"overflow must be 'error' or 'eager', got {overflow!r}")
+    if padding_side not in ("right", "left"):
+        raise ShapeBucketError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+    if padding_side == "left" and not takes(params, "attention_mask"):
+        raise ShapeBucketError(
+            f"padding_side='left' and {name}.forward takes no attention_mask: its real "
+            "tokens would attend to the pads before them and sit at shifted positions; pad "
+            "right (exact for a causal model), or pass a model that takes the mask"
+        )
+    if padding_side == "left" and not takes(params, "position_ids"):
+        raise ShapeBucketError(
+            f"padding_side='left' and {name}.forward takes no position_ids: it numbers "
+            "positions itself, so every real token would sit as many positions later as "
+            "there are pads before it; pad right, or pass a model that takes position_ids"
+        )
+
+
+def check_sequence_keys(sequence_keys: Sequence[str] | None) -> list[str] | None:
+    if sequence_keys is None:
+        return None
+    if (
+        isinstance(sequence_keys, (str, bytes))
+        or not isinstance(sequence_keys, Sequence)
+        or not sequence_keys
+        or not all(isinstance(k, str) for k in sequence_keys)
+    ):
+        one = f"[{sequence_keys!r}]" if isinstance(sequence_keys, str) else "['input_ids']"
+        raise ShapeBucketError(
+            f"sequence_keys must be a non-empty list of the call's keyword names, got "
+            f"{sequence_keys!r}; for one key write {one}"
+        )
+    return list(sequence_keys)
+
+
+def check_pad_values(pad_values: Any) -> dict[str, Any]:
+    if pad_values is not None and not isinstance(pad_values, Mapping):
+        raise ShapeBucketError(
+            f"pad_values must be a mapping key -> number, got {pad_values!r}; for example "
+            "pad_values={'input_ids': 0}"
+        )
+    return dict(pad_values or {})
+
+
+def check_row_buckets(row_buckets: Any) -> list[int] | None:
+    if row_buckets is None:
+        return None
+    if hasattr(row_buckets, "tolist"):
+        row_buckets = row_buckets.tolist()
+    if isinstance(row_buckets, (str, bytes)) or not isinstance(row_buckets, Sequence):
+        raise ShapeBucketError(f"row_buckets must be a list of ints >= 1, got {row_buckets!r}")
+    sizes = [check_int(f"row_buckets[{i}]", v, minimum=1) for i, v in enumerate(row_buckets)]
+    if not sizes:
+        raise ShapeBucketError("row_buckets must hold at least one size, got []")
+    return sorted(set(sizes))
+
+
+def batch_norms(model: Any) -> list[str]:
+    """The names of ``model``'s batch-norm layers (their statistics would see the pads)."""
+    modules = model.modules() if isinstance(model, torch.nn.Module) else ()
+    return [type(m).__name__ for m in modules if isinstance(m, _BATCH_NORMS)]
+
+
+def check_call(
+    call: Call, route: Route, kwargs: Mapping[str, Any], norms: list[str], training: bool
+) -> None:
+    """Refuse a call whose pads would enter a loss or a statistic."""
+    if call.left and "labels" in kwargs:
+        raise ShapeBucketError(
+            "BucketedModel(padding_side='left') got a call with labels: a left pad sits "
+            "before each row's first token, and a model that shifts its labels (a Hugging "
+            "Face causal LM) would predict that token's label from the pad, a loss term the "
+            "unpadded call does not have; pad right for training (left is for inference)"
+        )
+    if norms and call.pads and training:
+        raise ShapeBucketError(
+            f"BucketedModel: the model has {norms[0]} and is training, so padding "
+            f"this call ({call.rows} rows, lengths {[s.length for s in call.sides.values()]}) "
+            "to its bucket would put the pads into the batch statistics; train it without "
+            "the wrapper, use LayerNorm, or pad in the collator with exact-size batches"
+        )
+    if route.row_labels and call.rows != call.padded_rows:
+        labels = kwargs["labels"]
+        raise ShapeBucketError(
+            f"BucketedModel: 'labels' has shape {tuple(labels.shape)}, one label per row, "
+            f"and the call's {call.rows} rows are padded to {call.padded_rows}: a padded "
+            "row's label would enter a regression or multi-label loss (only token labels "
+            "of -100 are provably ignored); pass row_buckets=None, or batches of a row "
+            "bucket's size"
+        )
+
+
+def refuse_empty(sides: dict[str, Side], what: str = "the call") -> None:
+    keys = [s.keys[0] for s in sides.values()]
+    raise ShapeBucketError(
+        f"BucketedModel: {what} has 0 rows ({keys[0]!r}), so there is no planned shape to "
+        "run it at (a shape of 0 rows would compile a graph of its own); skip empty batches, "
+        "or pass row_buckets=[...] to pad them to the smallest row bucket"
+    )

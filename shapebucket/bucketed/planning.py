@@ -1,0 +1,53 @@
+"""``BucketedModel.plan(example)``: every shape a wrapper runs, each made from one call."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import ShapeBucketError
+from ..plan import Shape, ShapePlan
+from .calls import Call, read_call
+from .checks import refuse_empty
+from .pad import pad_call
+
+__all__ = ["plan_of"]
+
+
+def plan_of(wrapper: Any, example: Mapping[str, Any]) -> ShapePlan:
+    """The plan of ``wrapper``'s (a ``BucketedModel``'s) shapes, each batch ``example`` re-padded (or cut) to it."""
+    if not isinstance(example, Mapping):
+        raise ShapeBucketError(
+            f"plan(example) takes the keyword batch of one call (a dict), got "
+            f"{type(example).__name__}"
+        )
+    example = dict(example)
+    rows, sides = read_call(example, wrapper.route(example))
+    if rows == 0:
+        refuse_empty(sides, "plan(example)")
+    row_counts = wrapper.row_buckets or [rows]
+    table = list(wrapper.buckets)
+    if "target" in sides and "source" in sides:
+        shapes: Any = [(r, s, t) for r in row_counts for s in table for t in table]
+    else:
+        shapes = [(r, b) for r in row_counts for b in table]
+    return ShapePlan.from_function(shapes, ExampleAt(wrapper, example))
+
+
+class ExampleAt:
+    """A plan's maker of a shape's batch: the example padded (or cut, keeping its first
+    rows and tokens) to the shape. A class, so that the plan pickles."""
+
+    def __init__(self, wrapper: Any, example: dict[str, Any]) -> None:
+        self.wrapper, self.example = wrapper, example
+
+    def __call__(self, shape: Shape) -> dict[str, Any]:
+        route = self.wrapper.route(self.example)
+        rows, sides = read_call(self.example, route)
+        lengths = {"source": shape[1], "target": shape[-1]}
+        for name, side in sides.items():
+            side.bucket = lengths[name]
+            side.length = min(side.length, side.bucket)
+        left = self.wrapper.padding_side == "left"
+        call = Call(min(rows, shape.rows), shape.rows, sides, left=left)
+        return self.wrapper.with_cache_off(pad_call(self.example, route, call))

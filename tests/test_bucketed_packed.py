@@ -102,6 +102,7 @@ def _call(rows: int, L: int, seed: int) -> tuple[dict[str, torch.Tensor], list[i
     ids = torch.randint(1, bm.VOCAB, (rows, L), generator=g)
     labels = ids.masked_fill(~mask, -100)
     labels[torch.rand(rows, L, generator=g) < 0.2] = -100
+    labels[0, 1] = ids[0, 1]  # one label every model counts (a mean over none is NaN)
     return {"input_ids": ids, "labels": labels, "attention_mask": mask}, lengths.tolist()
 
 
@@ -235,3 +236,20 @@ def test_best_fit_fills_rows_tighter_than_laying_samples_in_order():
     batch = _right_padded([2, 6, 2, 6], 6)  # in order: 2|6, 2|6 -> 3 rows; best fit: 6+2, 6+2
     _, pc = pack_call(batch, ["input_ids"], [2, 6, 2, 6], 8, None, {}, shifted_labels=False)
     assert pc.packed_rows == 2 and np.prod(pc.source.shape) == 16
+
+
+def test_gradients_flow_back_through_unpack():
+    """A loss of the unpacked per-token outputs has the padded call's gradients."""
+    batch, lengths = _call(4, 9, seed=5)
+    mask = batch["attention_mask"]
+    model = bm.model("gpt")
+    packed, pc = pack_call(
+        batch, ["input_ids"], lengths, 12, [2, 4], {}, shifted_labels=False, document_ids=True
+    )
+    padded = model.logits(batch["input_ids"], attention_mask=mask)[mask].square().mean()
+    want = _grads(model, padded)
+    pin = {k: packed[k] for k in ("position_ids", "document_ids")}
+    back = unpack(model.logits(packed["input_ids"], **pin), pc, fill=float("nan"))
+    got = _grads(model, back[mask].square().mean())
+    assert back[~mask].isnan().all()
+    assert max((got[n] - g).abs().max().item() for n, g in want.items()) <= 1e-5

@@ -73,19 +73,17 @@ def real_lengths(mask: torch.Tensor) -> torch.Tensor:
             f"a packed call reads its lengths from a 2-D attention mask [rows, length], got "
             f"{shape}; pass the call's 2-D padding mask"
         )
-    real = mask != 0
-    lengths = real.sum(1)
-    places = torch.arange(mask.shape[1], device=mask.device)
-    bad = (real != (places[None, :] < lengths[:, None])).any(1)
-    host = torch.stack([lengths, bad.long()]).cpu()
-    if bool(host[1].any()):
-        row = int(host[1].nonzero()[0, 0])
+    real = mask if mask.dtype == torch.bool else mask != 0
+    host = real.cpu().numpy()  # the one copy to the host (a packed call's plan needs it)
+    bad = np.flatnonzero((host[:, 1:] > host[:, :-1]).any(1))  # a real token after a pad
+    if len(bad):
+        row = int(bad[0])
         raise ShapeBucketError(
             f"row {row} of the attention mask is not right-padded ({mask[row].tolist()}): a "
             "packed call needs each row's real tokens first, then only padding; pad on the "
             "right (tokenizer.padding_side='right') or leave this call unpacked"
         )
-    return host[0]
+    return torch.from_numpy(host.sum(1, dtype=np.int64))
 
 
 def _best_fit(lengths: list[int], row_length: int) -> tuple[list[int], list[int], list[int], int]:
@@ -210,23 +208,23 @@ def pack_call(
     source = np.repeat(np.arange(rows, dtype=np.int64) * L, ln) + within
     firsts = base[ln > 0]
     flat = np.concatenate([source, target, firsts, grids.ravel()])
-    device = batch[keys[0]].device
-    idx = torch.from_numpy(flat).to(device)
-    src, dst, first = idx[:total], idx[total : 2 * total], idx[2 * total : 2 * total + len(firsts)]
-    grid = idx[2 * total + len(firsts) :].view(2, P, row_length)
+    sizes = [total, total, len(firsts), 2 * P * row_length]
+    idx = torch.from_numpy(flat).to(batch[keys[0]].device)
+    src, dst, first, grid = idx.split(sizes)
     out: dict[str, torch.Tensor] = {}
     for k in keys:
         v = batch[k]
         trail = tuple(v.shape[2:])
         pad = pad_values.get(k, IGNORE if k == LABEL_KEY else 0)
         values = v.reshape(rows * L, *trail).index_select(0, src)
-        packed = v.new_full((P * row_length, *trail), pad).index_copy(0, dst, values)
+        packed = v.new_full((P * row_length, *trail), pad).index_copy_(0, dst, values)
         if shifted_labels and k == LABEL_KEY:
-            packed[first] = pad
+            packed.index_fill_(0, first, pad)
         out[k] = packed.view(P, row_length, *trail)
-    out["position_ids"] = grid[0]
+    positions, documents = grid.view(2, P, row_length).unbind(0)
+    out["position_ids"] = positions
     if document_ids:
-        out["document_ids"] = grid[1].to(torch.int32)
+        out["document_ids"] = documents.to(torch.int32)
     return out, PackedCall(rows, L, P, row_length, tuple(lens), src, dst)
 
 

@@ -253,3 +253,29 @@ def test_gradients_flow_back_through_unpack():
     got = _grads(model, back[mask].square().mean())
     assert back[~mask].isnan().all()
     assert max((got[n] - g).abs().max().item() for n, g in want.items()) <= 1e-5
+
+
+def test_a_row_without_real_tokens_packs_nothing_and_comes_back_as_fill():
+    batch = _right_padded([3, 0, 2], 4)
+    assert real_lengths(batch["attention_mask"]).tolist() == [3, 0, 2]
+    packed, pc = pack_call(batch, ["labels"], [3, 0, 2], 5, None, {}, shifted_labels=True)
+    assert pc.packed_rows == 1 and packed["labels"].shape == (1, 5)
+    back = unpack(packed["labels"], pc, fill=7)
+    assert back[1].tolist() == [7] * 4 and back[0].tolist() == [-100, 1002, 1003, 7]
+    empty = _right_padded([0], 2)
+    packed, pc = pack_call(empty, ["input_ids"], [0], 4, [2], {}, shifted_labels=False)
+    assert packed["input_ids"].tolist() == [[0] * 4] * 2 and unpack(
+        packed["input_ids"], pc
+    ).shape == (1, 2)
+
+
+def test_unpack_outputs_rebuilds_a_hugging_face_model_output():
+    pytest.importorskip("transformers")
+    batch, lengths = _call(3, 7, seed=2)
+    packed, pc = pack_call(
+        batch, ["input_ids", "labels"], lengths, 8, None, {}, shifted_labels=True
+    )
+    out = bm.model("llama")(**packed, use_cache=False, output_hidden_states=True)
+    got = unpack_outputs(out, pc)
+    assert type(got) is type(out) and got.loss is out.loss
+    assert got.logits.shape == (3, 7, bm.VOCAB) and got.hidden_states[0].shape == (3, 7, 16)

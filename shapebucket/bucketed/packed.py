@@ -201,16 +201,16 @@ def pack_call(
     within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(ln) - ln, ln)
     base = np.asarray(row, dtype=np.int64) * row_length + np.asarray(start, dtype=np.int64)
     target = np.repeat(base, ln) + within
-    grids = np.zeros((2, P * row_length), dtype=np.int64)
-    grids[0, target] = within
-    grids[1] = -1
-    grids[1, target] = np.repeat(np.asarray(number, dtype=np.int64), ln)
     source = np.repeat(np.arange(rows, dtype=np.int64) * L, ln) + within
     firsts = base[ln > 0]
-    flat = np.concatenate([source, target, firsts, grids.ravel()])
-    sizes = [total, total, len(firsts), 2 * P * row_length]
-    idx = torch.from_numpy(flat).to(batch[keys[0]].device)
-    src, dst, first, grid = idx.split(sizes)
+    parts = [source, target, firsts, within]
+    if document_ids:
+        parts.append(np.repeat(np.asarray(number, dtype=np.int64), ln))
+    # one copy to the call's device, of what the real tokens need (not of the whole grid)
+    device = batch[keys[0]].device
+    src, dst, first, *per_token = (
+        torch.from_numpy(np.concatenate(parts)).to(device).split([len(x) for x in parts])
+    )
     out: dict[str, torch.Tensor] = {}
     for k in keys:
         v = batch[k]
@@ -221,10 +221,13 @@ def pack_call(
         if shifted_labels and k == LABEL_KEY:
             packed.index_fill_(0, first, pad)
         out[k] = packed.view(P, row_length, *trail)
-    positions, documents = grid.view(2, P, row_length).unbind(0)
-    out["position_ids"] = positions
+    grid = P * row_length
+    positions = torch.zeros(grid, dtype=torch.int64, device=device)
+    out["position_ids"] = positions.index_copy_(0, dst, per_token[0]).view(P, row_length)
     if document_ids:
-        out["document_ids"] = documents.to(torch.int32)
+        documents = torch.full((grid,), -1, dtype=torch.int32, device=device)
+        numbers = per_token[1].to(torch.int32)
+        out["document_ids"] = documents.index_copy_(0, dst, numbers).view(P, row_length)
     return out, PackedCall(rows, L, P, row_length, tuple(lens), src, dst)
 
 

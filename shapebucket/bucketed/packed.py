@@ -24,6 +24,7 @@ Which models read packed input: :func:`~shapebucket.bucketed.packable.packs`.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -93,22 +94,22 @@ def _best_fit(lengths: list[int], row_length: int) -> tuple[list[int], list[int]
     row, start, number = [0] * n, [0] * n, [0] * n
     used: list[int] = []  # tokens used per row
     count: list[int] = []  # samples per row
+    rooms: list[tuple[int, int]] = []  # (room left, row), sorted: the best fit is a bisection
     for i in sorted(range(n), key=lambda j: -lengths[j]):
         x = lengths[i]
         if x == 0:
             continue
-        best, room = -1, row_length + 1
-        for r, u in enumerate(used):
-            left = row_length - u
-            if x <= left < room:
-                best, room = r, left
-        if best < 0:
+        at = bisect.bisect_left(rooms, (x, -1))
+        if at < len(rooms):
+            best = rooms.pop(at)[1]
+        else:
             best = len(used)
             used.append(0)
             count.append(0)
         row[i], start[i], number[i] = best, used[best], count[best]
         used[best] += x
         count[best] += 1
+        bisect.insort(rooms, (row_length - used[best], best))
     return row, start, number, max(len(used), 1)
 
 

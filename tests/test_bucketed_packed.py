@@ -226,6 +226,8 @@ def test_keys_of_another_shape_and_wrong_lengths_are_refused():
         pack_call(batch, ["input_ids", "other"], [2, 1], 4, None, {}, shifted_labels=False)
     with pytest.raises(ShapeBucketError, match="1 lengths for a call of 2 rows"):
         pack_call(batch, ["input_ids"], [2], 4, None, {}, shifted_labels=False)
+    with pytest.raises(ShapeBucketError, match=r"row_buckets must be ints >= 1.*\[\]"):
+        pack_call(batch, ["input_ids"], [2, 1], 4, [], {}, shifted_labels=False)
 
 
 def test_best_fit_fills_rows_tighter_than_laying_samples_in_order():

@@ -117,6 +117,8 @@ def _packed_rows(used: int, row_buckets: Sequence[int] | None, row_length: int) 
     """The smallest row bucket that holds ``used`` rows (``used`` itself without buckets)."""
     if row_buckets is None:
         return used
+    if not row_buckets or min(row_buckets) < 1:
+        raise ShapeBucketError(f"row_buckets must be ints >= 1 (or None), got {row_buckets!r}")
     fits = [b for b in row_buckets if b >= used]
     if not fits:
         raise ShapeBucketError(
@@ -180,10 +182,13 @@ def pack_call(
     ``document_ids`` (the module docstring's convention); every other key and the
     attention mask are left out. ``packed_rows`` is the smallest of ``row_buckets``
     that holds the rows (``None``: the rows used). ``shifted_labels=True`` (a causal LM
-    that shifts labels itself, as Hugging Face ``*ForCausalLM`` and the bench GPT do)
-    sets each sample's first label to the labels' pad value, so that the previous
-    sample's last token does not learn to predict it: the padded call never counted
-    that label either. Labels on the caller's pads are dropped with the pads.
+    that shifts labels itself, as Hugging Face ``*ForCausalLM`` do) sets each sample's
+    first label to the labels' pad value, so that the previous sample's last token
+    does not learn to predict it: the padded call never counted that label either.
+    Pass False for a model whose labels already are the next tokens (the bench GPT:
+    its loss does not shift). Labels on the caller's pads are dropped with the pads,
+    so a padded call that left real labels there (not -100) counted tokens that the
+    packed call does not.
 
     >>> ids = torch.tensor([[5, 6, 7], [8, 0, 0]])
     >>> packed, call = pack_call({"input_ids": ids}, ["input_ids"], [3, 1], 4, None, {},

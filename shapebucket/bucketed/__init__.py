@@ -17,6 +17,7 @@ wrapper padded; the record is returned, never built, so it is not exported here.
 ['BucketedModel']
 """
 
+from . import packable, packed  # noqa: F401  (packed calls: reached by module path, not exported)
 from .model import BucketedModel
 
 __all__ = ["BucketedModel"]

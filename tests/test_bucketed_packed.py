@@ -1,0 +1,283 @@
+"""Packed calls: pack then unpack is the identity on real tokens, no token is lost or
+duplicated, the bench GPT and a Hugging Face Llama give the padded call's outputs,
+loss and gradients on a packed call, and the rule of ``packs`` says which models may."""
+
+from __future__ import annotations
+
+import copy
+
+import _bucketed_models as bm
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shapebucket import ShapeBucketError
+from shapebucket.bucketed.packable import packs
+from shapebucket.bucketed.packed import pack_call, real_lengths, unpack, unpack_outputs
+
+
+@st.composite
+def calls(draw):
+    rows = draw(st.integers(1, 6))
+    L = draw(st.integers(1, 12))
+    lengths = draw(st.lists(st.integers(1, L), min_size=rows, max_size=rows))
+    row_length = draw(st.integers(max(lengths), max(lengths) + 10))
+    buckets = draw(st.sampled_from([None, [1, 2, 4, 8], [8]]))
+    return lengths, L, row_length, buckets
+
+
+def _right_padded(lengths: list[int], L: int) -> dict[str, torch.Tensor]:
+    """Every real token unique (ids 1.., a float pair per token); pads 0."""
+    rows = len(lengths)
+    mask = torch.arange(L)[None, :] < torch.tensor(lengths)[:, None]
+    ids = torch.arange(1, rows * L + 1).view(rows, L) * mask
+    pair = torch.stack([ids.float(), -ids.float()], -1)
+    return {"input_ids": ids, "labels": ids + 1000 * mask, "pair": pair, "attention_mask": mask}
+
+
+@settings(max_examples=40, deadline=None)
+@given(calls(), st.booleans())
+def test_pack_then_unpack_is_the_identity_on_real_tokens_and_fill_on_pads(call, shifted):
+    lengths, L, row_length, buckets = call
+    batch = _right_padded(lengths, L)
+    mask = batch["attention_mask"]
+    assert real_lengths(mask).tolist() == lengths
+    keys = ["input_ids", "labels", "pair"]
+    packed, pc = pack_call(
+        batch, keys, lengths, row_length, buckets, {}, shifted_labels=shifted, document_ids=True
+    )
+    P = pc.packed_rows
+    assert packed["input_ids"].shape == (P, row_length) and packed["pair"].shape == (
+        P,
+        row_length,
+        2,
+    )
+    used = int((packed["document_ids"] >= 0).any(1).sum())
+    want_rows = max(used, 1) if buckets is None else min(b for b in buckets if b >= used)
+    assert want_rows == P
+    # no real token lost or duplicated
+    real = packed["input_ids"][packed["input_ids"] > 0]
+    assert sorted(real.tolist()) == sorted(batch["input_ids"][mask].tolist())
+    for k in keys:
+        back = unpack(packed[k], pc, fill=-7)
+        want = batch[k].clone()
+        if shifted and k == "labels":  # each sample's first label is the model's to skip
+            want[:, 0] = -100
+        assert torch.equal(back[mask], want[mask])
+        assert (back[~mask] == -7).all()
+    # the collator's convention: positions restart per sample, documents 0, 1, ... per row
+    pos, doc = packed["position_ids"], packed["document_ids"]
+    assert torch.equal(unpack(pos, pc)[mask], (torch.arange(L)[None, :].expand_as(mask))[mask])
+    assert doc.dtype == torch.int32 and (pos[doc < 0] == 0).all()
+    for r in range(P):
+        d = doc[r][doc[r] >= 0]
+        assert (
+            d.tolist() == sorted(d.tolist()) and (d.unique() == torch.arange(len(d.unique()))).all()
+        )
+    starts = (pos == 0) & (doc >= 0)
+    labels = packed["labels"]
+    assert ((labels[starts] == -100) if shifted else (labels[starts] > 1000)).all()
+    assert (labels[(doc >= 0) & ~starts] > 1000).all() and (labels[doc < 0] == -100).all()
+
+
+def test_unpack_outputs_walks_dicts_and_tuples_and_keeps_scalars():
+    batch = _right_padded([3, 1], 4)
+    _, pc = pack_call(batch, ["input_ids"], [3, 1], 4, [2], {}, shifted_labels=False)
+    out = {"loss": torch.tensor(2.0), "hidden": (torch.ones(2, 4, 3), torch.zeros(2, 4))}
+    got = unpack_outputs(out, pc)
+    assert got["loss"].item() == 2.0 and got["hidden"][0].shape == (2, 4, 3)
+    assert got["hidden"][1].shape == (2, 4) and isinstance(got["hidden"], tuple)
+
+
+# -- exact: the bench GPT and a Hugging Face Llama ------------------------------------------
+
+
+def _call(rows: int, L: int, seed: int) -> tuple[dict[str, torch.Tensor], list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, L + 1, (rows,), generator=g)
+    lengths[0] = L
+    mask = torch.arange(L)[None, :] < lengths[:, None]
+    ids = torch.randint(1, bm.VOCAB, (rows, L), generator=g)
+    labels = ids.masked_fill(~mask, -100)
+    labels[torch.rand(rows, L, generator=g) < 0.2] = -100
+    labels[0, 1] = ids[0, 1]  # one label every model counts (a mean over none is NaN)
+    return {"input_ids": ids, "labels": labels, "attention_mask": mask}, lengths.tolist()
+
+
+def _grads(model: torch.nn.Module, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _runs(name: str, batch, packed):
+    """(per-sample logits list, padded loss, packed logits, packed loss) of one model."""
+    model = bm.model(name)
+    ids, labels, mask = batch["input_ids"], batch["labels"], batch["attention_mask"]
+    lengths = mask.sum(1).tolist()
+    if name == "gpt":
+        alone = [
+            model.logits(ids[i : i + 1, :n], attention_mask=torch.ones(1, n, dtype=torch.bool))
+            for i, n in enumerate(lengths)
+        ]
+        padded = model(ids, labels, attention_mask=mask)
+        pin = {k: packed[k] for k in ("position_ids", "document_ids")}
+        logits = model.logits(packed["input_ids"], **pin)
+        return alone, padded, logits, lambda: model(packed["input_ids"], packed["labels"], **pin)
+    alone = [
+        model(input_ids=ids[i : i + 1, :n], use_cache=False).logits for i, n in enumerate(lengths)
+    ]
+    padded = model(input_ids=ids, attention_mask=mask.long(), labels=labels, use_cache=False).loss
+    out = model(**packed, use_cache=False)
+    return alone, padded, out.logits, lambda: model(**packed, use_cache=False).loss
+
+
+@pytest.mark.parametrize("name", ["gpt", "llama", "gpt2"])
+@settings(max_examples=5, deadline=None)
+@given(rows=st.integers(1, 6), length=st.integers(2, 16), seed=st.integers(0, 2**16))
+def test_a_packed_call_is_exact(name, rows, length, seed):
+    if name != "gpt":
+        pytest.importorskip("transformers")
+    batch, lengths = _call(rows, length, seed)
+    assert packs(bm.model(name))
+    # the bench GPT's loss does not shift: each of its labels already is the next token
+    keys = ["input_ids", "labels"]
+    shifted, documents = name != "gpt", name == "gpt"
+    packed, pc = pack_call(
+        batch, keys, lengths, 16, [1, 2, 4, 8], {}, shifted_labels=shifted, document_ids=documents
+    )
+    alone, padded_loss, logits, packed_loss = _runs(name, batch, packed)
+    back = unpack(logits, pc)
+    for i, n in enumerate(lengths):
+        assert (back[i, :n] - alone[i][0]).abs().max().item() <= 1e-5
+    model = bm.model(name)
+    want = _grads(model, padded_loss)
+    got_loss = packed_loss()
+    assert abs(got_loss.item() - padded_loss.item()) <= 1e-5
+    got = _grads(model, got_loss)
+    assert got.keys() == want.keys()
+    assert max((got[n] - g).abs().max().item() for n, g in want.items()) <= 1e-5
+
+
+def test_a_hugging_face_decoder_with_a_cache_does_not_read_packed_samples():
+    """Why ``packs`` says to call with ``use_cache=False``: with a cache, samples see each other."""
+    pytest.importorskip("transformers")
+    batch, _ = _call(2, 6, seed=1)
+    packed, pc = pack_call(batch, ["input_ids"], [6, 6], 12, None, {}, shifted_labels=False)
+    model = bm.model("llama")
+    cached = unpack(model(**packed, use_cache=True).logits, pc)
+    fresh = unpack(model(**packed, use_cache=False).logits, pc)
+    assert (cached - fresh).abs().max().item() > 1e-3
+
+
+# -- packs: the rule ------------------------------------------------------------------------
+
+
+def test_packs_decoders_that_read_positions_or_documents_and_nothing_else():
+    pytest.importorskip("transformers")
+    from transformers import BertConfig, BertModel
+
+    assert packs(bm.model("gpt")) and packs(bm.model("llama")) and packs(bm.model("gpt2"))
+    assert packs(torch.compile(bm.model("llama"), backend="eager"))
+    bert = BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                num_attention_heads=2, intermediate_size=32))  # fmt: skip
+    assert not packs(bert)
+    assert not packs(bm.model("t5")) and not packs(bm.model("masked"))
+    assert not packs(torch.nn.Linear(2, 2)) and not packs(lambda input_ids, position_ids: 0)
+    flash = copy.deepcopy(bm.model("llama"))
+    flash.config._attn_implementation = "flash_attention_2"  # packed only for one flat row
+    assert not packs(flash)
+    eager = copy.deepcopy(bm.model("llama"))
+    eager.config._attn_implementation = "eager"
+    assert packs(eager)
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+
+def test_a_mask_that_is_not_right_padded_is_refused_naming_the_row():
+    mask = torch.tensor([[1, 1, 1], [0, 1, 1]])
+    with pytest.raises(ShapeBucketError, match=r"row 1 .*not right-padded.*padding_side='right'"):
+        real_lengths(mask)
+    with pytest.raises(ShapeBucketError, match="row 0 .*not right-padded"):
+        real_lengths(torch.tensor([[1, 0, 1]]))
+    with pytest.raises(ShapeBucketError, match=r"2-D attention mask.*\(3,\)"):
+        real_lengths(torch.ones(3))
+
+
+def test_a_sample_longer_than_the_row_is_refused_with_the_fix():
+    batch = _right_padded([3, 9], 9)
+    with pytest.raises(ShapeBucketError, match=r"row 1 has 9 real tokens > row_length 8.*>= 9"):
+        pack_call(batch, ["input_ids"], [3, 9], 8, None, {}, shifted_labels=False)
+
+
+def test_a_call_that_needs_more_rows_than_the_largest_row_bucket_is_refused():
+    batch = _right_padded([6, 6, 6], 6)
+    with pytest.raises(ShapeBucketError, match=r"3 rows of 8 tokens.*largest row bucket 2.*>= 3"):
+        pack_call(batch, ["input_ids"], [6, 6, 6], 8, [1, 2], {}, shifted_labels=False)
+
+
+def test_keys_of_another_shape_and_wrong_lengths_are_refused():
+    batch = _right_padded([2, 1], 3)
+    batch["other"] = torch.zeros(2, 4)
+    with pytest.raises(ShapeBucketError, match=r"key 'other' has shape \(2, 4\)"):
+        pack_call(batch, ["input_ids", "other"], [2, 1], 4, None, {}, shifted_labels=False)
+    with pytest.raises(ShapeBucketError, match="1 lengths for a call of 2 rows"):
+        pack_call(batch, ["input_ids"], [2], 4, None, {}, shifted_labels=False)
+    with pytest.raises(ShapeBucketError, match=r"row_buckets must be ints >= 1.*\[\]"):
+        pack_call(batch, ["input_ids"], [2, 1], 4, [], {}, shifted_labels=False)
+
+
+def test_best_fit_fills_rows_tighter_than_laying_samples_in_order():
+    lengths = [5, 4, 3, 4, 5, 3]  # in order: 3 rows of 8; best fit decreasing: 5+3, 5+3, 4+4
+    batch = _right_padded(lengths, 5)
+    _, pc = pack_call(batch, ["input_ids"], lengths, 8, None, {}, shifted_labels=False)
+    assert pc.packed_rows == 3
+    batch = _right_padded([2, 6, 2, 6], 6)  # in order: 2|6, 2|6 -> 3 rows; best fit: 6+2, 6+2
+    _, pc = pack_call(batch, ["input_ids"], [2, 6, 2, 6], 8, None, {}, shifted_labels=False)
+    assert pc.packed_rows == 2 and np.prod(pc.source.shape) == 16
+
+
+def test_gradients_flow_back_through_unpack():
+    """A loss of the unpacked per-token outputs has the padded call's gradients."""
+    batch, lengths = _call(4, 9, seed=5)
+    mask = batch["attention_mask"]
+    model = bm.model("gpt")
+    packed, pc = pack_call(
+        batch, ["input_ids"], lengths, 12, [2, 4], {}, shifted_labels=False, document_ids=True
+    )
+    padded = model.logits(batch["input_ids"], attention_mask=mask)[mask].square().mean()
+    want = _grads(model, padded)
+    pin = {k: packed[k] for k in ("position_ids", "document_ids")}
+    back = unpack(model.logits(packed["input_ids"], **pin), pc, fill=float("nan"))
+    got = _grads(model, back[mask].square().mean())
+    assert back[~mask].isnan().all()
+    assert max((got[n] - g).abs().max().item() for n, g in want.items()) <= 1e-5
+
+
+def test_a_row_without_real_tokens_packs_nothing_and_comes_back_as_fill():
+    batch = _right_padded([3, 0, 2], 4)
+    assert real_lengths(batch["attention_mask"]).tolist() == [3, 0, 2]
+    packed, pc = pack_call(batch, ["labels"], [3, 0, 2], 5, None, {}, shifted_labels=True)
+    assert pc.packed_rows == 1 and packed["labels"].shape == (1, 5)
+    back = unpack(packed["labels"], pc, fill=7)
+    assert back[1].tolist() == [7] * 4 and back[0].tolist() == [-100, 1002, 1003, 7]
+    empty = _right_padded([0], 2)
+    packed, pc = pack_call(empty, ["input_ids"], [0], 4, [2], {}, shifted_labels=False)
+    assert packed["input_ids"].tolist() == [[0] * 4] * 2 and unpack(
+        packed["input_ids"], pc
+    ).shape == (1, 2)
+
+
+def test_unpack_outputs_rebuilds_a_hugging_face_model_output():
+    pytest.importorskip("transformers")
+    batch, lengths = _call(3, 7, seed=2)
+    packed, pc = pack_call(
+        batch, ["input_ids", "labels"], lengths, 8, None, {}, shifted_labels=True
+    )
+    out = bm.model("llama")(**packed, use_cache=False, output_hidden_states=True)
+    got = unpack_outputs(out, pc)
+    assert type(got) is type(out) and got.loss is out.loss
+    assert got.logits.shape == (3, 7, bm.VOCAB) and got.hidden_states[0].shape == (3, 7, 16)

@@ -96,7 +96,8 @@ def fit_calls(
             length) or a ``(rows, length)`` pair (every row real to its end).
         k: the most length buckets (padding); ignored when packing (one row length).
         row_k: the most row buckets; the largest holds the largest call.
-        align: every length bucket is a multiple of this (row buckets are not aligned).
+        align: every length bucket is a multiple of this (and >= 2: ``torch.compile``
+            specialises sizes 0 and 1); row buckets are not aligned and may be 1.
         packed_row_length: ``None`` fits padding; an int ``R`` fits packing: each
             call's samples packed into rows of ``R`` (``R`` >= the longest sample).
 
@@ -113,7 +114,7 @@ def fit_calls(
     real = sum(sum(c.real) for c in recorded)
     if packed_row_length is not None:
         return _fit_packed(recorded, packed_row_length, row_k, real)
-    row_buckets = _weighted_fit(rows, lengths.astype(np.float64), row_k, align=1)
+    row_buckets = _weighted_fit(rows, lengths.astype(np.float64), row_k, align=1, least=1)
     padded_rows = np.array(row_buckets)[np.searchsorted(row_buckets, rows)]
     buckets = Buckets(_weighted_fit(lengths, padded_rows.astype(np.float64), k, align))
     run = int((padded_rows * buckets.bucket_for_many(lengths)).sum())
@@ -130,7 +131,7 @@ def _fit_packed(recorded: list[_Call], row_length: Any, row_k: int, real: int) -
             f"is never split across rows: pass packed_row_length >= {longest}"
         )
     packed = np.array([packed_rows(c.real, R) for c in recorded], dtype=np.int64)
-    row_buckets = _weighted_fit(packed, np.ones(len(packed)), row_k, align=1)
+    row_buckets = _weighted_fit(packed, np.ones(len(packed)), row_k, align=1, least=1)
     run = int(np.array(row_buckets)[np.searchsorted(row_buckets, packed)].sum()) * R
     return CallShapes(Buckets([R]), tuple(row_buckets), real / run, len(row_buckets), R)
 
@@ -154,10 +155,12 @@ def packed_rows(lengths: Iterable[int], row_length: int) -> int:
     return len(rooms)
 
 
-def _weighted_fit(values: np.ndarray, weights: np.ndarray, k: int, align: int) -> list[int]:
-    """The at-most-``k`` aligned boundaries (each >= 2) with the least
+def _weighted_fit(
+    values: np.ndarray, weights: np.ndarray, k: int, align: int, least: int = 2
+) -> list[int]:
+    """The at-most-``k`` aligned boundaries (each >= ``least``) with the least
     ``sum weight * boundary`` over ``values``, the largest covering ``max(values)``."""
-    rounded = np.maximum(round_up(values, align), round_up(2, align))
+    rounded = np.maximum(round_up(values, align), round_up(least, align))
     cands, group = np.unique(rounded, return_inverse=True)
     group_weights = np.bincount(group, weights=weights, minlength=len(cands))
     return optimal_boundaries(cands, group_weights, cands.astype(np.float64), k)

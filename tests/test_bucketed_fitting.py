@@ -1,5 +1,6 @@
 """``fit_calls``: a wrapper's shapes fitted from recorded calls, for padding and packing."""
 
+import itertools
 import math
 
 import numpy as np
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from shapebucket import ShapeBucketError, fit_buckets
 from shapebucket.bucketed import BucketedModel, fit_calls
 from shapebucket.bucketed.fitting import CallShapes, packed_rows
+from shapebucket.fit import Buckets
 
 CHECKS = settings(max_examples=60, deadline=None)
 
@@ -60,6 +62,24 @@ def test_fitting_the_calls_longest_never_runs_more_than_fitting_the_sample_lengt
     ours = run_tokens(calls, shapes.buckets, shapes.row_buckets)
     theirs = run_tokens(calls, per_sample, shapes.row_buckets)
     assert ours <= theirs
+
+
+@CHECKS
+@given(
+    calls=st.lists(st.lists(st.integers(1, 64), min_size=1, max_size=9), min_size=1, max_size=8),
+    k=st.integers(1, 3),
+)
+def test_given_the_row_buckets_the_length_buckets_run_the_fewest_tokens(calls, k):
+    """Against every set of at most ``k`` multiples of 8 that holds the longest call."""
+    shapes = fit_calls([as_call(c) for c in calls], k=k, row_k=2)
+    top = -(-max(max(c) for c in calls) // 8) * 8
+    below = range(8, top, 8)
+    best = min(
+        run_tokens(calls, Buckets([*rest, top]), shapes.row_buckets)
+        for n in range(k)
+        for rest in itertools.combinations(below, n)
+    )
+    assert run_tokens(calls, shapes.buckets, shapes.row_buckets) == best
 
 
 @CHECKS

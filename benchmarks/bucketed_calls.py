@@ -178,7 +178,8 @@ def table(title: str, results: dict[str, dict]) -> str:
         if "fit" in r:
             lines += [
                 "",
-                f"{name}: fit_calls on the warm-up calls and the stream's limit: {r['fit']}",
+                f"{name}: fit_calls on the warm-up calls and one all-real call at the stream's "
+                f"limits (counted in its efficiency): {r['fit']}",
             ]
     return "\n".join(lines)
 

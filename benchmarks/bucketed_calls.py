@@ -1,32 +1,45 @@
-"""A stream of calls of random batch size and length through the bench GPT, five ways.
+"""Streams of calls of random batch size and length through the bench GPT, several ways.
 
-    python benchmarks/bucketed_calls.py [--calls 100] [--rounds 3] [--max-rows 16]
+    python benchmarks/bucketed_calls.py [--stream small|large|large,small] [--model small|realistic]
+        [--device cpu|cuda] [--calls 24] [--rounds 3] [--modes eval] [--json PATH]
+    python benchmarks/bucketed_calls.py --host-time [--host-calls 2000]
 
-The stream is what a loop that owns its batches sends: each call holds 1 to
-``--max-rows`` samples (the issue asks for 1 to 64; the default is scaled down to 16
-so the run takes a few minutes on a 2-core CPU) of lengths drawn from the built-in
-mixture (``shapebucket.data.mixture_lengths``), padded to the call's longest, with an
-``attention_mask`` and ``labels`` (-100 on the pads). Each call goes through:
+The streams are what a loop that owns its batches sends (issue 36): each call holds
+1 to 64 samples of lengths up to 1,024 (``--stream large``: compute-bound calls) or 1
+to 8 samples of lengths up to 256 (``--stream small``: overhead-bound calls), drawn
+from the built-in mixture (``shapebucket.data.mixture_lengths``, times 4 for the
+large stream), padded by the caller to its longest, with an ``attention_mask`` and
+``labels`` (-100 on the pads). Every round sends **fresh calls** (new random calls of
+the same distribution, seeded per round), as a serving or evaluation loop does.
 
-* ``eager``: the model as it is;
-* ``compile``: ``torch.compile`` default (it turns dims dynamic after a recompile);
+The strategies (``STRATEGY_BUILDERS`` in ``bucketed_calls_parts.py``, where more join;
+``--strategies`` picks, ``eager`` too, the model as it is):
+
 * ``dynamic``: ``torch.compile(dynamic=True)``;
-* ``mark_dynamic``: ``torch.compile`` with the rows and the length of every call
-  marked dynamic (``shapebucket.compile.mark_dynamic``);
-* ``bucketed``: ``BucketedModel(torch.compile(model, dynamic=False), buckets,
-  row_buckets)`` prewarmed on its plan: ``--k`` buckets fitted to the calls' lengths,
-  row buckets ``--row-buckets`` and ``--max-rows`` (default 4 and 16: 6 shapes).
+* ``compile``: ``torch.compile`` default (it turns dims dynamic after a recompile);
+* ``reduce-overhead``: ``torch.compile(mode="reduce-overhead")`` alone (CUDA graphs on
+  CUDA; on a CPU it is the default compile);
+* ``bucketed``: today's padding wrapper, ``BucketedModel(torch.compile(model,
+  dynamic=False))`` (``mode="reduce-overhead"`` on CUDA), its buckets and row buckets
+  from ``fit_calls`` on a separate warm-up sample of calls (``--k``, ``--row-k``) and
+  one call at the stream's limits (rows and length: the plan must hold any fresh
+  call), prewarmed on its plan.
 
-Each strategy has its own model copy and compiles its own code object (the compiled
-strategies each compile a ``fresh_forward`` of its own; the bucketed one compiles the
-module), so no compiled graph is shared. For ``--modes eval`` (forward under
-``torch.inference_mode``) and ``train`` (forward, backward, SGD step): first the
-cold pass (warm-up, i.e. prewarm, plus the whole stream once, its graphs counted),
-then ``--rounds`` interleaved rounds of the whole stream (the order rotates each
-round). Prints a markdown table per mode: calls/s and useful (real) tokens/s as
-median and min-max over the rounds, p50 and p99 call latency over every timed call,
-graphs compiled, warm-up seconds, and the whole stream's cold time (warm-up
-included). Writes ``--out`` (JSON) and a plot next to it.
+Each strategy has its own model copy and its own compiled code (no graph shared); it
+first runs the ``--warm-calls`` warm-up calls (compiling what it compiles), then
+``--rounds`` rounds of ``--calls`` fresh calls, interleaved (the order rotates each
+round). ``--modes eval`` is a forward under ``torch.inference_mode``; ``train`` adds
+backward and an SGD step. Reported per strategy: useful (real) tokens/s as the median
+(min-max) over the rounds, p50 and p99 call latency over every timed call, graphs
+compiled in the warm-up and **during the stream**, the warm-up seconds, and the share
+of the tokens it ran that were real (the caller's padding for the compile modes; the
+wrapper's own count, ``stats.padded_tokens``, for ``bucketed``). On CUDA the model is
+bf16 and every call is synchronised before its time is taken.
+
+``--host-time`` measures the wrapper's own work per call instead: ``BucketedModel``
+around a module that returns its input, a 1-row call (1 x 8, padded to 2 x 16) and a
+16-row call (16 x 24, padded to 16 x 32), median and p99 over ``--host-calls`` calls
+after warm-up, against calling the bare module.
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ import argparse
 import copy
 import json
 import statistics
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -43,220 +57,238 @@ from typing import Any
 import numpy as np
 import torch
 
-import shapebucket
-from shapebucket import BucketedModel, fit_buckets
-from shapebucket.bench.model import GPT, GPTConfig
-from shapebucket.bench.runner import fresh_forward
-from shapebucket.compile import CompileCounter, Inference, mark_dynamic
-from shapebucket.data import mixture_lengths
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bucketed_calls_parts, also via runpy
+import bucketed_calls_parts as parts
 
-STRATEGIES = ("eager", "compile", "dynamic", "mark_dynamic", "bucketed")
+from shapebucket.compile import CompileCounter
+
+DEFAULT_STRATEGIES = ("dynamic", "compile", "reduce-overhead", "bucketed")
 
 
-def make_stream(a: argparse.Namespace) -> list[dict[str, torch.Tensor]]:
-    """``--calls`` calls: rows 1..max_rows, lengths from the mixture, padded to the longest."""
-    rng = np.random.default_rng(a.seed)
-    lengths = mixture_lengths(a.calls * a.max_rows, seed=a.seed)
-    g = torch.Generator().manual_seed(a.seed)
-    stream, at = [], 0
-    for _ in range(a.calls):
-        rows = int(rng.integers(1, a.max_rows + 1))
-        real = torch.as_tensor(lengths[at : at + rows])
-        at += rows
-        longest = int(real.max())
-        mask = torch.arange(longest)[None, :] < real[:, None]
-        ids = torch.randint(0, a.vocab, (rows, longest), generator=g).masked_fill(~mask, 0)
-        labels = ids.masked_fill(~mask, -100)
-        stream.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
-    return stream
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
-def build(name: str, base: GPT, a: argparse.Namespace, stream: list[dict]) -> dict[str, Any]:
-    """The strategy's callable ``run(batch) -> loss`` and its warm-up (prewarm) seconds."""
-    model = copy.deepcopy(base)
+def runner(a: argparse.Namespace, strategy: parts.Strategy, model: torch.nn.Module) -> Any:
+    """``run(batch)``: one call of the mode (eval: forward; train: forward, backward, SGD)."""
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    warm_up, graphs = 0.0, 0
-    if name == "eager":
-        call = model
-    elif name == "bucketed":
-        # fitted to the calls' own lengths (each its longest sample's), as a user would
-        buckets = fit_buckets([b["input_ids"].shape[1] for b in stream], k=a.k, align=8)
-        row_buckets = sorted({int(r) for r in a.row_buckets.split(",")} | {a.max_rows})
-        wrapped = BucketedModel(
-            torch.compile(model, dynamic=False), buckets, row_buckets=row_buckets
-        )
-        t0 = time.perf_counter()
-        modes = [Inference()] if a.mode == "eval" else []
-        with CompileCounter() as cc:
-            shapebucket.prewarm(wrapped, wrapped.plan(stream[0]), modes=modes, progress=False)
-        warm_up, graphs = time.perf_counter() - t0, cc.graphs
-        call = wrapped
-    else:
-        forward = fresh_forward(f"{name}_{a.mode}")
-        dynamic = {"compile": None, "dynamic": True, "mark_dynamic": None}[name]
-        compiled = torch.compile(forward, dynamic=dynamic)
-
-        def call(**batch: Any) -> Any:
-            if name == "mark_dynamic":
-                for dim in (0, 1):
-                    mark_dynamic(batch, dim)
-            return compiled(model, batch)
 
     def run(batch: dict[str, Any]) -> None:
         if a.mode == "eval":
             with torch.inference_mode():
-                call(**batch)
+                strategy.call(**batch)
             return
-        loss = call(**batch)
+        loss = strategy.call(**batch)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return {"run": run, "warm_up_s": warm_up, "graphs": graphs}
+    return run
 
 
-def timed_pass(run: Any, stream: list[dict]) -> list[float]:
+def timed_pass(run: Any, calls: list[dict], device: str) -> list[float]:
     seconds = []
-    for batch in stream:
+    for batch in calls:
+        _sync(device)
         t0 = time.perf_counter()
         run(batch)
+        _sync(device)
         seconds.append(time.perf_counter() - t0)
     return seconds
 
 
-def bench_mode(a: argparse.Namespace, stream: list[dict], bar: Any) -> dict[str, dict]:
-    torch.manual_seed(a.seed)
-    cfg = GPTConfig(vocab=a.vocab, dim=a.dim, layers=a.layers, heads=a.heads, max_len=256)
-    base = GPT(cfg).train(a.mode == "train")
-    useful = sum(int(b["attention_mask"].sum()) for b in stream)
-    results: dict[str, dict] = {}
-    runs = {}
+def warm_up(a: argparse.Namespace, name: str, base: torch.nn.Module, ctx: parts.Context) -> dict:
+    """Build strategy ``name`` on a copy of ``base`` and run the warm-up calls through it."""
+    model = copy.deepcopy(base)
+    t0 = time.perf_counter()
+    with CompileCounter() as cc:
+        strategy = parts.STRATEGY_BUILDERS[name](model, ctx)
+        run = runner(a, strategy, model)
+        timed_pass(run, ctx.warm_calls, a.device)
+    result = {
+        "warm_up_s": time.perf_counter() - t0,
+        "graphs_warm_up": cc.graphs,
+        "graphs_stream": 0,
+        "tokens_per_s": [],
+        "latency_s": [],
+        "tokens_run": 0,
+        "tokens_real": 0,
+        **(strategy.info or {}),
+    }
+    return {"run": run, "strategy": strategy, "result": result}
+
+
+def bench_stream(a: argparse.Namespace, stream_name: str, base: torch.nn.Module) -> dict:
+    """Every strategy on one stream: warm-up, then ``--rounds`` rounds of fresh calls."""
+    stream = parts.STREAMS[stream_name]
+    warm_lengths = parts.call_lengths(stream, a.warm_calls, seed=a.seed + 10_000)
+    warm = parts.make_calls(warm_lengths, base.cfg.vocab, a.device, seed=a.seed + 10_000)
+    ctx = parts.Context(a, stream, warm, warm_lengths)
+    built = {}
     for name in a.strategies:
-        bar.set_postfix_str(f"{a.mode}: {name} warm-up and cold pass")
-        with CompileCounter() as cc:
-            built = build(name, base, a, stream)
-            cold = sum(timed_pass(built["run"], stream))
-        runs[name] = built["run"]
-        results[name] = {
-            "warm_up_s": built["warm_up_s"],
-            "stream_cold_s": built["warm_up_s"] + cold,
-            "graphs": cc.graphs,
-            "calls_per_s": [],
-            "tokens_per_s": [],
-            "latency_s": [],
-        }
-        bar.update(1)
+        _progress(f"{stream_name}/{a.mode}: {name} warm-up")
+        built[name] = warm_up(a, name, base, ctx)
     for r in range(a.rounds):
-        order = list(a.strategies[r % len(a.strategies) :]) + list(
-            a.strategies[: r % len(a.strategies)]
-        )
-        for name in order:
-            bar.set_postfix_str(f"{a.mode}: round {r + 1}, {name}")
+        lengths = parts.call_lengths(stream, a.calls, seed=a.seed + 1 + r)
+        calls = parts.make_calls(lengths, base.cfg.vocab, a.device, seed=a.seed + 1 + r)
+        real = int(sum(x.sum() for x in lengths))
+        caller = sum(len(x) * int(x.max()) for x in lengths)
+        shift = r % len(a.strategies)
+        for name in [*a.strategies[shift:], *a.strategies[:shift]]:
+            _progress(f"{stream_name}/{a.mode}: round {r + 1}, {name}")
+            b, res = built[name], built[name]["result"]
+            counted = b["strategy"].tokens_run
+            before = counted() if counted else 0
             with CompileCounter() as cc:
-                seconds = timed_pass(runs[name], stream)
-            res = results[name]
-            res["graphs"] += cc.graphs
-            res["calls_per_s"].append(len(stream) / sum(seconds))
-            res["tokens_per_s"].append(useful / sum(seconds))
+                seconds = timed_pass(b["run"], calls, a.device)
+            res["graphs_stream"] += cc.graphs
+            res["tokens_per_s"].append(real / sum(seconds))
             res["latency_s"] += seconds
-            bar.update(1)
-    return results
+            res["tokens_run"] += counted() - before if counted else caller
+            res["tokens_real"] += real
+    return {name: b["result"] for name, b in built.items()}
 
 
-def _fmt(values: list[float], scale: float = 1.0, digits: int = 0) -> str:
-    med = statistics.median(values) * scale
-    lo, hi = min(values) * scale, max(values) * scale
-    return f"{med:,.{digits}f} ({lo:,.{digits}f}-{hi:,.{digits}f})"
+def _progress(text: str) -> None:
+    print(f"  .. {text}", file=sys.stderr, flush=True)
 
 
-def table(mode: str, results: dict[str, dict]) -> str:
+def _fmt(values: list[float]) -> str:
+    med, lo, hi = statistics.median(values), min(values), max(values)
+    return f"{med:,.0f} ({lo:,.0f}-{hi:,.0f})"
+
+
+def table(title: str, results: dict[str, dict]) -> str:
     lines = [
-        f"**{mode}**",
+        f"**{title}**",
         "",
-        "| strategy | calls/s | useful tokens/s | p50 ms | p99 ms | graphs | warm-up s | whole stream s (cold) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| strategy | useful tokens/s | p50 ms | p99 ms | graphs: warm-up / stream | "
+        "tokens real / run | warm-up s |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, r in results.items():
         lat = np.array(r["latency_s"]) * 1000
         lines.append(
-            f"| {name} | {_fmt(r['calls_per_s'], digits=1)} | {_fmt(r['tokens_per_s'])} | "
-            f"{np.percentile(lat, 50):.1f} | {np.percentile(lat, 99):.1f} | {r['graphs']} | "
-            f"{r['warm_up_s']:.1f} | {r['stream_cold_s']:.1f} |"
+            f"| {name} | {_fmt(r['tokens_per_s'])} | {np.percentile(lat, 50):.2f} | "
+            f"{np.percentile(lat, 99):.2f} | {r['graphs_warm_up']} / {r['graphs_stream']} | "
+            f"{r['tokens_real'] / r['tokens_run']:.1%} | {r['warm_up_s']:.1f} |"
         )
+    for name, r in results.items():
+        if "fit" in r:
+            lines += [
+                "",
+                f"{name}: fit_calls on the warm-up calls and one all-real call at the stream's "
+                f"limits (counted in its efficiency): {r['fit']}",
+            ]
     return "\n".join(lines)
 
 
-def plot(out: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    modes = list(out["results"])
-    fig, axes = plt.subplots(1, len(modes), figsize=(5 * len(modes), 3.6), squeeze=False)
-    for ax, mode in zip(axes[0], modes, strict=True):
-        res = out["results"][mode]
-        names = list(res)
-        med = [statistics.median(res[n]["tokens_per_s"]) for n in names]
-        lo = [m - min(res[n]["tokens_per_s"]) for m, n in zip(med, names, strict=True)]
-        hi = [max(res[n]["tokens_per_s"]) - m for m, n in zip(med, names, strict=True)]
-        ax.bar(names, med, yerr=[lo, hi], capsize=4, color="#4c72b0")
-        ax.set_title(f"{mode}: useful tokens/s (median, min-max)")
-        ax.tick_params(axis="x", rotation=30)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+def host_table(rows: list[dict]) -> str:
+    lines = ["| call | what | median µs | p99 µs |", "|---|---|---|---|"]
+    lines += [
+        f"| {r['call']} | {r['what']} | {r['median_us']:.1f} | {r['p99_us']:.1f} |" for r in rows
+    ]
+    return "\n".join(lines)
 
 
-def main() -> None:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--calls", type=int, default=100)
+    p.add_argument("--stream", default="small", help="large, small, or both: large,small")
+    p.add_argument("--model", choices=sorted(parts.MODELS), default="small")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--calls", type=int, default=24, help="fresh calls per round")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--max-rows", type=int, default=16)
-    p.add_argument("--k", type=int, default=3, help="buckets for the bucketed strategy")
-    p.add_argument("--row-buckets", default="4", help="row buckets (and --max-rows)")
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--vocab", type=int, default=512)
-    p.add_argument("--modes", default="eval,train")
-    p.add_argument("--strategies", default=",".join(STRATEGIES))
+    p.add_argument("--warm-calls", type=int, default=32, help="warm-up calls (and fit_calls')")
+    p.add_argument("--k", type=int, default=3, help="length buckets of the bucketed strategy")
+    p.add_argument("--row-k", type=int, default=3, help="row buckets of the bucketed strategy")
+    p.add_argument("--modes", default="eval", help="eval, train, or both: eval,train")
+    p.add_argument("--strategies", default=",".join(DEFAULT_STRATEGIES))
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="results/bucketed_calls.json")
-    a = p.parse_args()
+    p.add_argument("--backend", default="inductor", help="torch.compile backend (eager: tests)")
+    p.add_argument("--host-time", action="store_true", help="the wrapper's host time per call")
+    p.add_argument("--host-calls", type=int, default=2000)
+    p.add_argument("--host-warm", type=int, default=200)
+    p.add_argument("--json", default="results/bucketed_calls.json")
+    a = p.parse_args(argv)
+    a.streams = a.stream.split(",")
     a.strategies = a.strategies.split(",")
-    unknown = sorted(set(a.strategies) - set(STRATEGIES))
-    if unknown:
-        p.error(f"unknown strategies {unknown}; choose from {list(STRATEGIES)}")
-    warnings.filterwarnings("ignore", message=".*maybe_mark_dynamic.*")
-    from tqdm.auto import tqdm
+    for what, names, known in [
+        ("streams", a.streams, parts.STREAMS),
+        ("strategies", a.strategies, parts.STRATEGY_BUILDERS),
+    ]:
+        unknown = sorted(set(names) - set(known))
+        if unknown:
+            p.error(f"unknown {what} {unknown}; choose from {sorted(known)}")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda, but torch sees no CUDA device")
+    if min(a.calls, a.rounds, a.warm_calls, a.host_calls) < 1:
+        p.error("--calls, --rounds, --warm-calls and --host-calls must be >= 1")
+    return a
 
-    stream = make_stream(a)
-    modes = a.modes.split(",")
+
+def run_streams(a: argparse.Namespace, out: dict[str, Any], save: Any) -> None:
+    """Every mode and stream; ``save()`` after each, so a run stopped by its time limit
+    keeps the streams it finished."""
+    warnings.filterwarnings("ignore", message=".*maybe_mark_dynamic.*")
+    for mode in a.modes.split(","):
+        a.mode = mode
+        base = parts.build_model(a)
+        for stream_name in a.streams:
+            torch.compiler.reset()  # one stream's graphs would count against the next's limit
+            out["results"][f"{stream_name}/{mode}"] = bench_stream(a, stream_name, base)
+            save()
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parse(argv)
     out: dict[str, Any] = {
-        "args": vars(a),
-        "results": {},
+        "args": dict(vars(a)),
+        "machine": _machine(a.device),
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "results": {},
     }
-    t0 = time.perf_counter()
-    with tqdm(total=len(modes) * len(a.strategies) * (1 + a.rounds), unit="pass") as bar:
-        for mode in modes:
-            a.mode = mode
-            torch.compiler.reset()  # eval's graphs would count against train's recompile limit
-            out["results"][mode] = bench_mode(a, stream, bar)
-    out["total_s"] = time.perf_counter() - t0
-    useful = sum(int(b["attention_mask"].sum()) for b in stream)
-    print(
-        f"\n{len(stream)} calls, {useful:,} useful tokens; rows 1-{a.max_rows}, {out['total_s']:.0f} s in all\n"
-    )
-    for mode, res in out["results"].items():
-        print(table(mode, res) + "\n")
-    path = Path(a.out)
+    path = Path(a.json)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1, default=str))
-    plot(out, path.with_suffix(".png"))
-    print(f"wrote {path} and {path.with_suffix('.png')}")
+    t0 = time.perf_counter()
+
+    def save() -> None:
+        out["total_s"] = time.perf_counter() - t0
+        path.write_text(json.dumps(out, indent=1, default=str))
+
+    if a.host_time:
+        out["host_time"] = parts.host_time(a.host_calls, a.host_warm)
+        head = f"host time per call ({a.host_calls} calls after {a.host_warm} warm-up)"
+        print(f"\n{head}, {out['machine']}\n\n" + host_table(out["host_time"]))
+    else:
+        run_streams(a, out, save)
+        print(
+            f"\n{out['machine']}; {a.model} model; {a.rounds} rounds of {a.calls} fresh "
+            f"calls, {a.warm_calls} warm-up calls\n"
+        )
+        for key, res in out["results"].items():
+            s = parts.STREAMS[key.split("/")[0]]
+            print(table(f"{key}: 1-{s.max_rows} rows, lengths to {s.max_len}", res) + "\n")
+    save()
+    print(f"{out['total_s']:.0f} s in all; wrote {path}")
+
+
+def _machine(device: str) -> str:
+    import os
+
+    if device == "cuda":
+        where = torch.cuda.get_device_name(0)
+    else:
+        cpuinfo = Path("/proc/cpuinfo")
+        names = [
+            line.split(":", 1)[1].strip()
+            for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
+            if line.startswith("model name")
+        ]
+        where = names[0] if names else "cpu"
+    return f"torch {torch.__version__}, {device} ({where}, {os.cpu_count()} CPUs)"
 
 
 if __name__ == "__main__":

@@ -69,7 +69,10 @@ RECORDS = {
         "shapebucket.compile.background.handle.BackgroundCompile",
         "shapebucket.compile.background.report.BackgroundReport",
     ],
-    "shapebucket.bucketed": ["shapebucket.bucketed.stats.BucketedReport"],
+    "shapebucket.bucketed": [
+        "shapebucket.bucketed.stats.BucketedReport",
+        "shapebucket.bucketed.fitting.CallShapes",
+    ],
     "shapebucket.calibrate": [
         "shapebucket.calibrate.report.RowsReport",
         "shapebucket.calibrate.report.Probe",

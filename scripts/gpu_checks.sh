@@ -11,8 +11,11 @@
 #      strategies), writing $OUT/profile_gpu.json and .png, which docs/benchmarks.md reads;
 #   3. profile_flex: packing through flex_attention (--attention flex), packed and
 #      packed-graphs, to $OUT/profile_gpu_flex.json;
-#   4. bucketed_calls: the wrapper's call benchmark (benchmarks/bucketed_calls.py), when
-#      the checkout has it (it says so and skips otherwise).
+#   4. bucketed_calls: the wrapper's call benchmark (benchmarks/bucketed_calls.py): the
+#      realistic model (4 blocks of width 1,024, vocab 16k, bf16) on both streams (1-64
+#      rows to 1,024 and 1-8 rows to 256, fresh calls every round) against dynamic=True,
+#      the default compile and reduce-overhead, writing $OUT/bucketed_calls.json (about 4
+#      minutes on an H100: PARTS=bucketed_calls gives it its whole 240 s cap).
 # Older parts, by name in PARTS only: smoke, calibrate, bench_w256, bench_w1024,
 # gpu_bench_tests.
 # Each part has its own time limit inside BUDGET_S (default 570 s, under 10 minutes) and
@@ -63,12 +66,9 @@ TAIL=40 part profile 300 "${profile[@]}" --rows-budget-mb "${ROWS_BUDGET_MB:-400
 TAIL=20 part profile_flex 150 "${profile[@]}" --attention flex --no-limit \
     --strategies fixed-packed-compile,shapebucket-packed,shapebucket-packed-graphs \
     --json "$OUT/profile_gpu_flex.json"
-if [[ -f benchmarks/bucketed_calls.py ]]; then
-    part bucketed_calls 60 "$PY" benchmarks/bucketed_calls.py --device cuda \
-        --json "$OUT/bucketed_calls.json"
-elif [[ " $PARTS " == *" bucketed_calls "* ]]; then
-    echo "== bucketed_calls: skipped, this checkout has no benchmarks/bucketed_calls.py"
-fi
+TAIL=40 part bucketed_calls 240 "$PY" benchmarks/bucketed_calls.py --device cuda \
+    --model realistic --stream large,small --calls 24 --rounds 3 --warm-calls 16 \
+    --json "$OUT/bucketed_calls.json"
 part smoke 120 "$PY" -m shapebucket bench --quick --device cuda --no-limit \
     --strategies grouped-eager,shapebucket-packed,shapebucket-calibrated --json "$OUT/smoke.json"
 TAIL=45 part calibrate_w256 60 "$PY" benchmarks/calibrate_rows.py --device cuda --dim 256 \

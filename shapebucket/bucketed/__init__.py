@@ -11,13 +11,16 @@ a new argument (``cells=``, fitted by :func:`~shapebucket.fit.fit_cells`), not a
 
 ``model.stats`` (a :class:`~shapebucket.bucketed.stats.BucketedReport`) says what the
 wrapper padded; the record is returned, never built, so it is not exported here.
+:func:`fit_calls` fits the wrapper's buckets and row buckets from recorded calls (its
+:class:`~shapebucket.bucketed.fitting.CallShapes` is returned, not exported either).
 
 >>> import shapebucket.bucketed as sb
 >>> sb.__all__
-['BucketedModel']
+['BucketedModel', 'fit_calls']
 """
 
 from . import packable, packed  # noqa: F401  (packed calls: reached by module path, not exported)
+from .fitting import fit_calls
 from .model import BucketedModel
 
-__all__ = ["BucketedModel"]
+__all__ = ["BucketedModel", "fit_calls"]

@@ -1,0 +1,220 @@
+"""The parts of ``benchmarks/bucketed_calls.py``: the streams of calls, the models, the
+strategies (:data:`STRATEGY_BUILDERS`: a new strategy joins by adding a builder there)
+and the wrapper's own host time per call.
+
+Imported by the benchmark from its own folder (``python benchmarks/bucketed_calls.py``
+puts ``benchmarks/`` on ``sys.path``); it is not part of the package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+import shapebucket
+from shapebucket import BucketedModel
+from shapebucket.bench.model import GPT, GPTConfig
+from shapebucket.bench.runner import fresh_forward
+from shapebucket.bucketed import fit_calls
+from shapebucket.compile import CudaGraphs, Inference
+from shapebucket.data import mixture_lengths
+
+
+@dataclass(frozen=True)
+class Stream:
+    """Calls of 1 to ``max_rows`` samples; lengths are the mixture (6..256) times
+    ``scale``, capped at ``max_len``; each call padded to its longest (by the caller)."""
+
+    max_rows: int
+    max_len: int
+    scale: int
+
+
+#: the issue's two streams: compute-bound (large) and overhead-bound (small) calls
+STREAMS = {"large": Stream(max_rows=64, max_len=1024, scale=4), "small": Stream(8, 256, 1)}
+
+#: the bench GPT's sizes: a small one for a CPU, the issue's realistic one for a GPU
+MODELS = {
+    "small": {"vocab": 512, "dim": 64, "layers": 2, "heads": 4},
+    "realistic": {"vocab": 16384, "dim": 1024, "layers": 4, "heads": 16},
+}
+
+
+def call_lengths(stream: Stream, calls: int, seed: int) -> list[np.ndarray]:
+    """The real lengths of ``calls`` calls (one array per call, one length per row)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(calls):
+        rows = int(rng.integers(1, stream.max_rows + 1))
+        lengths = mixture_lengths(rows, seed=int(rng.integers(1 << 31))) * stream.scale
+        out.append(np.minimum(lengths, stream.max_len))
+    return out
+
+
+def make_calls(
+    lengths: list[np.ndarray], vocab: int, device: str, seed: int
+) -> list[dict[str, torch.Tensor]]:
+    """The calls a loop with its own collator sends: ids, a boolean mask and labels (-100
+    on the pads), padded to the call's longest, on ``device``."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for real in lengths:
+        rows, longest = len(real), int(real.max())
+        mask = torch.arange(longest)[None, :] < torch.as_tensor(real)[:, None]
+        ids = torch.randint(0, vocab, (rows, longest), generator=g).masked_fill(~mask, 0)
+        batch = {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(~mask, -100)}
+        out.append({k: v.to(device) for k, v in batch.items()})
+    return out
+
+
+def build_model(a: argparse.Namespace) -> GPT:
+    """The bench GPT of ``--model``, long enough for the stream, in bf16 on CUDA."""
+    torch.manual_seed(a.seed)
+    cfg = GPTConfig(**MODELS[a.model], max_len=max(STREAMS[s].max_len for s in a.streams))
+    model = GPT(cfg).train(a.mode == "train").to(a.device)
+    return model.to(torch.bfloat16) if a.device == "cuda" else model
+
+
+# -- the strategies -------------------------------------------------------------------
+
+
+@dataclass
+class Strategy:
+    """A strategy ready to run: ``call(**batch)`` returns the loss; ``tokens_run`` (when
+    the strategy counts its own) is the tokens it has run so far, else the caller's
+    ``rows x length`` are what ran."""
+
+    call: Callable[..., Any]
+    tokens_run: Callable[[], int] | None = None
+    info: dict[str, Any] | None = None
+
+
+@dataclass
+class Context:
+    """What a builder gets: the arguments, the stream and the warm-up calls (a separate
+    sample of the same stream, never the timed calls)."""
+
+    args: argparse.Namespace
+    stream: Stream
+    warm_calls: list[dict[str, torch.Tensor]]
+    warm_lengths: list[np.ndarray]
+
+
+def compile_with(fn: Any, a: argparse.Namespace, **options: Any) -> Any:
+    """``torch.compile(fn, **options)`` with ``--backend``; a ``mode`` only means something
+    to inductor, so another backend (``eager``, for the tests) drops it."""
+    if a.backend != "inductor":
+        options.pop("mode", None)
+    return torch.compile(fn, backend=a.backend, **options)
+
+
+def _compiled(name: str, model: torch.nn.Module, ctx: Context, **options: Any) -> Strategy:
+    """``torch.compile`` of a code object of the strategy's own (no graph shared)."""
+    compiled = compile_with(fresh_forward(f"{name}_{ctx.args.mode}"), ctx.args, **options)
+    return Strategy(lambda **batch: compiled(model, batch))
+
+
+def build_eager(model: torch.nn.Module, ctx: Context) -> Strategy:
+    return Strategy(model)
+
+
+def build_dynamic(model: torch.nn.Module, ctx: Context) -> Strategy:
+    return _compiled("dynamic", model, ctx, dynamic=True)
+
+
+def build_compile(model: torch.nn.Module, ctx: Context) -> Strategy:
+    return _compiled("compile", model, ctx)
+
+
+def build_reduce_overhead(model: torch.nn.Module, ctx: Context) -> Strategy:
+    return _compiled("reduce_overhead", model, ctx, mode="reduce-overhead")
+
+
+def fitted_shapes(ctx: Context) -> Any:
+    """``fit_calls`` on the warm-up calls and one call at the stream's limits (the
+    longest call the loop can send, which a user knows: a fresh call may be longer
+    than any warm-up call, and the plan must hold it)."""
+    limit = (ctx.stream.max_rows, ctx.stream.max_len)
+    return fit_calls([*ctx.warm_calls, limit], k=ctx.args.k, row_k=ctx.args.row_k, align=8)
+
+
+def build_bucketed(model: torch.nn.Module, ctx: Context) -> Strategy:
+    """Today's padding wrapper around ``torch.compile(dynamic=False)`` (``reduce-overhead``
+    on CUDA), shapes from :func:`fitted_shapes`, prewarmed on its plan."""
+    a = ctx.args
+    shapes = fitted_shapes(ctx)
+    buckets, row_buckets = list(shapes.buckets), list(shapes.row_buckets)
+    mode = "reduce-overhead" if a.device == "cuda" else "default"
+    wrapped = BucketedModel(
+        compile_with(model, a, dynamic=False, mode=mode), buckets, row_buckets=row_buckets
+    )
+    modes: list[Any] = [Inference()] if a.mode == "eval" else []
+    modes += [CudaGraphs()] if a.device == "cuda" else []
+    shapebucket.prewarm(wrapped, wrapped.plan(ctx.warm_calls[0]), modes=modes, progress=False)
+    info = {"fit": str(shapes)}
+    return Strategy(wrapped, tokens_run=lambda: wrapped.stats.padded_tokens, info=info)
+
+
+#: strategy name -> builder(model copy, context) -> Strategy. The hook for more: a
+#: ``bucketed-packed`` strategy joins by adding its builder here.
+STRATEGY_BUILDERS: dict[str, Callable[[torch.nn.Module, Context], Strategy]] = {
+    "eager": build_eager,
+    "dynamic": build_dynamic,
+    "compile": build_compile,
+    "reduce-overhead": build_reduce_overhead,
+    "bucketed": build_bucketed,
+}
+
+
+# -- the wrapper's own host time ------------------------------------------------------
+
+
+class Echo(torch.nn.Module):
+    """A model that does nothing: returns its input, so a call's time is the host's."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return input_ids
+
+
+def _call_times_us(fn: Callable[..., Any], batch: dict[str, Any], warm: int, n: int) -> list[float]:
+    for _ in range(warm):
+        fn(**batch)
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        fn(**batch)
+        out.append((time.perf_counter_ns() - t0) / 1000)
+    return out
+
+
+def host_time(calls: int, warm: int) -> list[dict[str, Any]]:
+    """The wrapper's time per call around :class:`Echo` against the bare module: a 1-row
+    call (1 x 8, padded to 2 x 16) and a 16-row call (16 x 24, padded to 16 x 32)."""
+    bare = Echo()
+    wrapped = BucketedModel(bare, [16, 32], row_buckets=[2, 16])
+    rows = []
+    for r, length in [(1, 8), (16, 24)]:
+        batch = {
+            "input_ids": torch.ones(r, length, dtype=torch.long),
+            "attention_mask": torch.ones(r, length, dtype=torch.long),
+        }
+        with torch.inference_mode():
+            for name, fn in [("bare module", bare), ("BucketedModel", wrapped)]:
+                t = _call_times_us(fn, batch, warm, calls)
+                rows.append(
+                    {
+                        "call": f"{r} x {length}",
+                        "what": name,
+                        "median_us": statistics.median(t),
+                        "p99_us": float(np.percentile(t, 99)),
+                        "calls": calls,
+                    }
+                )
+    return rows

@@ -164,10 +164,17 @@ def _run(m: nn.Module, batch: dict[str, Any], **extra: Any) -> tuple[dict, dict]
     return {k: v.detach() for k, v in tensors.items()}, grads
 
 
-def compare(name: str, rows: int, length: int, seed: int, **options: Any) -> dict[str, float]:
-    """Largest |wrapped - unwrapped| of outputs, loss and gradients for one random call."""
+def compare(
+    name: str, rows: int, length: int, seed: int, packed: bool = False, **options: Any
+) -> dict[str, float]:
+    """Largest |wrapped - unwrapped| of outputs, loss and gradients for one random call.
+    ``packed``: the call's pads carry label -100 (so the wrapper may pack it) and outputs
+    are compared on real positions only (a packed call's pad positions hold 0)."""
     inner = model(name)
     batch = call(name, rows, length, seed)
+    real = batch["attention_mask"].bool()
+    if packed:
+        batch["labels"] = batch["labels"].masked_fill(~real, -100)
     if options.get("padding_side") == "left":
         del batch["labels"]  # left padding is for calls without labels (refused with them)
     extra = {"output_hidden_states": True} if name in ("llama", "gpt2", "t5") else {}
@@ -179,7 +186,10 @@ def compare(name: str, rows: int, length: int, seed: int, **options: Any) -> dic
         if k == "past_key_values" or (k not in got and "past" in k):
             continue
         assert got[k].shape == v.shape, (k, got[k].shape, v.shape)
-        out_diff = max(out_diff, (got[k] - v).abs().max().item())
+        diff = (got[k] - v).abs()
+        if packed and diff.shape[:2] == real.shape:
+            diff = diff[real]
+        out_diff = max(out_diff, diff.max().item())
     assert got_grads.keys() == {f"model.{n}" for n in want_grads}
     grad_diff = max((got_grads[f"model.{n}"] - g).abs().max().item() for n, g in want_grads.items())
     loss = next((k for k in ("loss", "out") if k in want), None)
@@ -188,4 +198,5 @@ def compare(name: str, rows: int, length: int, seed: int, **options: Any) -> dic
         "loss": abs(got[loss] - want[loss]).item() if loss else 0.0,
         "grads": grad_diff,
         "nan": float(any(torch.isnan(g).any() for g in got_grads.values())),
+        "packed_calls": float(wrapped.stats.packed_calls),
     }

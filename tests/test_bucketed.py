@@ -40,6 +40,32 @@ def test_wrapped_call_equals_the_unwrapped_call(name, rows, length, seed):
     assert diff["outputs"] <= 1e-5 and diff["loss"] <= 1e-5 and diff["grads"] <= 1e-5, diff
 
 
+def test_a_call_with_real_labels_on_its_pads_is_padded_not_packed():
+    """The unwrapped call's loss counts a label on a pad; a packed call would drop it."""
+    gpt = bm.bench_gpt()
+    batch = bm.call("gpt", 3, 9, seed=0)  # real labels on the pads of its short rows
+    assert (batch["labels"][~batch["attention_mask"]] != -100).any()
+    wrapped = BucketedModel(gpt, bm.BUCKETS, row_buckets=bm.ROW_BUCKETS)
+    with pytest.warns(UserWarning, match="padded, not packed: it has labels other than -100"):
+        assert torch.allclose(wrapped(**batch), gpt(**batch), atol=1e-6)
+    assert wrapped.stats.packed_calls == 0 and wrapped.stats.unpacked_calls == 1
+    assert wrapped.stats.shapes == {(4, 16): 1}
+    batch["labels"] = batch["labels"].masked_fill(~batch["attention_mask"], -100)
+    assert torch.allclose(wrapped(**batch), gpt(**batch), atol=1e-6)
+    assert wrapped.stats.packed_calls == 1
+
+
+@pytest.mark.parametrize("name", ["gpt", "llama", "gpt2"])
+@settings(max_examples=10, deadline=None)
+@given(rows=st.integers(1, 8), length=st.integers(2, 32), seed=st.integers(0, 2**16))
+def test_a_packed_call_equals_the_unwrapped_call_on_real_positions(name, rows, length, seed):
+    _needs(name)
+    diff = bm.compare(name, rows, length, seed, packed=True)
+    assert diff["packed_calls"] == 1.0  # the model takes packed input: the call was packed
+    assert diff["nan"] == 0.0
+    assert diff["outputs"] <= 1e-5 and diff["loss"] <= 1e-5 and diff["grads"] <= 1e-5, diff
+
+
 @pytest.mark.parametrize("name", ["llama", "gpt2"])
 @settings(max_examples=8, deadline=None)
 @given(rows=st.integers(1, 8), length=st.integers(2, 32), seed=st.integers(0, 2**16))
@@ -113,8 +139,9 @@ def test_prewarm_then_no_recompiles_over_random_calls(order, fresh_compiler):
                 int(torch.randint(lo, hi, (1,), generator=g)) for lo, hi in ((1, 9), (2, 33))
             )
             batch = bm.call("gpt", rows, length, seed)
+            batch["labels"][~batch["attention_mask"]] = -100  # so every call packs
             assert torch.allclose(model(**batch), gpt(**batch), atol=1e-5)
-    assert cc.graphs == 0
+    assert cc.graphs == 0 and model.stats.packed_calls == 25 + len(plan) * 2
 
 
 def test_inference_mode_prewarm_and_calls(fresh_compiler):

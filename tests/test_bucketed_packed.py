@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from shapebucket import ShapeBucketError
 from shapebucket.bucketed.packable import packs
-from shapebucket.bucketed.packed import pack_call, real_lengths, unpack, unpack_outputs
+from shapebucket.bucketed.packed import pack_call, real_lengths, unpack
 
 
 @st.composite
@@ -80,15 +80,6 @@ def test_pack_then_unpack_is_the_identity_on_real_tokens_and_fill_on_pads(call, 
     labels = packed["labels"]
     assert ((labels[starts] == -100) if shifted else (labels[starts] > 1000)).all()
     assert (labels[(doc >= 0) & ~starts] > 1000).all() and (labels[doc < 0] == -100).all()
-
-
-def test_unpack_outputs_walks_dicts_and_tuples_and_keeps_scalars():
-    batch = _right_padded([3, 1], 4)
-    _, pc = pack_call(batch, ["input_ids"], [3, 1], 4, [2], {}, shifted_labels=False)
-    out = {"loss": torch.tensor(2.0), "hidden": (torch.ones(2, 4, 3), torch.zeros(2, 4))}
-    got = unpack_outputs(out, pc)
-    assert got["loss"].item() == 2.0 and got["hidden"][0].shape == (2, 4, 3)
-    assert got["hidden"][1].shape == (2, 4) and isinstance(got["hidden"], tuple)
 
 
 # -- exact: the bench GPT and a Hugging Face Llama ------------------------------------------
@@ -271,13 +262,3 @@ def test_a_row_without_real_tokens_packs_nothing_and_comes_back_as_fill():
     ).shape == (1, 2)
 
 
-def test_unpack_outputs_rebuilds_a_hugging_face_model_output():
-    pytest.importorskip("transformers")
-    batch, lengths = _call(3, 7, seed=2)
-    packed, pc = pack_call(
-        batch, ["input_ids", "labels"], lengths, 8, None, {}, shifted_labels=True
-    )
-    out = bm.model("llama")(**packed, use_cache=False, output_hidden_states=True)
-    got = unpack_outputs(out, pc)
-    assert type(got) is type(out) and got.loss is out.loss
-    assert got.logits.shape == (3, 7, bm.VOCAB) and got.hidden_states[0].shape == (3, 7, 16)

@@ -19,7 +19,6 @@ wrapper padded; the record is returned, never built, so it is not exported here.
 ['BucketedModel', 'fit_calls']
 """
 
-from . import packable, packed  # noqa: F401  (packed calls: reached by module path, not exported)
 from .fitting import fit_calls
 from .model import BucketedModel
 

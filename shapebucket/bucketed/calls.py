@@ -105,6 +105,7 @@ class Call:
     left: bool = False
     planned: bool = True  # False: past the largest bucket, run eagerly at its own shape
     outputs: Any = None  # the output roles of its route (outputs.OutputRoles)
+    packed: Any = None  # a packed call's packed.PackedCall (None: padded)
 
     @property
     def pads(self) -> bool:
@@ -127,6 +128,7 @@ class Route:
     positions: bool = False  # add position_ids (padding left)
     row_labels: bool = False  # labels per row: padded rows would enter the loss
     outputs: Any = None  # the learned output roles (outputs.OutputRoles)
+    packed: bool = False  # its calls are packed (decided with the output roles)
 
 
 def signature_of(kwargs: Mapping[str, Any]) -> tuple[Any, ...]:

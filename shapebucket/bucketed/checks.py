@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -12,6 +13,7 @@ import torch
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from .calls import Call, Route, Side, takes
+from .packable import packs
 
 __all__ = [
     "batch_norms",
@@ -20,6 +22,7 @@ __all__ = [
     "check_row_buckets",
     "check_sequence_keys",
     "check_settings",
+    "packing_of",
     "refuse_empty",
 ]
 
@@ -94,6 +97,44 @@ def check_row_buckets(row_buckets: Any) -> list[int] | None:
     if not sizes:
         raise ShapeBucketError("row_buckets must hold at least one size, got []")
     return sorted(set(sizes))
+
+
+@dataclass(frozen=True)
+class Packing:
+    """How a model takes packed calls: ``document_ids`` (the bench GPT) or positions
+    only with labels it shifts itself (a Hugging Face decoder)."""
+
+    shifted_labels: bool
+    document_ids: bool
+
+
+def packing_of(
+    model: Any, packing: Any, row_buckets: list[int] | None, params: Mapping[str, Any]
+) -> Packing | None:
+    """The packing of a wrapper's calls: ``None`` (the default) packs when the model
+    takes packed input (:func:`~.packable.packs`) and calls have ``row_buckets``;
+    ``True`` insists (refused, naming why, when it cannot); ``False`` never packs."""
+    if packing not in (None, True, False):
+        raise ShapeBucketError(f"packing must be None, True or False, got {packing!r}")
+    if packing is False:
+        return None
+    can = packs(model)
+    if packing is True and not can:
+        raise ShapeBucketError(
+            f"packing=True, but {type(model).__name__} does not take packed input: a packed "
+            "row would let its samples attend to each other. Packed calls need a Hugging "
+            "Face decoder that reads samples from position_ids (sdpa, eager or flex "
+            "attention) or a forward that takes document_ids; leave packing=None to pad"
+        )
+    if packing is True and row_buckets is None:
+        raise ShapeBucketError(
+            "packing=True needs row_buckets=[...]: a call's samples pack into a varying "
+            "number of rows, which the row buckets bound; pass row_buckets, e.g. [1, 4, 16]"
+        )
+    if not can or row_buckets is None:
+        return None
+    document_ids = "document_ids" in params
+    return Packing(shifted_labels=not document_ids, document_ids=document_ids)
 
 
 def batch_norms(model: Any) -> list[str]:

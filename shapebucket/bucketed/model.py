@@ -38,17 +38,20 @@ from .calls import (
     takes,
 )
 from .checks import (
+    Packing,
     batch_norms,
     check_call,
     check_pad_values,
     check_row_buckets,
     check_sequence_keys,
     check_settings,
+    packing_of,
     refuse_empty,
 )
-from .outputs import cut_outputs, learn_roles, probe, probe_shapes
+from .outputs import cut_outputs
 from .pad import config_pad_values, pad_call
 from .planning import plan_of
+from .routing import learn, pack
 from .stats import BucketedReport
 
 __all__ = ["BucketedModel"]
@@ -93,6 +96,14 @@ class BucketedModel(torch.nn.Module):
             shape with the compiler off (``torch.compiler.set_stance("force_eager")``:
             no graph compiled, no CUDA graph recorded for it), warns once and
             counts it in ``stats.eager_calls``.
+        packing: pack each call's samples (its pads dropped) into a few rows of the
+            bucket that holds its longest sample, instead of padding them: ``None``
+            (default) when the model takes packed input (a Hugging Face decoder that
+            reads samples from ``position_ids``, or a ``forward`` that takes
+            ``document_ids``: :func:`~shapebucket.bucketed.packable.packs`) and
+            ``row_buckets`` are given; ``True`` insists (refused when it cannot);
+            ``False`` pads. Per-token outputs come back in the caller's layout, pad
+            positions 0; a call whose mask is not right-padded is padded instead.
 
     The wrapper adds the token mask when the call has none and the model takes one
     (a padded call without it would attend to the pads), and ``position_ids`` when
@@ -118,6 +129,7 @@ class BucketedModel(torch.nn.Module):
         pad_values: Mapping[str, Any] | None = None,
         padding_side: Literal["right", "left"] = "right",
         overflow: Literal["error", "eager"] = "error",
+        packing: bool | None = None,
     ) -> None:
         super().__init__()
         _apply_compiler_marks()
@@ -136,6 +148,7 @@ class BucketedModel(torch.nn.Module):
         self._pad_values = {**config_pad_values(model), **check_pad_values(pad_values)}
         self._routes: dict[tuple[Any, ...], Route] = {}
         self._norms = batch_norms(model)
+        self._packing = packing_of(model, packing, self._rows, self._params)
         self.forward = _Forward(self)  # type: ignore[method-assign]
 
     @property
@@ -147,6 +160,11 @@ class BucketedModel(torch.nn.Module):
     def row_buckets(self) -> list[int] | None:
         """The row counts calls are padded up to (``None``: rows as they come)."""
         return None if self._rows is None else list(self._rows)
+
+    @property
+    def packing(self) -> Packing | None:
+        """How calls are packed (``None``: padded)."""
+        return self._packing
 
     @property
     def padding_side(self) -> str:
@@ -206,10 +224,11 @@ class BucketedModel(torch.nn.Module):
             same = {k: Side(k, s.keys, s.length, s.length) for k, s in sides.items()}
             return self.with_cache_off(kwargs), Call(rows, rows, same, planned=False)
         check_call(call, route, kwargs, self._norms, getattr(self.model, "training", False))
-        batch = self.with_cache_off(pad_call(kwargs, route, call))
-        if route.outputs is None and call.pads:
-            route.outputs = self._learn(kwargs, route, sides)
+        if route.outputs is None and (call.pads or self._packing is not None):
+            self.learn(kwargs, route, sides)
         call.outputs = route.outputs
+        packed = pack(self, kwargs, route, call) if route.packed else None
+        batch, call = packed or (self.with_cache_off(pad_call(kwargs, route, call)), call)
         self.stats.count(call)
         return batch, call
 
@@ -241,24 +260,9 @@ class BucketedModel(torch.nn.Module):
             batch["use_cache"] = False
         return batch
 
-    def _learn(self, kwargs: Mapping[str, Any], route: Route, sides: dict[str, Side]) -> Any:
-        """The output roles of ``route``'s calls, from two probe calls of ``kwargs``."""
-        shapes = probe_shapes(self._lengths, list(sides))
-        batches = []
-        for rows, lengths in shapes:
-            probe_sides = {
-                n: Side(n, s.keys, min(s.length, lengths[n]), lengths[n]) for n, s in sides.items()
-            }
-            call = Call(
-                min(rows, int(kwargs[next(iter(sides.values())).keys[0]].shape[0])),
-                rows,
-                probe_sides,
-                left=self._left,
-            )
-            batches.append(self.with_cache_off(pad_call(kwargs, route, call)))
-        inner = compat.unwrap_compiled(self.model)
-        outs = probe(lambda b: _uncompiled(inner, b), batches)
-        return learn_roles(outs, shapes)
+    def learn(self, kwargs: Mapping[str, Any], route: Route, sides: dict[str, Side]) -> None:
+        """Learn ``route``'s output roles and whether its calls pack (:func:`.routing.learn`)."""
+        learn(self, kwargs, route, sides, lambda m, b: _uncompiled(m, b))
 
     def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         name = type(compat.unwrap_compiled(self.model)).__name__

@@ -21,6 +21,7 @@ import torch
 
 from ..errors import ShapeBucketError
 from .calls import Call
+from .packed import PackedCall, unpack
 
 __all__ = ["OutputRoles", "cut_outputs", "learn_roles", "probe_shapes"]
 
@@ -164,6 +165,21 @@ def _cut_dim(t: torch.Tensor, d: int, role: Role, call: Call) -> torch.Tensor:
     return grid.narrow(d, 0, call.rows).narrow(d + 1, start, keep).flatten(d, d + 1)
 
 
+def packs_outputs(roles: OutputRoles) -> bool:
+    """Whether every output can come back from a packed call: per-token (rows at dim 0,
+    a length at dim 1, nothing else changing) or fixed (a scalar loss)."""
+    return all(
+        all(r is None for r in dims)
+        or (
+            len(dims) >= 2
+            and dims[0] == ("rows",)
+            and dims[1] == ("length", "source", 0)
+            and all(r is None for r in dims[2:])
+        )
+        for dims in roles.leaves
+    )
+
+
 def cut_outputs(out: Any, roles: OutputRoles, call: Call) -> Any:
     """Every tensor of ``out`` cut back to the call's shape along its learned roles.
 
@@ -174,6 +190,8 @@ def cut_outputs(out: Any, roles: OutputRoles, call: Call) -> Any:
     >>> out["logits"].shape, out["loss"].shape
     (torch.Size([2, 5, 8]), torch.Size([]))
     """
+    if call.packed is not None:
+        return _unpacked(out, roles, call.packed)
     if not call.pads:
         return out
     tensors = [t for _, t in leaves(out)]
@@ -190,6 +208,23 @@ def cut_outputs(out: Any, roles: OutputRoles, call: Call) -> Any:
                 t = _cut_dim(t, d, role, call)
         cut.append(t)
     return _rebuild(out, iter(cut))
+
+
+def _unpacked(out: Any, roles: OutputRoles, packed: PackedCall) -> Any:
+    """``out`` of a packed call with every per-token output put back in the caller's
+    layout (pads 0); fixed outputs (a mean loss) as they are."""
+    tensors = [t for _, t in leaves(out)]
+    if len(tensors) != len(roles.leaves):
+        raise ShapeBucketError(
+            f"the model returned {len(tensors)} tensors for a call of a kind that returned "
+            f"{len(roles.leaves)} before: BucketedModel cannot unpack them; call the model "
+            "unwrapped"
+        )
+    back = [
+        t if all(r is None for r in dims) else unpack(t, packed)
+        for t, dims in zip(tensors, roles.leaves, strict=True)
+    ]
+    return _rebuild(out, iter(back))
 
 
 def probe(run: Callable[[dict[str, Any]], Any], batches: list[dict[str, Any]]) -> list[Any]:

@@ -34,7 +34,7 @@ import torch
 
 from ..errors import ShapeBucketError
 
-__all__ = ["LABEL_KEY", "PackedCall", "pack_call", "real_lengths", "unpack", "unpack_outputs"]
+__all__ = ["IGNORE", "LABEL_KEY", "PackedCall", "pack_call", "real_lengths", "unpack"]
 
 #: the labels key: padded with -100 by default, and shifted with ``shifted_labels=True``
 LABEL_KEY = "labels"
@@ -258,32 +258,3 @@ def unpack(t: torch.Tensor, packed: PackedCall, fill: float = 0) -> torch.Tensor
     out = t.new_full((packed.rows * packed.length, *trail), fill)
     return out.index_copy(0, packed.source, values).view(packed.rows, packed.length, *trail)
 
-
-def unpack_outputs(out: Any, packed: PackedCall) -> Any:
-    """``out`` with every tensor whose first two dims are the packed ``[packed_rows,
-    row_length]`` unpacked (:func:`unpack`, pads 0), walking dicts, ``ModelOutput`` s,
-    tuples and lists; every other value (a mean loss, attention weights
-    ``[rows, heads, L, L]``) is kept as it is.
-
-    >>> _, call = pack_call({"x": torch.ones(1, 3)}, ["x"], [2], 4, None, {}, shifted_labels=False)
-    >>> got = unpack_outputs({"loss": torch.tensor(1.0), "logits": torch.ones(1, 4, 5)}, call)
-    >>> got["loss"].shape, got["logits"].shape
-    (torch.Size([]), torch.Size([1, 3, 5]))
-    """
-    if isinstance(out, torch.Tensor):
-        per_token = out.ndim >= 2 and tuple(out.shape[:2]) == (
-            packed.packed_rows,
-            packed.row_length,
-        )
-        return unpack(out, packed) if per_token else out
-    if isinstance(out, Mapping):
-        items = {k: unpack_outputs(v, packed) for k, v in out.items()}
-        if hasattr(out, "to_tuple"):  # a transformers ModelOutput: rebuilt from its fields
-            return type(out)(**items)
-        return items if type(out) is dict else type(out)(items)  # type: ignore[call-arg]
-    if isinstance(out, (tuple, list)):
-        items_seq = [unpack_outputs(v, packed) for v in out]
-        if hasattr(out, "_fields"):  # a namedtuple
-            return type(out)(*items_seq)
-        return type(out)(items_seq)
-    return out

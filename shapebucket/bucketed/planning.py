@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from ..errors import ShapeBucketError
 from ..plan import Shape, ShapePlan
 from .calls import Call, read_call
 from .checks import refuse_empty
+from .packed import real_lengths
 from .pad import pad_call
 
 __all__ = ["plan_of"]
@@ -44,6 +47,10 @@ class ExampleAt:
     def __call__(self, shape: Shape) -> dict[str, Any]:
         route = self.wrapper.route(self.example)
         rows, sides = read_call(self.example, route)
+        if route.outputs is None:  # a packed plan needs to know whether calls pack
+            self.wrapper.learn(self.example, route, sides)
+        if route.packed:
+            return self._packed(route, shape)  # a call, packed by the wrapper when run
         lengths = {"source": shape[1], "target": shape[-1]}
         for name, side in sides.items():
             side.bucket = lengths[name]
@@ -51,3 +58,22 @@ class ExampleAt:
         left = self.wrapper.padding_side == "left"
         call = Call(min(rows, shape.rows), shape.rows, sides, left=left)
         return self.wrapper.with_cache_off(pad_call(self.example, route, call))
+
+    def _packed(self, route: Any, shape: Shape) -> dict[str, Any]:
+        """A call that packs into exactly ``shape``: ``shape.rows`` samples, each the
+        example's longest sample repeated to ``shape.length`` real tokens (so each fills
+        one packed row), with the example's keys: passed through the wrapper, as
+        prewarm does, it runs the packed shape with the inputs real calls give it."""
+        example = self.example
+        keys = route.sides["source"]
+        mask = example.get("attention_mask")
+        lengths = real_lengths(mask) if mask is not None else None
+        row = int(lengths.argmax()) if lengths is not None else 0
+        real = int(lengths[row]) if lengths is not None else int(example[keys[0]].shape[1])
+        at = torch.arange(shape.length) % max(real, 1)
+        call = {k: v for k, v in example.items() if k not in keys}
+        for k in keys:
+            v = example[k]
+            grown = v[row, at] if k != "attention_mask" else torch.ones_like(v[row, at])
+            call[k] = grown.expand(shape.rows, *grown.shape).contiguous()
+        return call

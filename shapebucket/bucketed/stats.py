@@ -15,7 +15,9 @@ class BucketedReport:
     """Counts of a wrapper's calls: ``calls``, ``tokens`` (the callers' rows x lengths),
     ``padded_tokens`` (what ran), ``shapes`` (``{(rows, length[, target]): calls}``) and
     ``eager_calls`` (calls past the largest bucket run eagerly at their own shape,
-    with ``overflow="eager"``).
+    with ``overflow="eager"``), ``packed_calls`` (calls whose samples were packed
+    into rows, their pads dropped) and ``unpacked_calls`` (calls a packing wrapper
+    padded instead, each for a reason it warned about once).
 
     >>> BucketedReport().token_efficiency
     1.0
@@ -25,6 +27,8 @@ class BucketedReport:
     tokens: int = 0
     padded_tokens: int = 0
     eager_calls: int = 0
+    packed_calls: int = 0
+    unpacked_calls: int = 0
     shapes: dict[tuple[int, ...], int] = field(default_factory=dict)
 
     @property
@@ -35,11 +39,23 @@ class BucketedReport:
     def count(self, call: Call) -> None:
         """Count one padded call."""
         self.calls += 1
+        self.packed_calls += call.packed is not None
         for side in call.sides.values():
             self.tokens += call.rows * side.length
             self.padded_tokens += call.padded_rows * side.bucket
         key = (call.padded_rows, *(s.bucket for s in call.sides.values()))
         self.shapes[key] = self.shapes.get(key, 0) + 1
+
+    def unpacked(self, why: str) -> None:
+        """Count (and, the first time, warn about) a call padded by a packing wrapper."""
+        if self.unpacked_calls == 0:
+            warnings.warn(
+                f"BucketedModel: a call was padded, not packed: {why}. Such calls run at "
+                "padded shapes, which a packed plan did not prewarm (each compiles a graph); "
+                "they are counted in stats.unpacked_calls",
+                stacklevel=6,
+            )
+        self.unpacked_calls += 1
 
     def count_eager(self, rows: int, sides: dict[str, Side], largest: int) -> None:
         """Count (and, the first time, warn about) a call run at its own shape."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
@@ -263,6 +264,20 @@ def _own(batch: Any) -> Any:
     return copy.copy(batch) if isinstance(batch, (MutableMapping, list)) else batch
 
 
+def _settle(job: Job, run: Callable[[Any], None]) -> None:
+    """One run of the plan's smallest shape with the compiler off, before anything compiles.
+
+    A model that sets its own state on its first call (transformers sets
+    ``config.problem_type`` in a classifier's first call with labels) would otherwise
+    compile its first graph in the state before and every later one in the state after:
+    the first shape then recompiles on every call. State that prewarm restores afterwards
+    (module attributes) is set again by the loop's first call: the verify pass finds that
+    and names the attribute (:func:`no_recompiles`)."""
+    shape = min(job.plan, key=math.prod)
+    with torch.compiler.set_stance("force_eager"):
+        run(_own(job.batch(shape)))
+
+
 def _verify(job: Job, run: Callable[[Any], None]) -> None:
     """Every shape once more, from the restored state, unmarked, under no_recompiles."""
     t0 = time.perf_counter()
@@ -305,6 +320,7 @@ def _run_job(
     hits_before = compat.recompile_limit_hits()
     with optimizers_stepped(o for o in extra if isinstance(o, torch.optim.Optimizer)) as found:
         try:
+            _settle(job, run)
             for m in job.modes:
                 m.setup(job)
             with CompileCounter() as watch:
@@ -352,6 +368,10 @@ def prewarm(
     grad with a gradient of ones (logits, hidden states), so forward and backward
     compile. Nothing requires grad under ``torch.no_grad()`` (prewarm inside it for
     an evaluation loop that runs under it) or with :class:`Inference`: forward only.
+
+    First the plan's smallest shape runs once with the compiler off, so that a
+    model that sets its own state in its first call (transformers sets
+    ``config.problem_type``) has every graph compiled in its settled state.
 
     Afterwards everything the step changed is restored bitwise, in place
     (:mod:`shapebucket.compile.state`): the model's parameters, ``.grad``s,

@@ -28,7 +28,7 @@ from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
 from ..plan.shapes import ShapePlan
-from .messages import is_recompile_error, mode_change, parse_recompile_error
+from .messages import attribute_change, is_recompile_error, mode_change, parse_recompile_error
 
 __all__ = ["CompileCounter", "check_recompile_limit", "no_recompiles"]
 
@@ -298,8 +298,8 @@ def _warn_past_limit(hits: int) -> None:
 
 def _cause(text: str) -> tuple[str, str]:
     """What caused the recompile a ``fail_on_recompile`` error describes, and the fix to
-    add after it (empty when the cause names its own): a mode, a new size, other keys than
-    the example's, or another guard."""
+    add after it (empty when the cause names its own): a mode, a model attribute the call
+    changed, a new size, other keys than the example's, or another guard."""
     failures = parse_recompile_error(text)
     sizes = [f for f in failures if f.is_size]
     others = [f for f in failures if not f.is_size]
@@ -310,6 +310,9 @@ def _cause(text: str) -> tuple[str, str]:
     )
     if modes:
         return "; ".join(modes), ""
+    attributes = list(dict.fromkeys(a for f in others if (a := attribute_change(f.text))))
+    if attributes:
+        return "; ".join(attributes), ""
     if sizes and not others:
         f = sizes[0]
         return (

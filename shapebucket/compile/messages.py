@@ -82,8 +82,8 @@ def mode_change(guard: str) -> str | None:
         return (
             "grad mode: the call runs with gradients on or off (torch.no_grad(), "
             "torch.inference_mode()) unlike the prewarmed calls; prewarm in the loop's mode "
-            "(modes=[Inference()] for a loop under torch.inference_mode(), a step= that calls "
-            "the model under torch.no_grad() for a no_grad loop)"
+            "(modes=[Inference()] for a loop under torch.inference_mode(); for a loop under "
+            "torch.no_grad(), call prewarm under it: with torch.no_grad(): prewarm(...))"
         )
     if state:
         return (

@@ -211,8 +211,8 @@ def no_recompiles(
     Uses the compiler's ``fail_on_recompile`` stance (restored on exit, also on
     error). The error names the input size that was not prewarmed and, when
     ``plan`` is given (the :class:`~shapebucket.ShapePlan` that was prewarmed,
-    or a bucket table), the shapes that were. Functions compiled
-    for the first time inside the block still compile: only *re*compiles fail.
+    or a bucket table), the shapes that were. (On torch 2.13 the stance refuses
+    the first compile of a function never compiled before too.)
 
     A backward graph compiled inside the block fails too (as it starts): AOT autograd compiles a graph's backward lazily, at the
     first ``backward()`` through it, so a prewarm that ran no backward for a shape

@@ -105,7 +105,8 @@ def test_inference_runs_forward_only_in_inference_mode():
         model(x).sum()
 
     prewarm(model, plan, step=step, modes=[Inference()], progress=False)
-    assert seen == [True] * 4 and model.weight.grad is None  # two shapes, prewarm and verify
+    # settle, two shapes, verify: all in inference mode
+    assert seen == [True] * 5 and model.weight.grad is None
 
 
 def test_repeat_and_cuda_graphs_set_the_runs():

@@ -9,6 +9,7 @@ of dynamo or inductor: each function imports what it uses when called.
 """
 
 from .aot import AOT_MISS, aot_call, aot_compile_call, aot_deserialize, aot_serialize, has_hooks
+from .callbacks import on_compile_start
 from .counters import (
     cache_hit_counts,
     compile_events,
@@ -74,6 +75,7 @@ __all__ = [
     "mark_dynamic_dim",
     "mark_dynamic_specialized",
     "not_compiled",
+    "on_compile_start",
     "raised_recompile_limit",
     "recompile_limit_fix",
     "recompile_limit_hits",

@@ -7,7 +7,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["GuardFailure", "is_recompile_error", "mode_change", "parse_recompile_error"]
+__all__ = [
+    "GuardFailure",
+    "attribute_change",
+    "is_recompile_error",
+    "mode_change",
+    "parse_recompile_error",
+]
 
 _FAILURE_LINE = re.compile(r"- \d+/\d+: (.*)")
 _SIZE_MISMATCH = re.compile(
@@ -15,6 +21,7 @@ _SIZE_MISMATCH = re.compile(
 )
 _GLOBAL_STATE = re.compile(r"GLOBAL_STATE changed: (.*)")
 _TRAINING = re.compile(r"^(.*?)\.training == (True|False)")
+_ATTRIBUTE = re.compile(r"^(?:L\['self'\]|self)((?:\.\w+|\[[^\]]*\])+) (?:==|!=|is not|is) ")
 
 
 @dataclass(frozen=True)
@@ -75,8 +82,8 @@ def mode_change(guard: str) -> str | None:
         return (
             "grad mode: the call runs with gradients on or off (torch.no_grad(), "
             "torch.inference_mode()) unlike the prewarmed calls; prewarm in the loop's mode "
-            "(modes=[Inference()] for a loop under torch.inference_mode(), a step= that calls "
-            "the model under torch.no_grad() for a no_grad loop)"
+            "(modes=[Inference()] for a loop under torch.inference_mode(); for a loop under "
+            "torch.no_grad(), call prewarm under it: with torch.no_grad(): prewarm(...))"
         )
     if state:
         return (
@@ -93,3 +100,33 @@ def mode_change(guard: str) -> str | None:
             "(prewarm puts the mode back afterwards)"
         )
     return None
+
+
+def attribute_change(guard: str) -> str | None:
+    """A failed guard on a model attribute (``self.config.problem_type is None``,
+    ``self.ready == True``), as a cause and its fix; ``None`` for any other guard. The
+    model changed it in a call (transformers sets a classifier's ``config.problem_type``
+    in its first call with labels), so a later call runs in another state than the one
+    compiled.
+
+    >>> attribute_change("self.config.problem_type is None   # if self.config...")[:62]
+    'a model attribute changed by a call (model.config.problem_type'
+    >>> attribute_change("labels is None") is None
+    True
+    """
+    head = guard.split("#", 1)[0].strip()
+    match = _ATTRIBUTE.search(head)
+    if match is None or match.group(1).endswith(".training"):
+        return None
+    path = "model" + re.sub(r"\._modules\['(\w+)'\]", r".\1", match.group(1))
+    example = f"{path} = <the value it takes in the first call>"
+    if path.endswith(".config.problem_type"):
+        example = (
+            f'{path} = "single_label_classification" (or "multi_label_classification", '
+            '"regression": what transformers picks from num_labels and the labels\' dtype)'
+        )
+    return (
+        f"a model attribute changed by a call ({path}; the compiled graph guards {head!r}): "
+        "the model sets it while it runs, so later calls run in another state than the one "
+        f"compiled (or prewarm put it back). Set it before prewarm and the loop: {example}"
+    )

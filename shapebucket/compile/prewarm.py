@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import math
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 import torch
@@ -40,15 +42,18 @@ from .report import PrewarmReport
 from .state import Snapshot, optimizers_stepped, restore_objects, snapshot
 from .state import restore as restore_state
 
-__all__ = ["check_callables", "packs", "prewarm", "refuse_cached_decoder", "run_batch"]
+__all__ = [
+    "backward_outputs",
+    "check_callables",
+    "packs", "prewarm", "refuse_cached_decoder", "run_batch"]
 
 
 def run_batch(
     model: Any, step: Callable[[Any], Any] | None, batch: Any, who: str = "prewarm"
 ) -> None:
     """``step(batch)``, or ``model(**batch)`` / ``model(*batch)`` / ``model(batch)`` and
-    ``backward()`` on the output (or its ``loss``) when it is a scalar that requires grad.
-    ``who`` (prewarm, calibrate_rows, ...) names the caller in its errors."""
+    a backward through the output (:func:`backward_outputs`), so that the backward graphs
+    compile too. ``who`` (prewarm, calibrate_rows, ...) names the caller in its errors."""
     if step is not None:
         step(batch)
         return
@@ -60,6 +65,24 @@ def run_batch(
         out = model(*batch)
     else:
         out = model(batch)
+    backward_outputs(out)
+
+
+def backward_outputs(out: Any) -> None:
+    """Run backward through a model's output: ``loss.backward()`` on a scalar loss (the
+    output itself, ``out["loss"]`` or ``out.loss``) that requires grad, else a backward
+    from every tensor in the output that requires grad (in dicts, ``ModelOutput``s,
+    tuples, lists and dataclasses), each with a gradient of ones (``out.sum().backward()``
+    for each). AOT autograd compiles one backward graph per forward graph, whatever
+    gradient reaches it, so this compiles the one the training loop's loss will use.
+    Nothing requires grad (``torch.no_grad()``, ``inference_mode``, frozen weights): no
+    backward. The ``.grad``s it makes are the caller's to put back (prewarm restores them).
+
+    >>> w = torch.ones(2, requires_grad=True)
+    >>> backward_outputs({"logits": w * 3, "ids": torch.arange(2)})
+    >>> w.grad
+    tensor([3., 3.])
+    """
     loss = out
     if isinstance(out, Mapping) and "loss" in out:
         loss = out["loss"]
@@ -67,6 +90,28 @@ def run_batch(
         loss = out.loss
     if isinstance(loss, torch.Tensor) and loss.ndim == 0 and loss.requires_grad:
         loss.backward()
+        return
+    tensors = [t for t in _tensors_in(out) if t.requires_grad]
+    if tensors:
+        torch.autograd.backward(tensors, [torch.ones_like(t) for t in tensors])
+
+
+def _tensors_in(out: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in a model's output, each once (a tuple may hold one twice)."""
+    seen: set[int] = set()
+    stack = [out]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, torch.Tensor):
+            if id(value) not in seen:
+                seen.add(id(value))
+                yield value
+        elif isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            stack.extend(getattr(value, f.name) for f in dataclasses.fields(value))
 
 
 def _call_with_keys(model: Any, batch: Mapping[str, Any], who: str) -> Any:
@@ -192,6 +237,7 @@ def _compile_shapes(job: Job, run: Callable[[Any], None], progress: bool) -> Non
         hits, misses = compat.inductor_cache_counts()
         report.seconds[shape] = time.perf_counter() - t0
         report.graphs[shape] = cc.graphs
+        report.backward_graphs[shape] = cc.backward_graphs
         report.how[shape] = _how(modes, cc.graphs, hits - hits0, misses - misses0)
     report.total_seconds = time.perf_counter() - start
 
@@ -216,6 +262,20 @@ def _own(batch: Any) -> Any:
     """A run's own container of the batch's values, so that a step that pops or sets a
     key (``batch.pop("labels")``) leaves the next run its batch; the tensors are shared."""
     return copy.copy(batch) if isinstance(batch, (MutableMapping, list)) else batch
+
+
+def _settle(job: Job, run: Callable[[Any], None]) -> None:
+    """One run of the plan's smallest shape with the compiler off, before anything compiles.
+
+    A model that sets its own state on its first call (transformers sets
+    ``config.problem_type`` in a classifier's first call with labels) would otherwise
+    compile its first graph in the state before and every later one in the state after:
+    the first shape then recompiles on every call. State that prewarm restores afterwards
+    (module attributes) is set again by the loop's first call: the verify pass finds that
+    and names the attribute (:func:`no_recompiles`)."""
+    shape = min(job.plan, key=math.prod)
+    with torch.compiler.set_stance("force_eager"):
+        run(_own(job.batch(shape)))
 
 
 def _verify(job: Job, run: Callable[[Any], None]) -> None:
@@ -260,6 +320,7 @@ def _run_job(
     hits_before = compat.recompile_limit_hits()
     with optimizers_stepped(o for o in extra if isinstance(o, torch.optim.Optimizer)) as found:
         try:
+            _settle(job, run)
             for m in job.modes:
                 m.setup(job)
             with CompileCounter() as watch:
@@ -302,8 +363,15 @@ def prewarm(
     For each shape, ``plan.batch(example, shape)`` (the collator re-pads
     ``example``, a real batch it made; or the plan's ``make_batch``) runs
     through ``step(batch)`` (a whole training step), or else ``model(**batch)``
-    / ``model(*batch)`` and ``backward()`` on a scalar output (or its ``.loss``)
-    that requires grad, so forward and backward compile.
+    / ``model(*batch)`` and a backward: ``backward()`` on a scalar output (or its
+    ``.loss``) that requires grad, else from every output tensor that requires
+    grad with a gradient of ones (logits, hidden states), so forward and backward
+    compile. Nothing requires grad under ``torch.no_grad()`` (prewarm inside it for
+    an evaluation loop that runs under it) or with :class:`Inference`: forward only.
+
+    First the plan's smallest shape runs once with the compiler off, so that a
+    model that sets its own state in its first call (transformers sets
+    ``config.problem_type``) has every graph compiled in its settled state.
 
     Afterwards everything the step changed is restored bitwise, in place
     (:mod:`shapebucket.compile.state`): the model's parameters, ``.grad``s,

@@ -28,7 +28,7 @@ from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
 from ..plan.shapes import ShapePlan
-from .messages import is_recompile_error, mode_change, parse_recompile_error
+from .messages import attribute_change, is_recompile_error, mode_change, parse_recompile_error
 
 __all__ = ["CompileCounter", "check_recompile_limit", "no_recompiles"]
 
@@ -109,21 +109,26 @@ _SEEN_LIMIT_HITS: collections.deque[str] = collections.deque(maxlen=16)
 class CompileCounter:
     """Count graphs compiled inside a ``with`` block and record every recompile's reason.
 
-    Graphs are the delta of dynamo's ``unique_graphs`` counter (which
-    ``torch._dynamo.reset()`` does not clear); reasons come from the
-    ``recompiles`` log channel, switched on for the block and restored after.
-    ``limit_hits`` collects dynamo's "hit config.recompile_limit" warnings: each
-    is a function that from then on runs eagerly (or raises, under ``fullgraph``).
+    ``graphs`` are the delta of dynamo's ``unique_graphs`` counter (which
+    ``torch._dynamo.reset()`` does not clear): forward graphs. ``backward_graphs``
+    counts the backward graphs compiled inside the block: AOT autograd (the
+    ``aot_eager`` and ``inductor`` backends) compiles a graph's backward lazily, at
+    the first ``backward()`` through it, which may be long after (and outside the
+    block of) its forward. Reasons come from the ``recompiles`` log channel, switched
+    on for the block and restored after. ``limit_hits`` collects dynamo's "hit
+    config.recompile_limit" warnings: each is a function that from then on runs
+    eagerly (or raises, under ``fullgraph``).
 
     >>> with CompileCounter() as cc:
     ...     pass
-    >>> cc.graphs, cc.recompiles
-    (0, [])
+    >>> cc.graphs, cc.backward_graphs, cc.recompiles
+    (0, 0, [])
     """
 
     def __init__(self) -> None:
         self.recompiles: list[str] = []
         self.limit_hits: list[str] = []
+        self.backward_graphs = 0
         self._start: int | None = None
         self._end: int | None = None
         self._stack: contextlib.ExitStack | None = None
@@ -142,8 +147,12 @@ class CompileCounter:
         self._stack.enter_context(
             compat.add_limit_handler(_ReasonHandler(self.limit_hits, "hit config."))
         )
+        self._stack.enter_context(compat.on_compile_start(self._started))
         self._start, self._end = compat.unique_graphs(), None
         return self
+
+    def _started(self, compile_id: str, backward: bool) -> None:
+        self.backward_graphs += backward
 
     def __exit__(self, *exc: object) -> None:
         self._end = compat.unique_graphs()
@@ -153,13 +162,16 @@ class CompileCounter:
 
     def __str__(self) -> str:
         lines = [f"{self.graphs} graphs compiled, {len(self.recompiles)} recompiles"]
+        if self.backward_graphs:
+            lines[0] += f", {self.backward_graphs} backward graphs compiled"
         if self.limit_hits:
             lines[0] += f", recompile limit hit {len(self.limit_hits)} times"
         lines += [f"  - {r.strip().splitlines()[-1].strip()}" for r in self.recompiles]
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return f"CompileCounter(graphs={self.graphs}, recompiles={len(self.recompiles)})"
+        backward = f", backward_graphs={self.backward_graphs}" if self.backward_graphs else ""
+        return f"CompileCounter(graphs={self.graphs}{backward}, recompiles={len(self.recompiles)})"
 
 
 # -- no_recompiles --------------------------------------------------------------------
@@ -199,10 +211,16 @@ def no_recompiles(
     Uses the compiler's ``fail_on_recompile`` stance (restored on exit, also on
     error). The error names the input size that was not prewarmed and, when
     ``plan`` is given (the :class:`~shapebucket.ShapePlan` that was prewarmed,
-    or a bucket table), the shapes that were. Functions compiled
-    for the first time inside the block still compile: only *re*compiles fail.
+    or a bucket table), the shapes that were. (On torch 2.13 the stance refuses
+    the first compile of a function never compiled before too.)
 
-    Nothing is installed into torch: a function that hit the recompile limit
+    A backward graph compiled inside the block fails too (as it starts): AOT autograd compiles a graph's backward lazily, at the
+    first ``backward()`` through it, so a prewarm that ran no backward for a shape
+    (an ``Inference()`` prewarm, a step that skips it) leaves that compile to the
+    loop.
+
+    Nothing stays installed in torch (a compile-start callback lives for the block
+    only): a function that hit the recompile limit
     earlier (and so runs eagerly, which the stance cannot see) is counted from
     dynamo's own counters, and a warning says so on entry.
 
@@ -222,7 +240,10 @@ def no_recompiles(
     if hits:
         _warn_past_limit(hits)
     try:
-        with torch.compiler.set_stance("fail_on_recompile"):
+        with (
+            torch.compiler.set_stance("fail_on_recompile"),
+            compat.on_compile_start(_LazyBackwards(table)),
+        ):
             yield
     except RuntimeError as e:
         if not is_recompile_error(e):
@@ -237,6 +258,28 @@ def no_recompiles(
         raise ShapeBucketError(
             f"recompile inside no_recompiles(): {what}{where}.{fix}\ncompiler said: {text}"
         ) from e
+
+
+class _LazyBackwards:
+    """Inside :func:`no_recompiles`: a backward graph compiled in the block is refused as it
+    starts (torch's ``fail_on_recompile`` stance cannot see it: no dynamo frame runs)."""
+
+    def __init__(self, table: ShapePlan | Buckets | None) -> None:
+        self.table = table
+
+    def __call__(self, compile_id: str, backward: bool) -> None:
+        if not backward:
+            return  # a dynamo frame: the stance's to judge
+        shapes = ""
+        if isinstance(self.table, ShapePlan):
+            shapes = f" (the plan's shapes are {[tuple(s) for s in self.table]})"
+        raise ShapeBucketError(
+            f"backward graph compiled inside no_recompiles(): the forward graph {compile_id} "
+            "was compiled before, but never its backward (AOT autograd compiles a backward at "
+            "the first backward() through its graph). Prewarm the backward the loop runs"
+            f"{shapes}: prewarm(model, plan) runs backward() on every output that requires "
+            "grad; a step= must call backward() itself; Inference() prewarms forward only"
+        )
 
 
 def _warn_past_limit(hits: int) -> None:
@@ -255,8 +298,8 @@ def _warn_past_limit(hits: int) -> None:
 
 def _cause(text: str) -> tuple[str, str]:
     """What caused the recompile a ``fail_on_recompile`` error describes, and the fix to
-    add after it (empty when the cause names its own): a mode, a new size, other keys than
-    the example's, or another guard."""
+    add after it (empty when the cause names its own): a mode, a model attribute the call
+    changed, a new size, other keys than the example's, or another guard."""
     failures = parse_recompile_error(text)
     sizes = [f for f in failures if f.is_size]
     others = [f for f in failures if not f.is_size]
@@ -267,6 +310,9 @@ def _cause(text: str) -> tuple[str, str]:
     )
     if modes:
         return "; ".join(modes), ""
+    attributes = list(dict.fromkeys(a for f in others if (a := attribute_change(f.text))))
+    if attributes:
+        return "; ".join(attributes), ""
     if sizes and not others:
         f = sizes[0]
         return (

@@ -15,7 +15,8 @@ class PrewarmReport:
     """What :func:`~shapebucket.prewarm` compiled, keyed by :class:`~shapebucket.plan.Shape`.
 
     Per shape (``rows``, ``length``): ``seconds``, ``graphs`` (dynamo graphs
-    compiled, backward graphs not counted), ``how`` (``"compiled"``, loaded from
+    compiled, backward graphs not counted), ``backward_graphs`` (backward graphs
+    AOT autograd compiled: the ``aot_eager`` and ``inductor`` backends), ``how`` (``"compiled"``, loaded from
     the ``"cache"``, ``"none"`` when nothing new compiled, ``"specialised"``
     under :class:`~shapebucket.compile.Specialize`) and, on CUDA,
     ``memory_mb`` (device memory the shape kept). A ``Shape`` is a tuple, so
@@ -33,6 +34,7 @@ class PrewarmReport:
     shapes: tuple[Shape, ...]
     seconds: dict[Shape, float] = field(default_factory=dict)
     graphs: dict[Shape, int] = field(default_factory=dict)
+    backward_graphs: dict[Shape, int] = field(default_factory=dict)
     how: dict[Shape, str] = field(default_factory=dict)
     memory_mb: dict[Shape, float] = field(default_factory=dict)
     total_seconds: float = 0.0
@@ -70,6 +72,7 @@ class PrewarmReport:
             "num_shapes": self.num_shapes,
             "seconds": keyed(self.seconds),
             "graphs": keyed(self.graphs),
+            "backward_graphs": keyed(self.backward_graphs),
             "how": keyed(self.how),
             "memory_mb": keyed(self.memory_mb),
             "total_seconds": self.total_seconds,

@@ -234,3 +234,77 @@ def test_the_probe_calls_draw_no_random_number():
     want = learned(input_ids=ids)
     torch.manual_seed(0)
     assert torch.equal(fresh(input_ids=ids), want)  # two probe calls ran first
+
+
+# -- overflow="dynamic" and the measured cut-off ---------------------------------------------
+
+
+@pytest.fixture
+def eager_compile(monkeypatch, fresh_compiler):
+    """torch.compile with the eager backend (the dynamic graph compiles fast on a CPU)."""
+    import functools
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+
+
+def test_overflowing_calls_share_one_dynamic_graph_compiled_once(eager_compile):
+    from shapebucket.compile import CompileCounter
+
+    inner = bm.MaskedEncoder()
+    wrapped = BucketedModel(inner, [8], overflow="dynamic")
+    with CompileCounter() as cc:
+        with pytest.warns(UserWarning, match="on the dynamic graph"):
+            wrapped(**bm.call("masked", 2, 12, seed=0))
+        for rows, length, seed in [(3, 20, 1), (4, 17, 2), (2, 30, 3)]:
+            batch = bm.call("masked", rows, length, seed)
+            got = wrapped(**batch)["logits"]
+            assert torch.allclose(got, inner(**batch)["logits"], atol=1e-5)
+    assert cc.graphs == 1 and wrapped.stats.dynamic_calls == 4
+    assert wrapped.stats.eager_calls == 0
+
+
+def _costs(static_per_token: float, dynamic_per_token: float):
+    from shapebucket.fit import StepCost
+
+    return (
+        StepCost({8: static_per_token, 64: static_per_token}),
+        StepCost({8: dynamic_per_token, 64: dynamic_per_token}),
+    )
+
+
+def test_measured_costs_send_calls_that_padding_would_slow_to_the_dynamic_graph(eager_compile):
+    batch = bm.call("masked", 2, 9, seed=0)  # 9 pads to 16: 14% more tokens
+    inner = bm.MaskedEncoder()
+    # a dynamic kernel 1.5x as costly per token: padding 18 -> 32 tokens costs more
+    slow_pad = BucketedModel(inner, [8, 16], overflow="dynamic", costs=_costs(1.0, 1.5))
+    with pytest.warns(UserWarning, match="dynamic graph"):
+        out = slow_pad(**batch)
+    assert slow_pad.stats.dynamic_calls == 1
+    assert torch.allclose(out["logits"], inner(**batch)["logits"], atol=1e-5)
+    # a dynamic kernel 2x as costly: padding is cheaper, the call runs planned
+    cheap_pad = BucketedModel(inner, [8, 16], overflow="dynamic", costs=_costs(1.0, 2.0))
+    cheap_pad(**batch)
+    assert cheap_pad.stats.dynamic_calls == 0 and cheap_pad.stats.shapes == {(2, 16): 1}
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"costs": "fast"}, r"costs must be a pair \(static, dynamic\) of StepCost"),
+        ({"costs": _costs(1.0, 1.0)}, r"overflow='error' has none; pass overflow='dynamic'"),
+        ({"overflow": "fast"}, "overflow must be 'error', 'eager' or 'dynamic'"),
+    ],
+)
+def test_bad_dynamic_settings_are_refused(options, match):
+    with pytest.raises(ShapeBucketError, match=match):
+        BucketedModel(bm.MaskedEncoder(), [8], **options)
+
+
+def test_a_wrapper_with_a_dynamic_graph_pickles(eager_compile):
+    import pickle
+
+    wrapped = BucketedModel(bm.MaskedEncoder(), [8], overflow="dynamic")
+    with pytest.warns(UserWarning):
+        wrapped(**bm.call("masked", 2, 12, seed=0))
+    twin = pickle.loads(pickle.dumps(wrapped))
+    assert twin._dynamic is None and twin.stats.dynamic_calls == 1

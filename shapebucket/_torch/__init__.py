@@ -21,6 +21,7 @@ from .counters import (
 from .dynamo import (
     automatic_dynamic,
     frame_callback_getter,
+    fresh_forward,
     get_recompile_limit,
     is_specialization_source_error,
     raised_recompile_limit,
@@ -63,6 +64,7 @@ __all__ = [
     "compile_events",
     "cpu_allocation_peak_bytes",
     "frame_callback_getter",
+    "fresh_forward",
     "fresh_inductor_cache",
     "get_recompile_limit",
     "has",

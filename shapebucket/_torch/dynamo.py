@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import types
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -92,3 +93,23 @@ def frame_callback_getter() -> Any:
     from torch._C._dynamo.eval_frame import get_eval_frame_callback
 
     return get_eval_frame_callback
+
+
+def fresh_forward(tag: str) -> Callable[[Any, dict[str, Any]], Any]:
+    """``forward(model, batch) = model(**batch)`` with a code object of its own.
+
+    Dynamo keys its graph cache and its recompile limit on the code object, so
+    compiling this function once per strategy keeps each strategy's graphs (and
+    its recompile count) to itself, with no compiler reset between them.
+
+    >>> a, b = fresh_forward("a"), fresh_forward("b")
+    >>> a.__code__ is b.__code__, a(lambda x: x + 1, {"x": 1})
+    (False, 2)
+    """
+
+    def forward(model: Any, batch: dict[str, Any]) -> Any:
+        return model(**batch)
+
+    name = "forward_" + "".join(c if c.isalnum() else "_" for c in tag)
+    code = forward.__code__.replace(co_name=name)  # a new code object, its own cache
+    return types.FunctionType(code, forward.__globals__, name)

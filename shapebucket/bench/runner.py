@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import types
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -20,6 +19,7 @@ import numpy as np
 import torch
 
 from .. import _torch as compat
+from .._torch import fresh_forward
 from ..compile.marks import mark_dynamic
 from ..compile.modes.run import CudaGraphs
 from ..compile.prewarm import prewarm
@@ -39,26 +39,6 @@ __all__ = [
     "time_round",
     "training_step",
 ]
-
-
-def fresh_forward(tag: str) -> Callable[[Any, dict[str, Any]], Any]:
-    """``forward(model, batch) = model(**batch)`` with a code object of its own.
-
-    Dynamo keys its graph cache and its recompile limit on the code object, so
-    compiling this function once per strategy keeps each strategy's graphs (and
-    its recompile count) to itself, with no compiler reset between them.
-
-    >>> a, b = fresh_forward("a"), fresh_forward("b")
-    >>> a.__code__ is b.__code__, a(lambda x: x + 1, {"x": 1})
-    (False, 2)
-    """
-
-    def forward(model: Any, batch: dict[str, Any]) -> Any:
-        return model(**batch)
-
-    name = "forward_" + "".join(c if c.isalnum() else "_" for c in tag)
-    code = forward.__code__.replace(co_name=name)  # a new code object, its own cache
-    return types.FunctionType(code, forward.__globals__, name)
 
 
 # -- one strategy ---------------------------------------------------------------------------

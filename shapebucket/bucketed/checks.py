@@ -12,12 +12,14 @@ import torch
 
 from .._validate import check_int
 from ..errors import ShapeBucketError
+from ..fit.step_cost import StepCost
 from .calls import Call, Route, Side, takes
 from .packable import packs
 
 __all__ = [
     "batch_norms",
     "check_call",
+    "check_costs",
     "check_pad_values",
     "check_row_buckets",
     "check_sequence_keys",
@@ -42,8 +44,8 @@ def check_settings(
         raise ShapeBucketError(
             f"BucketedModel wraps a model (a module or function), got {type(model).__name__}"
         )
-    if overflow not in ("error", "eager"):
-        raise ShapeBucketError(f"overflow must be 'error' or 'eager', got {overflow!r}")
+    if overflow not in ("error", "eager", "dynamic"):
+        raise ShapeBucketError(f"overflow must be 'error', 'eager' or 'dynamic', got {overflow!r}")
     if padding_side not in ("right", "left"):
         raise ShapeBucketError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
     if padding_side == "left" and not takes(params, "attention_mask"):
@@ -135,6 +137,44 @@ def packing_of(
         return None
     document_ids = "document_ids" in params
     return Packing(shifted_labels=not document_ids, document_ids=document_ids)
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Measured step costs of a model's calls on static (planned) and dynamic graphs."""
+
+    static: StepCost
+    dynamic: StepCost
+
+    def dynamic_cheaper(self, rows: int, padded_rows: int, sides: Mapping[str, Side]) -> bool:
+        """Whether the call costs less at its own shape on the dynamic graph than padded."""
+        padded = sum(
+            padded_rows * s.bucket * self.static.per_token(s.bucket) for s in sides.values()
+        )
+        own = sum(rows * s.length * self.dynamic.per_token(s.length) for s in sides.values())
+        return own < padded
+
+
+def check_costs(costs: Any, overflow: str) -> Costs | None:
+    """``costs`` as :class:`Costs` (``None`` stays ``None``); refused unless a pair of
+    ``StepCost`` with ``overflow="dynamic"``."""
+    if costs is None:
+        return None
+    if (
+        not isinstance(costs, tuple)
+        or len(costs) != 2
+        or not all(isinstance(c, StepCost) for c in costs)
+    ):
+        raise ShapeBucketError(
+            f"costs must be a pair (static, dynamic) of StepCost, got {costs!r}; measure "
+            "each with StepCost.from_steps({(rows, length): seconds, ...})"
+        )
+    if overflow != "dynamic":
+        raise ShapeBucketError(
+            f"costs=(static, dynamic) decides which calls run on the dynamic graph, but "
+            f"overflow={overflow!r} has none; pass overflow='dynamic'"
+        )
+    return Costs(*costs)
 
 
 def batch_norms(model: Any) -> list[str]:

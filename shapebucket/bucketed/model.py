@@ -25,6 +25,7 @@ import torch
 from .. import _torch as compat
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
+from ..fit.step_cost import StepCost
 from ..plan import ShapePlan
 from .calls import (
     Call,
@@ -41,6 +42,7 @@ from .checks import (
     Packing,
     batch_norms,
     check_call,
+    check_costs,
     check_pad_values,
     check_row_buckets,
     check_sequence_keys,
@@ -95,7 +97,16 @@ class BucketedModel(torch.nn.Module):
             largest row bucket): ``"error"`` refuses it; ``"eager"`` runs it at its own
             shape with the compiler off (``torch.compiler.set_stance("force_eager")``:
             no graph compiled, no CUDA graph recorded for it), warns once and
-            counts it in ``stats.eager_calls``.
+            counts it in ``stats.eager_calls``; ``"dynamic"`` runs it at its own shape on
+            one dynamic graph (``torch.compile(dynamic=True)`` of the wrapped module,
+            compiled at the first such call), warns once and counts it in
+            ``stats.dynamic_calls``.
+        costs: ``(static, dynamic)``, the measured :class:`~shapebucket.fit.StepCost` of
+            this model's calls on planned (static) graphs and on a dynamic graph
+            (``StepCost.from_steps({(rows, length): seconds})``); with
+            ``overflow="dynamic"``, a call whose padded shape costs more than its own
+            shape would on the dynamic graph runs there. The cut-off comes from the
+            measured costs, not a constant.
         packing: pack each call's samples (its pads dropped) into a few rows of the
             bucket that holds its longest sample, instead of padding them: ``None``
             (default) when the model takes packed input (a Hugging Face decoder that
@@ -128,8 +139,9 @@ class BucketedModel(torch.nn.Module):
         sequence_keys: Sequence[str] | None = None,
         pad_values: Mapping[str, Any] | None = None,
         padding_side: Literal["right", "left"] = "right",
-        overflow: Literal["error", "eager"] = "error",
+        overflow: Literal["error", "eager", "dynamic"] = "error",
         packing: bool | None = None,
+        costs: tuple[StepCost, StepCost] | None = None,
     ) -> None:
         super().__init__()
         _apply_compiler_marks()
@@ -149,6 +161,8 @@ class BucketedModel(torch.nn.Module):
         self._routes: dict[tuple[Any, ...], Route] = {}
         self._norms = batch_norms(model)
         self._packing = packing_of(model, packing, self._rows, self._params)
+        self._costs = check_costs(costs, self.overflow)
+        self._dynamic: Any = None
         self.forward = _Forward(self)  # type: ignore[method-assign]
 
     @property
@@ -199,10 +213,26 @@ class BucketedModel(torch.nn.Module):
         call on the padded batch, one graph per planned shape."""
         compiled = _frame_callback() not in (None, False)  # the wrapper is compiled
         batch, call = self.pad(*args, **kwargs) if compiled else self._pad(args, kwargs)
-        if not call.planned:  # overflow="eager": never compiled, no CUDA graph recorded
-            return _uncompiled(self.model, batch)
+        if not call.planned:
+            if self.overflow == "dynamic":  # one dynamic graph, compiled at its first call
+                return self._dynamic_call(batch)
+            return _uncompiled(self.model, batch)  # never compiled, no CUDA graph recorded
         out = self.model(**batch)
         return _cut_back(out, call) if compiled else cut_outputs(out, call.outputs, call)
+
+    def _dynamic_call(self, batch: dict[str, Any]) -> Any:
+        """``batch`` through the one dynamic graph: ``torch.compile(dynamic=True)`` of the
+        wrapped module, on a code object of its own (so its graph shares no cache entry
+        or recompile count with the planned, static ones)."""
+        if self._dynamic is None:
+            self._dynamic = torch.compile(
+                compat.fresh_forward(f"bucketed_dynamic_{id(self)}"), dynamic=True
+            )
+        return self._dynamic(compat.unwrap_compiled(self.model), batch)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        return {**state, "_dynamic": None}  # a compiled function does not pickle: rebuilt
 
     @compat.not_compiled
     def pad(self, *args: Any, **kwargs: Any) -> tuple[dict[str, Any], Call]:
@@ -220,7 +250,7 @@ class BucketedModel(torch.nn.Module):
         rows, sides = read_call(kwargs, route)
         call = self._plan_call(rows, sides)
         if call is None:
-            self.stats.count_eager(rows, sides, largest=self._lengths[-1])
+            self.stats.count_unplanned(rows, sides, self._lengths[-1], self.overflow)
             same = {k: Side(k, s.keys, s.length, s.length) for k, s in sides.items()}
             return self.with_cache_off(kwargs), Call(rows, rows, same, planned=False)
         check_call(call, route, kwargs, self._norms, getattr(self.model, "training", False))
@@ -285,33 +315,38 @@ class BucketedModel(torch.nn.Module):
         return dict(bound.arguments)
 
     def _plan_call(self, rows: int, sides: dict[str, Side]) -> Call | None:
-        """The padded shape of the call; ``None`` when it overflows and runs eagerly."""
+        """The padded shape of the call; ``None`` when it runs at its own shape (past the
+        plan with ``overflow="eager"`` or ``"dynamic"``, or, with ``costs``, cheaper on
+        the dynamic graph than padded)."""
         table, row_buckets = self._lengths, self._rows
         if rows == 0 and not row_buckets:
             refuse_empty(sides)
         too_long = [s for s in sides.values() if s.length > table[-1]]
         too_many = row_buckets is not None and rows > row_buckets[-1]
         if too_long or too_many:
-            if self.overflow == "eager":
+            if self.overflow != "error":
                 return None
             if too_long:
                 s = too_long[0]
                 raise ShapeBucketError(
                     f"BucketedModel: {s.keys[0]!r} has length {s.length} > largest bucket "
                     f"{table[-1]} (buckets {table}); add a bucket >= {s.length}, cut the "
-                    "input, or pass overflow='eager' to run such calls eagerly at their own shape"
+                    "input, or pass overflow='eager' or 'dynamic' to run such calls at their "
+                    "own shape"
                 )
             largest = self._rows[-1] if self._rows else rows
             raise ShapeBucketError(
                 f"BucketedModel: the call has {rows} rows > largest row bucket "
                 f"{largest} (row_buckets {self._rows}); add a row bucket >= {rows}, "
-                "split the batch, or pass overflow='eager'"
+                "split the batch, or pass overflow='eager' or 'dynamic'"
             )
         padded_rows = (
             rows if row_buckets is None else row_buckets[bisect.bisect_left(row_buckets, rows)]
         )
         for s in sides.values():
             s.bucket = table[bisect.bisect_left(table, s.length)]
+        if self._costs is not None and self._costs.dynamic_cheaper(rows, padded_rows, sides):
+            return None
         return Call(rows, padded_rows, sides, left=self._left)
 
     def plan(self, example: Mapping[str, Any]) -> ShapePlan:

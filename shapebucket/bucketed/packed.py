@@ -257,4 +257,3 @@ def unpack(t: torch.Tensor, packed: PackedCall, fill: float = 0) -> torch.Tensor
     values = t.reshape(shape[0] * shape[1], *trail).index_select(0, packed.target)
     out = t.new_full((packed.rows * packed.length, *trail), fill)
     return out.index_copy(0, packed.source, values).view(packed.rows, packed.length, *trail)
-

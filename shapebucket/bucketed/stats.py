@@ -15,7 +15,8 @@ class BucketedReport:
     """Counts of a wrapper's calls: ``calls``, ``tokens`` (the callers' rows x lengths),
     ``padded_tokens`` (what ran), ``shapes`` (``{(rows, length[, target]): calls}``) and
     ``eager_calls`` (calls past the largest bucket run eagerly at their own shape,
-    with ``overflow="eager"``), ``packed_calls`` (calls whose samples were packed
+    with ``overflow="eager"``), ``dynamic_calls`` (calls run at their own shape on the
+    one dynamic graph, with ``overflow="dynamic"``), ``packed_calls`` (calls whose samples were packed
     into rows, their pads dropped) and ``unpacked_calls`` (calls a packing wrapper
     padded instead, each for a reason it warned about once).
 
@@ -27,6 +28,7 @@ class BucketedReport:
     tokens: int = 0
     padded_tokens: int = 0
     eager_calls: int = 0
+    dynamic_calls: int = 0
     packed_calls: int = 0
     unpacked_calls: int = 0
     shapes: dict[tuple[int, ...], int] = field(default_factory=dict)
@@ -57,18 +59,32 @@ class BucketedReport:
             )
         self.unpacked_calls += 1
 
-    def count_eager(self, rows: int, sides: dict[str, Side], largest: int) -> None:
+    def count_unplanned(
+        self, rows: int, sides: dict[str, Side], largest: int, overflow: str
+    ) -> None:
         """Count (and, the first time, warn about) a call run at its own shape."""
-        if self.eager_calls == 0:
-            longest = max(s.length for s in sides.values())
-            warnings.warn(
-                f"BucketedModel: a call of {rows} rows and length {longest} (largest bucket "
-                f"{largest}) ran eagerly at its own shape (overflow='eager'): never compiled, "
-                "no CUDA graph recorded; such calls are counted in stats.eager_calls",
-                stacklevel=5,
-            )
+        longest = max(s.length for s in sides.values())
+        if overflow == "eager":
+            if self.eager_calls == 0:
+                warnings.warn(
+                    f"BucketedModel: a call of {rows} rows and length {longest} (largest "
+                    f"bucket {largest}) ran eagerly at its own shape (overflow='eager'): never "
+                    "compiled, no CUDA graph recorded; such calls are counted in "
+                    "stats.eager_calls",
+                    stacklevel=5,
+                )
+            self.eager_calls += 1
+        else:
+            if self.dynamic_calls == 0:
+                warnings.warn(
+                    f"BucketedModel: a call of {rows} rows and length {longest} (largest "
+                    f"bucket {largest}) ran at its own shape on the dynamic graph "
+                    "(overflow='dynamic'), compiled at this first such call; such calls are "
+                    "counted in stats.dynamic_calls",
+                    stacklevel=5,
+                )
+            self.dynamic_calls += 1
         self.calls += 1
-        self.eager_calls += 1
         tokens = sum(rows * s.length for s in sides.values())
         self.tokens += tokens
         self.padded_tokens += tokens

@@ -2,6 +2,7 @@
 the facts docs/architecture.md states."""
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -413,6 +414,7 @@ def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
 RECORD_SUFFIXES = ("Report", "Result", "Estimate", "FlatBatch", "Setup", "Family")
 
 
+@functools.cache  # parsed once per session: wide_signatures asks for it at every class
 def _all_dataclasses() -> dict[str, ast.ClassDef]:
     out = {}
     for path in PKG.rglob("*.py"):

@@ -62,7 +62,7 @@ import bucketed_calls_parts as parts
 
 from shapebucket.compile import CompileCounter
 
-DEFAULT_STRATEGIES = ("dynamic", "compile", "reduce-overhead", "bucketed")
+DEFAULT_STRATEGIES = ("dynamic", "compile", "reduce-overhead", "bucketed", "bucketed-packed")
 
 
 def _sync(device: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -137,23 +138,43 @@ def build_reduce_overhead(model: torch.nn.Module, ctx: Context) -> Strategy:
     return _compiled("reduce_overhead", model, ctx, mode="reduce-overhead")
 
 
-def fitted_shapes(ctx: Context) -> Any:
+def fitted_shapes(ctx: Context, packed_row_length: int | None = None) -> Any:
     """``fit_calls`` on the warm-up calls and one call at the stream's limits (the
     longest call the loop can send, which a user knows: a fresh call may be longer
     than any warm-up call, and the plan must hold it)."""
     limit = (ctx.stream.max_rows, ctx.stream.max_len)
-    return fit_calls([*ctx.warm_calls, limit], k=ctx.args.k, row_k=ctx.args.row_k, align=8)
+    return fit_calls(
+        [*ctx.warm_calls, limit],
+        k=ctx.args.k,
+        row_k=ctx.args.row_k,
+        align=8,
+        packed_row_length=packed_row_length,
+    )
 
 
-def build_bucketed(model: torch.nn.Module, ctx: Context) -> Strategy:
-    """Today's padding wrapper around ``torch.compile(dynamic=False)`` (``reduce-overhead``
-    on CUDA), shapes from :func:`fitted_shapes`, prewarmed on its plan."""
+def own_forward(model: torch.nn.Module, tag: str) -> torch.nn.Module:
+    """``model`` with a ``forward`` of its own code object (same signature and body), so
+    that two strategies compiling the same module class keep their graphs (and their
+    recompile counts) apart: dynamo keys both on the code object."""
+    cls = type(model)
+    fn = cls.forward
+    code = fn.__code__.replace(co_name=f"forward_{tag}")
+    fresh = types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+    fresh.__kwdefaults__, fresh.__annotations__ = fn.__kwdefaults__, fn.__annotations__
+    model.__class__ = type(f"{cls.__name__}_{tag}", (cls,), {"forward": fresh})
+    return model
+
+
+def _wrapped(model: torch.nn.Module, ctx: Context, shapes: Any, packing: bool) -> Strategy:
     a = ctx.args
-    shapes = fitted_shapes(ctx)
+    model = own_forward(model, f"{'packed' if packing else 'padded'}_{a.mode}")
     buckets, row_buckets = list(shapes.buckets), list(shapes.row_buckets)
     mode = "reduce-overhead" if a.device == "cuda" else "default"
     wrapped = BucketedModel(
-        compile_with(model, a, dynamic=False, mode=mode), buckets, row_buckets=row_buckets
+        compile_with(model, a, dynamic=False, mode=mode),
+        buckets,
+        row_buckets=row_buckets,
+        packing=packing,
     )
     modes: list[Any] = [Inference()] if a.mode == "eval" else []
     modes += [CudaGraphs()] if a.device == "cuda" else []
@@ -162,14 +183,27 @@ def build_bucketed(model: torch.nn.Module, ctx: Context) -> Strategy:
     return Strategy(wrapped, tokens_run=lambda: wrapped.stats.padded_tokens, info=info)
 
 
-#: strategy name -> builder(model copy, context) -> Strategy. The hook for more: a
-#: ``bucketed-packed`` strategy joins by adding its builder here.
+def build_bucketed(model: torch.nn.Module, ctx: Context) -> Strategy:
+    """The padding wrapper around ``torch.compile(dynamic=False)`` (``reduce-overhead``
+    on CUDA), shapes from :func:`fitted_shapes`, prewarmed on its plan."""
+    return _wrapped(model, ctx, fitted_shapes(ctx), packing=False)
+
+
+def build_bucketed_packed(model: torch.nn.Module, ctx: Context) -> Strategy:
+    """The packing wrapper: each call's samples packed into rows of the stream's longest
+    length (rounded up to 8), row buckets fitted on the calls' packed rows."""
+    row_length = -(-ctx.stream.max_len // 8) * 8
+    return _wrapped(model, ctx, fitted_shapes(ctx, row_length), packing=True)
+
+
+#: strategy name -> builder(model copy, context) -> Strategy; a new strategy joins here.
 STRATEGY_BUILDERS: dict[str, Callable[[torch.nn.Module, Context], Strategy]] = {
     "eager": build_eager,
     "dynamic": build_dynamic,
     "compile": build_compile,
     "reduce-overhead": build_reduce_overhead,
     "bucketed": build_bucketed,
+    "bucketed-packed": build_bucketed_packed,
 }
 
 

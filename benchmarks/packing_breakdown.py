@@ -35,7 +35,9 @@ def main() -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     lengths = mixture_lengths(200_000)
     fit = fit_packing(lengths, 8, tokens_per_batch=1536, model_dim=128)
-    mix = PackedBatchSampler(lengths, fit.buckets, rows=fit.rows).packing().report.batches_per_bucket
+    mix = (
+        PackedBatchSampler(lengths, fit.buckets, rows=fit.rows).packing().report.batches_per_bucket
+    )
 
     def batch(rows: int, L: int, packed: bool) -> dict[str, torch.Tensor]:
         ids = torch.randint(0, 512, (rows, L))

@@ -5,11 +5,13 @@ One line before or after ``torch.compile``::
 
     model = shapebucket.BucketedModel(model, buckets=[64, 128, 256], row_buckets=[8, 16, 32])
 
-Each call's sequence tensors are padded along their length to the smallest bucket
-that holds it (and the rows to the smallest row bucket), by the collator's own
-padding (``labels`` -100, masks 0, token ids their pad value); the model runs at
-that shape; every output with a padded dim is cut back. A scalar loss over labels
-that ignore -100 comes back as it is.
+Each call's sequence keys (read by name, :mod:`.calls`) are padded along their length
+to the smallest bucket that holds it and the rows to the smallest row bucket
+(``labels`` -100, masks 0, token ids their pad value), or, for a model that takes
+packed input, its samples packed into a few rows (:mod:`.routing`); the model runs at
+that shape; every output dim that follows the rows or a length (learned from the
+model, :mod:`.outputs`) is cut back. A scalar loss over labels that ignore -100 comes
+back as it is.
 """
 
 from __future__ import annotations
@@ -220,6 +222,7 @@ class BucketedModel(torch.nn.Module):
         out = self.model(**batch)
         return _cut_back(out, call) if compiled else cut_outputs(out, call.outputs, call)
 
+    @compat.skip_frame_only  # a compiled wrapper: the dynamic graph is its own compile
     def _dynamic_call(self, batch: dict[str, Any]) -> Any:
         """``batch`` through the one dynamic graph: ``torch.compile(dynamic=True)`` of the
         wrapped module, on a code object of its own (so its graph shares no cache entry

@@ -217,6 +217,19 @@ class Echo(torch.nn.Module):
         return input_ids
 
 
+class PackedEcho(torch.nn.Module):
+    """:class:`Echo` that takes ``document_ids``: the wrapper packs its calls."""
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return input_ids
+
+
 def _call_times_us(fn: Callable[..., Any], batch: dict[str, Any], warm: int, n: int) -> list[float]:
     for _ in range(warm):
         fn(**batch)
@@ -230,17 +243,21 @@ def _call_times_us(fn: Callable[..., Any], batch: dict[str, Any], warm: int, n: 
 
 def host_time(calls: int, warm: int) -> list[dict[str, Any]]:
     """The wrapper's time per call around :class:`Echo` against the bare module: a 1-row
-    call (1 x 8, padded to 2 x 16) and a 16-row call (16 x 24, padded to 16 x 32)."""
+    call (1 x 8, padded to 2 x 16) and a 16-row call (16 x 24, padded to 16 x 32); and
+    around :class:`PackedEcho`, whose calls it packs (1 x 8 into 2 x 16; 16 x 24 into
+    16 x 32, each sample a row)."""
     bare = Echo()
     wrapped = BucketedModel(bare, [16, 32], row_buckets=[2, 16])
+    packed = BucketedModel(PackedEcho(), [16, 32], row_buckets=[2, 16])
     rows = []
     for r, length in [(1, 8), (16, 24)]:
         batch = {
             "input_ids": torch.ones(r, length, dtype=torch.long),
             "attention_mask": torch.ones(r, length, dtype=torch.long),
         }
+        ways = [("bare module", bare), ("BucketedModel", wrapped), ("packed", packed)]
         with torch.inference_mode():
-            for name, fn in [("bare module", bare), ("BucketedModel", wrapped)]:
+            for name, fn in ways:
                 t = _call_times_us(fn, batch, warm, calls)
                 rows.append(
                     {

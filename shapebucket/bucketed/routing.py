@@ -59,7 +59,7 @@ def pack(
     side, packing = call.sides["source"], wrapper.packing
     mask = kwargs.get("attention_mask")
     try:
-        lengths = real_lengths(mask) if mask is not None else [side.length] * call.rows
+        lengths = real_lengths(mask).tolist() if mask is not None else [side.length] * call.rows
     except ShapeBucketError:
         wrapper.stats.unpacked("its attention_mask is not right-padded")
         return None
@@ -78,7 +78,7 @@ def pack(
         )
         return None
     table = list(wrapper.buckets)
-    row_length = table[bisect.bisect_left(table, max((int(x) for x in lengths), default=0))]
+    row_length = table[bisect.bisect_left(table, max(lengths, default=0))]
     keys = [k for k in route.sides["source"] if k != "attention_mask"]
     batch, packed = pack_call(
         kwargs,

@@ -19,11 +19,15 @@ The strategies (``STRATEGY_BUILDERS`` in ``bucketed_calls_parts.py``, where more
 * ``compile``: ``torch.compile`` default (it turns dims dynamic after a recompile);
 * ``reduce-overhead``: ``torch.compile(mode="reduce-overhead")`` alone (CUDA graphs on
   CUDA; on a CPU it is the default compile);
-* ``bucketed``: today's padding wrapper, ``BucketedModel(torch.compile(model,
-  dynamic=False))`` (``mode="reduce-overhead"`` on CUDA), its buckets and row buckets
-  from ``fit_calls`` on a separate warm-up sample of calls (``--k``, ``--row-k``) and
-  one call at the stream's limits (rows and length: the plan must hold any fresh
-  call), prewarmed on its plan.
+* ``bucketed``: the padding wrapper, ``BucketedModel(torch.compile(model,
+  dynamic=False), packing=False)`` (``mode="reduce-overhead"`` on CUDA), its buckets
+  and row buckets from ``fit_calls`` on a separate warm-up sample of calls (``--k``,
+  ``--row-k``) and one call at the stream's limits (rows and length: the plan must
+  hold any fresh call), prewarmed on its plan;
+* ``bucketed-packed``: the same shapes, ``packing=True``: each call's samples packed
+  into rows of the bucket that holds its longest, rows padded to a row bucket;
+* ``bucketed-packed-one``: ``packing=True`` on one row length (the stream's longest)
+  and row buckets fitted on the calls' packed rows (``fit_calls(packed_row_length=)``).
 
 Each strategy has its own model copy and its own compiled code (no graph shared); it
 first runs the ``--warm-calls`` warm-up calls (compiling what it compiles), then
@@ -33,13 +37,15 @@ backward and an SGD step. Reported per strategy: useful (real) tokens/s as the m
 (min-max) over the rounds, p50 and p99 call latency over every timed call, graphs
 compiled in the warm-up and **during the stream**, the warm-up seconds, and the share
 of the tokens it ran that were real (the caller's padding for the compile modes; the
-wrapper's own count, ``stats.padded_tokens``, for ``bucketed``). On CUDA the model is
-bf16 and every call is synchronised before its time is taken.
+wrapper's own count, ``stats.padded_tokens``, for the wrappers). On CUDA the model is
+bf16 and every call is synchronised before its time is taken. Writes ``--json`` and,
+next to it, a plot (``.png``): useful tokens/s and the real token share per strategy.
 
 ``--host-time`` measures the wrapper's own work per call instead: ``BucketedModel``
 around a module that returns its input, a 1-row call (1 x 8, padded to 2 x 16) and a
 16-row call (16 x 24, padded to 16 x 32), median and p99 over ``--host-calls`` calls
-after warm-up, against calling the bare module.
+after warm-up, against calling the bare module; and around one that takes
+``document_ids``, whose calls it packs.
 """
 
 from __future__ import annotations
@@ -62,7 +68,14 @@ import bucketed_calls_parts as parts
 
 from shapebucket.compile import CompileCounter
 
-DEFAULT_STRATEGIES = ("dynamic", "compile", "reduce-overhead", "bucketed", "bucketed-packed")
+DEFAULT_STRATEGIES = (
+    "dynamic",
+    "compile",
+    "reduce-overhead",
+    "bucketed",
+    "bucketed-packed",
+    "bucketed-packed-one",
+)
 
 
 def _sync(device: str) -> None:
@@ -272,6 +285,8 @@ def main(argv: list[str] | None = None) -> None:
             s = parts.STREAMS[key.split("/")[0]]
             print(table(f"{key}: 1-{s.max_rows} rows, lengths to {s.max_len}", res) + "\n")
     save()
+    if out.get("results"):
+        parts.plot(out, path.with_suffix(".png"))
     print(f"{out['total_s']:.0f} s in all; wrote {path}")
 
 

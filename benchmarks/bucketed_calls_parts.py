@@ -167,7 +167,9 @@ def own_forward(model: torch.nn.Module, tag: str) -> torch.nn.Module:
 
 def _wrapped(model: torch.nn.Module, ctx: Context, shapes: Any, packing: bool) -> Strategy:
     a = ctx.args
-    model = own_forward(model, f"{'packed' if packing else 'padded'}_{a.mode}")
+    model = own_forward(
+        model, f"{'packed' if packing else 'padded'}_{len(shapes.buckets)}_{a.mode}"
+    )
     buckets, row_buckets = list(shapes.buckets), list(shapes.row_buckets)
     mode = "reduce-overhead" if a.device == "cuda" else "default"
     wrapped = BucketedModel(
@@ -190,8 +192,14 @@ def build_bucketed(model: torch.nn.Module, ctx: Context) -> Strategy:
 
 
 def build_bucketed_packed(model: torch.nn.Module, ctx: Context) -> Strategy:
-    """The packing wrapper: each call's samples packed into rows of the stream's longest
-    length (rounded up to 8), row buckets fitted on the calls' packed rows."""
+    """The packing wrapper on the padding fit's shapes: each call's samples packed into
+    rows of the bucket that holds its longest sample, the rows padded to a row bucket."""
+    return _wrapped(model, ctx, fitted_shapes(ctx), packing=True)
+
+
+def build_bucketed_packed_one(model: torch.nn.Module, ctx: Context) -> Strategy:
+    """The packing wrapper on one row length (the stream's longest, rounded up to 8) and
+    row buckets fitted on the calls' packed rows (``fit_calls(packed_row_length=)``)."""
     row_length = -(-ctx.stream.max_len // 8) * 8
     return _wrapped(model, ctx, fitted_shapes(ctx, row_length), packing=True)
 
@@ -204,6 +212,7 @@ STRATEGY_BUILDERS: dict[str, Callable[[torch.nn.Module, Context], Strategy]] = {
     "reduce-overhead": build_reduce_overhead,
     "bucketed": build_bucketed,
     "bucketed-packed": build_bucketed_packed,
+    "bucketed-packed-one": build_bucketed_packed_one,
 }
 
 
@@ -269,3 +278,33 @@ def host_time(calls: int, warm: int) -> list[dict[str, Any]]:
                     }
                 )
     return rows
+
+
+# -- the plot ---------------------------------------------------------------------------
+
+
+def plot(out: dict[str, Any], path: Any) -> None:
+    """Per stream: useful tokens/s (median, min-max over the rounds) and the share of
+    the tokens each strategy ran that were real, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = list(out["results"])
+    fig, axes = plt.subplots(len(runs), 2, figsize=(11, 3.6 * len(runs)), squeeze=False)
+    for (speed, share), run in zip(axes, runs, strict=True):
+        res = out["results"][run]
+        names = list(res)
+        med = [statistics.median(res[n]["tokens_per_s"]) for n in names]
+        lo = [m - min(res[n]["tokens_per_s"]) for m, n in zip(med, names, strict=True)]
+        hi = [max(res[n]["tokens_per_s"]) - m for m, n in zip(med, names, strict=True)]
+        speed.bar(names, med, yerr=[lo, hi], capsize=4, color="#4c72b0")
+        speed.set_title(f"{run}: useful tokens/s (median, min-max)")
+        real = [100 * res[n]["tokens_real"] / res[n]["tokens_run"] for n in names]
+        share.bar(names, real, color="#55a868")
+        share.set_title(f"{run}: tokens run that were real (%)")
+        for ax in (speed, share):
+            ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

@@ -13,9 +13,10 @@
 #      packed-graphs, to $OUT/profile_gpu_flex.json;
 #   4. bucketed_calls: the wrapper's call benchmark (benchmarks/bucketed_calls.py): the
 #      realistic model (4 blocks of width 1,024, vocab 16k, bf16) on both streams (1-64
-#      rows to 1,024 and 1-8 rows to 256, fresh calls every round) against dynamic=True,
-#      the default compile and reduce-overhead, writing $OUT/bucketed_calls.json (about 4
-#      minutes on an H100: PARTS=bucketed_calls gives it its whole 240 s cap).
+#      rows to 1,024 and 1-8 rows to 256, fresh calls every round): the padding and the
+#      packing wrapper against dynamic=True, the default compile and reduce-overhead,
+#      writing $OUT/bucketed_calls.json (estimated at about 4 minutes on an H100, never
+#      run: PARTS=bucketed_calls gives it its whole 240 s cap).
 # Older parts, by name in PARTS only: smoke, calibrate, bench_w256, bench_w1024,
 # gpu_bench_tests.
 # Each part has its own time limit inside BUDGET_S (default 570 s, under 10 minutes) and
@@ -68,6 +69,7 @@ TAIL=20 part profile_flex 150 "${profile[@]}" --attention flex --no-limit \
     --json "$OUT/profile_gpu_flex.json"
 TAIL=40 part bucketed_calls 240 "$PY" benchmarks/bucketed_calls.py --device cuda \
     --model realistic --stream large,small --calls 24 --rounds 3 --warm-calls 16 \
+    --strategies dynamic,compile,reduce-overhead,bucketed,bucketed-packed \
     --json "$OUT/bucketed_calls.json"
 part smoke 120 "$PY" -m shapebucket bench --quick --device cuda --no-limit \
     --strategies grouped-eager,shapebucket-packed,shapebucket-calibrated --json "$OUT/smoke.json"

@@ -168,8 +168,8 @@ def compare(
     name: str, rows: int, length: int, seed: int, packed: bool = False, **options: Any
 ) -> dict[str, float]:
     """Largest |wrapped - unwrapped| of outputs, loss and gradients for one random call.
-    ``packed``: the call's pads carry label -100 (so the wrapper may pack it) and outputs
-    are compared on real positions only (a packed call's pad positions hold 0)."""
+    ``packed``: the call's pads carry label -100 (so the wrapper may pack it). A call the
+    wrapper packed is compared on real positions only (its pad positions hold 0)."""
     inner = model(name)
     batch = call(name, rows, length, seed)
     real = batch["attention_mask"].bool()
@@ -187,7 +187,7 @@ def compare(
             continue
         assert got[k].shape == v.shape, (k, got[k].shape, v.shape)
         diff = (got[k] - v).abs()
-        if packed and diff.shape[:2] == real.shape:
+        if wrapped.stats.packed_calls and diff.shape[:2] == real.shape:  # pads hold 0
             diff = diff[real]
         out_diff = max(out_diff, diff.max().item())
     assert got_grads.keys() == {f"model.{n}" for n in want_grads}

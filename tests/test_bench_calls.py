@@ -22,8 +22,10 @@ def test_host_time_measures_the_wrapper_and_the_bare_module_for_both_calls(tmp_p
     assert [(r["call"], r["what"]) for r in rows] == [
         ("1 x 8", "bare module"),
         ("1 x 8", "BucketedModel"),
+        ("1 x 8", "packed"),
         ("16 x 24", "bare module"),
         ("16 x 24", "BucketedModel"),
+        ("16 x 24", "packed"),
     ]
     assert all(r["calls"] == 5 and 0 < r["median_us"] <= r["p99_us"] for r in rows)
     assert "| 1 x 8 | BucketedModel |" in capsys.readouterr().out
@@ -46,12 +48,22 @@ def test_a_small_stream_runs_every_strategy_and_the_wrapper_compiles_nothing_in_
     done = run_scaled(args, 300, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())["results"]["small/eval"]
-    assert list(results) == ["dynamic", "compile", "reduce-overhead", "bucketed"]
+    assert list(results) == [
+        "dynamic",
+        "compile",
+        "reduce-overhead",
+        "bucketed",
+        "bucketed-packed",
+        "bucketed-packed-one",
+    ]
     for r in results.values():
         assert len(r["tokens_per_s"]) == 2 and len(r["latency_s"]) == 6
         assert 0 < r["tokens_real"] <= r["tokens_run"]
     # the same fresh calls reach every strategy: the same real tokens
     assert len({r["tokens_real"] for r in results.values()}) == 1
-    assert results["bucketed"]["graphs_stream"] == 0  # prewarmed: nothing compiled mid-stream
-    assert results["bucketed"]["fit"].startswith("CallShapes: buckets ")
+    for name in ("bucketed", "bucketed-packed", "bucketed-packed-one"):
+        assert results[name]["graphs_stream"] == 0  # prewarmed: nothing compiled mid-stream
+        assert results[name]["fit"].startswith("CallShapes: buckets ")
+    # packing runs fewer tokens than padding the same calls to the same shapes
+    assert results["bucketed-packed"]["tokens_run"] < results["bucketed"]["tokens_run"]
     assert "| bucketed |" in done.stdout

@@ -35,6 +35,7 @@ __all__ = [
     "check_int",
     "check_lengths",
     "check_number",
+    "check_row_buckets",
     "physical_memory",
     "round_up",
 ]
@@ -385,3 +386,15 @@ def check_fits_in_memory(rows: int, bucket: int, n_keys: int, buckets: Any) -> N
             f"than this machine's {total / 2**30:.1f} GiB of memory; check the bucket table "
             f"{buckets!r} and the batch size"
         )
+
+
+def check_row_buckets(row_buckets: Any) -> list[int]:
+    """``row_buckets`` (a list of ints >= 1, a 1-D array) as sorted unique ints."""
+    if hasattr(row_buckets, "tolist") and getattr(row_buckets, "ndim", 1) == 1:
+        row_buckets = row_buckets.tolist()
+    if isinstance(row_buckets, (str, bytes)) or not isinstance(row_buckets, Sequence):
+        raise ShapeBucketError(f"row_buckets must be a list of ints >= 1, got {row_buckets!r}")
+    sizes = [check_int(f"row_buckets[{i}]", v, minimum=1) for i, v in enumerate(row_buckets)]
+    if not sizes:
+        raise ShapeBucketError("row_buckets must hold at least one size, got []")
+    return sorted(set(sizes))

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .._validate import check_int
+from .._validate import check_row_buckets as validate_row_buckets
 from ..errors import ShapeBucketError
 from ..fit.step_cost import StepCost
 from .calls import Call, Route, Side, takes
@@ -89,16 +89,8 @@ def check_pad_values(pad_values: Any) -> dict[str, Any]:
 
 
 def check_row_buckets(row_buckets: Any) -> list[int] | None:
-    if row_buckets is None:
-        return None
-    if hasattr(row_buckets, "tolist"):
-        row_buckets = row_buckets.tolist()
-    if isinstance(row_buckets, (str, bytes)) or not isinstance(row_buckets, Sequence):
-        raise ShapeBucketError(f"row_buckets must be a list of ints >= 1, got {row_buckets!r}")
-    sizes = [check_int(f"row_buckets[{i}]", v, minimum=1) for i, v in enumerate(row_buckets)]
-    if not sizes:
-        raise ShapeBucketError("row_buckets must hold at least one size, got []")
-    return sorted(set(sizes))
+    """``row_buckets`` checked (``None``: the rows as they come)."""
+    return None if row_buckets is None else validate_row_buckets(row_buckets)
 
 
 @dataclass(frozen=True)

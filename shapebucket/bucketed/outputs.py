@@ -180,6 +180,19 @@ def packs_outputs(roles: OutputRoles) -> bool:
     )
 
 
+def _with_roles(out: Any, roles: OutputRoles) -> list[tuple[torch.Tensor, tuple[Role | None, ...]]]:
+    """Each tensor of ``out`` with its learned roles; refused when the model returned
+    another number of tensors than its kind of call did when the roles were learned."""
+    tensors = [t for _, t in leaves(out)]
+    if len(tensors) != len(roles.leaves):
+        raise ShapeBucketError(
+            f"the model returned {len(tensors)} tensors for a call of a kind that returned "
+            f"{len(roles.leaves)} before: BucketedModel cannot cut them back; call the model "
+            "unwrapped"
+        )
+    return list(zip(tensors, roles.leaves, strict=True))
+
+
 def cut_outputs(out: Any, roles: OutputRoles, call: Call) -> Any:
     """Every tensor of ``out`` cut back to the call's shape along its learned roles.
 
@@ -194,15 +207,8 @@ def cut_outputs(out: Any, roles: OutputRoles, call: Call) -> Any:
         return _unpacked(out, roles, call.packed)
     if not call.pads:
         return out
-    tensors = [t for _, t in leaves(out)]
-    if len(tensors) != len(roles.leaves):
-        raise ShapeBucketError(
-            f"the model returned {len(tensors)} tensors for a call of a kind that returned "
-            f"{len(roles.leaves)} before: BucketedModel cannot cut them back; call the model "
-            "unwrapped"
-        )
     cut = []
-    for t, dims in zip(tensors, roles.leaves, strict=True):
+    for t, dims in _with_roles(out, roles):
         for d, role in enumerate(dims):
             if role is not None:
                 t = _cut_dim(t, d, role, call)
@@ -213,16 +219,9 @@ def cut_outputs(out: Any, roles: OutputRoles, call: Call) -> Any:
 def _unpacked(out: Any, roles: OutputRoles, packed: PackedCall) -> Any:
     """``out`` of a packed call with every per-token output put back in the caller's
     layout (pads 0); fixed outputs (a mean loss) as they are."""
-    tensors = [t for _, t in leaves(out)]
-    if len(tensors) != len(roles.leaves):
-        raise ShapeBucketError(
-            f"the model returned {len(tensors)} tensors for a call of a kind that returned "
-            f"{len(roles.leaves)} before: BucketedModel cannot unpack them; call the model "
-            "unwrapped"
-        )
     back = [
         t if all(r is None for r in dims) else unpack(t, packed)
-        for t, dims in zip(tensors, roles.leaves, strict=True)
+        for t, dims in _with_roles(out, roles)
     ]
     return _rebuild(out, iter(back))
 

@@ -29,7 +29,7 @@ from typing import Any, Literal, cast
 import numpy as np
 import torch
 
-from .._validate import check_fits_in_memory, check_int
+from .._validate import check_fits_in_memory, check_row_buckets
 from ..errors import ShapeBucketError
 from ..plan.shapes import Shape
 from .base import Collator, Columns, KeyRoles, check_key_list
@@ -129,15 +129,9 @@ class BucketCollator(Collator):
                 "pass rows (rows per bucket, training: BucketCollator(buckets, rows=...)) or "
                 "row_buckets (row counts to pad to, inference: with_row_buckets), not both"
             )
-        if isinstance(row_buckets, np.ndarray) and row_buckets.ndim == 1:
-            row_buckets = row_buckets.tolist()
-        if isinstance(row_buckets, (str, bytes)) or not isinstance(row_buckets, Sequence):
-            raise ShapeBucketError(f"row_buckets must be a list of ints >= 1, got {row_buckets!r}")
-        sizes = [check_int(f"row_buckets[{i}]", v, minimum=1) for i, v in enumerate(row_buckets)]
-        if not sizes:
-            raise ShapeBucketError("row_buckets must hold at least one size, got []")
+        sizes = check_row_buckets(row_buckets)
         collator = cls(buckets, **options)
-        collator.row_buckets = sorted(set(sizes))
+        collator.row_buckets = sizes
         return collator
 
     def __repr__(self) -> str:

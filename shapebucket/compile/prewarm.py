@@ -333,7 +333,9 @@ def _run_job(
                 f"prewarm: a compiled function hit the recompile limit ({job.report.limit}), so it "
                 "runs eagerly for some shapes: it compiled more than one graph per shape, or it was "
                 f"compiled for other shapes before. Compile it with {recompile_limit_fix('N')} "
-                "for N >= the graphs it needs, or use fewer buckets.\n"
+                "for N >= the graphs it needs (a graph per shape for each mode it runs in: "
+                f"{2 * len(job.plan)} for training and evaluation of these {len(job.plan)} "
+                "shapes), or use fewer buckets.\n"
                 f"compiler said: {said}"
             )
         if verify:

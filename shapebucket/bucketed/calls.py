@@ -54,7 +54,7 @@ _TARGET = (
     "tgt_key_padding_mask",
 )
 #: keys whose length is their side's length, in order of preference
-_LEADS = ("input_ids", "inputs_embeds", "src", "decoder_input_ids", "decoder_inputs_embeds", "tgt")
+LEADS = ("input_ids", "inputs_embeds", "src", "decoder_input_ids", "decoder_inputs_embeds", "tgt")
 #: the token-mask key the model takes on each side (added when the call has none)
 MASK_KEYS = {"source": "attention_mask", "target": "decoder_attention_mask"}
 #: torch's masks where True means a pad (``nn.Transformer``'s)
@@ -196,7 +196,7 @@ def route_of(
             "sequence_keys=[...]"
         )
     for keys in sides.values():
-        keys.sort(key=lambda k: _LEADS.index(k) if k in _LEADS else len(_LEADS))
+        keys.sort(key=lambda k: LEADS.index(k) if k in LEADS else len(LEADS))
     _refuse_square_masks(tensors, sides)
     padded = {k for keys in sides.values() for k in keys}
     masks = {

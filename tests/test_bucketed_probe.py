@@ -124,3 +124,16 @@ def test_a_packed_plan_of_a_left_padded_example_says_packing_false():
         plan.batch(None, plan.shapes[0])
     padded = _wrap(model("llama"), packing=False).plan(batch)
     assert padded.batch(None, padded.shapes[0])["input_ids"].shape == (2, 8)
+
+
+def test_a_model_that_fails_at_the_probe_shapes_is_refused_naming_its_error():
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=50, n_embd=16, n_layer=1, n_head=2, n_positions=64)
+    inner = GPT2ForSequenceClassification(config).eval()  # no pad_token_id: 1 row only
+    one = {"input_ids": torch.randint(1, 50, (1, 5))}
+    inner(**one)  # the unwrapped call runs
+    wrapped = BucketedModel(inner, BUCKETS)
+    with pytest.raises(ShapeBucketError, match=r"probe call .*ValueError: Cannot handle batch"):
+        wrapped(**one)

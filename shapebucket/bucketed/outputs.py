@@ -264,4 +264,20 @@ def probe(run: Callable[[dict[str, Any]], Any], batches: list[dict[str, Any]]) -
     )
     devices = [device] if device is not None and device.type == "cuda" else []
     with torch.no_grad(), torch.random.fork_rng(devices=devices):
-        return [run(b) for b in batches]
+        return [_probe_one(run, b) for b in batches]
+
+
+def _probe_one(run: Callable[[dict[str, Any]], Any], batch: dict[str, Any]) -> Any:
+    try:
+        return run(batch)
+    except ShapeBucketError:
+        raise
+    except Exception as e:
+        shapes = {k: tuple(v.shape) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+        raise ShapeBucketError(
+            f"BucketedModel learns which output dims to cut back from two eager probe calls "
+            f"of each kind of call, and the model failed on the probe call {shapes}: "
+            f"{type(e).__name__}: {e}. A model that runs only some row counts or lengths "
+            "cannot be padded to others: call it unwrapped (or fix what its error names, "
+            "such as a config.pad_token_id for more than one row)"
+        ) from e

@@ -137,3 +137,12 @@ def test_a_model_that_fails_at_the_probe_shapes_is_refused_naming_its_error():
     wrapped = BucketedModel(inner, BUCKETS)
     with pytest.raises(ShapeBucketError, match=r"probe call .*ValueError: Cannot handle batch"):
         wrapped(**one)
+
+
+def test_compare_reads_real_positions_of_a_call_that_packs_by_chance():
+    """This call's one pad has label -100 by chance, so it packs (pad positions 0)."""
+    from _bucketed_models import compare
+
+    diff = compare("llama", 2, 7, 187)
+    assert diff["packed_calls"] == 1.0
+    assert diff["outputs"] <= 1e-5, diff

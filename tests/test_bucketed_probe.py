@@ -146,3 +146,19 @@ def test_compare_reads_real_positions_of_a_call_that_packs_by_chance():
     diff = compare("llama", 2, 7, 187)
     assert diff["packed_calls"] == 1.0
     assert diff["outputs"] <= 1e-5, diff
+
+
+def test_a_sequence_key_left_out_of_sequence_keys_is_refused_by_name():
+    wrapped = _wrap(model("masked"), sequence_keys=["input_ids"])
+    with pytest.raises(ShapeBucketError, match=r"'attention_mask' is a sequence key by name"):
+        wrapped(**_call())
+
+
+def test_sequence_keys_naming_every_sequence_key_is_exact():
+    inner = model("masked")
+    batch = _call()
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        want = inner(**batch)["logits"]
+        got = _wrap(inner, sequence_keys=["input_ids", "attention_mask"])(**batch)["logits"]
+    assert (got - want).abs()[real].max().item() < 1e-5

@@ -189,6 +189,8 @@ def route_of(
                 "of sequence_keys"
             )
         sides.setdefault(side, []).append(k)
+    if sequence_keys is not None:
+        _refuse_left_out(tensors, sides, sequence_keys, enc_dec)
     if not sides:
         raise ShapeBucketError(
             f"the call has no sequence key to pad (keys {sorted(kwargs)}); pass the token ids "
@@ -213,6 +215,26 @@ def route_of(
         positions=positions and takes(params, "position_ids"),
         row_labels="labels" in tensors and "labels" not in padded,
     )
+
+
+def _refuse_left_out(
+    tensors: Mapping[str, torch.Tensor],
+    sides: dict[str, list[str]],
+    sequence_keys: Sequence[str],
+    enc_dec: bool,
+) -> None:
+    """A key the rule names a sequence key (``attention_mask``) left out of
+    ``sequence_keys`` beside one that is padded would reach the model at the caller's
+    length next to keys at the bucket's."""
+    padded = [k for keys in sides.values() for k in keys]
+    for k in tensors:
+        if padded and k not in padded and k != "labels" and _side_of(k, enc_dec) is not None:
+            raise ShapeBucketError(
+                f"{k!r} is a sequence key by name but not in sequence_keys={list(sequence_keys)}"
+                f": it would reach the model at the call's length {tuple(tensors[k].shape)} "
+                f"beside {padded[0]!r} padded to a bucket; add {k!r} to sequence_keys, or "
+                "leave it out of the call"
+            )
 
 
 def _pad_value(key: str, v: torch.Tensor, pad_values: Mapping[str, Any]) -> Any:

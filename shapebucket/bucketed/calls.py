@@ -54,7 +54,7 @@ _TARGET = (
     "tgt_key_padding_mask",
 )
 #: keys whose length is their side's length, in order of preference
-_LEADS = ("input_ids", "inputs_embeds", "src", "decoder_input_ids", "decoder_inputs_embeds", "tgt")
+LEADS = ("input_ids", "inputs_embeds", "src", "decoder_input_ids", "decoder_inputs_embeds", "tgt")
 #: the token-mask key the model takes on each side (added when the call has none)
 MASK_KEYS = {"source": "attention_mask", "target": "decoder_attention_mask"}
 #: torch's masks where True means a pad (``nn.Transformer``'s)
@@ -189,6 +189,8 @@ def route_of(
                 "of sequence_keys"
             )
         sides.setdefault(side, []).append(k)
+    if sequence_keys is not None:
+        _refuse_left_out(tensors, sides, sequence_keys, enc_dec)
     if not sides:
         raise ShapeBucketError(
             f"the call has no sequence key to pad (keys {sorted(kwargs)}); pass the token ids "
@@ -196,7 +198,7 @@ def route_of(
             "sequence_keys=[...]"
         )
     for keys in sides.values():
-        keys.sort(key=lambda k: _LEADS.index(k) if k in _LEADS else len(_LEADS))
+        keys.sort(key=lambda k: LEADS.index(k) if k in LEADS else len(LEADS))
     _refuse_square_masks(tensors, sides)
     padded = {k for keys in sides.values() for k in keys}
     masks = {
@@ -213,6 +215,26 @@ def route_of(
         positions=positions and takes(params, "position_ids"),
         row_labels="labels" in tensors and "labels" not in padded,
     )
+
+
+def _refuse_left_out(
+    tensors: Mapping[str, torch.Tensor],
+    sides: dict[str, list[str]],
+    sequence_keys: Sequence[str],
+    enc_dec: bool,
+) -> None:
+    """A key the rule names a sequence key (``attention_mask``) left out of
+    ``sequence_keys`` beside one that is padded would reach the model at the caller's
+    length next to keys at the bucket's."""
+    padded = [k for keys in sides.values() for k in keys]
+    for k in tensors:
+        if padded and k not in padded and k != "labels" and _side_of(k, enc_dec) is not None:
+            raise ShapeBucketError(
+                f"{k!r} is a sequence key by name but not in sequence_keys={list(sequence_keys)}"
+                f": it would reach the model at the call's length {tuple(tensors[k].shape)} "
+                f"beside {padded[0]!r} padded to a bucket; add {k!r} to sequence_keys, or "
+                "leave it out of the call"
+            )
 
 
 def _pad_value(key: str, v: torch.Tensor, pad_values: Mapping[str, Any]) -> Any:

@@ -108,7 +108,7 @@ def packing_of(
     """The packing of a wrapper's calls: ``None`` (the default) packs when the model
     takes packed input (:func:`~.packable.packs`) and calls have ``row_buckets``;
     ``True`` insists (refused, naming why, when it cannot); ``False`` never packs."""
-    if packing not in (None, True, False):
+    if packing is not None and not isinstance(packing, bool):  # 0 == False would pack
         raise ShapeBucketError(f"packing must be None, True or False, got {packing!r}")
     if packing is False:
         return None
@@ -186,6 +186,14 @@ def check_call(
             "Face causal LM) would predict that token's label from the pad, a loss term the "
             "unpadded call does not have; pad right for training (left is for inference)"
         )
+    keep = kwargs.get("logits_to_keep", 0)
+    if not call.left and (isinstance(keep, torch.Tensor) or keep not in (0, None)):
+        raise ShapeBucketError(
+            f"BucketedModel: logits_to_keep={_short(keep)} keeps the last positions of each "
+            "row the model runs, and a right-padded or packed row ends in pads, not in the "
+            "caller's last tokens: its logits would be a pad's; pass logits_to_keep=0 and "
+            "take logits[:, -n:] of the caller's rows, or padding_side='left'"
+        )
     if norms and call.pads and training:
         raise ShapeBucketError(
             f"BucketedModel: the model has {norms[0]} and is training, so padding "
@@ -202,6 +210,12 @@ def check_call(
             "of -100 are provably ignored); pass row_buckets=None, or batches of a row "
             "bucket's size"
         )
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    return repr(value)
 
 
 def refuse_empty(sides: dict[str, Side], what: str = "the call") -> None:

@@ -30,6 +30,7 @@ from .._validate import MAX_BUCKET, check_int, round_up
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN, optimal_boundaries
+from .calls import LEADS
 
 __all__ = ["CallShapes", "fit_calls"]
 
@@ -91,8 +92,9 @@ def fit_calls(
 
     Args:
         calls: the recorded calls, each a mapping of keyword tensors (the one the model
-            is called with: ``input_ids``, else its first 2-D tensor, gives the rows (dim
-            0) and the length (dim 1); an ``attention_mask`` gives each row's real
+            is called with: ``input_ids`` or ``inputs_embeds`` (the wrapper's lead keys),
+            else its first 2-D tensor, gives the rows (dim 0) and the length (dim 1); an
+            ``attention_mask`` gives each row's real
             length) or a ``(rows, length)`` pair (every row real to its end).
         k: the most length buckets (padding); ignored when packing (one row length).
         row_k: the most row buckets; the largest holds the largest call.
@@ -195,19 +197,20 @@ def _read_call(i: int, call: Any) -> _Call:
 
 
 def _read_mapping(i: int, call: Mapping[Any, Any]) -> _Call:
-    key = "input_ids" if "input_ids" in call else None
+    # the wrapper's lead keys first (inputs_embeds is [rows, length, width]), then any 2-D
+    key = next((k for k in LEADS if k in call), None)
     if key is None:
         key = next(
             (k for k, v in call.items() if isinstance(v, torch.Tensor) and v.dim() == 2), None
         )
     value = call.get(key) if key is not None else None
-    if not isinstance(value, torch.Tensor) or value.dim() != 2:
+    if not isinstance(value, torch.Tensor) or value.dim() < 2:
         raise ShapeBucketError(
-            f"call {i} has no 2-D [rows, length] tensor (keys {list(call)!r}, 'input_ids' "
-            f"{_describe(call.get('input_ids'))}); pass the tensors the model is called "
+            f"call {i} has no [rows, length, ...] tensor (keys {list(call)!r}, "
+            f"{key or 'input_ids'!r} {_describe(call.get(key or 'input_ids'))}); pass the tensors the model is called "
             "with, or a (rows, length) pair"
         )
-    rows, length = (int(d) for d in value.shape)
+    rows, length = int(value.shape[0]), int(value.shape[1])
     if rows == 0 or length == 0:
         raise ShapeBucketError(
             f"call {i}: {key!r} has shape {tuple(value.shape)}; a call needs >= 1 row and "

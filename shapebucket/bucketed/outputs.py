@@ -45,17 +45,44 @@ class OutputRoles:
 def leaves(out: Any, path: str = "output") -> Iterator[tuple[str, torch.Tensor]]:
     """Every tensor of ``out`` (a tensor, a dict or ``ModelOutput``, a dataclass, a tuple
     or list, nested), with its path, in a fixed order."""
-    if isinstance(out, torch.Tensor):
-        yield path, out
-    elif isinstance(out, Mapping):
+    for p, v in _values(out, path):
+        if isinstance(v, torch.Tensor):
+            yield p, v
+
+
+def _values(out: Any, path: str = "output") -> Iterator[tuple[str, Any]]:
+    """Every leaf of ``out`` (tensors and other values), with its path, in a fixed order."""
+    if isinstance(out, Mapping):
         for k, v in out.items():
-            yield from leaves(v, f"{path}[{k!r}]")
+            yield from _values(v, f"{path}[{k!r}]")
     elif dataclasses.is_dataclass(out) and not isinstance(out, type):
         for f in dataclasses.fields(out):
-            yield from leaves(getattr(out, f.name), f"{path}.{f.name}")
+            yield from _values(getattr(out, f.name), f"{path}.{f.name}")
     elif isinstance(out, (tuple, list)):
         for i, v in enumerate(out):
-            yield from leaves(v, f"{path}[{i}]")
+            yield from _values(v, f"{path}[{i}]")
+    else:
+        yield path, out
+
+
+def _refuse_shape_numbers(outs: list[Any], shapes: list[tuple[int, dict[str, int]]]) -> None:
+    """An int in the outputs (not a tensor) that follows the rows or a length between the
+    probe shapes, as a dim would (``input_ids.shape[1]``), would come back as the padded
+    call's number, not the caller's: refused by name. Other numbers (a loss's
+    ``.item()``) pass as they are."""
+    patterns = {pair for _, pair in _patterns(shapes)}
+    (r0, l0), (r1, l1) = shapes
+    second = dict(_values(outs[1]))
+    for path, x in _values(outs[0]):
+        y = second.get(path)
+        ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (x, y))
+        if ints and (x, y) in patterns:
+            raise ShapeBucketError(
+                f"BucketedModel: {path} is {x!r} for a call of {r0} rows and lengths {l0}, "
+                f"and {y!r} for {r1} rows and {l1}: an int that follows the call's shape "
+                "would come back as the padded call's, not the caller's; return it as a "
+                "tensor of the shape's dims, or call the model unwrapped"
+            )
 
 
 def _rebuild(out: Any, new: Iterator[torch.Tensor]) -> Any:
@@ -131,6 +158,7 @@ def learn_roles(outs: list[Any], shapes: list[tuple[int, dict[str, int]]]) -> Ou
             f"({[p for p, _ in first]} against {[p for p, _ in second]}): BucketedModel "
             "cannot cut them back; call the model unwrapped"
         )
+    _refuse_shape_numbers(outs, shapes)
     roles = []
     for (path, a), (_, b) in zip(first, second, strict=True):
         dims: list[Role | None] = []
@@ -235,4 +263,20 @@ def probe(run: Callable[[dict[str, Any]], Any], batches: list[dict[str, Any]]) -
     )
     devices = [device] if device is not None and device.type == "cuda" else []
     with torch.no_grad(), torch.random.fork_rng(devices=devices):
-        return [run(b) for b in batches]
+        return [_probe_one(run, b) for b in batches]
+
+
+def _probe_one(run: Callable[[dict[str, Any]], Any], batch: dict[str, Any]) -> Any:
+    try:
+        return run(batch)
+    except ShapeBucketError:
+        raise
+    except Exception as e:
+        shapes = {k: tuple(v.shape) for k, v in batch.items() if isinstance(v, torch.Tensor)}
+        raise ShapeBucketError(
+            f"BucketedModel learns which output dims to cut back from two eager probe calls "
+            f"of each kind of call, and the model failed on the probe call {shapes}: "
+            f"{type(e).__name__}: {e}. A model that runs only some row counts or lengths "
+            "cannot be padded to others: call it unwrapped (or fix what its error names, "
+            "such as a config.pad_token_id for more than one row)"
+        ) from e

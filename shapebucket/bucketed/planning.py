@@ -66,8 +66,21 @@ class ExampleAt:
         prewarm does, it runs the packed shape with the inputs real calls give it."""
         example = self.example
         keys = route.sides["source"]
+        if example[keys[0]].shape[1] == 0:
+            raise ShapeBucketError(
+                f"plan(example): {keys[0]!r} has shape {tuple(example[keys[0]].shape)}, no "
+                "token to grow into a packed shape's samples; pass an example call with "
+                "at least one token"
+            )
         mask = example.get("attention_mask")
-        lengths = real_lengths(mask) if mask is not None else None
+        try:
+            lengths = real_lengths(mask) if mask is not None else None
+        except ShapeBucketError as e:
+            raise ShapeBucketError(
+                f"plan(example): {e}. A left-padded loop's calls are padded, not packed: "
+                "pass BucketedModel(..., packing=False) and a left-padded example, or pad "
+                "the loop's calls on the right"
+            ) from None
         row = int(lengths.argmax()) if lengths is not None else 0
         real = int(lengths[row]) if lengths is not None else int(example[keys[0]].shape[1])
         at = torch.arange(shape.length) % max(real, 1)

@@ -309,7 +309,7 @@ def test_a_four_dim_mask_and_a_cache_are_refused():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"overflow": "cut"}, "overflow must be 'error' or 'eager'"),
+        ({"overflow": "cut"}, "overflow must be .error., .eager. or .dynamic."),
         ({"sequence_keys": "input_ids"}, r"for one key write \['input_ids'\]"),
         ({"padding_side": "middle"}, "padding_side must be 'right' or 'left'"),
         ({"row_buckets": [0]}, "row_buckets"),

@@ -308,3 +308,30 @@ def test_a_wrapper_with_a_dynamic_graph_pickles(eager_compile):
         wrapped(**bm.call("masked", 2, 12, seed=0))
     twin = pickle.loads(pickle.dumps(wrapped))
     assert twin._dynamic is None and twin.stats.dynamic_calls == 1
+
+
+def test_class_labels_of_a_hugging_face_classifier_are_padded_with_minus_100():
+    """Integer labels per row, single-label classification: cross-entropy ignores -100,
+    so the rows pad exactly (a regression head's or multi-label labels are refused)."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(
+        vocab_size=bm.VOCAB,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        num_labels=3,
+    )
+    torch.manual_seed(0)
+    bert = transformers.BertForSequenceClassification(cfg).eval()
+    ids, labels = _ids(3, 5), torch.tensor([0, 2, 1])
+    wrapped = BucketedModel(bert, [8], row_buckets=[4])
+    got = wrapped(input_ids=ids, labels=labels)
+    want = bert(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels)
+    assert torch.allclose(got.loss, want.loss, atol=1e-5)
+    assert torch.allclose(got.logits, want.logits, atol=1e-5)
+    cfg.num_labels = 1  # regression: a padded row's label would enter the MSE
+    with pytest.raises(ShapeBucketError, match="one label per row"):
+        BucketedModel(transformers.BertForSequenceClassification(cfg), [8], row_buckets=[4])(
+            input_ids=ids, labels=labels.float()
+        )

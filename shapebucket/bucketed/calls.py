@@ -163,8 +163,11 @@ def route_of(
     params: Mapping[str, inspect.Parameter],
     pad_values: Mapping[str, Any],
     left: bool,
+    class_labels: bool = False,
 ) -> Route:
-    """The route of a call like ``kwargs`` (see the module's rule).
+    """The route of a call like ``kwargs`` (see the module's rule). ``class_labels``: the
+    model's loss over per-row integer labels ignores -100 (a Hugging Face single-label
+    classifier), so such labels are padded along the rows with -100.
 
     >>> r = route_of({"input_ids": torch.ones(2, 5, dtype=torch.long), "pixel_values": torch.ones(2, 3)},
     ...              enc_dec=False, sequence_keys=None, params={}, pad_values={}, left=False)
@@ -207,13 +210,24 @@ def route_of(
     values = {k: _pad_value(k, tensors[k], pad_values) for k in padded}
     values.update({m: 0 for m in masks.values()})
     positions = left and "source" in sides and "position_ids" not in kwargs
+    labels = tensors.get("labels")
+    row_labels = labels is not None and "labels" not in padded
+    ignored = (
+        labels is not None
+        and row_labels
+        and class_labels
+        and labels.ndim == 1
+        and not labels.is_floating_point()
+    )
+    if ignored:
+        values["labels"] = -100  # padded rows' labels: ignored by the loss
     return Route(
         sides=sides,
         row_keys=[k for k in tensors if k not in padded and tensors[k].ndim >= 1],
         masks=masks,
         pad_values=values,
         positions=positions and takes(params, "position_ids"),
-        row_labels="labels" in tensors and "labels" not in padded,
+        row_labels=row_labels and not ignored,
     )
 
 

@@ -158,7 +158,12 @@ class BucketedModel(torch.nn.Module):
         self._lengths = list(self._table)
         self._rows = check_row_buckets(row_buckets)
         self._left = padding_side == "left"
-        self._enc_dec = getattr(getattr(model, "config", None), "is_encoder_decoder", False) is True
+        config = getattr(model, "config", None)
+        self._enc_dec = getattr(config, "is_encoder_decoder", False) is True
+        # a Hugging Face single-label classifier: cross-entropy over labels ignores -100
+        self._class_labels = getattr(config, "num_labels", 0) > 1 and getattr(
+            config, "problem_type", None
+        ) in (None, "single_label_classification")
         self._pad_values = {**config_pad_values(model), **check_pad_values(pad_values)}
         self._routes: dict[tuple[Any, ...], Route] = {}
         self._norms = batch_norms(model)
@@ -283,6 +288,7 @@ class BucketedModel(torch.nn.Module):
                 params=self._params,
                 pad_values=self._pad_values,
                 left=self._left,
+                class_labels=self._class_labels,
             )
         return route
 

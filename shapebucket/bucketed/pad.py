@@ -100,5 +100,6 @@ def pad_call(kwargs: Mapping[str, Any], route: Route, call: Call) -> dict[str, A
             v = batch[k]
             if v.shape[0] == have:
                 v = v[:rows]
-                batch[k] = F.pad(v, [0, 0] * (v.ndim - 1) + [0, padded_rows - rows])
+                spec = [0, 0] * (v.ndim - 1) + [0, padded_rows - rows]
+                batch[k] = F.pad(v, spec, value=route.pad_values.get(k, 0))
     return batch

@@ -383,3 +383,14 @@ def test_a_users_shapes_without_the_sampler_parameter_is_refused_naming_the_fix(
     with pytest.raises(ShapeBucketError, match=r"NoParam.shapes\(\) cannot be called with a "
                        r"sampler.*shapes\(self, sampler=None\)"):
         ShapePlan.of(NoParam())
+
+
+def test_prewarm_with_a_tensor_example_for_a_dict_plan_names_the_batch_it_needs():
+    """Issue 39 item 15 (already fixed on main, untested): a tensor as ``example`` for a
+    plan whose collator makes dict batches gave a raw TypeError."""
+    model = torch.nn.Linear(8, 8)
+    packed = ShapePlan([(2, 8)], PackedCollator([8, 16], rows=2, label_shift="none"))
+    cells = ShapePlan.of(CellCollator([(8, 8), (16, 16)], rows=2))
+    for plan in (packed, cells):
+        with pytest.raises(ShapeBucketError, match=r"repad needs a (dict )?batch this collator"):
+            prewarm(model, plan, example=torch.ones(2, 8, dtype=torch.long), progress=False)

@@ -229,7 +229,10 @@ def test_bad_input_is_refused(change, match, no_launch):
     [
         ({"compile_options": {"dynamic": True}}, "dynamic=True"),
         ({"compile_options": "eager"}, "dict of torch.compile"),
-        ({"poll_seconds": -1}, r"poll_seconds must be a finite number in \[0, 60\], got -1 \(seconds"),
+        (
+            {"poll_seconds": -1},
+            r"poll_seconds must be a finite number in \[0, 60\], got -1 \(seconds",
+        ),
         ({"poll_seconds": True}, "poll_seconds must be a number"),
         ({"cache_dir": ""}, "cache_dir must be a directory path"),
         ({"cache_dir": 3}, "cache_dir must be a directory path, got 3"),
@@ -360,6 +363,7 @@ def test_evaluation_calls_of_a_switched_shape_run_eagerly(no_launch, fresh_compi
         bg.model.load_state_dict(reference.state_dict())
         publish(bg, *bg._spec.order, tmp_path=tmp_path)
         with no_recompiles(bg._spec.plan):
+            _call(bg.model, batch, grad=True, train=True)  # the first: settles, eagerly
             _call(bg.model, batch, grad=True, train=True)  # the switch
             for grad, train, inference in [(False, False, False), (False, True, False),
                                            (True, False, False), (False, False, True)]:  # fmt: skip
@@ -370,6 +374,7 @@ def test_evaluation_calls_of_a_switched_shape_run_eagerly(no_launch, fresh_compi
             _call(bg.model, batch, grad=True, train=True)  # training again: compiled
         shape = bg._spec.order[0]
         assert bg.report.compiled_calls[shape] == 2 and bg.report.eval_calls[shape] == 4
+        assert bg.report.eager_calls[shape] == 1
 
 
 def test_the_recompile_limit_is_raised_while_open_and_put_back(no_launch, fresh_compiler):
@@ -458,3 +463,77 @@ TrainAndEvaluate.TestCase.settings = settings(
     max_examples=25, stateful_step_count=10, deadline=None
 )
 test_train_and_evaluate_around_the_switches = TrainAndEvaluate.TestCase
+
+
+def build_bert_classifier() -> torch.nn.Module:
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(
+        vocab_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=64, num_labels=3,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return transformers.BertForSequenceClassification(cfg)
+
+
+def test_a_model_that_sets_its_own_state_on_its_first_call_does_not_recompile(
+    no_launch, fresh_compiler, tmp_path
+):
+    """Issue 39 item 15: a default BertForSequenceClassification sets config.problem_type
+    in its first call with labels. When a shape is ready before the first training call
+    (a kept cache_dir), that call traced the unsettled model and the next call of the
+    shape recompiled under fail_on_recompile."""
+    collate = BucketCollator([8, 16], sequence_keys=["input_ids"], rows=2)
+
+    def batch(length, seed):
+        g = torch.Generator().manual_seed(seed)
+        out = collate([{"input_ids": torch.randint(1, 32, (length,), generator=g)}] * 2)
+        return {**out, "labels": torch.tensor([0, 2])}
+
+    with _start(build_bert_classifier, collate, batch(5, 0)) as bg:
+        publish(bg, *bg._spec.order, tmp_path=tmp_path)
+        assert len(bg.ready) == 2 and bg.model.config.problem_type is None
+        for i in range(3):
+            bg.model(**batch(5, i)).loss.backward()
+            bg.model(**batch(12, i)).loss.backward()
+        short, long = sorted(bg._spec.order, key=lambda s: s.length)
+        assert bg.report.eager_calls == {short: 1}  # the first call settles the model
+        assert bg.report.compiled_calls == {short: 2, long: 3}
+
+
+class SetsItselfFirst(torch.nn.Module):
+    """A model whose first call sets its own state, and whose graph depends on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(1, 1)
+        self.mode: str | None = None
+
+    def forward(self, input_ids, attention_mask=None, labels=None):
+        scale = 2.0 if self.mode is None else 3.0
+        self.mode = "set"
+        return (self.proj(input_ids.float().unsqueeze(-1)) * scale).sum()
+
+
+TRACED: list[str] = []
+
+
+def recording_backend(gm, example_inputs):
+    TRACED.append(gm.code)
+    return gm.forward
+
+
+def test_the_background_compiles_every_shape_of_a_settled_model(
+    no_launch, fresh_compiler, tmp_path
+):
+    """Issue 39 item 15: prewarm settles a model before compiling; the background did
+    not, so its first shape's graph was the unsettled model's (here: scale 2.0), which the
+    training process never runs."""
+    collate = BucketCollator([8, 16], sequence_keys=["input_ids"], rows=2)
+    example = collate(samples(2, 5, 0))
+    options = BackgroundOptions(compile_options={"backend": recording_backend}, poll_seconds=0)
+    TRACED.clear()
+    with compile_in_background(
+        SetsItselfFirst, ShapePlan.of(collate), example, options=options
+    ) as bg:
+        publish(bg, *bg._spec.order, tmp_path=tmp_path)
+    assert len(TRACED) == 2 and not [code for code in TRACED if "2.0" in code]

@@ -327,3 +327,54 @@ def test_extra_files_are_checked_by_the_manifest_and_kept_by_the_next_save(tmp_p
         with pytest.raises(ShapeBucketError, match="must map file names to bytes"):
             save_compile_cache(tmp_path / "bad", not_a_mapping)
     assert not (tmp_path / "bad").exists()  # refused before anything was written
+
+
+def test_job_key_tells_parameter_shapes_and_dtypes_apart():
+    """Issue 39 item 15: a width-8 model got the width-16 model's key (same class, same
+    code), so a cache compiled for one was loaded for the other."""
+    batches = {8: torch.ones(2, 8)}
+    narrow, wide = torch.nn.Linear(8, 8), torch.nn.Linear(8, 16)
+    assert job_key(narrow, None, batches) != job_key(wide, None, batches)
+    assert job_key(narrow, None, batches) == job_key(torch.nn.Linear(8, 8), None, batches)
+    assert job_key(narrow, None, batches) != job_key(narrow.to(torch.float64), None, batches)
+    frozen = torch.nn.Linear(8, 8).requires_grad_(False)
+    assert job_key(frozen, None, batches) != job_key(torch.nn.Linear(8, 8), None, batches)
+    normed = [torch.nn.BatchNorm1d(n) for n in (8, 16)]  # buffers too
+    assert job_key(normed[0], None, batches) != job_key(normed[1], None, batches)
+
+
+def leftovers(root):
+    return sorted(p.name for p in root.iterdir() if ".saving-" in p.name or ".old-" in p.name)
+
+
+def test_what_a_killed_save_left_is_removed_by_the_next_save(tmp_path):
+    """Issue 39 item 15: a save killed mid-way left `.<key>.saving-*` (and, killed between
+    its two renames, `.<key>.old-*`) for good. The next save of that path removes them
+    while it holds the lock; another cache's leftovers stay."""
+    cache = tmp_path / "cache"
+    killed = [tmp_path / ".cache.saving-ab12cd_9", tmp_path / ".cache.old-4242-zz99yy00"]
+    others = [tmp_path / ".cache2.saving-ab12cd_9", tmp_path / ".cache.saving-x"]
+    for d in killed + others:
+        (d / "inductor").mkdir(parents=True)
+        (d / "inductor" / "k.py").write_text("half")
+    with compat.fresh_inductor_cache(str(make_live(tmp_path))):
+        save_compile_cache(cache)
+    assert leftovers(tmp_path) == sorted(d.name for d in others)
+    assert loads_cleanly(cache)
+
+
+def test_a_save_without_the_lock_removes_only_old_leftovers(tmp_path, monkeypatch):
+    """Without the lock (Windows; the background compile's one-shape publishing) another
+    process may be writing a `.saving-*` right now: only one untouched for STALE_S goes."""
+    import os
+    import time
+
+    monkeypatch.setattr(cache_module, "LOCKS", False)
+    fresh, stale = tmp_path / ".cache.saving-fresh000", tmp_path / ".cache.saving-stale000"
+    for d in (fresh, stale):
+        d.mkdir()
+    old = time.time() - cache_module.STALE_S - 60
+    os.utime(stale, (old, old))
+    with compat.fresh_inductor_cache(str(make_live(tmp_path))):
+        save_compile_cache(tmp_path / "cache")
+    assert leftovers(tmp_path) == [fresh.name]

@@ -204,3 +204,38 @@ def test_the_cache_mode_gives_up_on_a_lock_held_too_long(tmp_path):
         pytest.raises(ShapeBucketError, match=r"\.lock .*waited 0\.\d s.*Cache\(dir, timeout="),
     ):
         prewarm(model, plan, modes=[Cache(tmp_path, timeout=0.2)], progress=False)
+
+
+@pytest.mark.filterwarnings("ignore:prewarm compiled 0 graphs")
+def test_a_read_only_directory_holding_the_jobs_cache_is_loaded(tmp_path, monkeypatch):
+    """Issue 39 item 15: a directory this process cannot write (a shared, finished cache)
+    was refused although it held a complete cache of the job. It is loaded, with no lock
+    file made and nothing saved; one without that cache is still refused."""
+    import torch
+
+    from shapebucket import _torch as compat
+    from shapebucket import prewarm
+    from shapebucket.compile import Cache, save_compile_cache
+    from shapebucket.compile.modes import cached
+    from shapebucket.plan import ShapePlan
+
+    model = torch.nn.Linear(8, 8)  # not compiled: only the key, the lock and the files matter
+    plan = ShapePlan.from_function([(2, 8)], lambda s: torch.ones(s.rows, s.length))
+    path = Path(prewarm(model, plan, modes=[Cache(tmp_path)], progress=False).cache_path)
+    monkeypatch.setattr(compat, "save_cache_artifacts", lambda: b"artifacts" * 10)
+    monkeypatch.setattr(compat, "load_cache_artifacts", lambda data: data == b"artifacts" * 10)
+    live = tmp_path / "live"
+    (live / "ab").mkdir(parents=True)
+    (live / "ab" / "kernel.py").write_text("x = 1\n")
+    with compat.fresh_inductor_cache(str(live)):
+        save_compile_cache(path)
+    path.with_name(path.name + ".lock").unlink()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    monkeypatch.setattr(cached.os, "access", lambda p, mode: not mode & os.W_OK)
+    with compat.fresh_inductor_cache(str(tmp_path.parent / f"{tmp_path.name}-target")):
+        report = prewarm(model, plan, modes=[Cache(tmp_path)], progress=False)
+    assert report.cache_loaded is True and not report.cache_saved
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no lock file, no save
+    (path / "manifest.json").unlink()
+    with pytest.raises(ShapeBucketError, match=r"is not writable and holds no complete cache"):
+        prewarm(model, plan, modes=[Cache(tmp_path)], progress=False)

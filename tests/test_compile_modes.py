@@ -288,7 +288,7 @@ def test_cache_refuses_a_file_where_its_directory_goes(tmp_path):
     with pytest.raises(ShapeBucketError, match="is not a directory"):
         prewarm(model, plan, progress=False, modes=[Cache(tmp_path / "cache")])
     with pytest.raises(ShapeBucketError, match="is not a directory"):
-        Cache(tmp_path / "cache" / "sub")._check_dir()
+        Cache(tmp_path / "cache" / "sub")._check_dir(tmp_path / "cache" / "sub" / "key")
     with pytest.raises(ShapeBucketError, match="working directory"):
         Cache("")  # probe: Path("") is ".", the cache went into the working directory
 

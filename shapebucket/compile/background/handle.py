@@ -17,6 +17,11 @@ each into its compiler cache, and from then on runs that shape through
 finds its compiled forward and backward in the cache. A shape that was switched
 runs under the ``fail_on_recompile`` stance: it never recompiles.
 
+The first training call runs eagerly even when its shape is ready (a model that sets
+its own state in its first call, as transformers' classifiers set
+``config.problem_type``, would otherwise trace its graph unsettled and recompile on
+the next call); the background settles its own model the same way.
+
 Only training calls switch and run compiled: grad enabled, outside
 ``inference_mode``, the model in training mode, the call the background compiled.
 Evaluation calls (``torch.no_grad()``, ``inference_mode``, or ``model.eval()``) run
@@ -98,6 +103,7 @@ class BackgroundCompile:
         self._memo: dict[tuple[tuple[int, ...], ...], Shape | None] = {}
         self._process: Any = None
         self._warned = False
+        self._settled = False  # the first training call runs eagerly (see _forward)
         self.report = BackgroundReport(tuple(spec.order))
         # the recompile limit is raised for the handle's life (one graph per shape in this
         # process too) and put back by close(), also when the start fails
@@ -143,6 +149,12 @@ class BackgroundCompile:
             rep.unplanned_calls += 1
         elif not self._training_call():
             rep.eval_calls[shape] += 1  # its graph is not the background's: eager
+        elif not self._settled:
+            # a model that sets its own state in its first call (config.problem_type of a
+            # transformers classifier) would trace its graph before that and recompile on
+            # the next call: the first training call settles it, eagerly, as prewarm does
+            self._settled = True
+            rep.eager_calls[shape] += 1
         elif shape in self._switched:
             rep.compiled_calls[shape] += 1
             with torch.compiler.set_stance("fail_on_recompile"):

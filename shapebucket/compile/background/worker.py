@@ -4,7 +4,8 @@
 fresh interpreter (the ``spawn`` start method: no state of the training process
 is inherited), pinned to one core. It builds its own model with the user's
 ``build()``, compiles ``type(model).forward`` exactly as the training process
-does, runs forward and backward (or the user's ``step(model, batch)``) on each
+does, runs the first shape once eagerly (to settle a model that sets its own state
+in its first call), then forward and backward (or the user's ``step(model, batch)``) on each
 shape of the plan, most frequent first, and after each shape publishes what the
 compiler made as a cache directory of its own (:func:`save_new_compile_cache`:
 the portable artifacts and the new kernel files, with a manifest), named
@@ -104,14 +105,33 @@ def compile_shapes(spec: Spec) -> None:
     fn = compiled_forward(model, spec.compile_options)
     install_forward(model, lambda *a, **k: fn(model, *a, **k))
     with compat.raised_recompile_limit(spec.limit):
+        _settle(spec, model, device)
         _compile_each(spec, model, device)
     _atomic_write(out / DONE, json.dumps({"seconds": time.perf_counter() - start}))
 
 
-def _compile_each(spec: Spec, model: torch.nn.Module, device: torch.device) -> None:
-    """Compile and publish each shape of ``spec.order`` not in ``spec.skip``."""
+def _run(spec: Spec, model: torch.nn.Module, batch: Any) -> None:
     from ..prewarm import run_batch
 
+    if spec.step is not None:
+        spec.step(model, batch)
+    else:
+        run_batch(model, None, batch, "compile_in_background")
+    model.zero_grad(set_to_none=True)
+
+
+def _settle(spec: Spec, model: torch.nn.Module, device: torch.device) -> None:
+    """One run of the first shape with the compiler off, before anything compiles (as
+    prewarm does): a model that sets its own state in its first call (transformers sets
+    ``config.problem_type``) has every graph compiled in the state the training process's
+    calls see (its first training call runs eagerly too)."""
+    shape = spec.order[0]
+    with torch.compiler.set_stance("force_eager"):
+        _run(spec, model, _to(spec.plan.batch(spec.example, shape), device))
+
+
+def _compile_each(spec: Spec, model: torch.nn.Module, device: torch.device) -> None:
+    """Compile and publish each shape of ``spec.order`` not in ``spec.skip``."""
     out = Path(spec.out)
     exported: set[str] = set()
     for i, shape in enumerate(spec.order):
@@ -120,11 +140,7 @@ def _compile_each(spec: Spec, model: torch.nn.Module, device: torch.device) -> N
         t0 = time.perf_counter()
         batch = _to(spec.plan.batch(spec.example, shape), device)
         graphs = compat.unique_graphs()
-        if spec.step is not None:
-            spec.step(model, batch)
-        else:
-            run_batch(model, None, batch, "compile_in_background")
-        model.zero_grad(set_to_none=True)
+        _run(spec, model, batch)
         seconds = time.perf_counter() - t0
         name = shape_name(i, shape)
         sizes = save_new_compile_cache(out / name, exported)

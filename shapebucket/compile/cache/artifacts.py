@@ -5,7 +5,8 @@ SHA-256 of every file. :func:`save_compile_cache` builds the whole cache in a
 temporary directory next to ``path`` and renames it into place only when
 complete, so an interrupted save leaves the previous cache (or none), never a
 half-written one; the previous cache is moved aside to ``.<name>.old-*`` for the
-rename and removed after it. Only a cache is ever replaced: a file, or a directory
+rename and removed after it. What a killed save left (those two) is removed by the next
+save of ``path``, under the lock (:func:`_remove_leftovers`). Only a cache is ever replaced: a file, or a directory
 holding anything a cache does not, at ``path`` is refused (:func:`_check_replaceable`).
 A save holds the cache's lock (:func:`~shapebucket.compile.lock.cache_lock`, the one
 prewarm's ``Cache`` takes), so saves racing on one path take turns.
@@ -18,12 +19,14 @@ is refused with a warning instead of being half-installed.
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
+import time
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,13 +36,18 @@ import torch
 
 from ... import _torch as compat
 from ...errors import ShapeBucketError
-from .lock import cache_lock
+from .lock import LOCKS, cache_lock
 
 MANIFEST = "manifest.json"
 ARTIFACTS = "artifacts.bin"
 INDUCTOR = "inductor"
 
+#: a save's leftover (``.<name>.saving-*``, ``.<name>.old-*``) untouched this long (seconds)
+#: is removed by a save that cannot hold the lock: no save takes an hour between writes
+STALE_S = 3600.0
+
 __all__ = [
+    "check_compile_cache",
     "load_compile_cache",
     "save_compile_cache",
     "save_held_compile_cache",
@@ -93,7 +101,7 @@ def save_compile_cache(
     extra = _check_extra(extra)
     _check_replaceable(Path(path))  # before waiting on the lock; again under it
     with cache_lock(path):
-        return _save(Path(path), None, extra)
+        return _save(Path(path), None, extra, locked=LOCKS)
 
 
 def save_held_compile_cache(
@@ -102,7 +110,7 @@ def save_held_compile_cache(
     """:func:`save_compile_cache` for a caller that already holds ``path``'s
     :func:`~shapebucket.compile.lock.cache_lock` (prewarm's ``Cache``): a second lock on
     the same file in one process would wait for itself."""
-    return _save(Path(path), None, _check_extra(extra))
+    return _save(Path(path), None, _check_extra(extra), locked=LOCKS)
 
 
 def save_new_compile_cache(path: str | Path, exported: set[str]) -> dict[str, int]:
@@ -110,12 +118,15 @@ def save_new_compile_cache(path: str | Path, exported: set[str]) -> dict[str, in
     the last save (cleared after each) and the inductor files not in ``exported`` (their
     paths relative to inductor's cache directory; the ones saved now are added to it).
     Used by the background compile to publish one shape at a time."""
-    return _save(Path(path), exported, {})
+    return _save(Path(path), exported, {}, locked=False)
 
 
-def _save(path: Path, exported: set[str] | None, extra: dict[str, bytes]) -> dict[str, int]:
+def _save(
+    path: Path, exported: set[str] | None, extra: dict[str, bytes], *, locked: bool
+) -> dict[str, int]:
     _check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(path, locked)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-", dir=path.parent))
     try:
         if exported is None:
@@ -160,6 +171,27 @@ def _check_replaceable(path: Path) -> None:
             f"{'y' if len(foreign) == 1 else 'ies'} no cache has ({', '.join(foreign[:3])}"
             f"{', ...' if len(foreign) > 3 else ''}); {fix}"
         )
+
+
+def _remove_leftovers(path: Path, locked: bool) -> None:
+    """Remove what killed saves of ``path`` left beside it: ``.<name>.saving-*`` (a cache
+    being written) and ``.<name>.old-*`` (a previous cache moved aside). Under the cache's
+    lock every one is stale (each save of ``path`` holds the lock, and the kernel freed a
+    killed saver's), so all go; without it (no ``fcntl``, or the background's one-shape
+    publishing) only those untouched for :data:`STALE_S` seconds, which no running save
+    is still writing."""
+    now = time.time()
+    # the exact names _save makes (mkdtemp's 8 characters), not another cache's leftovers
+    ours = re.compile(rf"\.{re.escape(path.name)}\.(saving-|old-[0-9]+-)[a-z0-9_]{{8}}")
+    for left in path.parent.glob(f".{glob.escape(path.name)}.*"):
+        if not ours.fullmatch(left.name):
+            continue
+        try:
+            stale = locked or now - left.lstat().st_mtime > STALE_S
+        except OSError:  # gone meanwhile
+            continue
+        if stale:
+            _remove(left)
 
 
 def _remove(old: Path) -> None:
@@ -326,6 +358,16 @@ def _check(path: Path) -> str | None:
     if extra:
         return f"{len(extra)} file(s) not in its {MANIFEST} ({', '.join(extra[:3])})"
     return None
+
+
+def check_compile_cache(path: str | Path) -> str | None:
+    """Why the cache at ``path`` cannot be loaded (no manifest, another torch, a missing,
+    changed or added file), or None when it is complete and intact. Reads only.
+
+    >>> check_compile_cache("no-such-cache")
+    'its manifest.json is missing or unreadable'
+    """
+    return _check(Path(path))
 
 
 def load_compile_cache(path: str | Path) -> bool:

@@ -65,6 +65,16 @@ def _code_of(obj: Any) -> list[str]:
     return sorted(set(out))
 
 
+def _tensors_of(model: Any) -> str:
+    """Every parameter's and buffer's name, shape, dtype and ``requires_grad``: two models
+    of one class at other widths or dtypes compile other kernels."""
+    if not isinstance(model, torch.nn.Module):
+        return ""
+    model = compat.unwrap_compiled(model)
+    named = [*model.named_parameters(), *model.named_buffers()]
+    return repr([(n, tuple(t.shape), str(t.dtype), t.requires_grad) for n, t in named])
+
+
 def describe_batch(batch: Any) -> Any:
     """What the compiler guards on, per tensor of a (nested) batch: shape, dtype, device, strides.
 
@@ -92,7 +102,8 @@ def job_key(
 
     It hashes the torch version, the devices, the code of every module class of
     ``model`` (its source file, or for a class without one, such as a notebook's,
-    its name and bytecode) and of ``step``, every prewarmed batch's shapes,
+    its name and bytecode) and of ``step``, the name, shape, dtype and ``requires_grad``
+    of every parameter and buffer of ``model``, every prewarmed batch's shapes,
     dtypes, devices and strides (``batches`` maps a name to a batch, or to
     :func:`describe_batch` of it with ``described=True``), and ``extra`` (put
     the compile options there: mode, backend, ``fullgraph``). A change in any of
@@ -102,6 +113,8 @@ def job_key(
     >>> a == job_key(torch.nn.Linear(2, 2), None, {8: torch.ones(2, 8)}), len(a)
     (True, 16)
     >>> a == job_key(torch.nn.Linear(2, 2), None, {16: torch.ones(2, 16)})
+    False
+    >>> a == job_key(torch.nn.Linear(2, 3), None, {8: torch.ones(2, 8)})  # another width
     False
     """
     h = hashlib.sha256()
@@ -115,6 +128,7 @@ def job_key(
         torch.__version__,
         repr(devices),
         *_code_of(model),
+        _tensors_of(model),
         *(_code_of(step) if step is not None else []),
         repr(sorted(shapes.items())),
         extra,

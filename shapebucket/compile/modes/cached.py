@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from ... import _torch as compat
 from ..._validate import check_number
 from ...errors import ShapeBucketError
-from ..cache.artifacts import load_compile_cache, save_held_compile_cache
+from ..cache.artifacts import check_compile_cache, load_compile_cache, save_held_compile_cache
 from ..cache.key import describe_batch, job_key
 from ..cache.lock import WAIT_S, cache_lock
 from .base import Job, Mode
@@ -27,7 +28,8 @@ class Cache(Mode):
 
     Loads the cache before the first compile and saves it after compiling
     anything new. The key hashes what invalidates compiled code: torch version,
-    devices, the source of the model's module classes and of ``step``, every
+    devices, the source of the model's module classes and of ``step``, the names,
+    shapes, dtypes and ``requires_grad`` of its parameters and buffers, every
     shape's batch (shapes, dtypes, strides), the other modes, and ``extra``
     (put the compile options there: ``"mode=max-autotune fullgraph=True"``).
     A damaged or foreign cache is refused with a warning
@@ -36,6 +38,8 @@ class Cache(Mode):
     compiles and saves, the others wait (``report.cache_wait_s``; a warning says once
     who holds the lock) and load it. ``timeout`` bounds that wait (seconds; 30 minutes,
     enough for another rank's cold compile of many shapes; ``None``: no limit).
+    A ``dir`` this process cannot write is used read-only when it holds an intact
+    cache of the job (loaded, without the lock; nothing saved), else refused.
     """
 
     dir: str | Path = "compile-cache"
@@ -61,9 +65,11 @@ class Cache(Mode):
         described = {f"{s.rows}x{s.length}": describe_batch(job.batch(s)) for s in job.plan}
         return job_key(job.model, job.step, described, self.extra + "".join(others), described=True)
 
-    def _check_dir(self) -> None:
-        """The cache directory must be one prewarm can write, checked before compiling
-        anything (a save after every shape compiled would fail at the end)."""
+    def _check_dir(self, path: Path) -> bool:
+        """Whether the cache directory is one prewarm can write, checked before compiling
+        anything (a save after every shape compiled would fail at the end). One it cannot
+        write is used read-only when it holds an intact cache at ``path`` (the job's key),
+        else refused."""
         where = Path(self.dir)
         try:
             where.mkdir(parents=True, exist_ok=True)
@@ -77,27 +83,34 @@ class Cache(Mode):
                 f"Cache(dir={str(self.dir)!r}): cannot create the cache directory ({e}); pass a "
                 "directory this process can write"
             ) from None
-        if not os.access(where, os.W_OK | os.X_OK):
-            raise ShapeBucketError(
-                f"Cache(dir={str(self.dir)!r}): {where} is not writable, so the compiled code "
-                "could not be saved; pass a directory this process can write"
-            )
+        if os.access(where, os.W_OK | os.X_OK):
+            return True
+        if os.access(where, os.R_OK | os.X_OK) and check_compile_cache(path) is None:
+            return False  # a complete cache for this job: loaded, nothing to write
+        raise ShapeBucketError(
+            f"Cache(dir={str(self.dir)!r}): {where} is not writable and holds no complete "
+            f"cache for this job ({path.name}), so the compiled code could not be saved; pass "
+            "a directory this process can write"
+        )
 
     def extra_files(self, job: Job) -> dict[str, bytes]:
         """Files to save with the cache beside what the compiler built (``AotCache``'s)."""
         return {}
 
     def setup(self, job: Job) -> None:
-        self._check_dir()
         path = Path(self.dir) / self.key(job)
+        writable = self._check_dir(path)
         job.memo["cache_path"] = path
         job.memo["cache_counts"] = compat.inductor_cache_counts()
+        job.memo["cache_writable"] = writable
         job.report.cache_path = str(path)
         # one builder per cache: other processes wait here, then load what it saved (the
-        # lock goes when the job does, also after an error; see compile.cache.lock)
+        # lock goes when the job does, also after an error; see compile.cache.lock). A
+        # read-only directory (a shared, finished cache) has no builder and no lock file
         lock = contextlib.ExitStack()
         job.memo["cache_lock"] = lock
-        job.report.cache_wait_s = lock.enter_context(cache_lock(path, self.timeout))
+        if writable:
+            job.report.cache_wait_s = lock.enter_context(cache_lock(path, self.timeout))
         job.report.cache_loaded = load_compile_cache(path)
 
     def finish(self, job: Job) -> None:
@@ -108,7 +121,15 @@ class Cache(Mode):
         try:
             extra = self.extra_files(job)
             new = misses > misses_before or (hits > hits_before and not job.report.cache_loaded)
-            if new or extra:
+            if not job.memo["cache_writable"]:
+                if new or extra:
+                    warnings.warn(
+                        f"Cache(dir={str(self.dir)!r}) is read-only: what prewarm compiled "
+                        f"beyond its cache {job.memo['cache_path'].name} was not saved; the "
+                        "next run compiles it again (save it from a run that can write there)",
+                        stacklevel=2,
+                    )
+            elif new or extra:
                 save_held_compile_cache(job.memo["cache_path"], extra)
                 job.report.cache_saved = True
         finally:

@@ -335,3 +335,16 @@ def test_class_labels_of_a_hugging_face_classifier_are_padded_with_minus_100():
         BucketedModel(transformers.BertForSequenceClassification(cfg), [8], row_buckets=[4])(
             input_ids=ids, labels=labels.float()
         )
+
+
+def test_a_wrappers_plan_pickles_and_makes_the_same_batches():
+    """A DataLoader worker or a spawned compile gets the plan pickled (issue 39, item 15)."""
+    import pickle
+
+    wrapped = BucketedModel(bm.MaskedEncoder(), [8, 16], row_buckets=[2, 4])
+    plan = wrapped.plan(bm.call("masked", 3, 5, seed=0))
+    twin = pickle.loads(pickle.dumps(plan))
+    assert twin.shapes == plan.shapes
+    for shape in plan.shapes:
+        a, b = plan.batch(None, shape), twin.batch(None, shape)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -89,12 +89,14 @@ class BucketedModel(torch.nn.Module):
             sorted list of ints).
         row_buckets: the batch sizes calls are padded up to; ``None`` leaves the
             rows as they come.
-        sequence_keys: the keys padded along their length; by default every tensor
-            with the call's rows at dim 0 and its length at dim 1.
-        pad_values: pad value per key (default: the collator's: ``labels`` -100,
-            masks 0, token ids ``config.pad_token_id`` when the model has one, else 0).
+        sequence_keys: the keys padded along their length; by default the keys the
+            name rule of :mod:`shapebucket.bucketed.calls` names (``input_ids``,
+            ``attention_mask``, token ``labels``, the ``decoder_*`` keys, ...).
+        pad_values: pad value per key (default: ``labels`` -100, masks 0, torch's
+            True-means-pad masks True, token ids ``config.pad_token_id`` when the model
+            has one, else 0).
         padding_side: ``"right"`` or ``"left"`` (left needs a model that takes
-            ``attention_mask``).
+            ``attention_mask`` and ``position_ids``).
         overflow: a call longer than the largest bucket (or with more rows than the
             largest row bucket): ``"error"`` refuses it; ``"eager"`` runs it at its own
             shape with the compiler off (``torch.compiler.set_stance("force_eager")``:

@@ -49,6 +49,17 @@ class MaskedEncoder(nn.Module):
         return out
 
 
+class Normed(nn.Module):
+    """Token embeddings through a batch norm (its statistics would see a call's pads)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.norm = nn.Embedding(10, 4), nn.BatchNorm1d(4)
+
+    def forward(self, input_ids, attention_mask=None):
+        return self.norm(self.emb(input_ids).transpose(1, 2))
+
+
 def bench_gpt() -> nn.Module:
     from shapebucket.bench.model import GPT, GPTConfig
 

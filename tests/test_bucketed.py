@@ -282,15 +282,7 @@ def test_left_padding_of_a_model_without_a_mask_or_positions_is_refused():
 
 
 def test_padding_through_batch_norm_in_training_is_refused():
-    class Normed(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb, self.norm = nn.Embedding(10, 4), nn.BatchNorm1d(4)
-
-        def forward(self, input_ids, attention_mask=None):
-            return self.norm(self.emb(input_ids).transpose(1, 2))
-
-    wrapped = BucketedModel(Normed(), [8], row_buckets=[4])
+    wrapped = BucketedModel(bm.Normed(), [8], row_buckets=[4])
     with pytest.raises(ShapeBucketError, match="BatchNorm1d and is training"):
         wrapped(input_ids=torch.ones(3, 8, dtype=torch.long))
     wrapped.eval()

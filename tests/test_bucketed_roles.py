@@ -208,15 +208,7 @@ def test_mixed_dims_come_back_exact(rows, length, fixed):
 
 
 def test_an_eval_mode_batch_norm_model_is_not_refused_by_the_wrappers_own_train_flag():
-    class Normed(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb, self.norm = nn.Embedding(10, 4), nn.BatchNorm1d(4)
-
-        def forward(self, input_ids, attention_mask=None):
-            return self.norm(self.emb(input_ids).transpose(1, 2))
-
-    inner = Normed().eval()
+    inner = bm.Normed().eval()
     wrapped = BucketedModel(inner, [8], row_buckets=[4])  # a new module: training=True
     ids = torch.ones(3, 5, dtype=torch.long)
     assert torch.allclose(wrapped(input_ids=ids), inner(input_ids=ids), atol=1e-6)

@@ -30,7 +30,7 @@ import torch
 from .. import _torch as compat
 from ..errors import ShapeBucketError
 
-__all__ = ["Call", "Route", "Side", "forward_of", "parameters", "route_of"]
+__all__ = ["Call", "Route", "Side", "bind", "forward_of", "parameters", "route_of"]
 
 _SOURCE = (
     "input_ids",
@@ -78,6 +78,38 @@ def parameters(model: Any) -> Mapping[str, inspect.Parameter]:
         return inspect.signature(forward_of(model)).parameters
     except (TypeError, ValueError):
         return {}
+
+
+def bind(
+    params: Mapping[str, inspect.Parameter],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    model: Any,
+) -> dict[str, Any]:
+    """A call's positional ``args`` named by ``model``'s ``forward`` parameters
+    (``params``), with its ``kwargs``; refused when they cannot be named.
+
+    >>> bind(parameters(torch.nn.Linear(2, 2)), (torch.ones(1, 2),), {}, None).keys()
+    dict_keys(['input'])
+    """
+    name = type(compat.unwrap_compiled(model)).__name__
+    try:
+        bound = inspect.Signature(list(params.values())).bind_partial(*args, **kwargs)
+    except TypeError as e:
+        raise ShapeBucketError(
+            f"BucketedModel could not name the call's positional arguments by "
+            f"{name}.forward's parameters ({e}); pass them by name"
+        ) from None
+    if any(
+        p.kind is p.VAR_POSITIONAL
+        for p in bound.signature.parameters.values()
+        if p.name in bound.arguments
+    ):
+        raise ShapeBucketError(
+            f"{name}.forward takes *args, so the call's positional values have no names "
+            "to pad them by; pass them by keyword"
+        )
+    return dict(bound.arguments)
 
 
 def takes(params: Mapping[str, inspect.Parameter], name: str) -> bool:

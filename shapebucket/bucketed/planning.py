@@ -1,20 +1,68 @@
-"""``BucketedModel.plan(example)``: every shape a wrapper runs, each made from one call."""
+"""Planning a wrapper's shapes: the padded shape of each call (or its refusal), and
+``BucketedModel.plan(example)``, every shape a wrapper runs, each made from one call."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import bisect
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from ..errors import ShapeBucketError
 from ..plan import Shape, ShapePlan
-from .calls import Call, read_call
-from .checks import refuse_empty
+from .calls import Call, Side, read_call
+from .checks import Costs, refuse_empty
 from .packed import real_lengths
 from .pad import pad_call
 
-__all__ = ["plan_of"]
+__all__ = ["plan_call", "plan_of"]
+
+
+def plan_call(
+    rows: int,
+    sides: dict[str, Side],
+    *,
+    lengths: Sequence[int],
+    row_buckets: Sequence[int] | None,
+    overflow: str,
+    costs: Costs | None,
+    left: bool,
+) -> Call | None:
+    """The padded shape of a call of ``rows`` rows and ``sides`` (each side's ``bucket``
+    set to the smallest of ``lengths`` that holds it, the rows to the smallest of
+    ``row_buckets``); ``None`` when it runs at its own shape (past the plan with
+    ``overflow="eager"`` or ``"dynamic"``, or, with ``costs``, cheaper on the dynamic
+    graph than padded). Past the plan with ``overflow="error"``: refused with the fix."""
+    if rows == 0 and not row_buckets:
+        refuse_empty(sides)
+    too_long = [s for s in sides.values() if s.length > lengths[-1]]
+    too_many = row_buckets is not None and rows > row_buckets[-1]
+    if too_long or too_many:
+        if overflow != "error":
+            return None
+        if too_long:
+            s = too_long[0]
+            raise ShapeBucketError(
+                f"BucketedModel: {s.keys[0]!r} has length {s.length} > largest bucket "
+                f"{lengths[-1]} (buckets {list(lengths)}); add a bucket >= {s.length}, cut "
+                "the input, or pass overflow='eager' or 'dynamic' to run such calls at "
+                "their own shape"
+            )
+        largest = row_buckets[-1] if row_buckets else rows
+        raise ShapeBucketError(
+            f"BucketedModel: the call has {rows} rows > largest row bucket "
+            f"{largest} (row_buckets {row_buckets}); add a row bucket >= {rows}, "
+            "split the batch, or pass overflow='eager' or 'dynamic'"
+        )
+    padded_rows = (
+        rows if row_buckets is None else row_buckets[bisect.bisect_left(row_buckets, rows)]
+    )
+    for s in sides.values():
+        s.bucket = lengths[bisect.bisect_left(lengths, s.length)]
+    if costs is not None and costs.dynamic_cheaper(rows, padded_rows, sides):
+        return None
+    return Call(rows, padded_rows, sides, left=left)
 
 
 def plan_of(wrapper: Any, example: Mapping[str, Any]) -> ShapePlan:

@@ -45,6 +45,7 @@ from .marks import (
 )
 from .modules import is_compiled_module, unwrap_compiled
 from .profiler import cpu_allocation_peak_bytes
+from .tensors import copy_all
 from .version import MIN_TORCH, TORCH_VERSION, has, recompile_limit_fix, requires
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "cache_hit_counts",
     "clear_cache_artifacts",
     "compile_events",
+    "copy_all",
     "cpu_allocation_peak_bytes",
     "frame_callback_getter",
     "fresh_forward",

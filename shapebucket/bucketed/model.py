@@ -16,7 +16,6 @@ back as it is.
 
 from __future__ import annotations
 
-import bisect
 import inspect
 import sys
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ from typing import Any, Literal
 import torch
 
 from .. import _torch as compat
+from .._validate import check_flag
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
 from ..fit.step_cost import StepCost
@@ -33,6 +33,7 @@ from .calls import (
     Call,
     Route,
     Side,
+    bind,
     forward_of,
     parameters,
     read_call,
@@ -50,11 +51,11 @@ from .checks import (
     check_sequence_keys,
     check_settings,
     packing_of,
-    refuse_empty,
 )
+from .graphs import Graphs, compiled_wrapper_refused
 from .outputs import cut_outputs
 from .pad import config_pad_values, pad_call
-from .planning import plan_of
+from .planning import plan_call, plan_of
 from .routing import learn, pack
 from .stats import BucketedReport
 
@@ -119,6 +120,18 @@ class BucketedModel(torch.nn.Module):
             ``row_buckets`` are given; ``True`` insists (refused when it cannot);
             ``False`` pads. Per-token outputs come back in the caller's layout, pad
             positions 0; a call whose mask is not right-padded is padded instead.
+        graphs: run each planned call made with grad disabled (``torch.no_grad()``,
+            ``torch.inference_mode()``: serving and evaluation loops) by replaying a CUDA
+            graph the wrapper captured at the first call of its padded shape
+            (:mod:`.graphs`): the call is copied into that shape's persistent static
+            buffers, the graph replays, the outputs are cut back and cloned (a kept output
+            is never overwritten by a later replay). One memory pool for all of them;
+            counted in ``stats.graph_replays`` and ``stats.graphs_captured``. Calls with
+            grad enabled run as without it (capturing autograd is what
+            ``torch.compile(mode="reduce-overhead")`` does). Compile the model inside with
+            the default mode (``reduce-overhead`` records graphs of its own); a compiled
+            wrapper (``torch.compile(BucketedModel(...))``) and inputs not on CUDA are
+            refused.
 
     The wrapper adds the token mask when the call has none and the model takes one
     (a padded call without it would attend to the pads), and ``position_ids`` when
@@ -146,6 +159,7 @@ class BucketedModel(torch.nn.Module):
         overflow: Literal["error", "eager", "dynamic"] = "error",
         packing: bool | None = None,
         costs: tuple[StepCost, StepCost] | None = None,
+        graphs: bool = False,
     ) -> None:
         super().__init__()
         _apply_compiler_marks()
@@ -172,6 +186,7 @@ class BucketedModel(torch.nn.Module):
         self._packing = packing_of(model, packing, self._rows, self._params)
         self._costs = check_costs(costs, self.overflow)
         self._dynamic: Any = None
+        self._graphs = Graphs() if check_flag("graphs", graphs) else None
         self.forward = _Forward(self)  # type: ignore[method-assign]
 
     @property
@@ -221,11 +236,15 @@ class BucketedModel(torch.nn.Module):
         does). Not traced itself: ``torch.compile`` of the wrapper compiles ``model``'s
         call on the padded batch, one graph per planned shape."""
         compiled = _frame_callback() not in (None, False)  # the wrapper is compiled
+        if compiled and self._graphs is not None:
+            raise compiled_wrapper_refused()
         batch, call = self.pad(*args, **kwargs) if compiled else self._pad(args, kwargs)
         if not call.planned:
             if self.overflow == "dynamic":  # one dynamic graph, compiled at its first call
                 return self._dynamic_call(batch)
             return _uncompiled(self.model, batch)  # never compiled, no CUDA graph recorded
+        if self._graphs is not None and not torch.is_grad_enabled():
+            return self._graphs.run(self.model, batch, call, self.stats)
         out = self.model(**batch)
         return _cut_back(out, call) if compiled else cut_outputs(out, call.outputs, call)
 
@@ -255,10 +274,18 @@ class BucketedModel(torch.nn.Module):
 
     def _pad(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[str, Any], Call]:
         if args:
-            kwargs = self._bind(args, kwargs)
+            kwargs = bind(self._params, args, kwargs, self.model)
         route = self.route(kwargs)
         rows, sides = read_call(kwargs, route)
-        call = self._plan_call(rows, sides)
+        call = plan_call(
+            rows,
+            sides,
+            lengths=self._lengths,
+            row_buckets=self._rows,
+            overflow=self.overflow,
+            costs=self._costs,
+            left=self._left,
+        )
         if call is None:
             self.stats.count_unplanned(rows, sides, self._lengths[-1], self.overflow)
             same = {k: Side(k, s.keys, s.length, s.length) for k, s in sides.items()}
@@ -304,61 +331,6 @@ class BucketedModel(torch.nn.Module):
     def learn(self, kwargs: Mapping[str, Any], route: Route, sides: dict[str, Side]) -> None:
         """Learn ``route``'s output roles and whether its calls pack (:func:`.routing.learn`)."""
         learn(self, kwargs, route, sides, lambda m, b: _uncompiled(m, b))
-
-    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        name = type(compat.unwrap_compiled(self.model)).__name__
-        try:
-            bound = inspect.Signature(list(self._params.values())).bind_partial(*args, **kwargs)
-        except TypeError as e:
-            raise ShapeBucketError(
-                f"BucketedModel could not name the call's positional arguments by "
-                f"{name}.forward's parameters ({e}); pass them by name"
-            ) from None
-        if any(
-            p.kind is p.VAR_POSITIONAL
-            for p in bound.signature.parameters.values()
-            if p.name in bound.arguments
-        ):
-            raise ShapeBucketError(
-                f"{name}.forward takes *args, so the call's positional values have no names "
-                "to pad them by; pass them by keyword"
-            )
-        return dict(bound.arguments)
-
-    def _plan_call(self, rows: int, sides: dict[str, Side]) -> Call | None:
-        """The padded shape of the call; ``None`` when it runs at its own shape (past the
-        plan with ``overflow="eager"`` or ``"dynamic"``, or, with ``costs``, cheaper on
-        the dynamic graph than padded)."""
-        table, row_buckets = self._lengths, self._rows
-        if rows == 0 and not row_buckets:
-            refuse_empty(sides)
-        too_long = [s for s in sides.values() if s.length > table[-1]]
-        too_many = row_buckets is not None and rows > row_buckets[-1]
-        if too_long or too_many:
-            if self.overflow != "error":
-                return None
-            if too_long:
-                s = too_long[0]
-                raise ShapeBucketError(
-                    f"BucketedModel: {s.keys[0]!r} has length {s.length} > largest bucket "
-                    f"{table[-1]} (buckets {table}); add a bucket >= {s.length}, cut the "
-                    "input, or pass overflow='eager' or 'dynamic' to run such calls at their "
-                    "own shape"
-                )
-            largest = self._rows[-1] if self._rows else rows
-            raise ShapeBucketError(
-                f"BucketedModel: the call has {rows} rows > largest row bucket "
-                f"{largest} (row_buckets {self._rows}); add a row bucket >= {rows}, "
-                "split the batch, or pass overflow='eager' or 'dynamic'"
-            )
-        padded_rows = (
-            rows if row_buckets is None else row_buckets[bisect.bisect_left(row_buckets, rows)]
-        )
-        for s in sides.values():
-            s.bucket = table[bisect.bisect_left(table, s.length)]
-        if self._costs is not None and self._costs.dynamic_cheaper(rows, padded_rows, sides):
-            return None
-        return Call(rows, padded_rows, sides, left=self._left)
 
     def plan(self, example: Mapping[str, Any]) -> ShapePlan:
         """Every shape this wrapper runs, each made from ``example`` (a call's keyword

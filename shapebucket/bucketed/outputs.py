@@ -23,7 +23,7 @@ from ..errors import ShapeBucketError
 from .calls import Call
 from .packed import PackedCall, unpack
 
-__all__ = ["OutputRoles", "cut_outputs", "learn_roles", "probe_shapes"]
+__all__ = ["OutputRoles", "cloned", "cut_outputs", "learn_roles", "probe_shapes"]
 
 #: the offsets a length dim may have from its length (shifted logits: -1)
 _OFFSETS = (0, -1, 1, -2, 2)
@@ -242,6 +242,16 @@ def cut_outputs(out: Any, roles: OutputRoles, call: Call) -> Any:
                 t = _cut_dim(t, d, role, call)
         cut.append(t)
     return _rebuild(out, iter(cut))
+
+
+def cloned(out: Any) -> Any:
+    """``out`` with every tensor cloned (its structure rebuilt as :func:`cut_outputs` does).
+
+    >>> out = {"logits": torch.zeros(2)}
+    >>> cloned(out)["logits"] is out["logits"]
+    False
+    """
+    return _rebuild(out, (t.clone() for _, t in leaves(out)))
 
 
 def _unpacked(out: Any, roles: OutputRoles, packed: PackedCall) -> Any:

@@ -17,8 +17,10 @@ class BucketedReport:
     ``eager_calls`` (calls past the largest bucket run eagerly at their own shape,
     with ``overflow="eager"``), ``dynamic_calls`` (calls run at their own shape on the
     one dynamic graph, with ``overflow="dynamic"``), ``packed_calls`` (calls whose samples were packed
-    into rows, their pads dropped) and ``unpacked_calls`` (calls a packing wrapper
-    padded instead, each for a reason it warned about once).
+    into rows, their pads dropped), ``unpacked_calls`` (calls a packing wrapper
+    padded instead, each for a reason it warned about once), ``graphs_captured`` (CUDA
+    graphs a ``graphs=True`` wrapper captured, one per padded shape) and
+    ``graph_replays`` (calls run by a replay of one, the capturing call included).
 
     >>> BucketedReport().token_efficiency
     1.0
@@ -31,6 +33,8 @@ class BucketedReport:
     dynamic_calls: int = 0
     packed_calls: int = 0
     unpacked_calls: int = 0
+    graphs_captured: int = 0
+    graph_replays: int = 0
     shapes: dict[tuple[int, ...], int] = field(default_factory=dict)
 
     @property

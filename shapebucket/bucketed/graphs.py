@@ -1,0 +1,174 @@
+"""CUDA graphs of a wrapper's planned calls, replayed over persistent static input buffers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .. import _torch as compat
+from ..errors import ShapeBucketError
+from .calls import Call
+from .outputs import cloned, cut_outputs, leaves
+from .stats import BucketedReport
+
+__all__ = ["GraphPool", "Graphs", "capture", "compiled_wrapper_refused", "emulated_capture"]
+
+#: runs of the model on the static buffers before its capture, on a side stream: the
+#: first compiles a compiled model, the next finds its lazy set-up done
+WARMUP_RUNS = 2
+#: the values besides tensors a graphed call may take (a graph bakes them in: they are
+#: part of its key, compared by value)
+PLAIN = (type(None), bool, int, float, str)
+
+
+class GraphPool:
+    """The memory pool every graph of one wrapper shares (``torch.cuda.graph_pool_handle()``,
+    made at the first capture, as vLLM shares one across its graphs)."""
+
+    def __init__(self) -> None:
+        self.handle: Any = None
+
+
+def capture(
+    fn: Callable[[dict[str, Any]], Any], static: dict[str, Any], pool: GraphPool
+) -> tuple[Callable[[], None], Any]:
+    """Capture ``fn(static)`` as one ``torch.cuda.CUDAGraph`` in ``pool``: ``(replay,
+    static_out)``, where ``replay()`` runs the graph again on what ``static``'s tensors
+    hold then and writes ``static_out``'s tensors in place. Before the capture, ``fn``
+    runs :data:`WARMUP_RUNS` times on a side stream (a compiled model compiles there).
+    Refused for a tensor not on CUDA (no CUDA graph holds CPU work)."""
+    for key, v in static.items():
+        if isinstance(v, torch.Tensor) and v.device.type != "cuda":
+            raise ShapeBucketError(
+                f"BucketedModel(graphs=True): {key!r} (shape {tuple(v.shape)}) is on "
+                f"{v.device}, and a CUDA graph captures CUDA work only; move the model and "
+                "its inputs to CUDA, or pass graphs=False"
+            )
+    if pool.handle is None:
+        pool.handle = torch.cuda.graph_pool_handle()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(WARMUP_RUNS):
+            fn(static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool.handle):
+        static_out = fn(static)
+    return graph.replay, static_out
+
+
+def emulated_capture(
+    fn: Callable[[dict[str, Any]], Any], static: dict[str, Any], pool: GraphPool
+) -> tuple[Callable[[], None], Any]:
+    """A stand-in for :func:`capture` where there is no CUDA graph (a CPU), for tests and
+    the host-time benchmark (``monkeypatch.setattr(graphs, "capture", emulated_capture)``):
+    ``replay()`` runs ``fn`` again on what ``static`` holds and copies the result into
+    ``static_out`` in place, as a graph replay writes its outputs. Never the default:
+    it saves no host work.
+
+    >>> static = {"x": torch.ones(2)}
+    >>> replay, out = emulated_capture(lambda b: b["x"] * 2, static, GraphPool())
+    >>> _ = static["x"].fill_(3.0)
+    >>> replay()
+    >>> out.tolist()
+    [6.0, 6.0]
+    """
+    static_out = fn(static)
+
+    def replay() -> None:
+        new = fn(static)
+        with torch.inference_mode():  # outputs made in inference mode take writes there only
+            for (_, s), (_, t) in zip(leaves(static_out), leaves(new), strict=True):
+                s.copy_(t)
+
+    return replay, static_out
+
+
+def compiled_wrapper_refused() -> ShapeBucketError:
+    """The refusal of ``graphs=True`` on a wrapper that is compiled itself."""
+    return ShapeBucketError(
+        "BucketedModel(graphs=True) is compiled itself (torch.compile(BucketedModel(...))), "
+        "so its graphs would be captured inside a compiled frame; compile the model inside "
+        "it instead: BucketedModel(torch.compile(model), graphs=True)"
+    )
+
+
+@dataclass
+class Graph:
+    """One captured graph: its replay, the keys of its static tensors, the static
+    tensors themselves (persistent: each call of its key is copied into them) and its
+    static outputs (kept referenced: replays write them)."""
+
+    replay: Callable[[], None]
+    names: tuple[str, ...]
+    inputs: list[torch.Tensor]
+    out: Any
+
+
+def key_of(batch: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A padded batch's graph key: its keys in order, each tensor's shape, dtype and
+    device, every other value as it is (so a route's keys and every shape count)."""
+    return tuple(
+        (k, v.shape, v.dtype, v.device) if isinstance(v, torch.Tensor) else (k, v)
+        for k, v in batch.items()
+    )
+
+
+def _refuse_values(batch: Mapping[str, Any]) -> None:
+    for k, v in batch.items():
+        if not isinstance(v, (torch.Tensor, *PLAIN)):
+            raise ShapeBucketError(
+                f"BucketedModel(graphs=True): {k!r} is a {type(v).__name__}, not a tensor or "
+                "a plain value (None, bool, int, float, str); a CUDA graph would bake it in "
+                "and replay it for every later call; pass its tensors by keyword, or "
+                "graphs=False"
+            )
+
+
+class Graphs:
+    """A wrapper's captured graphs, one per padded batch key, sharing one memory pool.
+    Nothing of it pickles or deep-copies (captured graphs belong to their process): a
+    copy starts with none."""
+
+    def __init__(self) -> None:
+        self.table: dict[Hashable, Graph] = {}
+        self.pool = GraphPool()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def run(self, model: Any, batch: dict[str, Any], call: Call, stats: BucketedReport) -> Any:
+        """``model(**batch)`` (a planned call's padded batch) by a replay of its key's
+        graph, captured at its first call, cut back to ``call`` and every tensor cloned
+        (the next replay overwrites the static outputs)."""
+        key = key_of(batch)
+        try:
+            graph = self.table.get(key)
+        except TypeError:  # an unhashable value
+            _refuse_values(batch)
+            raise
+        if graph is None:
+            _refuse_values(batch)
+            graph = self.table[key] = self._capture(model, batch)
+            stats.graphs_captured += 1
+        else:
+            compat.copy_all(graph.inputs, [batch[k] for k in graph.names])
+        graph.replay()
+        stats.graph_replays += 1
+        return cloned(cut_outputs(graph.out, call.outputs, call))
+
+    def _capture(self, model: Any, batch: dict[str, Any]) -> Graph:
+        # the static buffers are made outside inference mode: later calls under no_grad
+        # copy into them too (an inference tensor takes no in-place write outside it)
+        with torch.inference_mode(False), torch.no_grad():
+            static = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        names = tuple(k for k, v in static.items() if isinstance(v, torch.Tensor))
+        replay, out = capture(lambda b: model(**b), static, self.pool)
+        return Graph(replay, names, [static[k] for k in names], out)

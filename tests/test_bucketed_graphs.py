@@ -1,0 +1,206 @@
+"""BucketedModel(graphs=True): a planned call under no_grad replays the graph of its padded
+shape. On CPU there is no CUDA graph, so these tests replace the capture with an
+emulation (its replay runs the model again on the static buffers and writes the result
+into the static outputs in place, as a CUDA graph replay does); one CUDA test runs the
+real capture."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import _bucketed_models as bm
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shapebucket import BucketedModel, ShapeBucketError
+from shapebucket.bucketed import graphs
+from shapebucket.bucketed.outputs import leaves
+
+ROW_BUCKETS = bm.ROW_BUCKETS
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    monkeypatch.setattr(graphs, "capture", graphs.emulated_capture)
+
+
+def _tensors(out):
+    return dict(leaves(out))
+
+
+def _max_diff(a, b) -> float:
+    a, b = _tensors(a), _tensors(b)
+    assert a.keys() == b.keys()
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+# -- exact ---------------------------------------------------------------------------------
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    shapes=st.lists(
+        st.tuples(st.integers(1, 8), st.integers(2, 32), st.integers(0, 2**16)),
+        min_size=2,
+        max_size=8,
+    )
+)
+def test_a_stream_of_graphed_calls_equals_the_unwrapped_calls(shapes):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(graphs, "capture", graphs.emulated_capture)
+        inner = bm.model("masked")
+        wrapped = BucketedModel(inner, bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+        kept = []
+        for rows, length, seed in shapes:
+            batch = bm.call("masked", rows, length, seed)
+            with torch.no_grad():
+                want = inner(**batch)
+            with torch.inference_mode():
+                got = wrapped(**batch)
+            assert _max_diff(got, want) <= 1e-5
+            kept.append((got, want))
+        # every output kept from earlier calls still holds its own call's values
+        assert max(_max_diff(g, w) for g, w in kept) <= 1e-5
+        assert wrapped.stats.graph_replays == len(shapes)
+        assert wrapped.stats.graphs_captured == len(wrapped.stats.shapes)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    shapes=st.lists(
+        st.tuples(st.integers(1, 6), st.integers(2, 16), st.integers(0, 2**16)),
+        min_size=2,
+        max_size=6,
+    )
+)
+def test_packed_graphed_calls_equal_the_unwrapped_calls(shapes):
+    """The bench GPT takes ``document_ids``: the wrapper packs its calls (real labels only
+    on real tokens), and the packed batch is what the graph holds."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(graphs, "capture", graphs.emulated_capture)
+        inner = bm.model("gpt")
+        wrapped = BucketedModel(inner, bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+        for rows, length, seed in shapes:
+            batch = bm.call("gpt", rows, length, seed)
+            batch["labels"] = batch["labels"].masked_fill(~batch["attention_mask"], -100)
+            with torch.no_grad():
+                want, got = inner(**batch), wrapped(**batch)
+            assert abs(got.item() - want.item()) <= 1e-5
+        assert wrapped.stats.packed_calls == len(shapes)
+        assert wrapped.stats.graph_replays == len(shapes)
+        assert wrapped.stats.graphs_captured == len(wrapped.stats.shapes)
+
+
+def test_an_output_kept_by_the_caller_is_not_overwritten_by_the_next_call(emulated):
+    inner = bm.model("masked")
+    wrapped = BucketedModel(inner, bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+    first, second = bm.call("masked", 3, 10, seed=1), bm.call("masked", 3, 10, seed=2)
+    with torch.no_grad():
+        kept = wrapped(**first)
+        before = {k: v.clone() for k, v in kept.items()}
+        wrapped(**second)
+        want = inner(**first)
+    assert wrapped.stats.graphs_captured == 1 and wrapped.stats.graph_replays == 2
+    assert all(torch.equal(kept[k], before[k]) for k in kept)
+    assert _max_diff(kept, want) <= 1e-5
+
+
+def test_a_shorter_call_after_a_longer_one_on_the_same_graph_is_exact(emulated):
+    """The static buffers hold the longer call's tokens where the shorter call has pads:
+    the copy-in writes the whole padded batch, pads included."""
+    inner = bm.model("masked")
+    wrapped = BucketedModel(inner, bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+    longer, shorter = bm.call("masked", 4, 16, seed=3), bm.call("masked", 3, 9, seed=4)
+    with torch.no_grad():
+        wrapped(**longer)
+        got = wrapped(**shorter)
+        want = inner(**shorter)
+    assert wrapped.stats.shapes == {(4, 16): 2} and wrapped.stats.graphs_captured == 1
+    assert _max_diff(got, want) <= 1e-5
+
+
+def test_calls_with_grad_enabled_never_replay_and_keep_their_gradients(emulated):
+    inner = copy.deepcopy(bm.model("masked"))
+    wrapped = BucketedModel(inner, bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+    batch = bm.call("masked", 2, 7, seed=5)
+    with torch.no_grad():
+        wrapped(**batch)
+    out = wrapped(**batch)
+    out["loss"].backward()
+    assert wrapped.stats.graph_replays == 1 and wrapped.stats.graphs_captured == 1
+    assert inner.emb.weight.grad is not None
+
+
+def test_one_capture_per_planned_shape(emulated):
+    wrapped = BucketedModel(bm.model("masked"), bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+    with torch.no_grad():
+        for rows, length in [(1, 5), (2, 8), (3, 9), (4, 16), (1, 3), (8, 30), (5, 20)]:
+            wrapped(**bm.call("masked", rows, length, seed=rows))
+    assert wrapped.stats.shapes == {(2, 8): 3, (4, 16): 2, (8, 32): 2}
+    assert wrapped.stats.graphs_captured == 3 and wrapped.stats.graph_replays == 7
+
+
+def test_a_copy_of_the_wrapper_starts_without_graphs(emulated):
+    wrapped = BucketedModel(bm.model("masked"), bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+    batch = bm.call("masked", 2, 6, seed=6)
+    with torch.no_grad():
+        wrapped(**batch)
+        for other in (pickle.loads(pickle.dumps(wrapped)), copy.deepcopy(wrapped)):
+            other.stats.graphs_captured = 0
+            assert _max_diff(other(**batch), wrapped(**batch)) <= 1e-5
+            assert other.stats.graphs_captured == 1  # captured its own
+
+
+# -- refusals ------------------------------------------------------------------------------
+
+
+def test_cpu_inputs_are_refused_with_the_fix_without_the_emulation():
+    wrapped = BucketedModel(bm.model("masked"), bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+    batch = bm.call("masked", 2, 6, seed=7)
+    with torch.no_grad(), pytest.raises(ShapeBucketError, match=r"'input_ids'.* is on cpu.*move the model and its inputs to CUDA, or pass graphs=False"):  # fmt: skip
+        wrapped(**batch)
+    assert wrapped(**batch)["loss"].requires_grad  # grad enabled: today's path, no graph
+
+
+def test_a_compiled_wrapper_with_graphs_is_refused_with_the_fix(emulated):
+    wrapped = BucketedModel(bm.model("masked"), bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+    compiled = torch.compile(wrapped, backend="eager")
+    with torch.no_grad(), pytest.raises(ShapeBucketError, match=r"BucketedModel\(torch\.compile\(model\), graphs=True\)"):  # fmt: skip
+        compiled(**bm.call("masked", 2, 6, seed=8))
+    assert wrapped.stats.graphs_captured == 0
+
+
+def test_a_non_tensor_value_a_graph_would_bake_in_is_refused(emulated):
+    class Takes(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None, extra=None):
+            return input_ids.float()
+
+    wrapped = BucketedModel(Takes(), [8], sequence_keys=["input_ids"], graphs=True)
+    with torch.no_grad(), pytest.raises(ShapeBucketError, match=r"'extra' is a list"):
+        wrapped(input_ids=torch.ones(1, 3, dtype=torch.long), extra=[torch.ones(1)])
+
+
+def test_graphs_must_be_a_bool():
+    with pytest.raises(ShapeBucketError, match="graphs must be True or False"):
+        BucketedModel(bm.model("masked"), bm.BUCKETS, graphs="yes")
+
+
+# -- CUDA ----------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="captures a real CUDA graph")
+def test_real_capture_of_a_compiled_model_replays_the_unwrapped_outputs():
+    inner = copy.deepcopy(bm.model("masked")).cuda()
+    wrapped = BucketedModel(torch.compile(inner), bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+    kept = []
+    with torch.inference_mode():
+        for rows, length, seed in [(3, 10, 1), (4, 12, 2), (5, 20, 3), (7, 30, 4)]:
+            batch = {k: v.cuda() for k, v in bm.call("masked", rows, length, seed).items()}
+            got, want = wrapped(**batch), inner(**batch)
+            assert _max_diff(got, want) <= 1e-4
+            kept.append((got, want))
+    assert max(_max_diff(g, w) for g, w in kept) <= 1e-4
+    assert wrapped.stats.graphs_captured == 2 and wrapped.stats.graph_replays == 4

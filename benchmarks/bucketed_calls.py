@@ -28,6 +28,11 @@ The strategies (``STRATEGY_BUILDERS`` in ``bucketed_calls_parts.py``, where more
   into rows of the bucket that holds its longest, rows padded to a row bucket;
 * ``bucketed-packed-one``: ``packing=True`` on one row length (the stream's longest)
   and row buckets fitted on the calls' packed rows (``fit_calls(packed_row_length=)``).
+* ``bucketed-graphs``, ``bucketed-packed-graphs``: ``bucketed`` and ``bucketed-packed``
+  around ``torch.compile(model, dynamic=False)`` in the default mode, with
+  ``graphs=True``: the wrapper's own CUDA graphs, one per planned shape, captured in the
+  prewarm and replayed for the ``--modes eval`` calls. CUDA only: skipped, with the
+  reason printed, on a CPU.
 
 Each strategy has its own model copy and its own compiled code (no graph shared); it
 first runs the ``--warm-calls`` warm-up calls (compiling what it compiles), then
@@ -75,6 +80,8 @@ DEFAULT_STRATEGIES = (
     "bucketed",
     "bucketed-packed",
     "bucketed-packed-one",
+    "bucketed-graphs",
+    "bucketed-packed-graphs",
 )
 
 
@@ -237,6 +244,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"unknown {what} {unknown}; choose from {sorted(known)}")
     if a.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda, but torch sees no CUDA device")
+    skipped = [n for n in a.strategies if n in parts.CUDA_ONLY and a.device != "cuda"]
+    if skipped:
+        print(
+            f"skipped {', '.join(skipped)}: CUDA graphs capture CUDA work only (--device cuda)",
+            file=sys.stderr,
+        )
+        a.strategies = [n for n in a.strategies if n not in skipped]
+    if not a.strategies:
+        p.error("no strategy left to run on this device")
     if min(a.calls, a.rounds, a.warm_calls, a.host_calls) < 1:
         p.error("--calls, --rounds, --warm-calls and --host-calls must be >= 1")
     return a

@@ -9,10 +9,11 @@ puts ``benchmarks/`` on ``sys.path``); it is not part of the package.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ import shapebucket
 from shapebucket import BucketedModel
 from shapebucket.bench.model import GPT, GPTConfig
 from shapebucket.bench.runner import fresh_forward
-from shapebucket.bucketed import fit_calls
+from shapebucket.bucketed import fit_calls, graphs
 from shapebucket.compile import CudaGraphs, Inference
 from shapebucket.data import mixture_lengths
 
@@ -165,21 +166,24 @@ def own_forward(model: torch.nn.Module, tag: str) -> torch.nn.Module:
     return model
 
 
-def _wrapped(model: torch.nn.Module, ctx: Context, shapes: Any, packing: bool) -> Strategy:
+def _wrapped(
+    model: torch.nn.Module, ctx: Context, shapes: Any, packing: bool, graphs: bool = False
+) -> Strategy:
     a = ctx.args
-    model = own_forward(
-        model, f"{'packed' if packing else 'padded'}_{len(shapes.buckets)}_{a.mode}"
-    )
+    tag = f"{'packed' if packing else 'padded'}{'_graphs' if graphs else ''}"
+    model = own_forward(model, f"{tag}_{len(shapes.buckets)}_{a.mode}")
     buckets, row_buckets = list(shapes.buckets), list(shapes.row_buckets)
-    mode = "reduce-overhead" if a.device == "cuda" else "default"
+    # the wrapper's own graphs need the default mode inside (reduce-overhead records its own)
+    mode = "reduce-overhead" if a.device == "cuda" and not graphs else "default"
     wrapped = BucketedModel(
         compile_with(model, a, dynamic=False, mode=mode),
         buckets,
         row_buckets=row_buckets,
         packing=packing,
+        graphs=graphs,
     )
     modes: list[Any] = [Inference()] if a.mode == "eval" else []
-    modes += [CudaGraphs()] if a.device == "cuda" else []
+    modes += [CudaGraphs()] if a.device == "cuda" and not graphs else []
     shapebucket.prewarm(wrapped, wrapped.plan(ctx.warm_calls[0]), modes=modes, progress=False)
     info = {"fit": str(shapes)}
     return Strategy(wrapped, tokens_run=lambda: wrapped.stats.padded_tokens, info=info)
@@ -204,6 +208,19 @@ def build_bucketed_packed_one(model: torch.nn.Module, ctx: Context) -> Strategy:
     return _wrapped(model, ctx, fitted_shapes(ctx, row_length), packing=True)
 
 
+def build_bucketed_graphs(model: torch.nn.Module, ctx: Context) -> Strategy:
+    """The padding wrapper around ``torch.compile(dynamic=False)`` in the default mode,
+    replaying its own CUDA graphs (``graphs=True``: ``--modes eval`` calls, under
+    ``inference_mode``, replay; ``train`` calls run without graphs), prewarmed on its
+    plan (which captures each shape's graph before the stream). CUDA only."""
+    return _wrapped(model, ctx, fitted_shapes(ctx), packing=False, graphs=True)
+
+
+def build_bucketed_packed_graphs(model: torch.nn.Module, ctx: Context) -> Strategy:
+    """:func:`build_bucketed_graphs` with packed calls (as ``bucketed-packed``). CUDA only."""
+    return _wrapped(model, ctx, fitted_shapes(ctx), packing=True, graphs=True)
+
+
 #: strategy name -> builder(model copy, context) -> Strategy; a new strategy joins here.
 STRATEGY_BUILDERS: dict[str, Callable[[torch.nn.Module, Context], Strategy]] = {
     "eager": build_eager,
@@ -213,7 +230,11 @@ STRATEGY_BUILDERS: dict[str, Callable[[torch.nn.Module, Context], Strategy]] = {
     "bucketed": build_bucketed,
     "bucketed-packed": build_bucketed_packed,
     "bucketed-packed-one": build_bucketed_packed_one,
+    "bucketed-graphs": build_bucketed_graphs,
+    "bucketed-packed-graphs": build_bucketed_packed_graphs,
 }
+#: the strategies that capture CUDA graphs: skipped, with the reason printed, off CUDA
+CUDA_ONLY = ("bucketed-graphs", "bucketed-packed-graphs")
 
 
 # -- the wrapper's own host time ------------------------------------------------------
@@ -254,10 +275,14 @@ def host_time(calls: int, warm: int) -> list[dict[str, Any]]:
     """The wrapper's time per call around :class:`Echo` against the bare module: a 1-row
     call (1 x 8, padded to 2 x 16) and a 16-row call (16 x 24, padded to 16 x 32); and
     around :class:`PackedEcho`, whose calls it packs (1 x 8 into 2 x 16; 16 x 24 into
-    16 x 32, each sample a row)."""
+    16 x 32, each sample a row); and with ``graphs=True`` on the emulated capture
+    (``graphs.emulated_capture``: no CUDA graph on a CPU; its replay runs the module
+    again and copies its outputs in place, so the row is the wrapper's work around a
+    replay, the key, the copy in, the cut and the clones, not a CUDA replay's cost)."""
     bare = Echo()
     wrapped = BucketedModel(bare, [16, 32], row_buckets=[2, 16])
     packed = BucketedModel(PackedEcho(), [16, 32], row_buckets=[2, 16])
+    graphed = BucketedModel(bare, [16, 32], row_buckets=[2, 16], graphs=True)
     rows = []
     for r, length in [(1, 8), (16, 24)]:
         batch = {
@@ -265,7 +290,8 @@ def host_time(calls: int, warm: int) -> list[dict[str, Any]]:
             "attention_mask": torch.ones(r, length, dtype=torch.long),
         }
         ways = [("bare module", bare), ("BucketedModel", wrapped), ("packed", packed)]
-        with torch.inference_mode():
+        ways += [("graphs: emulated replay (CPU)", graphed)]
+        with torch.inference_mode(), _emulated_graphs():
             for name, fn in ways:
                 t = _call_times_us(fn, batch, warm, calls)
                 rows.append(
@@ -278,6 +304,17 @@ def host_time(calls: int, warm: int) -> list[dict[str, Any]]:
                     }
                 )
     return rows
+
+
+@contextlib.contextmanager
+def _emulated_graphs() -> Iterator[None]:
+    """``graphs.capture`` replaced by ``graphs.emulated_capture`` for the block."""
+    real = graphs.capture
+    graphs.capture = graphs.emulated_capture
+    try:
+        yield
+    finally:
+        graphs.capture = real
 
 
 # -- the plot ---------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 # The GPU checks, on a machine with CUDA and a torch already installed (no venv, no
 # downloads: it runs the checkout through PYTHONPATH with that machine's python3, the
 # torch the device image has: 2.11 at the time of writing):
-#   1. cuda_tests: the CUDA tests (CUDA graphs, the triton padding kernel on a GPU,
-#      reduce-overhead prewarm, the memory calibration on the CUDA allocator, and the
+#   1. cuda_tests: the CUDA tests (CUDA graphs, the wrapper's own graphs=True replay,
+#      the triton padding kernel on a GPU, reduce-overhead prewarm, the memory
+#      calibration on the CUDA allocator, and the
 #      bench's CUDA-graph strategies recorded at prewarm with the memory they keep);
 #   2. profile: the benchmark's GPU profile (--profile gpu: 16k tokens a step, lengths up
 #      to 2,048, 4 blocks of width 1,024, bf16; the peers, the limit row, shapebucket's
@@ -14,7 +15,8 @@
 #   4. bucketed_calls: the wrapper's call benchmark (benchmarks/bucketed_calls.py): the
 #      realistic model (4 blocks of width 1,024, vocab 16k, bf16) on both streams (1-64
 #      rows to 1,024 and 1-8 rows to 256, fresh calls every round): the padding and the
-#      packing wrapper against dynamic=True, the default compile and reduce-overhead,
+#      packing wrapper, each also with its own CUDA graphs (graphs=True), against
+#      dynamic=True, the default compile and reduce-overhead,
 #      writing $OUT/bucketed_calls.json (estimated at about 4 minutes on an H100, never
 #      run: PARTS=bucketed_calls gives it its whole 240 s cap).
 # Older parts, by name in PARTS only: smoke, calibrate, bench_w256, bench_w1024,
@@ -57,6 +59,7 @@ torch.cuda.get_device_name(0), "shapebucket", shapebucket.__version__)' || exit 
 
 part cuda_tests 100 "$PY" -m pytest -q -rs -p no:cacheprovider \
     "tests/test_bucketed.py::test_cuda_graphs_are_recorded_for_the_planned_shapes_only" \
+    "tests/test_bucketed_graphs.py::test_real_capture_of_a_compiled_model_replays_the_unwrapped_outputs" \
     "tests/test_device_pad.py::test_cuda_finish_with_triton_equals_the_collator" \
     "tests/test_prewarm_modes.py::test_reduce_overhead_prewarm_records_every_bucket_and_training_never_recompiles" \
     "tests/test_calibrate.py::test_on_cuda_the_allocator_peaks_stay_within_and_state_is_put_back" \
@@ -69,7 +72,7 @@ TAIL=20 part profile_flex 150 "${profile[@]}" --attention flex --no-limit \
     --json "$OUT/profile_gpu_flex.json"
 TAIL=40 part bucketed_calls 240 "$PY" benchmarks/bucketed_calls.py --device cuda \
     --model realistic --stream large,small --calls 24 --rounds 3 --warm-calls 16 \
-    --strategies dynamic,compile,reduce-overhead,bucketed,bucketed-packed \
+    --strategies dynamic,compile,reduce-overhead,bucketed,bucketed-packed,bucketed-graphs,bucketed-packed-graphs \
     --json "$OUT/bucketed_calls.json"
 part smoke 120 "$PY" -m shapebucket bench --quick --device cuda --no-limit \
     --strategies grouped-eager,shapebucket-packed,shapebucket-calibrated --json "$OUT/smoke.json"

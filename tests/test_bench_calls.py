@@ -23,9 +23,11 @@ def test_host_time_measures_the_wrapper_and_the_bare_module_for_both_calls(tmp_p
         ("1 x 8", "bare module"),
         ("1 x 8", "BucketedModel"),
         ("1 x 8", "packed"),
+        ("1 x 8", "graphs: emulated replay (CPU)"),
         ("16 x 24", "bare module"),
         ("16 x 24", "BucketedModel"),
         ("16 x 24", "packed"),
+        ("16 x 24", "graphs: emulated replay (CPU)"),
     ]
     assert all(r["calls"] == 5 and 0 < r["median_us"] <= r["p99_us"] for r in rows)
     assert "| 1 x 8 | BucketedModel |" in capsys.readouterr().out
@@ -67,3 +69,5 @@ def test_a_small_stream_runs_every_strategy_and_the_wrapper_compiles_nothing_in_
     # packing runs fewer tokens than padding the same calls to the same shapes
     assert results["bucketed-packed"]["tokens_run"] < results["bucketed"]["tokens_run"]
     assert "| bucketed |" in done.stdout
+    # the wrapper's own CUDA graphs need CUDA: skipped on a CPU, with the reason
+    assert "skipped bucketed-graphs, bucketed-packed-graphs: CUDA graphs" in done.stderr

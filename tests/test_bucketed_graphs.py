@@ -134,6 +134,20 @@ def test_calls_with_grad_enabled_never_replay_and_keep_their_gradients(emulated)
     assert inner.emb.weight.grad is not None
 
 
+def test_a_graph_captured_under_inference_mode_replays_under_no_grad(emulated):
+    """The static buffers are made outside inference mode: an inference tensor would
+    refuse the copy-in of a later call made under ``no_grad``."""
+    inner = bm.model("masked")
+    wrapped = BucketedModel(inner, bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+    first, second = bm.call("masked", 2, 7, seed=9), bm.call("masked", 2, 6, seed=10)
+    with torch.inference_mode():
+        wrapped(**first)
+    with torch.no_grad():
+        got, want = wrapped(**second), inner(**second)
+    assert wrapped.stats.graphs_captured == 1 and wrapped.stats.graph_replays == 2
+    assert _max_diff(got, want) <= 1e-5
+
+
 def test_one_capture_per_planned_shape(emulated):
     wrapped = BucketedModel(bm.model("masked"), bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
     with torch.no_grad():

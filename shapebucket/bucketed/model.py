@@ -11,7 +11,8 @@ to the smallest bucket that holds it and the rows to the smallest row bucket
 packed input, its samples packed into a few rows (:mod:`.routing`); the model runs at
 that shape; every output dim that follows the rows or a length (learned from the
 model, :mod:`.outputs`) is cut back. A scalar loss over labels that ignore -100 comes
-back as it is.
+back as it is. With ``graphs=True``, a planned call under ``no_grad`` replays the CUDA
+graph of its padded shape instead of running the model (:mod:`.graphs`).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from .. import _torch as compat
 from .._validate import check_flag, check_lengths
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
-from ..compile.prewarm import refuse_cached_decoder
+from ..compile.calls import refuse_cached_decoder
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
 from ..fit.packing_fit import PackingFitReport

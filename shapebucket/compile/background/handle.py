@@ -48,9 +48,9 @@ from ...collate.bucket import BucketCollator
 from ...errors import ShapeBucketError
 from ...plan.coerce import as_plan
 from ...plan.shapes import Shape, ShapePlan
-from ..cache.artifacts import MANIFEST, load_compile_cache
+from ..cache.load import MANIFEST, load_compile_cache
+from ..calls import packs, refuse_cached_decoder
 from ..marks import walk_batch
-from ..prewarm import packs, refuse_cached_decoder
 from ..recompiles import CompileCounter
 from .report import BackgroundReport
 from .setup import (

@@ -123,7 +123,9 @@ def _save(
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-", dir=path.parent))
     try:
         if exported is None:
-            sizes = _build(tmp, previous=path if check_compile_cache(path) is None else None, extra=extra)
+            sizes = _build(
+                tmp, previous=path if check_compile_cache(path) is None else None, extra=extra
+            )
         else:
             sizes = _build(tmp, previous=None, exported=exported)
             compat.clear_cache_artifacts()

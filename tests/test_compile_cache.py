@@ -15,8 +15,9 @@ import torch
 from shapebucket import ShapeBucketError
 from shapebucket import _torch as compat
 from shapebucket.compile import load_compile_cache, save_compile_cache
-from shapebucket.compile.cache import artifacts as cache_module
+from shapebucket.compile.cache import save as cache_module
 from shapebucket.compile.cache.key import job_key
+from shapebucket.compile.cache.load import sha256
 
 ARTIFACTS = b"compiler artifacts " * 20
 
@@ -175,7 +176,7 @@ def test_corrupt_artifacts_with_a_matching_manifest_are_not_loaded(tmp_path):
     manifest = json.loads((cache / "manifest.json").read_text())
     manifest["files"]["artifacts.bin"] = {
         "bytes": 7,
-        "sha256": cache_module._sha256(cache / "artifacts.bin"),
+        "sha256": sha256(cache / "artifacts.bin"),
     }
     (cache / "manifest.json").write_text(json.dumps(manifest))
     with pytest.warns(UserWarning, match="could not read artifacts.bin"):

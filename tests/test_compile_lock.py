@@ -76,7 +76,7 @@ def test_a_save_killed_midway_is_not_trusted(tmp_path):
         from pathlib import Path
         from shapebucket import _torch as compat
         from shapebucket.compile import save_compile_cache
-        from shapebucket.compile.cache import artifacts as cache
+        from shapebucket.compile.cache import save as cache
         compat.save_cache_artifacts = lambda: b"artifacts" * 10
         calls = [0]
         def copy(src, dst):

@@ -14,7 +14,7 @@ from torch import nn
 
 from shapebucket import ShapeBucketError
 from shapebucket.compile import CompileCounter, Inference, no_recompiles, prewarm
-from shapebucket.compile.prewarm import backward_outputs
+from shapebucket.compile.calls import backward_outputs
 from shapebucket.plan.shapes import ShapePlan
 
 pytestmark = pytest.mark.usefixtures("fresh_compiler")

@@ -46,12 +46,10 @@ from .marks import (
 from .modules import is_compiled_module, unwrap_compiled
 from .profiler import cpu_allocation_peak_bytes
 from .tensors import copy_all
-from .version import MIN_TORCH, TORCH_VERSION, has, recompile_limit_fix, requires
+from .version import has, recompile_limit_fix, requires
 
 __all__ = [
     "AOT_MISS",
-    "MIN_TORCH",
-    "TORCH_VERSION",
     "add_limit_handler",
     "add_recompile_handler",
     "aot_call",

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from .._validate import check_int, check_number
-from ..compile.prewarm import check_callables, run_batch
+from ..compile.calls import check_callables, run_batch
 from ..compile.recompiles import CompileCounter
 from ..compile.state import Snapshot, optimizers_stepped, restore_objects, snapshot
 from ..compile.state import restore as restore_state

@@ -7,7 +7,8 @@ True
 
 from .background.handle import BackgroundOptions, compile_in_background
 from .cache.aot import AotCache
-from .cache.artifacts import load_compile_cache, save_compile_cache
+from .cache.load import load_compile_cache
+from .cache.save import save_compile_cache
 from .marks import mark_dynamic
 from .modes.base import Mode
 from .modes.cached import Cache

@@ -1,10 +1,10 @@
-"""Marking a batch's length dims dynamic (``mark_dynamic``), and walking a nested batch."""
+"""Marking a batch's length dims dynamic (``mark_dynamic``)."""
 
 from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -12,26 +12,11 @@ import torch
 from .. import _torch as compat
 from .._validate import check_int
 from ..errors import ShapeBucketError
+from ..plan.contract import walk_batch
 
-__all__ = ["mark_dynamic", "walk_batch"]
+__all__ = ["mark_dynamic"]
 
 _warned_keys: set[str] = set()
-
-
-def walk_batch(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
-    """``(path, leaf)`` for every leaf of a nested batch of dicts, lists and tuples.
-
-    >>> list(walk_batch({"a": 1, "b": (2, 3)}))
-    [('a', 1), ('b[0]', 2), ('b[1]', 3)]
-    """
-    if isinstance(obj, Mapping):
-        for k, v in obj.items():
-            yield from walk_batch(v, f"{path}.{k}" if path else str(k))
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            yield from walk_batch(v, f"{path}[{i}]")
-    else:
-        yield path, obj
 
 
 def _check_mark_args(

@@ -1,6 +1,6 @@
-"""The compiler's recompile messages, read: what the ``fail_on_recompile`` stance raises
-and the guard failures it lists (torch 2.13 wording, which is not a public API: a torch
-upgrade that changes it touches this module only)."""
+"""The compiler's recompile messages, read: what the ``fail_on_recompile`` stance raises,
+the guard failures it lists and the recompile-limit warning (torch 2.13 wording, which is
+not a public API: a torch upgrade that changes it touches this module only)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from dataclasses import dataclass
 __all__ = [
     "GuardFailure",
     "attribute_change",
+    "changes_keywords",
     "is_recompile_error",
+    "limit_function",
     "mode_change",
     "parse_recompile_error",
 ]
@@ -21,6 +23,7 @@ _SIZE_MISMATCH = re.compile(
 )
 _GLOBAL_STATE = re.compile(r"GLOBAL_STATE changed: (.*)")
 _TRAINING = re.compile(r"^(.*?)\.training == (True|False)")
+_KEYWORD_GUARD = re.compile(r"^len\(\w+\) [!=]= \d+$|\bis (not )?None$|^'\w+' (not )?in \w+$")
 _ATTRIBUTE = re.compile(r"^(?:L\['self'\]|self)((?:\.\w+|\[[^\]]*\])+) (?:==|!=|is not|is) ")
 
 
@@ -130,3 +133,25 @@ def attribute_change(guard: str) -> str | None:
         "the model sets it while it runs, so later calls run in another state than the one "
         f"compiled (or prewarm put it back). Set it before prewarm and the loop: {example}"
     )
+
+
+def limit_function(message: str) -> str:
+    """The function named in dynamo's recompile-limit warning (or the warning's first line)."""
+    match = re.search(r"function: '([^']+)' \(([^)]+)\)", message)
+    return f"{match.group(1)} ({match.group(2)})" if match else message.splitlines()[0][:80]
+
+
+def changes_keywords(guard: str) -> bool:
+    """Whether a failed guard checks which inputs a call passes (``len(kwargs) == 1``,
+    ``labels is None``, ``'labels' in kwargs``) rather than a tensor's size, dtype, device
+    or stride.
+
+    >>> changes_keywords("len(kwargs) == 1   # output = func(self, *args, **kwargs)")
+    True
+    >>> changes_keywords("labels is None   # return y if labels is None else y")
+    True
+    >>> changes_keywords("tensor 'x' stride mismatch at index 0")
+    False
+    """
+    head = re.sub(r"^- \d+/\d+: ", "", guard.split("#", 1)[0].strip())
+    return bool(_KEYWORD_GUARD.search(head))

@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import re
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -28,7 +27,14 @@ from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
 from ..plan.shapes import ShapePlan
-from .messages import attribute_change, is_recompile_error, mode_change, parse_recompile_error
+from .messages import (
+    attribute_change,
+    changes_keywords,
+    is_recompile_error,
+    limit_function,
+    mode_change,
+    parse_recompile_error,
+)
 
 __all__ = ["CompileCounter", "check_recompile_limit", "no_recompiles"]
 
@@ -158,7 +164,7 @@ class CompileCounter:
         self._end = compat.unique_graphs()
         if self._stack is not None:
             self._stack.close()
-        _SEEN_LIMIT_HITS.extend(_limit_function(m) for m in self.limit_hits)
+        _SEEN_LIMIT_HITS.extend(limit_function(m) for m in self.limit_hits)
 
     def __str__(self) -> str:
         lines = [f"{self.graphs} graphs compiled, {len(self.recompiles)} recompiles"]
@@ -175,31 +181,6 @@ class CompileCounter:
 
 
 # -- no_recompiles --------------------------------------------------------------------
-
-
-def _limit_function(message: str) -> str:
-    """The function named in dynamo's recompile-limit warning (or the warning's first line)."""
-    match = re.search(r"function: '([^']+)' \(([^)]+)\)", message)
-    return f"{match.group(1)} ({match.group(2)})" if match else message.splitlines()[0][:80]
-
-
-_KEYWORD_GUARD = re.compile(r"^len\(\w+\) [!=]= \d+$|\bis (not )?None$|^'\w+' (not )?in \w+$")
-
-
-def _changes_keywords(guard: str) -> bool:
-    """Whether a failed guard checks which inputs a call passes (``len(kwargs) == 1``,
-    ``labels is None``, ``'labels' in kwargs``) rather than a tensor's size, dtype, device
-    or stride.
-
-    >>> _changes_keywords("len(kwargs) == 1   # output = func(self, *args, **kwargs)")
-    True
-    >>> _changes_keywords("labels is None   # return y if labels is None else y")
-    True
-    >>> _changes_keywords("tensor 'x' stride mismatch at index 0")
-    False
-    """
-    head = re.sub(r"^- \d+/\d+: ", "", guard.split("#", 1)[0].strip())
-    return bool(_KEYWORD_GUARD.search(head))
 
 
 @contextlib.contextmanager
@@ -319,7 +300,7 @@ def _cause(text: str) -> tuple[str, str]:
             f"input {f.name!r} has size {f.actual} at dim {f.dim}, a shape that was not prewarmed",
             pad,
         )
-    keys = next((f for f in others if _changes_keywords(f.text)), None)
+    keys = next((f for f in others if changes_keywords(f.text)), None)
     if keys is not None:
         return (
             f"the call passes other inputs than the prewarmed example did "

@@ -30,15 +30,15 @@ from ..errors import ShapeBucketError
 from ..plan.shapes import ShapePlan
 from ._compat import counted, restore_counted
 
-__all__ = ["PrewarmCallback", "check_compile_cache", "prewarm_trainer"]
+__all__ = ["PrewarmCallback", "compile_cache_dir", "prewarm_trainer"]
 
 
-def check_compile_cache(value: Any, output_dir: str | None) -> str | None:
+def compile_cache_dir(value: Any, output_dir: str | None) -> str | None:
     """The compile cache directory: ``True`` is ``<output_dir>/compile-cache``, ``False`` none.
 
-    >>> check_compile_cache(True, "out")
+    >>> compile_cache_dir(True, "out")
     'out/compile-cache'
-    >>> check_compile_cache(False, "out") is None
+    >>> compile_cache_dir(False, "out") is None
     True
     """
     if value is True:

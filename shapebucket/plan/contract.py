@@ -3,13 +3,14 @@
 ``repad`` (or ``make_batch``) returns a batch of the shape it was asked for.
 
 These checks know a shape only as ``rows`` and ``lengths``, so :mod:`.shapes` and
-:mod:`.protocol` both use them.
+:mod:`.protocol` both use them. They read a batch through :func:`walk_batch` (every leaf
+of a nested batch), the one walk that marking and the background compile use too.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -22,17 +23,28 @@ __all__ = [
     "check_protocol",
     "check_repad",
     "collator_shapes",
+    "walk_batch",
 ]
 
 
+def walk_batch(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """``(path, leaf)`` for every leaf of a nested batch of dicts, lists and tuples.
+
+    >>> list(walk_batch({"a": 1, "b": (2, 3)}))
+    [('a', 1), ('b[0]', 2), ('b[1]', 3)]
+    """
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            yield from walk_batch(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from walk_batch(v, f"{path}[{i}]")
+    else:
+        yield path, obj
+
+
 def _tensor_shapes(batch: Any) -> list[tuple[int, ...]]:
-    if isinstance(batch, torch.Tensor):
-        return [tuple(batch.shape)]
-    if isinstance(batch, Mapping):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)):
-        return [s for v in batch for s in _tensor_shapes(v)]
-    return []
+    return [tuple(v.shape) for _, v in walk_batch(batch) if isinstance(v, torch.Tensor)]
 
 
 def check_batch_shape(batch: Any, shape: Any) -> Any:

@@ -47,10 +47,10 @@ from ... import _torch as compat
 from ...collate.bucket import BucketCollator
 from ...errors import ShapeBucketError
 from ...plan.coerce import as_plan
+from ...plan.contract import walk_batch
 from ...plan.shapes import Shape, ShapePlan
-from ..cache.artifacts import MANIFEST, load_compile_cache
-from ..marks import walk_batch
-from ..prewarm import packs, refuse_cached_decoder
+from ..cache.load import MANIFEST, load_compile_cache
+from ..calls import packs, refuse_cached_decoder
 from ..recompiles import CompileCounter
 from .report import BackgroundReport
 from .setup import (

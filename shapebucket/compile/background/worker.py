@@ -34,7 +34,7 @@ import torch
 
 from ... import _torch as compat
 from ...plan.shapes import Shape, ShapePlan
-from ..cache.artifacts import save_new_compile_cache
+from ..cache.save import save_new_compile_cache
 
 __all__ = ["DONE", "ERROR", "Spec", "compile_shapes", "install_forward", "main", "shape_name"]
 
@@ -111,7 +111,7 @@ def compile_shapes(spec: Spec) -> None:
 
 
 def _run(spec: Spec, model: torch.nn.Module, batch: Any) -> None:
-    from ..prewarm import run_batch
+    from ..calls import run_batch
 
     if spec.step is not None:
         spec.step(model, batch)

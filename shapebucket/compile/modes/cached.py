@@ -11,9 +11,10 @@ from pathlib import Path
 from ... import _torch as compat
 from ..._validate import check_number
 from ...errors import ShapeBucketError
-from ..cache.artifacts import check_compile_cache, load_compile_cache, save_held_compile_cache
 from ..cache.key import describe_batch, job_key
+from ..cache.load import check_compile_cache, load_compile_cache
 from ..cache.lock import WAIT_S, cache_lock
+from ..cache.save import save_held_compile_cache
 from .base import Job, Mode
 
 __all__ = ["Cache"]

@@ -10,8 +10,8 @@ import torch
 
 from ... import _torch as compat
 from ...errors import ShapeBucketError
+from ...plan.contract import walk_batch
 from ...plan.shapes import Shape, ShapePlan
-from ..marks import walk_batch
 from .base import Job, Mode
 
 __all__ = ["Specialize", "length_dims"]

@@ -1,33 +1,26 @@
-"""Persist what the compiler built, and load it back before the first compile.
+"""Saving what the compiler built: atomically, beside the previous cache, under the lock.
 
-A saved cache carries ``manifest.json``: the torch version and the size and
-SHA-256 of every file. :func:`save_compile_cache` builds the whole cache in a
-temporary directory next to ``path`` and renames it into place only when
-complete, so an interrupted save leaves the previous cache (or none), never a
+:func:`save_compile_cache` builds the whole cache (the format :mod:`.load` reads and
+checks) in a temporary directory next to ``path`` and renames it into place only
+when complete, so an interrupted save leaves the previous cache (or none), never a
 half-written one; the previous cache is moved aside to ``.<name>.old-*`` for the
 rename and removed after it. What a killed save left (those two) is removed by the next
 save of ``path``, under the lock (:func:`_remove_leftovers`). Only a cache is ever replaced: a file, or a directory
 holding anything a cache does not, at ``path`` is refused (:func:`_check_replaceable`).
 A save holds the cache's lock (:func:`~shapebucket.compile.lock.cache_lock`, the one
 prewarm's ``Cache`` takes), so saves racing on one path take turns.
-:func:`load_compile_cache` checks every field of the
-manifest and every file (none missing, changed or added) before it copies
-anything into the live inductor cache, so a truncated, edited or foreign cache
-is refused with a warning instead of being half-installed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
-import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
 import time
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -36,19 +29,22 @@ import torch
 
 from ... import _torch as compat
 from ...errors import ShapeBucketError
+from .load import (
+    ARTIFACTS,
+    INDUCTOR,
+    MANIFEST,
+    check_compile_cache,
+    copy_new,
+    read_manifest,
+    sha256,
+)
 from .lock import LOCKS, cache_lock
-
-MANIFEST = "manifest.json"
-ARTIFACTS = "artifacts.bin"
-INDUCTOR = "inductor"
 
 #: a save's leftover (``.<name>.saving-*``, ``.<name>.old-*``) untouched this long (seconds)
 #: is removed by a save that cannot hold the lock: no save takes an hour between writes
 STALE_S = 3600.0
 
 __all__ = [
-    "check_compile_cache",
-    "load_compile_cache",
     "save_compile_cache",
     "save_held_compile_cache",
     "save_new_compile_cache",
@@ -56,11 +52,8 @@ __all__ = [
 
 
 def _copy_new(src: str, dst: str) -> None:
-    """Copy a file unless ``dst`` exists. Inductor's cache is content-addressed (a
-    file's name is its key), and overwriting a compiled ``.so`` that a process has
-    loaded corrupts that process's mapping of it (seen as a crash at exit)."""
-    if not Path(dst).exists():
-        _copy_file(src, dst)
+    """:func:`~.load.copy_new` through :func:`_copy_file`: a file the cache has is kept."""
+    copy_new(src, dst, _copy_file)
 
 
 def _copy_file(src: str, dst: str) -> None:
@@ -130,7 +123,9 @@ def _save(
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-", dir=path.parent))
     try:
         if exported is None:
-            sizes = _build(tmp, previous=path if _check(path) is None else None, extra=extra)
+            sizes = _build(
+                tmp, previous=path if check_compile_cache(path) is None else None, extra=extra
+            )
         else:
             sizes = _build(tmp, previous=None, exported=exported)
             compat.clear_cache_artifacts()
@@ -160,7 +155,7 @@ def _check_replaceable(path: Path) -> None:
     )
     if not path.is_dir():
         raise ShapeBucketError(f"compile cache {str(path)!r} is a file, not a cache; {fix}")
-    files, _ = _read_manifest(path, any_torch=True)
+    files, _ = read_manifest(path, any_torch=True)
     known = {MANIFEST, ARTIFACTS, INDUCTOR, *(files or ())}
     foreign = sorted(f.name for f in path.iterdir() if f.name not in known)
     if (path / INDUCTOR).exists() and not (path / INDUCTOR).is_dir():
@@ -238,7 +233,7 @@ def _build(
     manifest = {
         "torch": torch.__version__,
         "files": {
-            f.relative_to(tmp).as_posix(): {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+            f.relative_to(tmp).as_posix(): {"bytes": f.stat().st_size, "sha256": sha256(f)}
             for f in files
         },
     }
@@ -294,115 +289,3 @@ def _copy_unexported(src: Path, dst: Path, exported: set[str]) -> None:
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)
         _copy_file(str(f), str(dst / rel))
         exported.add(rel)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _refuse(path: Path, why: str) -> bool:
-    warnings.warn(
-        f"compile cache {str(path)!r} ignored: {why}; compiling from scratch. Save it again with "
-        "save_compile_cache() after this run",
-        stacklevel=3,
-    )
-    return False
-
-
-def _read_manifest(
-    path: Path, any_torch: bool = False
-) -> tuple[dict[str, tuple[int, str]] | None, str]:
-    """The manifest's files as ``{name: (bytes, sha256)}``, or None and why not (with
-    ``any_torch``, also a manifest another torch version wrote)."""
-    try:
-        manifest: Any = json.loads((path / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None, f"its {MANIFEST} is missing or unreadable"
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
-        return None, f"its {MANIFEST} has no 'files' mapping"
-    version = manifest.get("torch")
-    if version != torch.__version__ and not any_torch:
-        return None, f"it was saved by torch {version}, this is torch {torch.__version__}"
-    files: dict[str, tuple[int, str]] = {}
-    for name, meta in manifest["files"].items():
-        size = meta.get("bytes") if isinstance(meta, dict) else None
-        digest = meta.get("sha256") if isinstance(meta, dict) else None
-        bad_size = not isinstance(size, int) or isinstance(size, bool) or size < 0
-        if bad_size or not isinstance(digest, str):
-            return None, f"its {MANIFEST} entry for {name!r} is malformed ({meta!r})"
-        if Path(name).is_absolute() or ".." in Path(name).parts:
-            return None, f"its {MANIFEST} names a file outside the cache ({name!r})"
-        files[name] = (int(size), digest)  # type: ignore[arg-type]  # an int, checked above
-    return files, ""
-
-
-def _check(path: Path) -> str | None:
-    """Why the cache at ``path`` cannot be used, or None when every file is intact."""
-    files, why = _read_manifest(path)
-    if files is None:
-        return why
-    for name, (size, digest) in files.items():
-        f = path / name
-        if not f.is_file():
-            return f"{name} is missing"
-        if f.stat().st_size != size:
-            return f"{name} has {f.stat().st_size} bytes, {size} were saved (truncated?)"
-        if _sha256(f) != digest:
-            return f"{name} does not match its checksum (corrupt or edited)"
-    present = {f.relative_to(path).as_posix() for f in path.rglob("*") if f.is_file()}
-    extra = sorted(present - set(files) - {MANIFEST})
-    if extra:
-        return f"{len(extra)} file(s) not in its {MANIFEST} ({', '.join(extra[:3])})"
-    return None
-
-
-def check_compile_cache(path: str | Path) -> str | None:
-    """Why the cache at ``path`` cannot be loaded (no manifest, another torch, a missing,
-    changed or added file), or None when it is complete and intact. Reads only.
-
-    >>> check_compile_cache("no-such-cache")
-    'its manifest.json is missing or unreadable'
-    """
-    return _check(Path(path))
-
-
-def load_compile_cache(path: str | Path) -> bool:
-    """Restore a cache written by :func:`save_compile_cache`; call before the first compile.
-
-    Returns False (and changes nothing) when ``path`` holds no cache. A cache that
-    fails its manifest (a missing, truncated, changed or added file, a malformed
-    field, another torch version, no manifest) or whose artifacts the compiler
-    cannot read is ignored with a warning, and nothing of it is copied: the run
-    compiles from scratch.
-
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     load_compile_cache(tmp)  # an empty directory holds no cache
-    False
-    """
-    path = Path(path)
-    has_artifacts = (path / ARTIFACTS).is_file()
-    has_inductor = (path / INDUCTOR).is_dir()
-    if not has_artifacts and not has_inductor:
-        return False
-    why = _check(path)
-    if why is not None:
-        return _refuse(path, why)
-    if has_artifacts:
-        try:
-            loaded = compat.load_cache_artifacts((path / ARTIFACTS).read_bytes())
-        except Exception as e:  # the compiler's own format: any failure means unusable
-            return _refuse(
-                path, f"the compiler could not read {ARTIFACTS} ({type(e).__name__}: {e})"
-            )
-        if not loaded:
-            return _refuse(path, f"the compiler could not read {ARTIFACTS}")
-    if has_inductor:
-        dst = Path(compat.inductor_cache_dir())
-        dst.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(path / INDUCTOR, dst, dirs_exist_ok=True, copy_function=_copy_new)
-    return True

@@ -1,0 +1,193 @@
+"""What both shapebucket Trainers share: the DataLoader, the sampler's state in each
+checkpoint, exact resume, static shapes and the prewarm.
+
+:class:`ShapeTrainer` asks a subclass (:mod:`.trainers`) for two things: it sets
+``self.sampler`` (a :class:`~shapebucket.sampling.base.ResumableBatchSampler`) and
+``self.collator``, and calls :meth:`ShapeTrainer._setup_shapes` from its ``__init__``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from functools import partial
+from typing import Any
+
+import numpy as np
+from torch.utils.data import DataLoader
+from transformers import Trainer
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, seed_worker
+
+from .. import _torch as compat
+from .._validate import check_flag, check_lengths
+from ..collate.bucket import BucketCollator
+from ..collate.packed import PackedCollator
+from ..errors import ShapeBucketError
+from ..sampling.base import ResumableBatchSampler
+from ._compat import (
+    CheckpointHook,
+    collator_without_unused_columns,
+    dataset_without_unused_columns,
+)
+from .prewarm import PrewarmCallback, compile_cache_dir
+
+__all__ = ["STATE_FILE", "ShapeTrainer"]
+
+#: The file, in each Trainer checkpoint, that holds the sampler's state (one per rank).
+STATE_FILE = "shapebucket_sampler_rank{rank}.json"
+
+
+class _EpochDataLoader(DataLoader):
+    """A ``DataLoader`` with ``set_epoch``, which the Trainer calls at every epoch and
+    forwards here to the batch sampler (a plain DataLoader has none, so the sampler
+    would never hear of the epoch)."""
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batch_sampler.set_epoch(epoch)  # type: ignore[union-attr]
+
+
+def _dataset_lengths(dataset: Any) -> np.ndarray:
+    """One length per sample of ``dataset``: ``len(sample["input_ids"])`` (a column read
+    for a ``datasets.Dataset``)."""
+    if dataset is None:
+        raise ShapeBucketError("lengths=None reads them from train_dataset, but there is none")
+    try:
+        column = dataset["input_ids"] if hasattr(dataset, "column_names") else None
+        if column is None:
+            column = [dataset[i]["input_ids"] for i in range(len(dataset))]
+        return np.asarray([len(x) for x in column], dtype=np.int64)
+    except (KeyError, TypeError, IndexError) as e:
+        raise ShapeBucketError(
+            f"lengths=None reads len(sample['input_ids']) from train_dataset, which failed ({e}); "
+            "pass lengths= (one int per training sample)"
+        ) from None
+
+
+class ShapeTrainer(CheckpointHook, Trainer):
+    """What both trainers share: the DataLoader, checkpoints, resume, static shapes and
+    the prewarm (a subclass sets ``self.sampler`` and ``self.collator``)."""
+
+    sampler: ResumableBatchSampler
+    collator: BucketCollator | PackedCollator
+
+    def _setup_shapes(self, lengths: Any, prewarm: bool, compile_cache: str | bool) -> np.ndarray:
+        """Check the lengths against the dataset; register the prewarm (it runs when
+        training starts, on the model the Trainer compiled)."""
+        arr = _dataset_lengths(self.train_dataset) if lengths is None else check_lengths(lengths)
+        if self.train_dataset is not None and len(arr) != len(self.train_dataset):  # type: ignore[arg-type]
+            raise ShapeBucketError(
+                f"lengths has {len(arr)} entries but train_dataset has {len(self.train_dataset)}; "  # type: ignore[arg-type]
+                "pass one length per training sample"
+            )
+        check_flag("prewarm", prewarm)
+        self.compile_cache = compile_cache_dir(compile_cache, self.args.output_dir)
+        self.prewarm_report = None
+        if prewarm:
+            self.add_callback(PrewarmCallback(self))
+        return arr
+
+    def train_source(self) -> tuple[Any, Any]:
+        """``(dataset, collate)``: what the training DataLoader reads, after the Trainer's
+        removal of the columns the model does not take (from the dataset, or by wrapping
+        the collator). The prewarm makes its example batch from these, so it sees exactly
+        the keys training does.
+
+        Example::
+
+            dataset, collate = trainer.train_source()
+            batch = collate([dataset[0]])
+        """
+        if self.train_dataset is None:
+            raise ShapeBucketError(f"{type(self).__name__}: training requires a train_dataset")
+        dataset: Any = self.train_dataset
+        collate: Any = self.collator
+        try:
+            import datasets
+
+            is_hf_dataset = isinstance(dataset, datasets.Dataset)
+        except ImportError:
+            is_hf_dataset = False
+        if is_hf_dataset:
+            dataset = dataset_without_unused_columns(self, dataset)
+        else:
+            collate = collator_without_unused_columns(self, collate)
+        return dataset, collate
+
+    def get_train_dataloader(self) -> DataLoader:
+        dataset, collate = self.train_source()
+        args = self.args
+        workers = args.dataloader_num_workers
+        options: dict[str, Any] = {
+            "num_workers": workers,
+            "pin_memory": args.dataloader_pin_memory,
+            "worker_init_fn": partial(seed_worker, num_workers=workers, rank=args.process_index),
+        }
+        if workers > 0:  # DataLoader refuses these without workers
+            options["persistent_workers"] = args.dataloader_persistent_workers
+            options["prefetch_factor"] = args.dataloader_prefetch_factor
+            options["multiprocessing_context"] = args.dataloader_multiprocessing_context
+        if getattr(args, "dataloader_in_order", None) is not None:
+            options["in_order"] = args.dataloader_in_order
+        return _EpochDataLoader(dataset, batch_sampler=self.sampler, collate_fn=collate, **options)
+
+    def _sampler_state_at(self, global_step: int) -> dict[str, Any]:
+        """The sampler's state after ``global_step`` optimizer steps, computed the way the
+        Trainer computes where to resume (its prefetching workers run ahead of it)."""
+        accumulate = self.args.gradient_accumulation_steps
+        per_epoch = max(-(-len(self.sampler) // accumulate), 1)
+        position = min((global_step % per_epoch) * accumulate, len(self.sampler))
+        state = self.sampler.state_dict()
+        state.update(epoch=global_step // per_epoch, position=position)
+        return state
+
+    def after_checkpoint(self, output_dir: str) -> None:
+        """The sampler's state beside the checkpoint just saved (one file per rank)."""
+        folder = os.path.join(output_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        path = os.path.join(folder, STATE_FILE.format(rank=self.args.process_index))
+        with open(path, "w") as f:
+            json.dump(self._sampler_state_at(self.state.global_step), f)
+
+    def _training(self) -> contextlib.AbstractContextManager[Any]:
+        """The block ``train()`` runs in: dynamo's automatic dynamic shapes off, so each
+        shape gets its own static graph (the Trainer compiles with ``dynamic=None``)."""
+        return compat.automatic_dynamic(not self.args.torch_compile)
+
+    def train(
+        self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        if resume_from_checkpoint:
+            folder = (
+                get_last_checkpoint(self.args.output_dir)
+                if resume_from_checkpoint is True
+                else resume_from_checkpoint
+            )
+            if folder:
+                self._check_checkpoint(str(folder))
+        with self._training():
+            return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _check_checkpoint(self, folder: str) -> None:
+        path = os.path.join(folder, STATE_FILE.format(rank=self.args.process_index))
+        if not os.path.isfile(path):
+            raise ShapeBucketError(
+                f"checkpoint {folder!r} has no {os.path.basename(path)}: it was not saved by a "
+                f"{type(self).__name__} with this world size, so its batch order cannot be "
+                "checked; resume from such a checkpoint, or start training afresh"
+            )
+        try:
+            with open(path, encoding="utf-8") as f:
+                state = json.load(f)
+            seed, _, _ = self.sampler.check_state(state)
+        except ValueError as e:  # a truncated or edited file: JSON, UTF-8, or the state's check
+            raise ShapeBucketError(
+                f"checkpoint {folder!r}: {os.path.basename(path)} is not a sampler state this "
+                f"trainer can resume from ({type(e).__name__}: {str(e)[:400]}); resume from "
+                "another checkpoint, or start training afresh"
+            ) from None
+        if seed != self.sampler.seed:
+            raise ShapeBucketError(
+                f"checkpoint {folder!r} was trained with seed {seed}, this trainer has seed "
+                f"{self.sampler.seed}: the resumed epoch would have another order and "
+                f"repeat or skip samples; pass TrainingArguments(seed={seed})"
+            )

@@ -45,7 +45,7 @@ from .samples import (
 )
 from .values import check_pad_fits, concat, stack_column
 
-__all__ = ["Collator", "Columns", "KeyRoles", "check_key_list"]
+__all__ = ["Collator", "Columns", "check_key_list"]
 
 
 class Columns(NamedTuple):

@@ -23,14 +23,14 @@ from shapebucket.sampling import (
     PackedBatchSampler,
     ResumableBatchSampler,
 )
-from shapebucket.sampling.base import (
+from shapebucket.sampling.common import resolve_world
+from shapebucket.sampling.state import (
     EPOCH_KEY,
     FINGERPRINT_KEY,
     NUM_BATCHES_KEY,
     POSITION_KEY,
     SEED_KEY,
 )
-from shapebucket.sampling.common import resolve_world
 
 BUCKETS = Buckets([4, 8, 16, 32])
 

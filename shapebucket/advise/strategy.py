@@ -25,14 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import MAX_BUCKET, CheckedLengths, check_int, round_up
+from .._validate import MAX_BUCKET, CheckedLengths, check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
-from ..fit.optimal import DEFAULT_ALIGN, optimal_buckets
-from ..fit.packing_fit import fit_packing
-from ..fit.padding import padding_report
+from ..fit.optimal import DEFAULT_ALIGN
 from ..fit.step_cost import StepCost, check_model_dim
-from .jobtime import MODES, Rates, ShapeLoad, fitted_sets, job_seconds, unit_cost
+from .jobtime import MODES, Rates, job_seconds
+from .shapesets import ShapeSet, bucket_sets, default_tokens, packing_sets
 from .timing import StepTiming
 
 __all__ = ["StrategyEstimate", "StrategyReport", "choose_strategy"]
@@ -147,7 +146,7 @@ class StrategyReport:
         }
 
 
-def _estimates(layout: str, shapes: _ShapeSet, timing: StepTiming) -> list[StrategyEstimate]:
+def _estimates(layout: str, shapes: ShapeSet, timing: StepTiming) -> list[StrategyEstimate]:
     """The three modes of one shape set."""
     buckets, rows, efficiency, loads = shapes
     out = []
@@ -156,49 +155,6 @@ def _estimates(layout: str, shapes: _ShapeSet, timing: StepTiming) -> list[Strat
         out.append(
             StrategyEstimate(layout, mode, buckets, rows, len(loads), efficiency, warm, train, job)
         )
-    return out
-
-
-_ShapeSet = tuple[Buckets, dict[int, int], float, list[ShapeLoad]]
-
-
-def _bucket_options(
-    lengths: CheckedLengths, k: int, align: int, batch_size: int, scale: float, rates: Rates
-) -> list[_ShapeSet]:
-    """Bucketed batches of ``batch_size`` rows for the exact fitted buckets, K = 1..k."""
-    out: list[_ShapeSet] = []
-
-    def cost(b: int) -> float:  # one row of length b
-        return unit_cost(1, b, rates.model_dim)
-
-    sets, _ = fitted_sets(lambda K: optimal_buckets(lengths, K, align=align, cost=cost), k)
-    for buckets in sets:
-        report = padding_report(lengths, buckets)
-        counts = np.bincount(
-            np.searchsorted(np.asarray(list(buckets)), lengths.array), minlength=len(buckets)
-        )
-        loads = [
-            rates.load(batch_size, int(b), scale * int(n) / batch_size)
-            for b, n in zip(buckets, counts, strict=True)
-            if n
-        ]
-        out.append((buckets, {int(b): batch_size for b in buckets}, report.token_efficiency, loads))
-    return out
-
-
-def _packing_options(
-    lengths: CheckedLengths, k: int, align: int, tokens: int, job_samples: int, rates: Rates
-) -> list[_ShapeSet]:
-    """Packed rows for every row-length set :func:`fit_packing` planned for real."""
-    fit = fit_packing(lengths, k, tokens_per_batch=tokens, align=align, model_dim=rates.model_dim)
-    out: list[_ShapeSet] = []
-    for buckets, report in fit.candidates:
-        rows = {int(L): tokens // int(L) for L in buckets}
-        scale = job_samples / report.num_samples
-        loads = [
-            rates.load(rows[L], L, scale * n) for L, n in report.batches_per_bucket.items() if n
-        ]
-        out.append((buckets, rows, report.token_efficiency, loads))
     return out
 
 
@@ -302,10 +258,32 @@ def _chosen(
     return min(best.values(), key=key), best
 
 
-def _default_tokens(lengths: CheckedLengths, batch_size: int, align: int) -> int:
-    """``batch_size`` mean-length samples, rounded up to whole rows of the longest row length."""
-    top = round_up(int(lengths.array.max()), align)
-    return max(top, round_up(int(np.ceil(batch_size * float(lengths.array.mean()))), top))
+def _check_timing(timing: Any) -> None:
+    """Refuse a ``timing`` that is not a :class:`StepTiming`, naming what measures one."""
+    if not isinstance(timing, StepTiming):
+        raise ShapeBucketError(
+            f"timing must be a StepTiming (compile_seconds, eager_seconds, compiled_seconds, "
+            f"rows, length), got {type(timing).__name__}; time_steps(...) measures one"
+        )
+
+
+def _all_estimates(
+    sets: dict[str, list[ShapeSet]], timing: StepTiming, job_samples: int
+) -> list[StrategyEstimate]:
+    """Every shape set of each layout (``sets``: layout -> its sets), each in every mode;
+    estimates that overflow a float are refused (the timed step's units are wrong)."""
+    estimates = [
+        e
+        for layout, shapes in sets.items()
+        for one in shapes
+        for e in _estimates(layout, one, timing)
+    ]
+    if not all(np.isfinite(e.job_seconds) for e in estimates):
+        raise ShapeBucketError(
+            f"the job's estimates overflow a float: {timing} scaled to {job_samples:,} samples; "
+            "check the timed step's units (seconds per step)"
+        )
+    return estimates
 
 
 def choose_strategy(
@@ -341,37 +319,23 @@ def choose_strategy(
     (Examples: :class:`StrategyReport`.)
     """
     checked = CheckedLengths.of(lengths)
-    if not isinstance(timing, StepTiming):
-        raise ShapeBucketError(
-            f"timing must be a StepTiming (compile_seconds, eager_seconds, compiled_seconds, "
-            f"rows, length), got {type(timing).__name__}; time_steps(...) measures one"
-        )
+    _check_timing(timing)
     model_dim = check_model_dim(model_dim)
     job_samples = check_int("job_samples", job_samples, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1)
     k = check_int("k", k, minimum=1)
     align = check_int("align", align, minimum=1, maximum=MAX_BUCKET)
     if tokens_per_batch is None:
-        tokens_per_batch = _default_tokens(checked, batch_size, align)
+        tokens_per_batch = default_tokens(checked, batch_size, align)
     tokens = check_int("tokens_per_batch", tokens_per_batch, minimum=1)
     rates = Rates.from_step(
         timing.rows, timing.length, timing.eager_seconds, timing.compiled_seconds, model_dim
     )
-    scale = job_samples / len(checked)
-    estimates = [
-        e
-        for layout, sets in (
-            ("buckets", _bucket_options(checked, k, align, batch_size, scale, rates)),
-            ("packing", _packing_options(checked, k, align, tokens, job_samples, rates)),
-        )
-        for shapes in sets
-        for e in _estimates(layout, shapes, timing)
-    ]
-    if not all(np.isfinite(e.job_seconds) for e in estimates):
-        raise ShapeBucketError(
-            f"the job's estimates overflow a float: {timing} scaled to {job_samples:,} samples; "
-            "check the timed step's units (seconds per step)"
-        )
+    sets = {
+        "buckets": bucket_sets(checked, k, align, batch_size, job_samples, rates),
+        "packing": packing_sets(checked, k, align, tokens, job_samples, rates),
+    }
+    estimates = _all_estimates(sets, timing, job_samples)
     chosen, best = _chosen(estimates)
     rank = {mode: i for i, mode in enumerate(MODES)}
     return StrategyReport(

@@ -107,16 +107,8 @@ def epoch_batches(family: str, s: Setup, ids: np.ndarray | None = None) -> Famil
     into the whole dataset, and the collator that pads them."""
     a = s.args
     ids = np.arange(len(s.lengths)) if ids is None else ids
-    L = s.lengths[ids]
     if family == "grouped":
-        # transformers' Trainer with group_by_length=True: LengthGroupedSampler's order,
-        # cut into batches, padded to the longest sample rounded up to 8
-        # (DataCollatorWithPadding(pad_to_multiple_of=8))
-        # (a timed sample set is grouped in the mega-batches the whole dataset gets)
-        order = length_grouped_indices(L, a.batch_size, seed=a.seed, dataset_size=len(s.lengths))
-        local = [order[i : i + a.batch_size] for i in range(0, len(order), a.batch_size)]
-        shapes = [(len(b), round_up(int(L[b].max()), 8)) for b in local]
-        return Family(_collator(Buckets.multiples(8, a.max_len)), [ids[b] for b in local], shapes)
+        return _grouped_batches(s, ids)
     if (
         family in ("packed", "fixed", "calibrated")
         and a.workload == "captioning"
@@ -127,40 +119,72 @@ def epoch_batches(family: str, s: Setup, ids: np.ndarray | None = None) -> Famil
             "has one image per sample"
         )
     if family == "fixed":
-        rows = max(1, a.packed_tokens_per_batch // a.max_len)
-        packs = fixed_length_packs(L, a.max_len, rows, seed=a.seed, packer=a.fixed_packer)
-        epoch = [ids[np.asarray([i for r in b for i in r], dtype=np.int64)] for b in packs]
-        sizes = [[len(r) for r in b] for b in packs]
-        shapes = [(rows, a.max_len)] * len(packs)
-        return Family(FixedLengthCollator(a.max_len, rows), epoch, shapes, sizes=sizes, rows=rows)
+        return _fixed_batches(s, ids)
     if family in ("packed", "calibrated"):
-        if "packed" not in s.fits:  # row lengths fitted on the whole dataset
-            s.fits["packed"] = fit_packing(
-                s.lengths,
-                a.k,
-                tokens_per_batch=a.packed_tokens_per_batch,
-                align=8,
-                model_dim=a.model_dim,
-            )
-        fit = s.fits["packed"]
-        rows = fit.rows
-        if family == "calibrated":  # rows calibrated to memory (bench.calibrated), once
-            if s.calibrated is None:
-                s.calibrated = calibrated_rows(s, fit)
-            rows = s.calibrated.rows
-        packer = PackedBatchSampler(L, fit.buckets, rows=rows, seed=a.seed)
-        epoch = [ids[np.asarray(b, dtype=np.int64)] for b in packer]
-        shapes = [(rows[n], n) for n in packer.batch_buckets().tolist()]
-        collate = with_blocks(
-            PackedCollator(
-                fit.buckets,
-                rows=rows,
-                mask_key=None,
-                label_shift="none",  # the bench samples carry labels aligned with their tokens
-            ),
-            getattr(a, "attention", "sdpa"),
+        return _packed_batches(family, s, ids)
+    return _bucket_batches(family, s, ids)
+
+
+def _grouped_batches(s: Setup, ids: np.ndarray) -> Family:
+    """transformers' Trainer with group_by_length=True: LengthGroupedSampler's order,
+    cut into batches, padded to the longest sample rounded up to 8
+    (DataCollatorWithPadding(pad_to_multiple_of=8)); a timed sample set is grouped in the
+    mega-batches the whole dataset gets."""
+    a, L = s.args, s.lengths[ids]
+    order = length_grouped_indices(L, a.batch_size, seed=a.seed, dataset_size=len(s.lengths))
+    local = [order[i : i + a.batch_size] for i in range(0, len(order), a.batch_size)]
+    shapes = [(len(b), round_up(int(L[b].max()), 8)) for b in local]
+    return Family(_collator(Buckets.multiples(8, a.max_len)), [ids[b] for b in local], shapes)
+
+
+def _fixed_batches(s: Setup, ids: np.ndarray) -> Family:
+    """Fixed-length packing (the peer's packer) into rows of ``--max-len``."""
+    a, L = s.args, s.lengths[ids]
+    rows = max(1, a.packed_tokens_per_batch // a.max_len)
+    packs = fixed_length_packs(L, a.max_len, rows, seed=a.seed, packer=a.fixed_packer)
+    epoch = [ids[np.asarray([i for r in b for i in r], dtype=np.int64)] for b in packs]
+    sizes = [[len(r) for r in b] for b in packs]
+    shapes = [(rows, a.max_len)] * len(packs)
+    return Family(FixedLengthCollator(a.max_len, rows), epoch, shapes, sizes=sizes, rows=rows)
+
+
+def _packed_batches(family: str, s: Setup, ids: np.ndarray) -> Family:
+    """shapebucket's packing: row lengths fitted on the whole dataset (once), rows from the
+    token budget or, for ``calibrated``, calibrated to memory (once)."""
+    a, L = s.args, s.lengths[ids]
+    if "packed" not in s.fits:  # row lengths fitted on the whole dataset
+        s.fits["packed"] = fit_packing(
+            s.lengths,
+            a.k,
+            tokens_per_batch=a.packed_tokens_per_batch,
+            align=8,
+            model_dim=a.model_dim,
         )
-        return Family(collate, epoch, shapes, buckets=fit.buckets, rows=rows, packing=fit)
+    fit = s.fits["packed"]
+    rows = fit.rows
+    if family == "calibrated":  # rows calibrated to memory (bench.calibrated), once
+        if s.calibrated is None:
+            s.calibrated = calibrated_rows(s, fit)
+        rows = s.calibrated.rows
+    packer = PackedBatchSampler(L, fit.buckets, rows=rows, seed=a.seed)
+    epoch = [ids[np.asarray(b, dtype=np.int64)] for b in packer]
+    shapes = [(rows[n], n) for n in packer.batch_buckets().tolist()]
+    collate = with_blocks(
+        PackedCollator(
+            fit.buckets,
+            rows=rows,
+            mask_key=None,
+            label_shift="none",  # the bench samples carry labels aligned with their tokens
+        ),
+        getattr(a, "attention", "sdpa"),
+    )
+    return Family(collate, epoch, shapes, buckets=fit.buckets, rows=rows, packing=fit)
+
+
+def _bucket_batches(family: str, s: Setup, ids: np.ndarray) -> Family:
+    """shapebucket's buckets: ``--batch-size`` rows (``buckets``), or a token budget per
+    batch (``tokens``)."""
+    a, L = s.args, s.lengths[ids]
     if family == "buckets":
         sampler = BucketBatchSampler(L, s.buckets, rows=a.batch_size, seed=a.seed)
     else:

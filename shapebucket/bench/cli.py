@@ -17,12 +17,18 @@ from ..data import read_lengths
 from ..errors import ShapeBucketError
 from .advice import recommendation
 from .attention import add_attention_flag, check_attention
+from .flags import (
+    add_batching_flags,
+    add_model_flags,
+    add_output_flags,
+    add_timing_flags,
+    add_workload_flags,
+)
 from .harness import run
 from .peers import source as grouped_source
 from .profiles import add_profile_flags, apply_profile, describe_profile, profile_config
 from .report import check_losses, format_table, headline, plot, run_payload
 from .strategies import DEFAULT, PEERS, STRATEGIES, StrategyResult, for_device
-from .workloads import WORKLOADS
 
 __all__ = ["main"]
 
@@ -67,109 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="a small smoke run (tiny model, k=2)")
     add_profile_flags(p)
     add_attention_flag(p)
-    p.add_argument("--workload", choices=WORKLOADS, default="mixture")
-    p.add_argument(
-        "--lengths",
-        metavar="FILE",
-        help="your own lengths (one int per line, or .npy); overrides --workload's lengths",
-    )
-    p.add_argument(
-        "--strategies",
-        default=None,
-        help="'all', or a comma-separated subset of: "
-        + ", ".join(STRATEGIES)
-        + " (default: "
-        + ", ".join(DEFAULT)
-        + ")",
-    )
-    p.add_argument("--device", default="cpu", help="cpu (default) or cuda (bf16 autocast)")
-    p.add_argument(
-        "--mode",
-        default=None,
-        choices=[None, "default", "reduce-overhead", "max-autotune"],
-        help="torch.compile mode (reduce-overhead: CUDA graphs, GPU only)",
-    )
-    p.add_argument("--rounds", type=int, default=None, help="timed rounds (default 5, quick 2)")
-    p.add_argument(
-        "--no-limit",
-        action="store_true",
-        help="leave out the physical-limit reference row (it compiles a few grid lengths)",
-    )
-    p.add_argument(
-        "--epoch-samples",
-        type=int,
-        default=None,
-        help="samples of the timed set, one whole epoch of it per round (default 6,000, quick 400)",
-    )
-    p.add_argument(
-        "--warmup-steps", type=int, default=None, help="steps after compiling (default 3, quick 1)"
-    )
-    p.add_argument("--batch-size", type=int, default=None, help="default 64, quick 16")
-    p.add_argument(
-        "--bucket-tokens-per-batch",
-        type=int,
-        default=None,
-        help="tokens_per_batch of shapebucket-tokens' BucketBatchSampler (default: batch "
-        "size x 32)",
-    )
-    p.add_argument(
-        "--packed-tokens-per-batch",
-        type=int,
-        default=None,
-        help="tokens_per_batch of shapebucket-packed's PackedBatchSampler (default: the real "
-        "tokens of batch-size average samples, rounded up to whole rows of the longest row)",
-    )
-    p.add_argument(
-        "--samples",
-        type=int,
-        default=None,
-        help="samples drawn for mixture and captioning (default 200,000, quick 20,000)",
-    )
-    p.add_argument("--k", type=int, default=None, help="fitted buckets (default 8, quick 2)")
-    p.add_argument(
-        "--fixed-packer",
-        choices=["bfd", "next-fit"],
-        default="bfd",
-        help="the fixed-length packing peer's packer: bfd (TRL pack_dataset) or next-fit "
-        "(torchtune PackedDataset)",
-    )
-    _model_and_output_flags(p)
+    add_workload_flags(p)
+    add_timing_flags(p)
+    add_batching_flags(p)
+    add_model_flags(p)
+    add_output_flags(p)
     return p
-
-
-def _model_and_output_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--vocab", type=int, default=512)
-    p.add_argument(
-        "--model-dim", type=int, default=None, help="model width (default 128, quick 32)"
-    )
-    p.add_argument("--depth", type=int, default=None, help="blocks (default 2, quick 1)")
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--max-len", type=int, default=256)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--cache",
-        choices=["fresh", "shared"],
-        default="fresh",
-        help="fresh: an empty compile cache per strategy (honest warm-up); shared: reuse",
-    )
-    p.add_argument(
-        "--json",
-        default=None,
-        metavar="PATH",
-        help="default results/steps_per_sec_<workload>[_quick].json ('' for none)",
-    )
-    p.add_argument(
-        "--plot", default=None, metavar="PATH", help="default: the --json path with .png"
-    )
-    p.add_argument(
-        "--no-check", action="store_true", help="do not fail when a correctness check fails"
-    )
-    p.add_argument(
-        "--from-json",
-        metavar="PATH",
-        help="measure nothing: print the table and headline of a saved run and write its plot "
-        "(--plot, default next to the JSON)",
-    )
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -276,32 +185,8 @@ def _resolve(args: argparse.Namespace) -> None:
             f"--model-dim {args.model_dim} must be a multiple of --heads {args.heads}"
         )
     given = args.strategies
-    names = {None: list(DEFAULT), "all": list(STRATEGIES)}.get(given, str(given).split(","))
-    args.strategies = [n.strip() for n in names if n.strip()]
-    if not args.strategies:
-        raise ShapeBucketError(
-            f"--strategies {given!r} names no strategy; pass 'all' or names from: "
-            f"{', '.join(STRATEGIES)}"
-        )
-    twice = sorted({n for n in args.strategies if args.strategies.count(n) > 1})
-    if twice:
-        raise ShapeBucketError(
-            f"--strategies names {', '.join(twice)} twice; name each strategy once"
-        )
-    unknown = [n for n in args.strategies if n not in STRATEGIES]
-    if unknown:
-        raise ShapeBucketError(f"unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}")
-    try:
-        device = torch.device(args.device)
-    except (RuntimeError, TypeError):
-        raise ShapeBucketError(
-            f"--device {args.device!r} is not a torch device; pass cpu or cuda (cuda:0)"
-        ) from None
-    if device.type not in ("cpu", "cuda"):
-        raise ShapeBucketError(
-            f"--device {args.device!r}: the benchmark times real steps on cpu or cuda, not on "
-            f"a {device.type} device; pass cpu or cuda (cuda:0)"
-        )
+    args.strategies = _strategy_names(given)
+    _check_device(args.device)
     if args.lengths is not None:
         read_lengths(args.lengths)  # refused here, before any strategy runs
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -317,6 +202,42 @@ def _resolve(args: argparse.Namespace) -> None:
         args.json = stem + ".json"
     if args.plot is None:
         args.plot = str(Path(args.json).with_suffix(".png")) if args.json else stem + ".png"
+
+
+def _strategy_names(given: str | None) -> list[str]:
+    """The strategies ``--strategies`` names (default :data:`~.strategies.DEFAULT`,
+    ``all``: every one), each once and each known."""
+    names = {None: list(DEFAULT), "all": list(STRATEGIES)}.get(given, str(given).split(","))
+    strategies = [n.strip() for n in names if n.strip()]
+    if not strategies:
+        raise ShapeBucketError(
+            f"--strategies {given!r} names no strategy; pass 'all' or names from: "
+            f"{', '.join(STRATEGIES)}"
+        )
+    twice = sorted({n for n in strategies if strategies.count(n) > 1})
+    if twice:
+        raise ShapeBucketError(
+            f"--strategies names {', '.join(twice)} twice; name each strategy once"
+        )
+    unknown = [n for n in strategies if n not in STRATEGIES]
+    if unknown:
+        raise ShapeBucketError(f"unknown strategies {unknown}; choose from {', '.join(STRATEGIES)}")
+    return strategies
+
+
+def _check_device(name: str) -> None:
+    """Refuse a ``--device`` that is not a cpu or cuda torch device."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError):
+        raise ShapeBucketError(
+            f"--device {name!r} is not a torch device; pass cpu or cuda (cuda:0)"
+        ) from None
+    if device.type not in ("cpu", "cuda"):
+        raise ShapeBucketError(
+            f"--device {name!r}: the benchmark times real steps on cpu or cuda, not on "
+            f"a {device.type} device; pass cpu or cuda (cuda:0)"
+        )
 
 
 def _check_outputs(args: argparse.Namespace) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -32,32 +32,12 @@ from ..plan.protocol import sampler_shapes, shapes_at_rows
 from ..plan.shapes import Shape, as_shape
 from .counters import CollateReport, Counts, SharedCounters
 from .engine import Key, Layout
+from .reading import Columns, read_columns
 from .repad import Rule, items_of, repad_batch
-from .samples import (
-    SCALARS,
-    KeyRoles,
-    Where,
-    check_collisions,
-    is_sequence,
-    lengths_of,
-    namer,
-    to_columns,
-)
+from .samples import SCALARS, KeyRoles
 from .values import check_pad_fits, concat, stack_column
 
-__all__ = ["Collator", "Columns", "KeyRoles", "check_key_list"]
-
-
-class Columns(NamedTuple):
-    """A batch of samples read and checked: one list per key, and each sample's length."""
-
-    kind: str  # "dict", "tuple" or "bare"
-    keys: list[Key]
-    seq_keys: list[Key]
-    columns: dict[Key, list[Any]]
-    lengths: np.ndarray  # int64 [n], the length key's
-    length_key: Key
-    where: Where
+__all__ = ["Collator", "check_key_list"]
 
 
 def check_key_list(name: str, value: Any) -> list[Key] | None:
@@ -272,85 +252,15 @@ class Collator:
         >>> BucketCollator([8]).read([{"input_ids": [1, 2]}, {"input_ids": [3]}]).lengths.tolist()
         [2, 1]
         """
-        if (
-            not isinstance(samples, Sequence)
-            or isinstance(samples, (str, bytes))
-            or len(samples) == 0
-        ):
-            raise ShapeBucketError(
-                f"{type(self).__name__} needs a non-empty list of samples, got {samples!r}"
-            )
-        kind, keys, columns = to_columns(samples)
-        where = namer(kind, columns, self.roles.index)
-        seq_keys = self._sequence_keys(kind, keys, columns)
-        check_collisions(
-            kind,
-            keys,
-            seq_keys,
-            columns,
+        return read_columns(
+            samples,
+            who=type(self).__name__,
+            roles=self.roles,
+            seq_dim=self.seq_dim,
             mask_key=self.mask_key,
-            sample_mask_key=self._row_mask_key(),
+            row_mask_key=self._row_mask_key(),
+            chosen=self.chosen_sequence_keys(),
         )
-        length_key = self.roles.length if self.roles.length is not None else seq_keys[0]
-        if length_key not in seq_keys:
-            raise ShapeBucketError(
-                f"KeyRoles(length={length_key!r}) is not a sequence key; sequence keys are {seq_keys}"
-            )
-        lens = lengths_of(length_key, columns[length_key], self.seq_dim, where)
-        for k in seq_keys:
-            if k != length_key:
-                other = lengths_of(k, columns[k], self.seq_dim, where)
-                if other.tobytes() != lens.tobytes():  # both int64 [n]
-                    self._disagree(seq_keys, columns, length_key, lens, k, other, where)
-        return Columns(kind, keys, seq_keys, columns, lens, length_key, where)
-
-    def _disagree(
-        self,
-        seq_keys: list[Key],
-        columns: dict[Key, list[Any]],
-        length_key: Key,
-        lens: np.ndarray,
-        key: Key,
-        other: np.ndarray,
-        where: Where,
-    ) -> None:
-        i = int(np.argmax(other != lens))
-        n = len(lens)
-        fixed = [k for k in seq_keys if n > 1 and len({np.shape(v) for v in columns[k]}) == 1]
-        hint = "pass sequence_keys=[...] to pad only some keys"
-        if fixed and len(fixed) < len(seq_keys):
-            rest = [k for k in seq_keys if k not in fixed]
-            hint = (
-                f"{fixed} have one shape in every sample: if they are not sequences "
-                f"(an image, fixed features), pass sequence_keys={rest} and they are "
-                "stacked instead"
-            )
-        raise ShapeBucketError(
-            f"{where(i)}: sequence keys disagree in length: {length_key!r} has {int(lens[i])}, "
-            f"{key!r} has {int(other[i])}; {hint}"
-        )
-
-    def _sequence_keys(
-        self, kind: str, keys: list[Key], columns: dict[Key, list[Any]]
-    ) -> list[Key]:
-        chosen = self.chosen_sequence_keys()
-        if chosen is not None:
-            for k in chosen:
-                if k not in columns:
-                    raise ShapeBucketError(
-                        f"sequence key {k!r} is not in the samples; sample 0 has keys {keys}"
-                    )
-            return list(chosen)
-        seq = [k for k in keys if is_sequence(columns[k][0])]
-        if not seq:
-            raise ShapeBucketError(
-                f"sample 0 has no sequence value (keys {keys}); sequences are lists, tuples, arrays "
-                "or tensors with ndim >= 1"
-            )
-        if kind == "dict" and self.mask_key in seq and len(seq) > 1:
-            seq.remove(self.mask_key)  # an existing mask is padded, but never defines the length
-            seq.append(self.mask_key)
-        return seq
 
     def sequences(self, cols: Columns) -> tuple[dict[Key, torch.Tensor], dict[Key, Any]]:
         """Each sequence key's values concatenated along the sequence dim (the engine's

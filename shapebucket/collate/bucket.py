@@ -32,9 +32,11 @@ import torch
 from .._validate import check_fits_in_memory, check_row_buckets
 from ..errors import ShapeBucketError
 from ..plan.shapes import Shape
-from .base import Collator, Columns, KeyRoles, check_key_list
+from .base import Collator, check_key_list
 from .device import FlatBatch
 from .engine import Key, Layout, assemble
+from .reading import Columns
+from .samples import KeyRoles
 
 __all__ = ["BucketCollator"]
 

@@ -27,11 +27,12 @@ from ..errors import ShapeBucketError
 from ..fit.cells import Cells
 from ..plan.protocol import sampler_shapes, shapes_at_rows
 from ..plan.shapes import Shape, as_shape
-from .base import Columns, KeyRoles
 from .bucket import BucketCollator
 from .counters import CollateReport, Counts, SharedCounters
 from .engine import Key, Layout, assemble
+from .reading import Columns
 from .repad import repad_batch
+from .samples import KeyRoles
 
 __all__ = ["DEFAULT_TARGET_KEYS", "CellCollator"]
 

@@ -25,9 +25,8 @@ import torch
 
 from ..errors import ShapeBucketError
 from .engine import SIGNED, Key, Layout, assemble
-from .kernel import triton_available
 
-__all__ = ["FlatBatch", "triton_available"]
+__all__ = ["FlatBatch"]
 
 
 @dataclass

@@ -28,9 +28,11 @@ from .._validate import check_fits_in_memory
 from ..errors import ShapeBucketError
 from ..fit.packing import pack_rows
 from ..plan.shapes import Shape, as_shape
-from .base import Collator, Columns, KeyRoles
+from .base import Collator
 from .engine import Key, Layout, assemble, signed_view
+from .reading import Columns
 from .repad import Rule, items_of
+from .samples import KeyRoles
 
 __all__ = ["PackedCollator"]
 

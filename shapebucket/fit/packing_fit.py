@@ -221,25 +221,11 @@ def fit_packing(
         raise ShapeBucketError(
             f"trial must be a PackingTrial(window=, max_samples=, seed=), got {trial!r}"
         )
-    window, max_samples, seed = trial.window, trial.max_samples, trial.seed
     top = _longest_row(int(arr.max()), max_len, align)
-    sub = checked
-    if len(arr) > max_samples:  # a sample of checked lengths: passed on checked
-        drawn = np.random.default_rng(seed).choice(arr, size=max_samples, replace=False)
-        sub = CheckedLengths(drawn, MIN_LENGTH)
+    sub = _trial_lengths(checked, trial)
     if tokens_per_batch < top:
         rows_for_tokens([top], tokens_per_batch)  # raises, naming the fix
-    found = search_row_lengths(
-        sub.array,
-        k=k,
-        top=top,
-        align=align,
-        tokens_per_batch=tokens_per_batch,
-        model_dim=model_dim,
-        seed=seed,
-        window=window,
-    )
-    candidates = _planned(sub, _finalists(found, k, top, align), tokens_per_batch, trial)
+    candidates = _candidates(sub, k, top, align, tokens_per_batch, model_dim, trial)
     chosen, report = _choose(candidates, tokens_per_batch, model_dim, tolerance)
     rows = rows_for_tokens(chosen, tokens_per_batch)
     return PackingFitReport(chosen, rows, report, candidates, tokens_per_batch, model_dim)
@@ -257,6 +243,40 @@ def _longest_row(longest: int, max_len: int | None, align: int) -> int:
             "cuts a sample: pass max_len >= the longest length"
         )
     return top
+
+
+def _trial_lengths(checked: CheckedLengths, trial: PackingTrial) -> CheckedLengths:
+    """The lengths the trial plans on: all of them, or ``trial.max_samples`` drawn without
+    replacement with ``trial.seed``."""
+    arr = checked.array
+    if len(arr) <= trial.max_samples:
+        return checked
+    drawn = np.random.default_rng(trial.seed).choice(arr, size=trial.max_samples, replace=False)
+    return CheckedLengths(drawn, MIN_LENGTH)  # a sample of checked lengths: passed on checked
+
+
+def _candidates(
+    sub: CheckedLengths,
+    k: int,
+    top: int,
+    align: int,
+    tokens_per_batch: int,
+    model_dim: int | StepCost | None,
+    trial: PackingTrial,
+) -> list[tuple[Buckets, PackingReport]]:
+    """The row-length search on ``sub`` (:mod:`.packing_search`), then its finalists
+    planned for real: the candidates :func:`fit_packing` chooses from."""
+    found = search_row_lengths(
+        sub.array,
+        k=k,
+        top=top,
+        align=align,
+        tokens_per_batch=tokens_per_batch,
+        model_dim=model_dim,
+        seed=trial.seed,
+        window=trial.window,
+    )
+    return _planned(sub, _finalists(found, k, top, align), tokens_per_batch, trial)
 
 
 def _finalists(found: SearchResult, k: int, top: int, align: int) -> list[Buckets]:

@@ -5,7 +5,7 @@ so a sampler's state is only where it stands: the epoch, the batches of it
 already yielded, the seed, and a fingerprint of the settings the order depends
 on. The base owns that state and everything else the samplers have in common:
 the read-only settings, the lengths check, the world size and rank, the
-``state_dict`` keys (the module constants below) and the shape protocol
+``state_dict`` and its checks (written and read by :mod:`.state`) and the shape protocol
 (:meth:`~ResumableBatchSampler.shapes`, ``packs``).
 
 Passes and epochs. ``iter(sampler)`` begins a *pass*: it starts where the state
@@ -42,7 +42,6 @@ Two limits follow from what a sampler can see:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 
@@ -50,29 +49,13 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from .._validate import check_flag, check_int, check_lengths
-from ..errors import ShapeBucketError
 from ..fit.batches import check_longest
 from ..fit.buckets import Buckets, as_buckets
 from ..plan.shapes import Shape
 from .common import Setting, resolve_world
+from .state import fingerprint, read_state, saved_state
 
-__all__ = [
-    "EPOCH_KEY",
-    "FINGERPRINT_KEY",
-    "NUM_BATCHES_KEY",
-    "POSITION_KEY",
-    "SEED_KEY",
-    "ResumableBatchSampler",
-]
-
-#: ``state_dict()`` keys: the epoch the state is in, the batches of it consumed, the seed,
-#: the number of batches of that epoch (informative), and the settings' fingerprint.
-EPOCH_KEY = "epoch"
-POSITION_KEY = "position"
-SEED_KEY = "seed"
-NUM_BATCHES_KEY = "num_batches"
-FINGERPRINT_KEY = "fingerprint"
-_REQUIRED_KEYS = (EPOCH_KEY, POSITION_KEY, SEED_KEY, FINGERPRINT_KEY)
+__all__ = ["ResumableBatchSampler"]
 
 #: What a batch is keyed by: a bucket length (``int``), or a ``(source, target)`` cell.
 K = TypeVar("K", bound=Hashable)
@@ -189,7 +172,6 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         return cached
 
     def _compute_fingerprint(self) -> str:
-        h = hashlib.sha1(self._lengths.tobytes())
         extra = tuple(getattr(self, name) for name in self._FINGERPRINT)
         settings = (
             type(self).__name__,
@@ -199,8 +181,7 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
             self._num_replicas,
             *extra,
         )
-        h.update(repr(settings).encode())
-        return h.hexdigest()
+        return fingerprint(self._lengths, settings)
 
     # -- passes -----------------------------------------------------------------------------
 
@@ -286,7 +267,7 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
 
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
         """Where the sampler stands: epoch, batches of it consumed, seed, and a fingerprint
-        of the settings (keys: this module's ``*_KEY`` constants).
+        of the settings (keys: the ``*_KEY`` constants of :mod:`shapebucket.sampling.state`).
 
         ``position`` is the number of this epoch's batches the sampler has handed out.
         That is what the training loop consumed when nothing fetches ahead: with
@@ -316,13 +297,7 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
             epoch, position = epoch + 1, 0
         if consumed is not None:
             position = check_int("consumed", consumed, minimum=0, maximum=self._position)
-        return {
-            EPOCH_KEY: epoch,
-            POSITION_KEY: position,
-            SEED_KEY: self._seed,
-            NUM_BATCHES_KEY: self._count(epoch),
-            FINGERPRINT_KEY: self._fingerprint(),
-        }
+        return saved_state(epoch, position, self._seed, self._count(epoch), self._fingerprint())
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``: the next pass yields exactly the batches not yet consumed.
@@ -352,56 +327,4 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         >>> s.check_state(s.state_dict())
         (7, 0, 0)
         """
-        if not isinstance(state, Mapping):
-            raise ShapeBucketError(
-                f"state must be the dict that state_dict() returned, got {type(state).__name__}"
-                f" {_short(state)}; {_DAMAGED}"
-            )
-        for key in _REQUIRED_KEYS:
-            if key not in state:
-                raise ShapeBucketError(
-                    f"state has no {key!r} (its keys: {sorted(map(str, state))}); {_DAMAGED}"
-                )
-        saved = state[FINGERPRINT_KEY]
-        if not (isinstance(saved, str) and len(saved) == 40 and _is_hex(saved)):
-            raise ShapeBucketError(
-                f"state[{FINGERPRINT_KEY!r}] is {_short(saved)}, not the 40 hex digits "
-                f"state_dict() writes; {_DAMAGED}"
-            )
-        if saved != self._fingerprint():
-            raise ShapeBucketError(
-                "state was saved by a sampler with other lengths, buckets, rows or world size; "
-                "resume with the same configuration (or start the epoch afresh with set_epoch)"
-            )
-        seed = _state_int(state, SEED_KEY)
-        epoch = _state_int(state, EPOCH_KEY)
-        # the number of batches of the saved epoch (a packed epoch's count varies by epoch)
-        position = _state_int(state, POSITION_KEY, maximum=self._count_for(seed, epoch))
-        return seed, epoch, position
-
-
-#: The fix for a state that is not what ``state_dict()`` wrote (truncated, retyped, edited).
-_DAMAGED = (
-    "the state is damaged: load the dict state_dict() returned, unchanged (or resume from "
-    "an earlier checkpoint, or start afresh with set_epoch)"
-)
-
-
-def _short(value: Any) -> str:
-    """``repr(value)``, cut to 80 characters: a damaged state can hold anything."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _is_hex(text: str) -> bool:
-    return all(c in "0123456789abcdef" for c in text)
-
-
-def _state_int(state: Mapping[str, Any], key: str, maximum: int | None = None) -> int:
-    """``state[key]`` as an int >= 0 (<= ``maximum``), or a ``ShapeBucketError`` naming the
-    key, the value and the fix."""
-    value = state[key]
-    try:
-        return check_int(f"state[{key!r}]", value, minimum=0, maximum=maximum)
-    except ShapeBucketError as e:
-        raise ShapeBucketError(f"{str(e)[:200]}; {_DAMAGED}") from None
+        return read_state(state, self._fingerprint(), self._count_for)

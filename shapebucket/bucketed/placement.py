@@ -68,8 +68,8 @@ class Layout:
 class Layouts:
     """Layouts kept by ``(lengths, length, row_length, device)``, the least recently
     used dropped once the kept ones index more than ``max_tokens`` positions (packed
-    and caller's; each costs at most 30 bytes on the call's device, so the default
-    keeps under 8 MB). The key is everything a layout depends on besides the settings
+    and caller's; each costs at most 40 bytes on the call's device, so the default
+    keeps under 11 MB). The key is everything a layout depends on besides the settings
     given here, so a kept layout is the one :func:`plan_layout` would build. Pickles and copies empty
     (a cache, rebuilt where it is used).
 
@@ -133,14 +133,17 @@ def _best_fit(
     row, start, number = [0] * n, [0] * n, [0] * n
     used: list[int] = []  # tokens used per row
     count: list[int] = []  # samples per row
-    rooms: list[tuple[int, int]] = []  # (room left, row), sorted: the best fit is a bisection
-    for i in sorted(range(n), key=lambda j: -lengths[j]):
+    # each row's room left and number as one int, room * M + row, kept sorted: the
+    # best fit (least room that holds x, lowest row on a tie) is one bisection
+    M = n + 1
+    rooms: list[int] = []
+    for i in sorted(range(n), key=lengths.__getitem__, reverse=True):  # stable
         x = lengths[i]
         if x == 0:
             continue
-        at = bisect.bisect_left(rooms, (x, -1))
+        at = bisect.bisect_left(rooms, x * M)
         if at < len(rooms):
-            best = rooms.pop(at)[1]
+            best = rooms.pop(at) % M
         else:
             best = len(used)
             used.append(0)
@@ -148,7 +151,7 @@ def _best_fit(
         row[i], start[i], number[i] = best, used[best], count[best]
         used[best] += x
         count[best] += 1
-        bisect.insort(rooms, (row_length - used[best], best))
+        bisect.insort(rooms, (row_length - used[best]) * M + best)
     return row, start, number, max(len(used), 1)
 
 
@@ -211,30 +214,54 @@ def plan_layout(
     n, rows, grid = int(ln.sum()), len(lens), P * row_length
     # every index grid in one int64 buffer and every flag in one bool buffer: two
     # copies to the device per layout planned, none per call
-    sizes = [n, n, rows * length, grid, grid] + ([grid] if document_ids else [])
+    sizes = [n, n, n, rows * length, grid, grid] + ([grid] if document_ids else [])
     ints = np.zeros(sum(sizes), np.int64)
-    source, target, back, take, positions, *documents = _cut(ints, sizes)
-    within = np.arange(n, dtype=np.int64) - (np.cumsum(ln) - ln).repeat(ln)
+    ends = list(itertools.accumulate(sizes))
+    # sample i's token j: source i * length + j, target base[i] + j, position j
+    starts = np.cumsum(ln) - ln
     base = np.array(row, dtype=np.int64) * row_length + np.array(start, dtype=np.int64)
-    np.add(base.repeat(ln), within, out=target)
-    np.add((np.arange(rows, dtype=np.int64) * length).repeat(ln), within, out=source)
+    offsets = np.empty((3, rows), np.int64)
+    np.multiply(np.arange(rows, dtype=np.int64), length, out=offsets[0])
+    offsets[0] -= starts
+    np.subtract(base, starts, out=offsets[1])
+    np.negative(starts, out=offsets[2])
+    tokens = ints[: ends[2]].reshape(3, n)  # source, target, within: one repeat, one add
+    np.add(offsets.repeat(ln, axis=1), np.arange(n), out=tokens)
+    source, target, within = tokens
+    back, take, positions = (
+        ints[ends[2] : ends[3]],
+        ints[ends[3] : ends[4]],
+        ints[ends[4] : ends[5]],
+    )
     take[target], back[source], positions[target] = source, target, within
     if document_ids:
-        documents[0].fill(-1)
-        documents[0][target] = np.array(number, dtype=np.int64).repeat(ln)
-    flags = np.ones(rows * length + 2 * grid, np.bool_)
-    pads, empty, unlabelled = _cut(flags, [rows * length, grid, grid])
+        documents = ints[ends[5] :]
+        documents.fill(-1)
+        documents[target] = np.array(number, dtype=np.int64).repeat(ln)
+    caller = rows * length
+    flags = np.ones(caller + 2 * grid, np.bool_)
+    pads, empty, unlabelled = flags[:caller], flags[caller:-grid], flags[-grid:]
     pads[source], empty[target], unlabelled[target] = False, False, False
     unlabelled[base[ln > 0]] = True  # each sample's first token: a shifted label's pad
-    with torch.inference_mode(False):  # a layout planned under inference mode serves any call
-        src, dst, bk, tk, pos, *docs = torch.from_numpy(ints).to(device).split_with_sizes(sizes)
-        pd, em, un = torch.from_numpy(flags).to(device).split_with_sizes([len(pads), grid, grid])
-        call = PackedCall(rows, length, P, row_length, lens, src, dst, bk, pd)
-        doc = docs[0].to(torch.int32).view(P, row_length) if document_ids else None
-        return Layout(call, tk, em, un, pos.view(P, row_length), doc)
+    planned = (rows, length, P, row_length, lens)
+    if torch.is_inference_mode_enabled():  # a layout planned under inference mode serves any call
+        with torch.inference_mode(False):
+            return _on_device(planned, ints, flags, sizes, device)
+    return _on_device(planned, ints, flags, sizes, device)
 
 
-def _cut(buffer: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
-    """``buffer`` cut into consecutive views of ``sizes``."""
-    ends = list(itertools.accumulate(sizes))
-    return [buffer[e - k : e] for e, k in zip(ends, sizes, strict=True)]
+def _on_device(
+    planned: tuple[int, int, int, int, tuple[int, ...]],
+    ints: np.ndarray,
+    flags: np.ndarray,
+    sizes: list[int],
+    device: torch.device,
+) -> Layout:
+    """A planned layout's grids copied to ``device`` (two copies) and cut into its tensors."""
+    rows, length, P, row_length, lens = planned
+    caller, grid = rows * length, P * row_length
+    src, dst, _, bk, tk, pos, *docs = torch.from_numpy(ints).to(device).split_with_sizes(sizes)
+    pd, em, un = torch.from_numpy(flags).to(device).split_with_sizes([caller, grid, grid])
+    call = PackedCall(rows, length, P, row_length, lens, src, dst, bk, pd)
+    doc = docs[0].to(torch.int32).view(P, row_length) if docs else None
+    return Layout(call, tk, em, un, pos.view(P, row_length), doc)

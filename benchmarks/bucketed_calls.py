@@ -50,7 +50,8 @@ next to it, a plot (``.png``): useful tokens/s and the real token share per stra
 around a module that returns its input, a 1-row call (1 x 8, padded to 2 x 16) and a
 16-row call (16 x 24, padded to 16 x 32), median and p99 over ``--host-calls`` calls
 after warm-up, against calling the bare module; and around one that takes
-``document_ids``, whose calls it packs.
+``document_ids``, whose calls it packs (the same call repeated, and 16 x 24 calls
+whose real lengths change every call).
 """
 
 from __future__ import annotations

@@ -260,14 +260,32 @@ class PackedEcho(torch.nn.Module):
         return input_ids
 
 
-def _call_times_us(fn: Callable[..., Any], batch: dict[str, Any], warm: int, n: int) -> list[float]:
-    for _ in range(warm):
-        fn(**batch)
+def _call_times_us(
+    fn: Callable[..., Any], batches: list[dict[str, Any]], warm: int, n: int
+) -> list[float]:
+    """The wall time of ``n`` calls after ``warm``, cycling through ``batches``."""
+    for i in range(warm):
+        fn(**batches[i % len(batches)])
     out = []
-    for _ in range(n):
+    for i in range(n):
+        batch = batches[(warm + i) % len(batches)]
         t0 = time.perf_counter_ns()
         fn(**batch)
         out.append((time.perf_counter_ns() - t0) / 1000)
+    return out
+
+
+def _fresh_lengths(rows: int, length: int, count: int) -> list[dict[str, Any]]:
+    """``count`` calls of ``rows x length`` whose real lengths differ call to call (1 to
+    ``length``, seeded), so that a packing wrapper plans a new layout for nearly every one."""
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(count):
+        real = torch.randint(1, length + 1, (rows,), generator=g)
+        mask = (torch.arange(length)[None, :] < real[:, None]).long()
+        out.append(
+            {"input_ids": torch.ones(rows, length, dtype=torch.long), "attention_mask": mask}
+        )
     return out
 
 
@@ -275,10 +293,13 @@ def host_time(calls: int, warm: int) -> list[dict[str, Any]]:
     """The wrapper's time per call around :class:`Echo` against the bare module: a 1-row
     call (1 x 8, padded to 2 x 16) and a 16-row call (16 x 24, padded to 16 x 32); and
     around :class:`PackedEcho`, whose calls it packs (1 x 8 into 2 x 16; 16 x 24 into
-    16 x 32, each sample a row); and with ``graphs=True`` on the emulated capture
-    (``graphs.emulated_capture``: no CUDA graph on a CPU; its replay runs the module
-    again and copies its outputs in place, so the row is the wrapper's work around a
-    replay, the key, the copy in, the cut and the clones, not a CUDA replay's cost)."""
+    16 x 32, each sample a row). The same call repeats, so a packing wrapper plans its
+    layout once; "packed, fresh lengths" is 16 x 24 calls whose real lengths change
+    every call (a layout planned nearly every call: best fit, index grids); and with
+    ``graphs=True`` on the emulated capture (``graphs.emulated_capture``: no CUDA graph
+    on a CPU; its replay runs the module again and copies its outputs in place, so the
+    row is the wrapper's work around a replay, the key, the copy in, the cut and the
+    clones, not a CUDA replay's cost)."""
     bare = Echo()
     wrapped = BucketedModel(bare, [16, 32], row_buckets=[2, 16])
     packed = BucketedModel(PackedEcho(), [16, 32], row_buckets=[2, 16])
@@ -289,11 +310,15 @@ def host_time(calls: int, warm: int) -> list[dict[str, Any]]:
             "input_ids": torch.ones(r, length, dtype=torch.long),
             "attention_mask": torch.ones(r, length, dtype=torch.long),
         }
-        ways = [("bare module", bare), ("BucketedModel", wrapped), ("packed", packed)]
-        ways += [("graphs: emulated replay (CPU)", graphed)]
+        ways = [("bare module", bare, [batch]), ("BucketedModel", wrapped, [batch])]
+        ways.append(("packed", packed, [batch]))
+        if r > 1:
+            fresh = _fresh_lengths(r, length, calls + warm)
+            ways.append(("packed, fresh lengths", packed, fresh))
+        ways.append(("graphs: emulated replay (CPU)", graphed, [batch]))
         with torch.inference_mode(), _emulated_graphs():
-            for name, fn in ways:
-                t = _call_times_us(fn, batch, warm, calls)
+            for name, fn, batches in ways:
+                t = _call_times_us(fn, batches, warm, calls)
                 rows.append(
                     {
                         "call": f"{r} x {length}",

@@ -27,6 +27,7 @@ def test_host_time_measures_the_wrapper_and_the_bare_module_for_both_calls(tmp_p
         ("16 x 24", "bare module"),
         ("16 x 24", "BucketedModel"),
         ("16 x 24", "packed"),
+        ("16 x 24", "packed, fresh lengths"),
         ("16 x 24", "graphs: emulated replay (CPU)"),
     ]
     assert all(r["calls"] == 5 and 0 < r["median_us"] <= r["p99_us"] for r in rows)

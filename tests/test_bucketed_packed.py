@@ -5,6 +5,7 @@ loss and gradients on a packed call, and the rule of ``packs`` says which models
 from __future__ import annotations
 
 import copy
+import pickle
 
 import _bucketed_models as bm
 import numpy as np
@@ -13,9 +14,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shapebucket import ShapeBucketError
+from shapebucket import BucketedModel, ShapeBucketError
+from shapebucket.bucketed import packed as packing
 from shapebucket.bucketed.packable import packs
-from shapebucket.bucketed.packed import pack_call, real_lengths, unpack
+from shapebucket.bucketed.packed import host_lengths, pack_call, pack_into, real_lengths, unpack
+from shapebucket.bucketed.placement import Layouts
 
 
 @st.composite
@@ -262,3 +265,93 @@ def test_a_row_without_real_tokens_packs_nothing_and_comes_back_as_fill():
     ).shape == (1, 2)
 
 
+# -- kept layouts ---------------------------------------------------------------------------
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(calls(), min_size=1, max_size=5), st.booleans(), st.integers(1, 64))
+def test_a_kept_layout_packs_what_a_fresh_plan_packs(drawn, shifted, budget):
+    """Layouts kept per lengths (hits, misses, and evictions under a small budget) give the
+    batches, the packed call and the unpacked outputs of a layout planned afresh."""
+    kept: dict = {}
+    cpu = torch.device("cpu")
+    for lengths, L, row_length, buckets in drawn + drawn[::-1]:  # the second pass hits
+        batch = _right_padded(lengths, L)
+        keys = ["input_ids", "labels", "pair"]
+        fresh, fc = pack_call(
+            batch, keys, lengths, row_length, buckets, {}, shifted_labels=shifted,
+            document_ids=True,
+        )  # fmt: skip
+        layouts = kept.setdefault(str(buckets), Layouts(buckets, True, max_tokens=budget))
+        layout = layouts.get(tuple(lengths), L, row_length, cpu)
+        packed, pc = pack_into(batch, keys, layout, {}, shifted_labels=shifted)
+        assert packed.keys() == fresh.keys()
+        assert all(torch.equal(packed[k], fresh[k]) for k in fresh)
+        assert (pc.rows, pc.length, pc.packed_rows, pc.lengths) == (
+            fc.rows, fc.length, fc.packed_rows, fc.lengths
+        )  # fmt: skip
+        assert torch.equal(pc.source, fc.source) and torch.equal(pc.target, fc.target)
+        for k in keys:
+            assert torch.equal(unpack(packed[k], pc, fill=-3), unpack(fresh[k], fc, fill=-3))
+        assert all(ls.tokens <= budget for ls in kept.values())
+
+
+def test_a_packed_position_grid_is_the_callers_own_copy():
+    """A model that writes into its position_ids changes no kept layout."""
+    batch = _right_padded([3, 2], 4)
+    layouts = Layouts(None, True)
+    layout = layouts.get((3, 2), 4, 8, torch.device("cpu"))
+    first, _ = pack_into(batch, ["input_ids"], layout, {}, shifted_labels=False)
+    first["position_ids"].fill_(9)
+    first["document_ids"].fill_(9)
+    again, _ = pack_into(batch, ["input_ids"], layouts.get((3, 2), 4, 8, torch.device("cpu")),
+                         {}, shifted_labels=False)  # fmt: skip
+    assert again["position_ids"].tolist() == [[0, 1, 2, 0, 1, 0, 0, 0]]
+    assert again["document_ids"].tolist() == [[0, 0, 0, 1, 1, -1, -1, -1]]
+
+
+def test_a_layout_kept_under_inference_mode_serves_a_call_that_records_gradients():
+    layouts = Layouts([2], False)
+    with torch.inference_mode():
+        layouts.get((3, 2), 4, 8, torch.device("cpu"))
+    x = torch.randn(2, 4, 3, requires_grad=True)
+    batch = {"x": x, "attention_mask": torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])}
+    packed, pc = pack_into(
+        batch, ["x"], layouts.get((3, 2), 4, 8, torch.device("cpu")), {}, shifted_labels=False
+    )
+    unpack(packed["x"] * 2, pc).sum().backward()  # saves the kept index grids for backward
+    assert len(layouts) == 1 and torch.equal(
+        x.grad, 2 * batch["attention_mask"][..., None].expand_as(x).float()
+    )
+
+
+def test_a_packing_wrapper_keeps_one_layout_per_lengths_and_pickles_it_empty():
+    gpt = bm.bench_gpt()
+    batch = bm.call("gpt", 3, 9, seed=0)
+    batch["labels"] = batch["labels"].masked_fill(~batch["attention_mask"], -100)
+    wrapped = BucketedModel(gpt, bm.BUCKETS, row_buckets=bm.ROW_BUCKETS)
+    want = gpt(**batch)
+    assert torch.allclose(wrapped(**batch), want, atol=1e-6)
+    assert torch.allclose(wrapped(**batch), want, atol=1e-6)  # the kept layout
+    assert wrapped.stats.packed_calls == 2
+    assert len(wrapped.route(batch).packer.layouts) == 1
+    copied = pickle.loads(pickle.dumps(wrapped))  # a cache: pickled empty, rebuilt
+    again = copied.route(batch).packer.layouts
+    assert len(again) == 0 and torch.allclose(copied(**batch), want, atol=1e-6)
+    assert len(again) == 1
+
+
+def test_host_lengths_reads_lengths_and_labels_on_pads_in_one_pass():
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    assert host_lengths(mask) == ((2, 3), False)
+    assert host_lengths(mask.bool(), torch.tensor([[4, 5, -100], [1, 2, 3]])) == ((2, 3), False)
+    assert host_lengths(mask, torch.tensor([[4, 5, 6], [1, 2, 3]])) == ((2, 3), True)
+    with pytest.raises(ShapeBucketError, match="row 1 .*not right-padded"):
+        host_lengths(torch.tensor([[1, 0], [0, 1]]), torch.zeros(2, 2, dtype=torch.long))
+    # a device call's flags are worked out on its device and copied once: the same answer
+    for m, labels in [(mask, None), (mask.bool(), torch.tensor([[4, 5, 6], [1, 2, 3]]))]:
+        viewed, copied = packing._viewed(m, labels), packing._copied(m, labels)
+        assert all(
+            (a is None and b is None) or np.array_equal(a, b)
+            for a, b in zip(viewed, copied, strict=True)
+        )

@@ -21,7 +21,8 @@ import torch
 
 from ..errors import ShapeBucketError
 from .calls import Call
-from .packed import PackedCall, unpack
+from .packed import unpack
+from .placement import PackedCall
 
 __all__ = ["OutputRoles", "cloned", "cut_outputs", "learn_roles", "probe_shapes"]
 

@@ -6,9 +6,10 @@ pads and lays the samples end to end into ``row_length``-token rows, best-fit
 decreasing (each sample, longest first, into the row with the least room that
 still holds it; the call is small, so this is a short loop over samples, never over
 tokens). The rows are padded up to the smallest row bucket that holds them, so a
-call runs at one of ``len(row_buckets)`` shapes. The tokens move with one gather per
-key through two index tensors built once per call (:class:`PackedCall`), and
-:func:`unpack` moves outputs back with the same two.
+call runs at one of ``len(row_buckets)`` shapes. Where each token goes (the
+layout, :mod:`.placement`) is planned once per tuple of real lengths and kept, so a
+call moves its tokens with one gather and one select per key, and :func:`unpack`
+moves outputs back the same way.
 
 The packed batch follows :class:`~shapebucket.PackedCollator`'s convention:
 ``position_ids`` (int64, restarting at 0 for each sample, 0 on padding) and, when
@@ -24,17 +25,25 @@ Which models read packed input: :func:`~shapebucket.bucketed.packable.packs`.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..errors import ShapeBucketError
+from .placement import Layout, PackedCall, plan_layout
 
-__all__ = ["IGNORE", "LABEL_KEY", "PackedCall", "pack_call", "real_lengths", "unpack"]
+__all__ = [
+    "IGNORE",
+    "LABEL_KEY",
+    "PackedCall",
+    "host_lengths",
+    "pack_call",
+    "pack_into",
+    "real_lengths",
+    "unpack",
+]
 
 #: the labels key: padded with -100 by default, and shifted with ``shifted_labels=True``
 LABEL_KEY = "labels"
@@ -42,31 +51,18 @@ LABEL_KEY = "labels"
 IGNORE = -100
 
 
-@dataclass(frozen=True)
-class PackedCall:
-    """What :func:`unpack` needs to put a packed call's tokens back.
+def host_lengths(
+    mask: torch.Tensor, labels: torch.Tensor | None = None
+) -> tuple[tuple[int, ...], bool]:
+    """Each row's real length from a right-padded 2-D mask (nonzero on real tokens), and
+    whether ``labels`` (``[rows, length]``) hold a label other than -100 on a pad; a mask
+    that is not ones then zeros in some row is refused.
 
-    ``rows x length`` is the caller's shape, ``packed_rows x row_length`` the packed
-    one; real token ``i`` sits at flat index ``source[i]`` of the caller's
-    ``rows * length`` grid and ``target[i]`` of the packed grid (int64, on the
-    call's device). ``lengths`` are the samples' real lengths (a Python tuple).
-    """
+    The lengths are read on the host because the packed shape depends on them: on a GPU
+    this is a packed call's one copy to the host (one sync), labels' check included.
 
-    rows: int
-    length: int
-    packed_rows: int
-    row_length: int
-    lengths: tuple[int, ...]
-    source: torch.Tensor
-    target: torch.Tensor
-
-
-def real_lengths(mask: torch.Tensor) -> torch.Tensor:
-    """Each row's real length (int64, on the CPU) from a right-padded 2-D mask (nonzero on
-    real tokens); a mask that is not ones then zeros in some row is refused.
-
-    >>> real_lengths(torch.tensor([[1, 1, 0], [1, 1, 1]])).tolist()
-    [2, 3]
+    >>> host_lengths(torch.tensor([[1, 1, 0], [1, 1, 1]]), torch.tensor([[5, 6, 7], [1, 2, 3]]))
+    ((2, 3), True)
     """
     if not isinstance(mask, torch.Tensor) or mask.ndim != 2:
         shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
@@ -74,94 +70,67 @@ def real_lengths(mask: torch.Tensor) -> torch.Tensor:
             f"a packed call reads its lengths from a 2-D attention mask [rows, length], got "
             f"{shape}; pass the call's 2-D padding mask"
         )
-    real = mask if mask.dtype == torch.bool else mask != 0
-    host = real.cpu().numpy()  # the one copy to the host (a packed call's plan needs it)
-    bad = np.flatnonzero((host[:, 1:] > host[:, :-1]).any(1))  # a real token after a pad
-    if len(bad):
-        row = int(bad[0])
+    real, bad = _viewed(mask, labels) if mask.device.type == "cpu" else _copied(mask, labels)
+    if (real[:, 1:] > real[:, :-1]).any():  # a real token after a pad
+        row = int(np.flatnonzero((real[:, 1:] > real[:, :-1]).any(1))[0])
         raise ShapeBucketError(
             f"row {row} of the attention mask is not right-padded ({mask[row].tolist()}): a "
             "packed call needs each row's real tokens first, then only padding; pad on the "
             "right (tokenizer.padding_side='right') or leave this call unpacked"
         )
-    return torch.from_numpy(host.sum(1, dtype=np.int64))
+    return tuple(real.sum(1).tolist()), bad is not None and bool(bad.any())
 
 
-def _best_fit(lengths: list[int], row_length: int) -> tuple[list[int], list[int], list[int], int]:
-    """``(row, start, number in row)`` of each sample packed best-fit decreasing, and the
-    rows used (at least one). An empty sample takes no room (row 0, start 0)."""
-    n = len(lengths)
-    row, start, number = [0] * n, [0] * n, [0] * n
-    used: list[int] = []  # tokens used per row
-    count: list[int] = []  # samples per row
-    rooms: list[tuple[int, int]] = []  # (room left, row), sorted: the best fit is a bisection
-    for i in sorted(range(n), key=lambda j: -lengths[j]):
-        x = lengths[i]
-        if x == 0:
-            continue
-        at = bisect.bisect_left(rooms, (x, -1))
-        if at < len(rooms):
-            best = rooms.pop(at)[1]
-        else:
-            best = len(used)
-            used.append(0)
-            count.append(0)
-        row[i], start[i], number[i] = best, used[best], count[best]
-        used[best] += x
-        count[best] += 1
-        bisect.insort(rooms, (row_length - used[best], best))
-    return row, start, number, max(len(used), 1)
+Flags = tuple[np.ndarray, "np.ndarray | None"]  # (real tokens, labels on pads) on the host
 
 
-def _packed_rows(used: int, row_buckets: Sequence[int] | None, row_length: int) -> int:
-    """The smallest row bucket that holds ``used`` rows (``used`` itself without buckets)."""
-    if row_buckets is None:
-        return used
-    if not row_buckets or min(row_buckets) < 1:
-        raise ShapeBucketError(f"row_buckets must be ints >= 1 (or None), got {row_buckets!r}")
-    fits = [b for b in row_buckets if b >= used]
-    if not fits:
-        raise ShapeBucketError(
-            f"this call packs into {used} rows of {row_length} tokens, more than the largest "
-            f"row bucket {max(row_buckets)} of {sorted(row_buckets)}: add a row bucket >= "
-            f"{used}, or a longer row length, or leave calls this large unpacked"
-        )
-    return min(fits)
+def _viewed(mask: torch.Tensor, labels: torch.Tensor | None) -> Flags:
+    """A CPU call's flags, read in place by numpy (no copy)."""
+    host = mask.numpy() if not mask.requires_grad else mask.detach().numpy()
+    real = host if host.dtype == np.bool_ else host != 0
+    return real, None if labels is None else (labels.numpy() != IGNORE) & ~real
 
 
-def _check_call(
-    batch: Mapping[str, torch.Tensor], keys: Sequence[str], lengths: list[int], row_length: int
-) -> tuple[int, int]:
-    """The call's ``(rows, length)``; refuse keys of other shapes and samples that do not fit."""
+def _copied(mask: torch.Tensor, labels: torch.Tensor | None) -> Flags:
+    """A device call's flags, worked out on its device and copied to the host at once:
+    one sync, not one per check."""
+    real = mask if mask.dtype == torch.bool else mask != 0
+    if labels is None:
+        return real.cpu().numpy(), None
+    both = torch.stack((real, labels.ne(IGNORE).logical_and(~real).expand_as(real))).cpu()
+    return both[0].numpy(), both[1].numpy()
+
+
+def real_lengths(mask: torch.Tensor) -> torch.Tensor:
+    """Each row's real length (int64, on the CPU) from a right-padded 2-D mask
+    (:func:`host_lengths`).
+
+    >>> real_lengths(torch.tensor([[1, 1, 0], [1, 1, 1]])).tolist()
+    [2, 3]
+    """
+    return torch.tensor(host_lengths(mask)[0], dtype=torch.int64)
+
+
+def _check_keys(batch: Mapping[str, torch.Tensor], keys: Sequence[str], rows: int) -> int:
+    """The call's length; refuse keys of other shapes and a lengths list of other rows."""
     if not keys:
         raise ShapeBucketError("pack_call needs at least one key to pack (keys=[...])")
-    if isinstance(row_length, bool) or not isinstance(row_length, int) or row_length < 1:
-        raise ShapeBucketError(f"row_length must be an int >= 1, got {row_length!r}")
     first = batch[keys[0]]
-    rows, L = int(first.shape[0]), int(first.shape[1])
+    shape = (int(first.shape[0]), int(first.shape[1]))
     for k in keys:
         v = batch[k]
-        if v.ndim < 2 or tuple(v.shape[:2]) != (rows, L):
+        if v.ndim < 2 or tuple(v.shape[:2]) != shape:
             raise ShapeBucketError(
-                f"key {k!r} has shape {tuple(v.shape)}, but {keys[0]!r} is [{rows}, {L}, ...]: "
-                "every packed key is right-padded [rows, length, ...]; leave other keys out of keys"
+                f"key {k!r} has shape {tuple(v.shape)}, but {keys[0]!r} is [{shape[0]}, "
+                f"{shape[1]}, ...]: every packed key is right-padded [rows, length, ...]; "
+                "leave other keys out of keys"
             )
-    if len(lengths) != rows:
+    if rows != shape[0]:
         raise ShapeBucketError(
-            f"{len(lengths)} lengths for a call of {rows} rows: pass one real length per row "
+            f"{rows} lengths for a call of {shape[0]} rows: pass one real length per row "
             "(real_lengths(attention_mask))"
         )
-    for i, x in enumerate(lengths):
-        if not 0 <= x <= L:
-            raise ShapeBucketError(
-                f"row {i} has real length {x}, outside 0..{L} (the call's length)"
-            )
-        if x > row_length:
-            raise ShapeBucketError(
-                f"row {i} has {x} real tokens > row_length {row_length}: packing never cuts a "
-                f"sample; use a row length >= {x} or leave this call unpacked"
-            )
-    return rows, L
+    return shape[1]
 
 
 def pack_call(
@@ -188,7 +157,8 @@ def pack_call(
     Pass False for a model whose labels already are the next tokens (the bench GPT:
     its loss does not shift). Labels on the caller's pads are dropped with the pads,
     so a padded call that left real labels there (not -100) counted tokens that the
-    packed call does not.
+    packed call does not. The layout is built here (:func:`plan_layout`); a wrapper
+    keeps its layouts (:class:`Layouts`) and calls :func:`pack_into`.
 
     >>> ids = torch.tensor([[5, 6, 7], [8, 0, 0]])
     >>> packed, call = pack_call({"input_ids": ids}, ["input_ids"], [3, 1], 4, None, {},
@@ -198,43 +168,57 @@ def pack_call(
     >>> unpack(packed["input_ids"], call, fill=-1).tolist()
     [[5, 6, 7], [8, -1, -1]]
     """
-    lens = [int(x) for x in (lengths.tolist() if isinstance(lengths, torch.Tensor) else lengths)]
-    rows, L = _check_call(batch, keys, lens, row_length)
-    row, start, number, used = _best_fit(lens, row_length)
-    P = _packed_rows(used, row_buckets, row_length)
-    ln = np.asarray(lens, dtype=np.int64)
-    total = int(ln.sum())
-    within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(ln) - ln, ln)
-    base = np.asarray(row, dtype=np.int64) * row_length + np.asarray(start, dtype=np.int64)
-    target = np.repeat(base, ln) + within
-    source = np.repeat(np.arange(rows, dtype=np.int64) * L, ln) + within
-    firsts = base[ln > 0]
-    parts = [source, target, firsts, within]
-    if document_ids:
-        parts.append(np.repeat(np.asarray(number, dtype=np.int64), ln))
-    # one copy to the call's device, of what the real tokens need (not of the whole grid)
+    lens = lengths.tolist() if isinstance(lengths, torch.Tensor) else list(lengths)
+    L = _check_keys(batch, keys, len(lens))
     device = batch[keys[0]].device
-    src, dst, first, *per_token = (
-        torch.from_numpy(np.concatenate(parts)).to(device).split([len(x) for x in parts])
-    )
+    layout = plan_layout(lens, L, row_length, row_buckets, document_ids, device)
+    return pack_into(batch, keys, layout, pad_values, shifted_labels=shifted_labels)
+
+
+def pack_into(
+    batch: Mapping[str, torch.Tensor],
+    keys: Sequence[str],
+    layout: Layout,
+    pad_values: Mapping[str, Any],
+    *,
+    shifted_labels: bool,
+) -> tuple[dict[str, torch.Tensor], PackedCall]:
+    """:func:`pack_call` through a layout already planned: one gather and one select
+    per key (a gather and a fill), the position and document grids copied from the layout (so a model that
+    writes into its inputs changes no kept layout)."""
+    pc = layout.call
+    if _check_keys(batch, keys, pc.rows) != pc.length:
+        raise ShapeBucketError(
+            f"a layout planned for calls of length {pc.length} got {keys[0]!r} of shape "
+            f"{tuple(batch[keys[0]].shape)}: plan the layout for this call's length"
+        )
+    grid = pc.packed_rows * pc.row_length
     out: dict[str, torch.Tensor] = {}
     for k in keys:
         v = batch[k]
         trail = tuple(v.shape[2:])
         pad = pad_values.get(k, IGNORE if k == LABEL_KEY else 0)
-        values = v.reshape(rows * L, *trail).index_select(0, src)
-        packed = v.new_full((P * row_length, *trail), pad).index_copy_(0, dst, values)
-        if shifted_labels and k == LABEL_KEY:
-            packed.index_fill_(0, first, pad)
-        out[k] = packed.view(P, row_length, *trail)
-    grid = P * row_length
-    positions = torch.zeros(grid, dtype=torch.int64, device=device)
-    out["position_ids"] = positions.index_copy_(0, dst, per_token[0]).view(P, row_length)
-    if document_ids:
-        documents = torch.full((grid,), -1, dtype=torch.int32, device=device)
-        numbers = per_token[1].to(torch.int32)
-        out["document_ids"] = documents.index_copy_(0, dst, numbers).view(P, row_length)
-    return out, PackedCall(rows, L, P, row_length, tuple(lens), src, dst)
+        empty = layout.unlabelled if shifted_labels and k == LABEL_KEY else layout.empty
+        out[k] = _select(
+            empty, v.reshape(pc.rows * pc.length, *trail), layout.take, pad, grid
+        ).view(pc.packed_rows, pc.row_length, *trail)
+    out["position_ids"] = layout.positions.clone()
+    if layout.documents is not None:
+        out["document_ids"] = layout.documents.clone()
+    return out, pc
+
+
+def _select(
+    empty: torch.Tensor, values: torch.Tensor, index: torch.Tensor, fill: Any, size: int
+) -> torch.Tensor:
+    """``values[index]``, ``fill`` where ``empty``, in ``values``' dtype: a flat grid of
+    ``size`` positions (one gather, one in-place fill; gradients flow to ``values``)."""
+    trail = tuple(values.shape[1:])
+    if values.shape[0] == 0:  # nothing to gather from: all fill
+        return values.new_full((size, *trail), fill)
+    if trail:
+        empty = empty.view(size, *(1 for _ in trail))
+    return values.index_select(0, index).masked_fill_(empty, fill)
 
 
 def unpack(t: torch.Tensor, packed: PackedCall, fill: float = 0) -> torch.Tensor:
@@ -254,6 +238,6 @@ def unpack(t: torch.Tensor, packed: PackedCall, fill: float = 0) -> torch.Tensor
             f"got {tuple(t.shape)}"
         )
     trail = tuple(t.shape[2:])
-    values = t.reshape(shape[0] * shape[1], *trail).index_select(0, packed.target)
-    out = t.new_full((packed.rows * packed.length, *trail), fill)
-    return out.index_copy(0, packed.source, values).view(packed.rows, packed.length, *trail)
+    flat = t.reshape(shape[0] * shape[1], *trail)
+    out = _select(packed.pads, flat, packed.back, fill, packed.rows * packed.length)
+    return out.view(packed.rows, packed.length, *trail)

@@ -13,10 +13,11 @@ from .. import _torch as compat
 from ..errors import ShapeBucketError
 from .calls import Call, Route, Side
 from .outputs import learn_roles, packs_outputs, probe, probe_shapes
-from .packed import IGNORE, pack_call, real_lengths
+from .packed import host_lengths, pack_into
 from .pad import pad_call
+from .placement import Layouts
 
-__all__ = ["learn", "pack"]
+__all__ = ["Packer", "learn", "pack"]
 
 
 def learn(
@@ -48,6 +49,29 @@ def learn(
         and "position_ids" not in kwargs
         and packs_outputs(route.outputs)
     )
+    if route.packed:
+        route.packer = Packer(wrapper, route)
+
+
+class Packer:
+    """What a packed route decides once: the keys it packs, the row lengths, the pad
+    values, and its layouts, kept per call lengths (:class:`~.placement.Layouts`), so a
+    call reads its lengths, looks its layout up and gathers. Pickles without the
+    layouts (rebuilt at the next calls)."""
+
+    def __init__(self, wrapper: Any, route: Route) -> None:
+        packing = wrapper.packing
+        self.source = list(route.sides["source"])
+        self.keys = [k for k in self.source if k != "attention_mask"]
+        self.table = list(wrapper.buckets)
+        self.pad_values = route.pad_values
+        self.shifted_labels = bool(packing.shifted_labels)
+        self.layouts = Layouts(wrapper.row_buckets, bool(packing.document_ids))
+
+    def row_length(self, longest: int) -> int:
+        """The row length of a call whose longest sample has ``longest`` tokens: the
+        smallest bucket that holds it."""
+        return self.table[bisect.bisect_left(self.table, longest)]
 
 
 def pack(
@@ -55,42 +79,36 @@ def pack(
 ) -> tuple[dict[str, Any], Call] | None:
     """``call`` packed into rows of the bucket that holds its longest sample; ``None``
     (pad it instead, counted and warned once) when its mask is not right-padded or a pad
-    carries a label its loss counts."""
-    side, packing = call.sides["source"], wrapper.packing
-    mask = kwargs.get("attention_mask")
+    carries a label its loss counts. The call's real lengths are read on the host (its
+    packed shape depends on them: on a GPU, the call's one sync); everything that
+    depends only on them is its route's kept layout."""
+    side, packer = call.sides["source"], route.packer
+    mask, labels = kwargs.get("attention_mask"), kwargs.get("labels")
     try:
-        lengths = real_lengths(mask).tolist() if mask is not None else [side.length] * call.rows
+        lengths, labelled_pads = (
+            host_lengths(mask, labels if isinstance(labels, torch.Tensor) else None)
+            if mask is not None
+            else ((side.length,) * call.rows, False)
+        )
     except ShapeBucketError:
         wrapper.stats.unpacked("its attention_mask is not right-padded")
         return None
-    labels = kwargs.get("labels")
     # a label on a caller's pad counts in the unwrapped call's loss; a packed call
     # drops the pads with it, so such a call is padded (exact), not packed
-    if (
-        isinstance(mask, torch.Tensor)
-        and isinstance(labels, torch.Tensor)
-        and bool(labels.ne(IGNORE).logical_and(mask.eq(0)).any())
-    ):
+    if labelled_pads:
         wrapper.stats.unpacked(
             "it has labels other than -100 on pads (attention_mask 0), which its loss "
             "counts and a packed call would drop; set them to -100 (as Hugging Face's "
             "collators do)"
         )
         return None
-    table = list(wrapper.buckets)
-    row_length = table[bisect.bisect_left(table, max(lengths, default=0))]
-    keys = [k for k in route.sides["source"] if k != "attention_mask"]
-    batch, packed = pack_call(
-        kwargs,
-        keys,
-        lengths,
-        row_length,
-        wrapper.row_buckets,
-        route.pad_values,
-        shifted_labels=packing.shifted_labels,
-        document_ids=packing.document_ids,
+    row_length = packer.row_length(max(lengths, default=0))
+    device = kwargs[packer.keys[0]].device
+    layout = packer.layouts.get(lengths, side.length, row_length, device)
+    batch, packed = pack_into(
+        kwargs, packer.keys, layout, packer.pad_values, shifted_labels=packer.shifted_labels
     )
-    rest = {k: v for k, v in kwargs.items() if k not in route.sides["source"]}
-    sides = {"source": Side("source", keys, side.length, row_length)}
+    rest = {k: v for k, v in kwargs.items() if k not in packer.source}
+    sides = {"source": Side("source", packer.keys, side.length, row_length)}
     done = Call(call.rows, packed.packed_rows, sides, outputs=call.outputs, packed=packed)
     return wrapper.with_cache_off({**rest, **batch}), done

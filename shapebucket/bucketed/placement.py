@@ -1,0 +1,267 @@
+"""Where a packed call's real tokens go: best-fit rows, the index grids that move the
+tokens there and back, planned once per layout and kept (:class:`Layouts`).
+
+A layout is a pure function of the samples' real lengths, the call's length, the row
+length, the row buckets and whether document ids are made; a call only gathers
+through it (:func:`~shapebucket.bucketed.packed.pack_into`). The index grids are built
+on the host with numpy and copied to the call's device when the layout is planned
+(two copies), never per call.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import ShapeBucketError
+
+__all__ = ["Layout", "Layouts", "PackedCall", "plan_layout"]
+
+
+@dataclass(frozen=True)
+class PackedCall:
+    """What :func:`~shapebucket.bucketed.packed.unpack` needs to put a packed call's
+    tokens back.
+
+    ``rows x length`` is the caller's shape, ``packed_rows x row_length`` the packed
+    one; real token ``i`` sits at flat index ``source[i]`` of the caller's
+    ``rows * length`` grid and ``target[i]`` of the packed grid (int64, on the call's
+    device). ``back[j]`` is the packed index of the caller's flat position ``j`` (0 on
+    its pads) and ``pads[j]`` whether that position is a pad: one gather and one fill
+    put an output back. ``lengths`` are the samples' real lengths.
+    """
+
+    rows: int
+    length: int
+    packed_rows: int
+    row_length: int
+    lengths: tuple[int, ...]
+    source: torch.Tensor
+    target: torch.Tensor
+    back: torch.Tensor
+    pads: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A packed call's :class:`PackedCall` and what packing a key needs: ``take[p]``
+    the caller's flat index of packed position ``p`` (0 on padding), ``empty[p]``
+    whether ``p`` is padding, ``unlabelled`` the same plus each sample's first token
+    (where shifted labels hold their pad value), and the packed ``positions`` and
+    ``documents`` grids (``None`` when not made), all on the call's device."""
+
+    call: PackedCall
+    take: torch.Tensor
+    empty: torch.Tensor
+    unlabelled: torch.Tensor
+    positions: torch.Tensor
+    documents: torch.Tensor | None
+
+
+class Layouts:
+    """Layouts kept by ``(lengths, length, row_length, device)``, the least recently
+    used dropped once the kept ones index more than ``max_tokens`` positions (packed
+    and caller's; each costs at most 40 bytes on the call's device, so the default
+    keeps under 11 MB). The key is everything a layout depends on besides the settings
+    given here, so a kept layout is the one :func:`plan_layout` would build. Pickles and copies empty
+    (a cache, rebuilt where it is used).
+
+    >>> layouts = Layouts([1, 2], document_ids=False)
+    >>> layouts.get((3,), 4, 4, torch.device("cpu")) is layouts.get((3,), 4, 4, torch.device("cpu"))
+    True
+    """
+
+    def __init__(
+        self, row_buckets: Sequence[int] | None, document_ids: bool, max_tokens: int = 1 << 18
+    ) -> None:
+        self.row_buckets = None if row_buckets is None else tuple(row_buckets)
+        self.document_ids = document_ids
+        self.max_tokens = max_tokens
+        self._kept: OrderedDict[tuple[Any, ...], Layout] = OrderedDict()
+        self._tokens = 0
+
+    def get(
+        self, lengths: tuple[int, ...], length: int, row_length: int, device: torch.device
+    ) -> Layout:
+        """The layout of a call of ``length`` tokens per row whose samples have
+        ``lengths`` real tokens, packed into rows of ``row_length``."""
+        key = (lengths, length, row_length, device)
+        layout = self._kept.get(key)
+        if layout is not None:
+            self._kept.move_to_end(key)
+            return layout
+        layout = plan_layout(
+            lengths, length, row_length, self.row_buckets, self.document_ids, device
+        )
+        size = layout.call.packed_rows * row_length + len(lengths) * length
+        if size <= self.max_tokens:
+            self._kept[key] = layout
+            self._tokens += size
+            while self._tokens > self.max_tokens:
+                (old_lengths, old_length, *_), old = self._kept.popitem(last=False)
+                self._tokens -= old.call.packed_rows * old.call.row_length
+                self._tokens -= len(old_lengths) * old_length
+        return layout
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    @property
+    def tokens(self) -> int:
+        """The packed and caller positions the kept layouts index (at most ``max_tokens``)."""
+        return self._tokens
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_kept": OrderedDict(), "_tokens": 0}
+
+
+def _best_fit(
+    lengths: Sequence[int], row_length: int
+) -> tuple[list[int], list[int], list[int], int]:
+    """``(row, start, number in row)`` of each sample packed best-fit decreasing, and the
+    rows used (at least one). An empty sample takes no room (row 0, start 0)."""
+    n = len(lengths)
+    if n == 1:  # one sample, one row: nothing to search
+        return [0], [0], [0], 1
+    row, start, number = [0] * n, [0] * n, [0] * n
+    used: list[int] = []  # tokens used per row
+    count: list[int] = []  # samples per row
+    # each row's room left and number as one int, room * M + row, kept sorted: the
+    # best fit (least room that holds x, lowest row on a tie) is one bisection
+    M = n + 1
+    rooms: list[int] = []
+    for i in sorted(range(n), key=lengths.__getitem__, reverse=True):  # stable
+        x = lengths[i]
+        if x == 0:
+            continue
+        at = bisect.bisect_left(rooms, x * M)
+        if at < len(rooms):
+            best = rooms.pop(at) % M
+        else:
+            best = len(used)
+            used.append(0)
+            count.append(0)
+        row[i], start[i], number[i] = best, used[best], count[best]
+        used[best] += x
+        count[best] += 1
+        bisect.insort(rooms, (row_length - used[best]) * M + best)
+    return row, start, number, max(len(used), 1)
+
+
+def _packed_rows(used: int, row_buckets: Sequence[int] | None, row_length: int) -> int:
+    """The smallest row bucket that holds ``used`` rows (``used`` itself without buckets)."""
+    if row_buckets is None:
+        return used
+    if not row_buckets or min(row_buckets) < 1:
+        raise ShapeBucketError(f"row_buckets must be ints >= 1 (or None), got {row_buckets!r}")
+    fits = [b for b in row_buckets if b >= used]
+    if not fits:
+        raise ShapeBucketError(
+            f"this call packs into {used} rows of {row_length} tokens, more than the largest "
+            f"row bucket {max(row_buckets)} of {sorted(row_buckets)}: add a row bucket >= "
+            f"{used}, or a longer row length, or leave calls this large unpacked"
+        )
+    return min(fits)
+
+
+def _check_lengths(lengths: Sequence[int], L: int, row_length: int) -> None:
+    """Refuse a row length that is not an int >= 1 and samples that do not fit."""
+    if isinstance(row_length, bool) or not isinstance(row_length, int) or row_length < 1:
+        raise ShapeBucketError(f"row_length must be an int >= 1, got {row_length!r}")
+    if lengths and min(lengths) >= 0 and max(lengths) <= min(L, row_length):
+        return  # the common case, checked without a loop
+    for i, x in enumerate(lengths):
+        if not 0 <= x <= L:
+            raise ShapeBucketError(
+                f"row {i} has real length {x}, outside 0..{L} (the call's length)"
+            )
+        if x > row_length:
+            raise ShapeBucketError(
+                f"row {i} has {x} real tokens > row_length {row_length}: packing never cuts a "
+                f"sample; use a row length >= {x} or leave this call unpacked"
+            )
+
+
+def plan_layout(
+    lengths: Sequence[int],
+    length: int,
+    row_length: int,
+    row_buckets: Sequence[int] | None,
+    document_ids: bool,
+    device: torch.device,
+) -> Layout:
+    """The packed layout of a call of ``len(lengths)`` rows of ``length`` tokens whose
+    samples have ``lengths`` real tokens: best-fit decreasing into ``row_length``-token
+    rows (a 1-row call: its one sample in row 0, no search), padded to the smallest row
+    bucket. Built outside inference mode, so a layout first planned under
+    ``torch.inference_mode`` still serves a call that records gradients.
+
+    >>> plan_layout([3, 1], 3, 4, None, False, torch.device("cpu")).positions.tolist()
+    [[0, 1, 2, 0]]
+    """
+    lens = lengths if isinstance(lengths, tuple) else tuple(int(x) for x in lengths)
+    _check_lengths(lens, length, row_length)
+    row, start, number, used = _best_fit(lens, row_length)
+    P = _packed_rows(used, row_buckets, row_length)
+    ln = np.array(lens, dtype=np.int64)
+    n, rows, grid = int(ln.sum()), len(lens), P * row_length
+    # every index grid in one int64 buffer and every flag in one bool buffer: two
+    # copies to the device per layout planned, none per call
+    sizes = [n, n, n, rows * length, grid, grid] + ([grid] if document_ids else [])
+    ints = np.zeros(sum(sizes), np.int64)
+    ends = list(itertools.accumulate(sizes))
+    # sample i's token j: source i * length + j, target base[i] + j, position j
+    starts = np.cumsum(ln) - ln
+    base = np.array(row, dtype=np.int64) * row_length + np.array(start, dtype=np.int64)
+    offsets = np.empty((3, rows), np.int64)
+    np.multiply(np.arange(rows, dtype=np.int64), length, out=offsets[0])
+    offsets[0] -= starts
+    np.subtract(base, starts, out=offsets[1])
+    np.negative(starts, out=offsets[2])
+    tokens = ints[: ends[2]].reshape(3, n)  # source, target, within: one repeat, one add
+    np.add(offsets.repeat(ln, axis=1), np.arange(n), out=tokens)
+    source, target, within = tokens
+    back, take, positions = (
+        ints[ends[2] : ends[3]],
+        ints[ends[3] : ends[4]],
+        ints[ends[4] : ends[5]],
+    )
+    take[target], back[source], positions[target] = source, target, within
+    if document_ids:
+        documents = ints[ends[5] :]
+        documents.fill(-1)
+        documents[target] = np.array(number, dtype=np.int64).repeat(ln)
+    caller = rows * length
+    flags = np.ones(caller + 2 * grid, np.bool_)
+    pads, empty, unlabelled = flags[:caller], flags[caller:-grid], flags[-grid:]
+    pads[source], empty[target], unlabelled[target] = False, False, False
+    unlabelled[base[ln > 0]] = True  # each sample's first token: a shifted label's pad
+    planned = (rows, length, P, row_length, lens)
+    if torch.is_inference_mode_enabled():  # a layout planned under inference mode serves any call
+        with torch.inference_mode(False):
+            return _on_device(planned, ints, flags, sizes, device)
+    return _on_device(planned, ints, flags, sizes, device)
+
+
+def _on_device(
+    planned: tuple[int, int, int, int, tuple[int, ...]],
+    ints: np.ndarray,
+    flags: np.ndarray,
+    sizes: list[int],
+    device: torch.device,
+) -> Layout:
+    """A planned layout's grids copied to ``device`` (two copies) and cut into its tensors."""
+    rows, length, P, row_length, lens = planned
+    caller, grid = rows * length, P * row_length
+    src, dst, _, bk, tk, pos, *docs = torch.from_numpy(ints).to(device).split_with_sizes(sizes)
+    pd, em, un = torch.from_numpy(flags).to(device).split_with_sizes([caller, grid, grid])
+    call = PackedCall(rows, length, P, row_length, lens, src, dst, bk, pd)
+    doc = docs[0].to(torch.int32).view(P, row_length) if docs else None
+    return Layout(call, tk, em, un, pos.view(P, row_length), doc)

@@ -7,6 +7,7 @@ real capture."""
 from __future__ import annotations
 
 import copy
+import math
 import pickle
 
 import _bucketed_models as bm
@@ -166,6 +167,39 @@ def test_a_copy_of_the_wrapper_starts_without_graphs(emulated):
             other.stats.graphs_captured = 0
             assert _max_diff(other(**batch), wrapped(**batch)) <= 1e-5
             assert other.stats.graphs_captured == 1  # captured its own
+
+
+class _Typed(torch.nn.Module):
+    """Reads its plain value by type and sign, as Python's ``==`` does not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 4)
+
+    def forward(self, input_ids, attention_mask=None, scale=None):
+        x = self.emb(input_ids)
+        if scale is True:
+            x = x * 2
+        if isinstance(scale, float):
+            x = x + (100 if math.copysign(1.0, scale) > 0 else -100)
+        return x
+
+
+def test_plain_values_equal_in_python_do_not_share_a_graph(emulated):
+    """``1 == True == 1.0`` and ``0.0 == -0.0`` in Python, but the model tells them
+    apart: each replays its own graph; a NaN (never equal to itself) keeps one."""
+    torch.manual_seed(0)
+    inner = _Typed().eval()
+    wrapped = BucketedModel(inner, bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+    ids = torch.randint(1, 50, (2, 5))
+    with torch.no_grad():
+        for scale in (1, True, 1.0, 0, False, 0.0, -0.0):
+            got, want = wrapped(input_ids=ids, scale=scale), inner(input_ids=ids, scale=scale)
+            assert torch.equal(got, want), scale
+        captured = wrapped.stats.graphs_captured
+        for _ in range(3):
+            wrapped(input_ids=ids, scale=float("nan"))
+    assert captured == 7 and wrapped.stats.graphs_captured == 8
 
 
 # -- refusals ------------------------------------------------------------------------------

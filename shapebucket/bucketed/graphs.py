@@ -111,9 +111,18 @@ class Graph:
 
 def key_of(batch: Mapping[str, Any]) -> tuple[Any, ...]:
     """A padded batch's graph key: its keys in order, each tensor's shape, dtype and
-    device, every other value as it is (so a route's keys and every shape count)."""
+    device, every other value with its type (so a route's keys and every shape count).
+    A float is keyed by its bits (``float.hex``): ``1 == True == 1.0`` and ``0.0 ==
+    -0.0`` in Python, but a model may tell them apart, and a NaN is never equal to
+    itself (each call would capture a graph of its own).
+
+    >>> key_of({"a": 1}) == key_of({"a": True}), key_of({"a": 0.0}) == key_of({"a": -0.0})
+    (False, False)
+    """
     return tuple(
-        (k, v.shape, v.dtype, v.device) if isinstance(v, torch.Tensor) else (k, v)
+        (k, v.shape, v.dtype, v.device)
+        if isinstance(v, torch.Tensor)
+        else (k, type(v), v.hex() if isinstance(v, float) else v)
         for k, v in batch.items()
     )
 

@@ -202,6 +202,29 @@ def test_plain_values_equal_in_python_do_not_share_a_graph(emulated):
     assert captured == 7 and wrapped.stats.graphs_captured == 8
 
 
+class _WritesInputs(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 4)
+
+    def forward(self, input_ids, attention_mask=None):
+        input_ids.add_(1).remainder_(50)  # in place: the static buffer, in a graph
+        return self.emb(input_ids)
+
+
+def test_a_model_that_writes_into_its_inputs_is_exact_from_the_capturing_call_on(emulated):
+    """The capture runs the model on the static buffers before its replay (a CUDA
+    capture warms up twice): the replay must start from the call's inputs again."""
+    torch.manual_seed(0)
+    inner = _WritesInputs().eval()
+    wrapped = BucketedModel(inner, bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+    with torch.no_grad():
+        for seed in range(3):
+            ids = torch.randint(1, 50, (2, 5), generator=torch.Generator().manual_seed(seed))
+            assert torch.equal(wrapped(input_ids=ids.clone()), inner(input_ids=ids.clone()))
+    assert wrapped.stats.graphs_captured == 1 and wrapped.stats.graph_replays == 3
+
+
 # -- refusals ------------------------------------------------------------------------------
 
 

@@ -167,8 +167,9 @@ class Graphs:
             _refuse_values(batch)
             graph = self.table[key] = self._capture(model, batch)
             stats.graphs_captured += 1
-        else:
-            compat.copy_all(graph.inputs, [batch[k] for k in graph.names])
+        # also after a capture: its warm-up runs may have written into the static
+        # inputs (a model that writes into its inputs in place)
+        compat.copy_all(graph.inputs, [batch[k] for k in graph.names])
         graph.replay()
         stats.graph_replays += 1
         return cloned(cut_outputs(graph.out, call.outputs, call))

@@ -225,6 +225,24 @@ def test_a_model_that_writes_into_its_inputs_is_exact_from_the_capturing_call_on
     assert wrapped.stats.graphs_captured == 1 and wrapped.stats.graph_replays == 3
 
 
+def test_train_and_eval_mode_each_replay_a_graph_of_their_own(emulated):
+    """A graph bakes in what the mode decides (dropout on or off, batch statistics): a
+    call after ``train()`` must not replay the graph captured in ``eval()`` mode, nor
+    the reverse. (The emulated replay runs the model again, so it would hide a wrong
+    replay: the captures are counted.)"""
+    torch.manual_seed(0)
+    inner = copy.deepcopy(bm.model("masked"))
+    wrapped = BucketedModel(inner, bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+    batch = bm.call("masked", 2, 6, seed=11)
+    with torch.no_grad():
+        for mode in ("eval", "train", "eval", "train"):
+            getattr(wrapped, mode)()
+            assert _max_diff(wrapped(**batch), inner(**batch)) <= 1e-5
+        inner.eval()  # the wrapped module's own mode counts, also set apart from the wrapper
+        wrapped(**batch)
+    assert wrapped.stats.graphs_captured == 2 and wrapped.stats.graph_replays == 5
+
+
 # -- refusals ------------------------------------------------------------------------------
 
 

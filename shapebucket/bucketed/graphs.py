@@ -139,7 +139,8 @@ def _refuse_values(batch: Mapping[str, Any]) -> None:
 
 
 class Graphs:
-    """A wrapper's captured graphs, one per padded batch key, sharing one memory pool.
+    """A wrapper's captured graphs, one per padded batch key and mode of the model
+    (training or not), sharing one memory pool.
     Nothing of it pickles or deep-copies (captured graphs belong to their process): a
     copy starts with none."""
 
@@ -156,8 +157,9 @@ class Graphs:
     def run(self, model: Any, batch: dict[str, Any], call: Call, stats: BucketedReport) -> Any:
         """``model(**batch)`` (a planned call's padded batch) by a replay of its key's
         graph, captured at its first call, cut back to ``call`` and every tensor cloned
-        (the next replay overwrites the static outputs)."""
-        key = key_of(batch)
+        (the next replay overwrites the static outputs). The model's mode is part of
+        the key: a graph bakes in what ``train()`` or ``eval()`` decided (dropout)."""
+        key = (bool(compat.unwrap_compiled(model).training), key_of(batch))
         try:
             graph = self.table.get(key)
         except TypeError:  # an unhashable value

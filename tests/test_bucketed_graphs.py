@@ -272,6 +272,28 @@ def test_a_non_tensor_value_a_graph_would_bake_in_is_refused(emulated):
         wrapped(input_ids=torch.ones(1, 3, dtype=torch.long), extra=[torch.ones(1)])
 
 
+class _Counts(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 4)
+
+    def forward(self, input_ids, attention_mask=None):
+        return {"x": self.emb(input_ids), "real": int(attention_mask.sum())}
+
+
+def test_a_python_number_in_the_outputs_is_refused_not_replayed_stale(emulated):
+    """A replay runs the graph's kernels only: a number the model worked out in Python
+    at the capture would come back for every later call of the shape."""
+    torch.manual_seed(0)
+    inner = _Counts().eval()
+    wrapped = BucketedModel(inner, bm.BUCKETS, row_buckets=[4], graphs=True)
+    batch = {"input_ids": torch.randint(1, 50, (4, 5)), "attention_mask": torch.ones(4, 5)}
+    assert wrapped(**batch)["real"] == 20  # grad enabled: no graph
+    with torch.no_grad(), pytest.raises(ShapeBucketError, match=r"output\['real'\] is the int 20, .*\(4, 8\).*return it as a tensor, or pass graphs=False"):  # fmt: skip
+        wrapped(**batch)
+    assert wrapped.stats.graphs_captured == 0
+
+
 def test_graphs_must_be_a_bool():
     with pytest.raises(ShapeBucketError, match="graphs must be True or False"):
         BucketedModel(bm.model("masked"), bm.BUCKETS, graphs="yes")

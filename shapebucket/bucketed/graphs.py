@@ -11,7 +11,7 @@ import torch
 from .. import _torch as compat
 from ..errors import ShapeBucketError
 from .calls import Call
-from .outputs import cloned, cut_outputs, leaves
+from .outputs import cloned, cut_outputs, leaves, numbers
 from .stats import BucketedReport
 
 __all__ = ["GraphPool", "Graphs", "capture", "compiled_wrapper_refused", "emulated_capture"]
@@ -183,4 +183,12 @@ class Graphs:
             static = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         names = tuple(k for k, v in static.items() if isinstance(v, torch.Tensor))
         replay, out = capture(lambda b: model(**b), static, self.pool)
+        for path, v in numbers(out):
+            shapes = {k: tuple(static[k].shape) for k in names}
+            raise ShapeBucketError(
+                f"BucketedModel(graphs=True): {path} is the {type(v).__name__} {v!r}, worked "
+                f"out in Python when the graph of the call {shapes} was captured; a replay "
+                f"runs the graph's kernels only and would give back {v!r} for every later "
+                "call of that shape; return it as a tensor, or pass graphs=False"
+            )
         return Graph(replay, names, [static[k] for k in names], out)

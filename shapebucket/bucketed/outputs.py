@@ -24,7 +24,7 @@ from .calls import Call
 from .packed import unpack
 from .placement import PackedCall
 
-__all__ = ["OutputRoles", "cloned", "cut_outputs", "learn_roles", "probe_shapes"]
+__all__ = ["OutputRoles", "cloned", "cut_outputs", "learn_roles", "numbers", "probe_shapes"]
 
 #: the offsets a length dim may have from its length (shifted logits: -1)
 _OFFSETS = (0, -1, 1, -2, 2)
@@ -64,6 +64,18 @@ def _values(out: Any, path: str = "output") -> Iterator[tuple[str, Any]]:
             yield from _values(v, f"{path}[{i}]")
     else:
         yield path, out
+
+
+def numbers(out: Any) -> Iterator[tuple[str, Any]]:
+    """Every Python number of ``out`` (a bool, int, float or complex leaf, not a
+    tensor), with its path, in :func:`leaves` order.
+
+    >>> list(numbers({"x": torch.zeros(1), "n": 3, "name": "a", "mask": None}))
+    [("output['n']", 3)]
+    """
+    for p, v in _values(out):
+        if isinstance(v, (bool, int, float, complex)):
+            yield p, v
 
 
 def _refuse_shape_numbers(outs: list[Any], shapes: list[tuple[int, dict[str, int]]]) -> None:

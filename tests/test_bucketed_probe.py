@@ -162,3 +162,18 @@ def test_sequence_keys_naming_every_sequence_key_is_exact():
         want = inner(**batch)["logits"]
         got = _wrap(inner, sequence_keys=["input_ids", "attention_mask"])(**batch)["logits"]
     assert (got - want).abs()[real].max().item() < 1e-5
+
+
+def test_a_packed_call_with_a_mask_broadcast_over_its_rows_is_exact():
+    """``attention_mask`` of ``[1, length]`` beside ``input_ids`` of ``[rows, length]``
+    (the padded path keeps it broadcast): every row has the one mask's real length."""
+    inner = model("gpt")
+    ids = torch.randint(1, 50, (3, 10), generator=torch.Generator().manual_seed(1))
+    mask = (torch.arange(10) < 7)[None, :]
+    labels = ids.masked_fill(~mask, -100)
+    with torch.no_grad():
+        want = inner(input_ids=ids, attention_mask=mask, labels=labels)
+        wrapped = _wrap(inner)
+        got = wrapped(input_ids=ids, attention_mask=mask, labels=labels)
+    assert wrapped.stats.packed_calls == 1
+    assert abs(got.item() - want.item()) <= 1e-5

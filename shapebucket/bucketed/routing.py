@@ -83,6 +83,10 @@ def pack(
     packed shape depends on them: on a GPU, the call's one sync); everything that
     depends only on them is its route's kept layout."""
     side, packer = call.sides["source"], route.packer
+    if any(kwargs[k].shape[0] != call.rows for k in packer.source):
+        # a key broadcast over the rows ([1, length], as the call checks): one per row
+        wide = {k: kwargs[k].expand(call.rows, *kwargs[k].shape[1:]) for k in packer.source}
+        kwargs = {**kwargs, **wide}
     mask, labels = kwargs.get("attention_mask"), kwargs.get("labels")
     try:
         lengths, labelled_pads = (

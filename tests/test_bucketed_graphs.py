@@ -294,6 +294,23 @@ def test_a_python_number_in_the_outputs_is_refused_not_replayed_stale(emulated):
     assert wrapped.stats.graphs_captured == 0
 
 
+def test_an_error_raised_by_the_capture_names_the_shape_and_the_fix(monkeypatch):
+    """A forward that syncs with the host (``.item()``) fails inside a CUDA capture with
+    torch's RuntimeError: it comes back as a ShapeBucketError naming the call's shape,
+    the error and the fix, the error as its cause."""
+
+    def failing(fn, static, pool):
+        fn(static)  # a warm-up run passes; the capture itself refuses the sync
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(graphs, "capture", failing)
+    wrapped = BucketedModel(bm.model("masked"), bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+    with torch.no_grad(), pytest.raises(ShapeBucketError, match=r"capturing the CUDA graph of the call \{'input_ids': \(2, 8\).*RuntimeError: CUDA error: operation not permitted.*graphs=False") as e:  # fmt: skip
+        wrapped(**bm.call("masked", 2, 6, seed=12))
+    assert isinstance(e.value.__cause__, RuntimeError)
+    assert wrapped.stats.graphs_captured == 0
+
+
 def test_graphs_must_be_a_bool():
     with pytest.raises(ShapeBucketError, match="graphs must be True or False"):
         BucketedModel(bm.model("masked"), bm.BUCKETS, graphs="yes")

@@ -182,9 +182,19 @@ class Graphs:
         with torch.inference_mode(False), torch.no_grad():
             static = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         names = tuple(k for k, v in static.items() if isinstance(v, torch.Tensor))
-        replay, out = capture(lambda b: model(**b), static, self.pool)
+        shapes = {k: tuple(static[k].shape) for k in names}
+        try:
+            replay, out = capture(lambda b: model(**b), static, self.pool)
+        except ShapeBucketError:
+            raise
+        except Exception as e:
+            raise ShapeBucketError(
+                f"BucketedModel(graphs=True): capturing the CUDA graph of the call {shapes} "
+                f"failed: {type(e).__name__}: {e}. A captured forward may not wait for the "
+                "host (.item(), .tolist(), .cpu(), a Python branch or shape that reads a "
+                "tensor's values); take those out of the model's forward, or pass graphs=False"
+            ) from e
         for path, v in numbers(out):
-            shapes = {k: tuple(static[k].shape) for k in names}
             raise ShapeBucketError(
                 f"BucketedModel(graphs=True): {path} is the {type(v).__name__} {v!r}, worked "
                 f"out in Python when the graph of the call {shapes} was captured; a replay "

@@ -243,6 +243,24 @@ def test_train_and_eval_mode_each_replay_a_graph_of_their_own(emulated):
     assert wrapped.stats.graphs_captured == 2 and wrapped.stats.graph_replays == 5
 
 
+def test_a_call_under_autocast_replays_a_graph_of_its_own(emulated):
+    """A graph bakes in the dtypes autocast chose at its capture: a call under
+    ``torch.autocast`` must not replay the graph captured without it (float32 outputs
+    for a bfloat16 call), nor one of another autocast dtype. (The emulated replay runs
+    the model again, so the captures are counted.)"""
+    inner = bm.model("masked")
+    wrapped = BucketedModel(inner, bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+    batch = bm.call("masked", 2, 6, seed=13)
+    with torch.no_grad():
+        wrapped(**batch)
+        for dtype in (torch.bfloat16, torch.float16, torch.bfloat16):
+            with torch.autocast("cpu", dtype=dtype):
+                got, want = wrapped(**batch), inner(**batch)
+            assert got["logits"].dtype == want["logits"].dtype == dtype
+        wrapped(**batch)
+    assert wrapped.stats.graphs_captured == 3 and wrapped.stats.graph_replays == 5
+
+
 # -- refusals ------------------------------------------------------------------------------
 
 

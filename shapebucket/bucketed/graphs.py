@@ -127,6 +127,22 @@ def key_of(batch: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
+def state_of(model: Any, batch: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a graph bakes in besides its batch: the model's mode (``train()`` or
+    ``eval()``: dropout on or off) and autocast on the batch's device (on or off, and
+    its dtype: the dtypes of every op).
+
+    >>> state_of(torch.nn.Linear(1, 1).eval(), {"x": torch.ones(1)})
+    (False, False, torch.bfloat16)
+    """
+    device = next((v.device.type for v in batch.values() if isinstance(v, torch.Tensor)), "cpu")
+    return (
+        bool(compat.unwrap_compiled(model).training),
+        torch.is_autocast_enabled(device),
+        torch.get_autocast_dtype(device),
+    )
+
+
 def _refuse_values(batch: Mapping[str, Any]) -> None:
     for k, v in batch.items():
         if not isinstance(v, (torch.Tensor, *PLAIN)):
@@ -139,8 +155,8 @@ def _refuse_values(batch: Mapping[str, Any]) -> None:
 
 
 class Graphs:
-    """A wrapper's captured graphs, one per padded batch key and mode of the model
-    (training or not), sharing one memory pool.
+    """A wrapper's captured graphs, one per padded batch key and state (the model's
+    mode, autocast: :func:`state_of`), sharing one memory pool.
     Nothing of it pickles or deep-copies (captured graphs belong to their process): a
     copy starts with none."""
 
@@ -157,9 +173,9 @@ class Graphs:
     def run(self, model: Any, batch: dict[str, Any], call: Call, stats: BucketedReport) -> Any:
         """``model(**batch)`` (a planned call's padded batch) by a replay of its key's
         graph, captured at its first call, cut back to ``call`` and every tensor cloned
-        (the next replay overwrites the static outputs). The model's mode is part of
-        the key: a graph bakes in what ``train()`` or ``eval()`` decided (dropout)."""
-        key = (bool(compat.unwrap_compiled(model).training), key_of(batch))
+        (the next replay overwrites the static outputs). The key holds what the graph
+        bakes in besides the batch (:func:`state_of`)."""
+        key = (state_of(model, batch), key_of(batch))
         try:
             graph = self.table.get(key)
         except TypeError:  # an unhashable value

@@ -272,6 +272,14 @@ def test_cpu_inputs_are_refused_with_the_fix_without_the_emulation():
     assert wrapped(**batch)["loss"].requires_grad  # grad enabled: today's path, no graph
 
 
+def test_inputs_on_a_device_without_autocast_are_refused_with_the_fix():
+    inner = copy.deepcopy(bm.model("masked")).to("meta")
+    wrapped = BucketedModel(inner, bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
+    batch = {k: v.to("meta") for k, v in bm.call("masked", 2, 6, seed=7).items()}
+    with torch.no_grad(), pytest.raises(ShapeBucketError, match=r"'input_ids'.* is on meta.*move the model and its inputs to CUDA"):  # fmt: skip
+        wrapped(**batch)
+
+
 def test_a_compiled_wrapper_with_graphs_is_refused_with_the_fix(emulated):
     wrapped = BucketedModel(bm.model("masked"), bm.BUCKETS, row_buckets=ROW_BUCKETS, graphs=True)
     compiled = torch.compile(wrapped, backend="eager")

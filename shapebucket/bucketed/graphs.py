@@ -136,11 +136,10 @@ def state_of(model: Any, batch: Mapping[str, Any]) -> tuple[Any, ...]:
     (False, False, torch.bfloat16)
     """
     device = next((v.device.type for v in batch.values() if isinstance(v, torch.Tensor)), "cpu")
-    return (
-        bool(compat.unwrap_compiled(model).training),
-        torch.is_autocast_enabled(device),
-        torch.get_autocast_dtype(device),
-    )
+    training = bool(compat.unwrap_compiled(model).training)
+    if not torch.amp.is_autocast_available(device):  # "meta": refused by the capture
+        return (training, False, None)
+    return (training, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
 
 
 def _refuse_values(batch: Mapping[str, Any]) -> None:

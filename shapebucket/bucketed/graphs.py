@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -56,9 +57,19 @@ def capture(
             fn(static)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool.handle):
+    with torch.cuda.graph(graph, pool=pool.handle), _uncached_autocast():
         static_out = fn(static)
     return graph.replay, static_out
+
+
+def _uncached_autocast() -> Any:
+    """The caller's CUDA autocast with its weight-cast cache off, for a capture (torch's
+    CUDA-graph notes: a cached cast freed when the caller's ``autocast`` block exits would
+    leave the graph reading freed memory); nothing when autocast is off."""
+    if not torch.is_autocast_enabled("cuda"):
+        return contextlib.nullcontext()
+    dtype = torch.get_autocast_dtype("cuda")
+    return torch.autocast("cuda", dtype=dtype, cache_enabled=False)
 
 
 def emulated_capture(

@@ -19,7 +19,8 @@ class BucketedReport:
     one dynamic graph, with ``overflow="dynamic"``), ``packed_calls`` (calls whose samples were packed
     into rows, their pads dropped), ``unpacked_calls`` (calls a packing wrapper
     padded instead, each for a reason it warned about once), ``graphs_captured`` (CUDA
-    graphs a ``graphs=True`` wrapper captured, one per padded shape) and
+    graphs a ``graphs=True`` wrapper captured, one per padded shape, train/eval mode
+    and autocast state) and
     ``graph_replays`` (calls run by a replay of one, the capturing call included).
 
     >>> BucketedReport().token_efficiency

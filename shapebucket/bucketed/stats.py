@@ -63,29 +63,26 @@ class BucketedReport:
             )
         self.unpacked_calls += 1
 
-    def count_unplanned(
-        self, rows: int, sides: dict[str, Side], largest: int, overflow: str
-    ) -> None:
-        """Count (and, the first time, warn about) a call run at its own shape."""
+    def count_unplanned(self, rows: int, sides: dict[str, Side], why: str, overflow: str) -> None:
+        """Count (and, the first time, warn about) a call run at its own shape, ``why``
+        (past which table of the plan, or cheaper there)."""
         longest = max(s.length for s in sides.values())
         if overflow == "eager":
             if self.eager_calls == 0:
                 warnings.warn(
-                    f"BucketedModel: a call of {rows} rows and length {longest} (largest "
-                    f"bucket {largest}) ran eagerly at its own shape (overflow='eager'): never "
-                    "compiled, no CUDA graph recorded; such calls are counted in "
-                    "stats.eager_calls",
-                    stacklevel=5,
+                    f"BucketedModel: a call of {rows} rows and length {longest} ({why}) ran "
+                    "eagerly at its own shape (overflow='eager'): never compiled, no CUDA "
+                    "graph recorded; such calls are counted in stats.eager_calls",
+                    stacklevel=6,
                 )
             self.eager_calls += 1
         else:
             if self.dynamic_calls == 0:
                 warnings.warn(
-                    f"BucketedModel: a call of {rows} rows and length {longest} (largest "
-                    f"bucket {largest}) ran at its own shape on the dynamic graph "
-                    "(overflow='dynamic'), compiled at this first such call; such calls are "
-                    "counted in stats.dynamic_calls",
-                    stacklevel=5,
+                    f"BucketedModel: a call of {rows} rows and length {longest} ({why}) ran at "
+                    "its own shape on the dynamic graph (overflow='dynamic'), compiled at this "
+                    "first such call; such calls are counted in stats.dynamic_calls",
+                    stacklevel=6,
                 )
             self.dynamic_calls += 1
         self.calls += 1

@@ -427,6 +427,7 @@ def test_an_empty_call_is_refused_naming_the_fix_unless_rows_are_padded():
 def test_a_call_past_the_row_buckets_is_warned_about_naming_the_row_bucket():
     """The warning names the table the call is past: its rows, not its length."""
     wrapped = BucketedModel(bm.MaskedEncoder(), [8], row_buckets=[2], overflow="eager")
-    with pytest.warns(UserWarning, match=r"3 rows and length 5 \(past the largest row bucket 2\)"):
+    with pytest.warns(UserWarning, match=r"3 rows and length 5 \(past the largest row bucket 2\)") as seen:
         wrapped(**bm.call("masked", 3, 5, seed=0))
     assert wrapped.stats.eager_calls == 1
+    assert seen[0].filename == __file__  # the caller's line, not torch's Module.__call__

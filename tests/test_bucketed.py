@@ -218,7 +218,7 @@ def test_overflow_eager_runs_uncompiled_at_the_calls_shape_and_counts_it(fresh_c
     shapebucket.prewarm(wrapped, plan, progress=False)
     batch = bm.call("masked", 2, 12, seed=0)
     with CompileCounter() as cc, shapebucket.no_recompiles(plan):
-        with pytest.warns(UserWarning, match="length 12 .largest bucket 8. ran eagerly"):
+        with pytest.warns(UserWarning, match="length 12 .past the largest bucket 8. ran eagerly"):
             out = wrapped(**batch)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # warned once
@@ -422,3 +422,12 @@ def test_an_empty_call_is_refused_naming_the_fix_unless_rows_are_padded():
         wrapped.plan(empty)
     padded = BucketedModel(lambda input_ids: input_ids * 2, [8, 16], row_buckets=[1, 2])
     assert padded(**empty).shape == (0, 5)
+
+
+def test_a_call_past_the_row_buckets_is_warned_about_naming_the_row_bucket():
+    """The warning names the table the call is past: its rows, not its length."""
+    wrapped = BucketedModel(bm.MaskedEncoder(), [8], row_buckets=[2], overflow="eager")
+    with pytest.warns(UserWarning, match=r"3 rows and length 5 \(past the largest row bucket 2\)") as seen:
+        wrapped(**bm.call("masked", 3, 5, seed=0))
+    assert wrapped.stats.eager_calls == 1
+    assert seen[0].filename == __file__  # the caller's line, not torch's Module.__call__

@@ -355,3 +355,25 @@ def test_host_lengths_reads_lengths_and_labels_on_pads_in_one_pass():
             (a is None and b is None) or np.array_equal(a, b)
             for a, b in zip(viewed, copied, strict=True)
         )
+
+
+def test_a_call_of_more_rows_than_the_row_buckets_that_packs_into_them_is_planned():
+    """``fit_calls(packed_row_length=R)`` fits row buckets on the packed rows, fewer than
+    a call's own: a 6-row call of short samples packs into 1 row of 16, inside row buckets
+    [1, 2], and must run there, not be refused (or sent past the plan) for its 6 rows."""
+    gpt = bm.bench_gpt()
+    mask = torch.arange(8)[None, :] < torch.tensor([2, 3, 2, 1, 3, 2])[:, None]
+    ids = torch.randint(1, 50, (6, 8), generator=torch.Generator().manual_seed(0)) * mask
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(~mask, -100)}
+    wrapped = BucketedModel(gpt, [16], row_buckets=[1, 2])
+    assert torch.allclose(wrapped(**batch), gpt(**batch), atol=1e-6)
+    assert wrapped.stats.packed_calls == 1 and wrapped.stats.shapes == {(1, 16): 1}
+    # one that packs into more rows than the largest row bucket is past the plan
+    full = {k: torch.ones_like(v) if k == "attention_mask" else v for k, v in batch.items()}
+    full["input_ids"] = full["labels"] = torch.ones_like(ids)
+    with pytest.raises(ShapeBucketError, match="pack into 3 rows, past the largest row bucket 2"):
+        wrapped(**full)
+    dynamic = BucketedModel(gpt, [16], row_buckets=[1, 2], overflow="eager")
+    with pytest.warns(UserWarning, match="pack into 3 rows"):
+        assert torch.allclose(dynamic(**full), gpt(**full), atol=1e-6)
+    assert dynamic.stats.eager_calls == 1 and dynamic.stats.packed_calls == 0

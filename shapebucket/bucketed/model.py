@@ -56,7 +56,7 @@ from .checks import (
 from .graphs import Graphs, compiled_wrapper_refused
 from .outputs import cut_outputs
 from .pad import config_pad_values, pad_call
-from .planning import plan_call, plan_of
+from .planning import past_plan, plan_call, plan_of
 from .routing import learn, pack
 from .stats import BucketedReport
 
@@ -278,7 +278,30 @@ class BucketedModel(torch.nn.Module):
             kwargs = bind(self._params, args, kwargs, self.model)
         route = self.route(kwargs)
         rows, sides = read_call(kwargs, route)
-        call = plan_call(
+        # a call that may pack has its rows checked once packed (they may be fewer)
+        may_pack = self._packing is not None and (route.outputs is None or route.packed)
+        call = self._plan_call(rows, sides, packed=may_pack)
+        if call is None:
+            return self._unplanned(kwargs, rows, sides)
+        check_call(call, route, kwargs, self._norms, getattr(self.model, "training", False))
+        if route.outputs is None and (call.pads or self._packing is not None):
+            self.learn(kwargs, route, sides)
+        call.outputs = route.outputs
+        packed = pack(self, kwargs, route, call) if route.packed else None
+        if isinstance(packed, str):  # its samples pack into more rows than planned
+            return self._unplanned(kwargs, rows, sides, packed)
+        if packed is None and call.padded_rows not in (self._rows or (call.padded_rows,)):
+            outputs = call.outputs  # a packed plan's call padded instead: rows checked now
+            call = self._plan_call(rows, sides, packed=False)
+            if call is None:
+                return self._unplanned(kwargs, rows, sides)
+            call.outputs = outputs
+        batch, call = packed or (self.with_cache_off(pad_call(kwargs, route, call)), call)
+        self.stats.count(call)
+        return batch, call
+
+    def _plan_call(self, rows: int, sides: dict[str, Side], packed: bool) -> Call | None:
+        return plan_call(
             rows,
             sides,
             lengths=self._lengths,
@@ -286,19 +309,17 @@ class BucketedModel(torch.nn.Module):
             overflow=self.overflow,
             costs=self._costs,
             left=self._left,
+            packed=packed,
         )
-        if call is None:
-            self.stats.count_unplanned(rows, sides, self._lengths[-1], self.overflow)
-            same = {k: Side(k, s.keys, s.length, s.length) for k, s in sides.items()}
-            return self.with_cache_off(kwargs), Call(rows, rows, same, planned=False)
-        check_call(call, route, kwargs, self._norms, getattr(self.model, "training", False))
-        if route.outputs is None and (call.pads or self._packing is not None):
-            self.learn(kwargs, route, sides)
-        call.outputs = route.outputs
-        packed = pack(self, kwargs, route, call) if route.packed else None
-        batch, call = packed or (self.with_cache_off(pad_call(kwargs, route, call)), call)
-        self.stats.count(call)
-        return batch, call
+
+    def _unplanned(
+        self, kwargs: dict[str, Any], rows: int, sides: dict[str, Side], why: str = ""
+    ) -> tuple[dict[str, Any], Call]:
+        """The call as it came, to run at its own shape (counted, warned once)."""
+        why = why or past_plan(rows, sides, self._lengths, self._rows)
+        self.stats.count_unplanned(rows, sides, why, self.overflow)
+        same = {k: Side(k, s.keys, s.length, s.length) for k, s in sides.items()}
+        return self.with_cache_off(kwargs), Call(rows, rows, same, planned=False)
 
     def route(self, kwargs: Mapping[str, Any]) -> Route:
         """How calls like ``kwargs`` are padded (read once per kind of call)."""

@@ -22,7 +22,7 @@ import torch
 
 from ..errors import ShapeBucketError
 
-__all__ = ["Layout", "Layouts", "PackedCall", "plan_layout"]
+__all__ = ["Layout", "Layouts", "PackedCall", "plan_layout", "rows_used"]
 
 
 @dataclass(frozen=True)
@@ -153,6 +153,16 @@ def _best_fit(
         count[best] += 1
         bisect.insort(rooms, (row_length - used[best]) * M + best)
     return row, start, number, max(len(used), 1)
+
+
+def rows_used(lengths: Sequence[int], row_length: int) -> int:
+    """How many ``row_length``-token rows best-fit decreasing packs samples of ``lengths``
+    into (before a row bucket pads them).
+
+    >>> rows_used([2, 3, 2, 1], 4)
+    2
+    """
+    return _best_fit(tuple(int(x) for x in lengths), row_length)[3]
 
 
 def _packed_rows(used: int, row_buckets: Sequence[int] | None, row_length: int) -> int:

@@ -15,7 +15,7 @@ from .calls import Call, Route, Side
 from .outputs import learn_roles, packs_outputs, probe, probe_shapes
 from .packed import host_lengths, pack_into
 from .pad import pad_call
-from .placement import Layouts
+from .placement import Layouts, rows_used
 
 __all__ = ["Packer", "learn", "pack"]
 
@@ -76,10 +76,12 @@ class Packer:
 
 def pack(
     wrapper: Any, kwargs: dict[str, Any], route: Route, call: Call
-) -> tuple[dict[str, Any], Call] | None:
+) -> tuple[dict[str, Any], Call] | str | None:
     """``call`` packed into rows of the bucket that holds its longest sample; ``None``
     (pad it instead, counted and warned once) when its mask is not right-padded or a pad
-    carries a label its loss counts. The call's real lengths are read on the host (its
+    carries a label its loss counts; a str (why) when its samples pack into more rows
+    than the largest row bucket and ``overflow`` runs it at its own shape (refused with
+    ``overflow="error"``). The call's real lengths are read on the host (its
     packed shape depends on them: on a GPU, the call's one sync); everything that
     depends only on them is its route's kept layout."""
     side, packer = call.sides["source"], route.packer
@@ -107,6 +109,18 @@ def pack(
         )
         return None
     row_length = packer.row_length(max(lengths, default=0))
+    rows = wrapper.row_buckets
+    if rows and call.rows > rows[-1]:  # fewer caller rows always pack into the buckets
+        used = rows_used(lengths, row_length)
+        if used > rows[-1]:
+            why = f"its samples pack into {used} rows, past the largest row bucket {rows[-1]}"
+            if wrapper.overflow == "error":
+                raise ShapeBucketError(
+                    f"BucketedModel: a call of {call.rows} rows: {why} (row_buckets {rows}, "
+                    f"rows of {row_length} tokens); add a row bucket >= {used}, split the "
+                    "batch, or pass overflow='eager' or 'dynamic'"
+                )
+            return why
     device = kwargs[packer.keys[0]].device
     layout = packer.layouts.get(lengths, side.length, row_length, device)
     batch, packed = pack_into(

@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
+import inspect
+import os
 import warnings
 from dataclasses import dataclass, field
 
+import torch
+
 from .calls import Call, Side
 
-__all__ = ["BucketedReport"]
+#: where the frames of a wrapped call live that are not the caller's
+_INSIDE = (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+    os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
+)
+
+__all__ = ["BucketedReport", "caller_level"]
+
+
+def caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside shapebucket and torch, for a warning
+    of the function that calls this: the caller's own line, however deep the wrapped call
+    (``Module.__call__``, a compiled wrapper, ``prewarm``)."""
+    here = inspect.currentframe()
+    frame, level = (here.f_back if here is not None else None), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_INSIDE):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 @dataclass
@@ -60,33 +81,30 @@ class BucketedReport:
                 f"BucketedModel: a call was padded, not packed: {why}. Such calls run at "
                 "padded shapes, which a packed plan did not prewarm (each compiles a graph); "
                 "they are counted in stats.unpacked_calls",
-                stacklevel=6,
+                stacklevel=caller_level(),
             )
         self.unpacked_calls += 1
 
-    def count_unplanned(
-        self, rows: int, sides: dict[str, Side], largest: int, overflow: str
-    ) -> None:
-        """Count (and, the first time, warn about) a call run at its own shape."""
+    def count_unplanned(self, rows: int, sides: dict[str, Side], why: str, overflow: str) -> None:
+        """Count (and, the first time, warn about) a call run at its own shape, ``why``
+        (past which table of the plan, or cheaper there)."""
         longest = max(s.length for s in sides.values())
         if overflow == "eager":
             if self.eager_calls == 0:
                 warnings.warn(
-                    f"BucketedModel: a call of {rows} rows and length {longest} (largest "
-                    f"bucket {largest}) ran eagerly at its own shape (overflow='eager'): never "
-                    "compiled, no CUDA graph recorded; such calls are counted in "
-                    "stats.eager_calls",
-                    stacklevel=5,
+                    f"BucketedModel: a call of {rows} rows and length {longest} ({why}) ran "
+                    "eagerly at its own shape (overflow='eager'): never compiled, no CUDA "
+                    "graph recorded; such calls are counted in stats.eager_calls",
+                    stacklevel=caller_level(),
                 )
             self.eager_calls += 1
         else:
             if self.dynamic_calls == 0:
                 warnings.warn(
-                    f"BucketedModel: a call of {rows} rows and length {longest} (largest "
-                    f"bucket {largest}) ran at its own shape on the dynamic graph "
-                    "(overflow='dynamic'), compiled at this first such call; such calls are "
-                    "counted in stats.dynamic_calls",
-                    stacklevel=5,
+                    f"BucketedModel: a call of {rows} rows and length {longest} ({why}) ran at "
+                    "its own shape on the dynamic graph (overflow='dynamic'), compiled at this "
+                    "first such call; such calls are counted in stats.dynamic_calls",
+                    stacklevel=caller_level(),
                 )
             self.dynamic_calls += 1
         self.calls += 1

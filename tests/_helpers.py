@@ -1,8 +1,9 @@
 """Shared test helpers: the save/restore check for every stateful sampler, the torchrun
-command, and subprocess timeouts that scale with the machine's load."""
+command, the bench CLI in its own interpreter, and subprocess timeouts that scale with the machine's load."""
 
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -114,3 +115,20 @@ def compile_with_limit(fn: Any, limit: int, **kwargs: Any) -> Any:
     if not has("compile_recompile_limit"):
         pytest.skip(f"torch {torch.__version__}: torch.compile takes no recompile_limit")
     return torch.compile(fn, recompile_limit=limit, **kwargs)
+
+
+def bench(*args, timeout=1500):  # a cold compile-while-training run took 357-600+ s in CI
+    """The bench CLI in its own interpreter; ``timeout`` is the limit on a quiet machine,
+    scaled by the load (``tests/_helpers.py``: a timeout names the load).
+
+    One torch thread, as tests/test_examples.py runs the examples: on 2 shared cores two
+    OpenMP threads spin against each other and against the pinned background compile (an
+    eager epoch of the compile-while-training run: 137-148 s with two threads at load 5-7,
+    8 s with one at load 7-10); what the tests check does not depend on the thread count."""
+    return run_scaled(
+        [sys.executable, "-m", "shapebucket", "bench", *args],
+        timeout,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )

@@ -1,13 +1,11 @@
 import importlib.util
 import json
-import os
 import re
-import sys
 
 import numpy as np
 import pytest
 import torch
-from _helpers import run_scaled
+from _helpers import bench
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,23 +44,6 @@ REQUIRED = {
     "step_times",
     "losses",
 }
-
-
-def bench(*args, timeout=1500):  # a cold compile-while-training run took 357-600+ s in CI
-    """The bench CLI in its own interpreter; ``timeout`` is the limit on a quiet machine,
-    scaled by the load (``tests/_helpers.py``: a timeout names the load).
-
-    One torch thread, as tests/test_examples.py runs the examples: on 2 shared cores two
-    OpenMP threads spin against each other and against the pinned background compile (an
-    eager epoch of the compile-while-training run: 137-148 s with two threads at load 5-7,
-    8 s with one at load 7-10); what the tests check does not depend on the thread count."""
-    return run_scaled(
-        [sys.executable, "-m", "shapebucket", "bench", *args],
-        timeout,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
 
 
 @pytest.mark.slow
@@ -109,37 +90,6 @@ def test_quick_run_writes_table_json_and_plot(tmp_path):
     for needle in ("headline:", "one epoch", "ten epochs", "ceiling:", "loss checks:"):
         assert needle in out.stdout
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"  # next to the JSON
-
-
-@pytest.mark.slow  # the background compiles 1 shape on a core training shares: about 1 minute
-def test_compile_while_training_strategy_trains_through_its_warm_up(tmp_path):
-    name = "shapebucket-packed-background"
-    out = bench(
-        "--quick",
-        "--strategies",
-        name,  # alone: the checks below read only its row (an eager row cost a warm-up and rounds)
-        "--no-limit",  # the limit compiles its grid too; tests/test_bench_limit.py covers it
-        "--k",
-        "1",
-        "--samples",
-        "4000",
-        "--epoch-samples",
-        "200",
-        "--json",
-        str(tmp_path / "b.json"),
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = {x["name"]: x for x in json.loads((tmp_path / "b.json").read_text())["results"]}[name]
-    assert r["error"] is None, r["error"]
-    bg = r["background"]
-    assert bg["error"] is None and set(bg["switched_at"]) == set(bg["compile_seconds"])
-    # training started at once, long before the last shape was ready, and trained through
-    assert r["first_step_s"] < min(bg["ready_at"].values()) <= r["warmup_s"]
-    assert r["warmup_steps"] == len(r["warmup_curve"]) > 1 and r["warmup_epochs"] > 0
-    assert r["timed_recompiles"] == 0 and r["graphs"] == len(bg["switched_at"])
-    result_ = StrategyResult(**r)
-    assert result_.job_seconds(1) == pytest.approx(r["job_s"])
-    assert r["job_s"] <= r["warmup_s"] + r["timed_compile_s"] + r["epoch_s"]
 
 
 @pytest.mark.slow

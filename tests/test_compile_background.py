@@ -7,11 +7,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+from _helpers import bench
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -19,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from shapebucket import BucketBatchSampler, BucketCollator, ShapePlan, no_recompiles
 from shapebucket import _torch as compat
 from shapebucket.bench.model import GPT, CaptionConfig, Captioner, GPTConfig
+from shapebucket.bench.strategies import StrategyResult
 from shapebucket.compile import BackgroundOptions, CompileCounter, compile_in_background
 from shapebucket.compile.background.handle import BackgroundCompile
 from shapebucket.compile.background.worker import ERROR, compile_shapes
@@ -537,3 +540,41 @@ def test_the_background_compiles_every_shape_of_a_settled_model(
     ) as bg:
         publish(bg, *bg._spec.order, tmp_path=tmp_path)
     assert len(TRACED) == 2 and not [code for code in TRACED if "2.0" in code]
+
+
+# -- the benchmark's compile-while-training strategy ----------------------------------------
+# In this file, not tests/test_bench.py: scripts/test.sh runs the files on two processes, and
+# this test and test_compile_while_training_end_to_end each pin a background compile to the
+# last core at nice 10 (compile/background/setup.py); run at once, each starved the other
+# (both still running after 15 minutes in one run). In one file they never overlap.
+
+
+@pytest.mark.slow  # the background compiles 1 shape on a core training shares: about 1 minute
+def test_compile_while_training_strategy_trains_through_its_warm_up(tmp_path):
+    name = "shapebucket-packed-background"
+    out = bench(
+        "--quick",
+        "--strategies",
+        name,  # alone: the checks below read only its row (an eager row cost a warm-up and rounds)
+        "--no-limit",  # the limit compiles its grid too; tests/test_bench_limit.py covers it
+        "--k",
+        "1",
+        "--samples",
+        "4000",
+        "--epoch-samples",
+        "200",
+        "--json",
+        str(tmp_path / "b.json"),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = {x["name"]: x for x in json.loads((tmp_path / "b.json").read_text())["results"]}[name]
+    assert r["error"] is None, r["error"]
+    bg = r["background"]
+    assert bg["error"] is None and set(bg["switched_at"]) == set(bg["compile_seconds"])
+    # training started at once, long before the last shape was ready, and trained through
+    assert r["first_step_s"] < min(bg["ready_at"].values()) <= r["warmup_s"]
+    assert r["warmup_steps"] == len(r["warmup_curve"]) > 1 and r["warmup_epochs"] > 0
+    assert r["timed_recompiles"] == 0 and r["graphs"] == len(bg["switched_at"])
+    result_ = StrategyResult(**r)
+    assert result_.job_seconds(1) == pytest.approx(r["job_s"])
+    assert r["job_s"] <= r["warmup_s"] + r["timed_compile_s"] + r["epoch_s"]

@@ -130,6 +130,23 @@ def test_a_save_keeps_the_kernels_of_the_cache_it_replaces(tmp_path):
     assert set(contents(cache / "inductor")) == {"ab/kernel.py", "graph.bin", "other.bin"}
 
 
+@pytest.mark.parametrize("exported", [None, set()])
+def test_a_save_leaves_out_inductors_precompiled_headers(tmp_path, exported):
+    """CI ran out of disk: each save copied the machine's precompiled C++ headers (3.6 GB,
+    built for one compiler, read by no cached kernel) into the cache it wrote."""
+    live = make_live(tmp_path / "a")
+    (live / "precompiled_headers").mkdir()
+    (live / "precompiled_headers" / "c3bf.h.gch").write_bytes(b"header" * 100)
+    cache = tmp_path / "cache"
+    with compat.fresh_inductor_cache(str(live)):
+        if exported is None:
+            save_compile_cache(cache)
+        else:
+            cache_module.save_new_compile_cache(cache, exported)
+    assert set(contents(cache / "inductor")) == {"ab/kernel.py", "graph.bin"}
+    assert loads_cleanly(cache)
+
+
 def manifest_edit(edit):
     def damage(cache):
         manifest = json.loads((cache / "manifest.json").read_text())

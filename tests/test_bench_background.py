@@ -9,8 +9,10 @@ import torch
 from shapebucket.bench import background, batching, cli, harness
 
 
-def quick_setup():
-    args = cli._parser().parse_args(["--quick", "--samples", "400", "--epoch-samples", "40"])
+def quick_setup(*flags):
+    args = cli._parser().parse_args(
+        ["--quick", "--samples", "400", "--epoch-samples", "40", *flags]
+    )
     cli._resolve(args)
     return harness._setup(args)
 
@@ -63,3 +65,17 @@ def test_a_long_warm_up_keeps_no_tensor_per_step(monkeypatch):
     # the losses reach the record as they were: one a step, the step's loss
     assert len(runner.losses) == 60 and all(x.dim() == 0 for x in runner.losses)
     assert torch.isfinite(torch.stack(runner.losses)).all()
+
+
+def test_the_background_runs_at_the_niceness_asked_for(monkeypatch):
+    s = quick_setup("--background-nice", "3")
+    fam = batching.build_family("packed", s)
+    made = []
+
+    def fake(build, plan, example, *, model, options, **_):
+        made.append(options.nice)
+        return FakeBackground(2, plan, model)
+
+    monkeypatch.setattr(background, "compile_in_background", fake)
+    background.prepare_background("shapebucket-packed-background", s, fam)
+    assert made == [3]

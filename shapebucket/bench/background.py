@@ -8,7 +8,8 @@ prewarm it trains: the epochs of the whole dataset it trained (``warmup_epochs``
 are taken off the whole-job time, and where the warm-up alone trains a whole job
 the job ends at the step that finished it (``warmup_curve``,
 :meth:`~shapebucket.bench.strategies.StrategyResult.job_seconds`).
-The background process is pinned to one core at nice 10, as the library does;
+The background process is pinned to one core at nice 10, as the library does by default
+(``--background-nice``);
 the training process keeps torch's default thread count, so on a machine whose
 cores training uses all of, the two share that core: the warm-up's eager steps
 run slower than eager steps alone and the background compiles slower than a
@@ -89,7 +90,7 @@ def prepare_background(name: str, s: Setup, fam: Family) -> Runner:
             fam.warmup[0],
             model=model,
             sampler=_by_frequency(fam),
-            options=BackgroundOptions(compile_options=options),
+            options=BackgroundOptions(compile_options=options, nice=a.background_nice),
         )
         # the warm-up's losses as floats: a loss tensor kept per step is a small native
         # allocation between the step's freed activations, which then fragments the heap

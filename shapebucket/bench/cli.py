@@ -175,6 +175,7 @@ def _resolve(args: argparse.Namespace) -> None:
     check_int("--warmup-steps", args.warmup_steps, minimum=1)
     check_int("--max-len", args.max_len, minimum=8)
     check_int("--seed", args.seed, minimum=0)
+    check_int("--background-nice", args.background_nice, minimum=0, maximum=19)
     if args.bucket_tokens_per_batch is None:
         args.bucket_tokens_per_batch = args.batch_size * 32
     check_int("--bucket-tokens-per-batch", args.bucket_tokens_per_batch, minimum=args.max_len)

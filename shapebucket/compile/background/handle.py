@@ -85,13 +85,14 @@ class BackgroundCompile:
     shapes switched to compiled code so far), ``.done``, ``.wait()``, ``.report`` and
     ``.close()`` (also a context manager). See :func:`compile_in_background`."""
 
-    def __init__(self, model: torch.nn.Module, spec: Spec, poll_seconds: float, keep: bool):
+    def __init__(self, model: torch.nn.Module, spec: Spec, options: BackgroundOptions):
         self._closed = False
         self.model = model
         self._spec = spec
         self._out = Path(spec.out)
-        self._keep = keep
-        self._poll_seconds = poll_seconds
+        self._options = options
+        self._keep = options.cache_dir is not None
+        self._poll_seconds = float(options.poll_seconds)
         self._next_poll = 0.0
         self._start = time.perf_counter()
         self._compiled: Callable[..., Any] | None = None  # made at the first switch
@@ -297,7 +298,7 @@ class BackgroundCompile:
         try:
             self._process = ctx.Process(target=main, args=(self._spec,), daemon=True)
             self._process.start()
-            yield_to_training(self._process.pid)
+            yield_to_training(self._process.pid, self._options.nice)
         finally:
             for k, v in old.items():
                 if v is None:
@@ -341,7 +342,8 @@ def compile_in_background(
     mode, ``model.eval()``) run eagerly. ``build``, ``step``, ``plan`` and ``example``
     must pickle; both processes must run the same code and torch. ``options``
     (:class:`BackgroundOptions`): the ``torch.compile`` arguments, a ``cache_dir`` that
-    keeps the compiled shapes for the next run, and ``poll_seconds``.
+    keeps the compiled shapes for the next run, ``poll_seconds`` and the background's
+    ``nice``.
 
     >>> opts = BackgroundOptions(compile_options={"backend": "eager"})
     >>> bg = compile_in_background(build_model, plan, example, options=opts)  # doctest: +SKIP
@@ -357,7 +359,7 @@ def compile_in_background(
         options = BackgroundOptions()
     if not isinstance(options, BackgroundOptions):
         raise ShapeBucketError(
-            f"options must be a BackgroundOptions(compile_options=, cache_dir=, poll_seconds=), "
+            f"options must be a BackgroundOptions(compile_options=, cache_dir=, poll_seconds=, nice=), "
             f"got {type(options).__name__}"
         )
     check_picklable(build=build, step=step, plan=plan, example=example)
@@ -369,7 +371,7 @@ def compile_in_background(
     limit = max(compat.get_recompile_limit(), len(plan))
     spec = Spec(build, plan, example, step, dict(options.compile_options), order,
                 torch.get_num_threads(), limit, out, published_shapes(out))  # fmt: skip
-    bg = BackgroundCompile(model, spec, float(options.poll_seconds), options.cache_dir is not None)
+    bg = BackgroundCompile(model, spec, options)
     try:
         bg.poll()
         if not bg.done:

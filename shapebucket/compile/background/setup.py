@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ... import _torch as compat
-from ..._validate import check_number
+from ..._validate import check_int, check_number
 from ...errors import ShapeBucketError
 from ...plan.shapes import Shape, ShapePlan
 from ..cache.key import describe_batch, job_key
@@ -43,14 +43,14 @@ _NEEDS = (
 )
 
 
-def yield_to_training(pid: int) -> None:
-    """Pin the background process to one core and lower its priority from its start (its
-    own imports included), so the training process keeps the CPU it had."""
+def yield_to_training(pid: int, nice: int) -> None:
+    """Pin the background process to one core and give it the niceness ``nice`` from its
+    start (its own imports included): at 10, the training process keeps the CPU it had."""
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     try:
         if cores:
             os.sched_setaffinity(pid, {cores[-1]})
-        os.setpriority(os.PRIO_PROCESS, pid, 10)
+        os.setpriority(os.PRIO_PROCESS, pid, nice)
     except (OSError, AttributeError):  # not Linux, or not permitted: the child pins itself
         pass
 
@@ -111,7 +111,10 @@ class BackgroundOptions:
     ``torch.compile`` arguments of both processes (``compile_options``; ``dynamic=False``
     is set for you), ``cache_dir`` (keep the compiled shapes in ``cache_dir/<key>`` for
     the next run; default: a temporary directory that ``close()`` removes) and
-    ``poll_seconds`` (how often, at most, a training call looks for new shapes).
+    ``poll_seconds`` (how often, at most, a training call looks for new shapes) and
+    ``nice`` (the background process's niceness, 0-19: at 10 it compiles on what training
+    leaves of its core; 0 shares the core equally, for a job whose data workers or other
+    processes keep every core busy, where a compile at 10 waits behind them).
 
     >>> BackgroundOptions(compile_options={"backend": "eager"}, poll_seconds=0).poll_seconds
     0
@@ -120,6 +123,7 @@ class BackgroundOptions:
     compile_options: Mapping[str, Any] = field(default_factory=dict)
     cache_dir: str | Path | None = None
     poll_seconds: float = 0.5
+    nice: int = 10
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "compile_options", check_options(self.compile_options))
@@ -137,6 +141,7 @@ class BackgroundOptions:
             at_most=60,
             hint=" (seconds between polls)",
         )
+        object.__setattr__(self, "nice", check_int("nice", self.nice, minimum=0, maximum=19))
 
 
 def output_dir(

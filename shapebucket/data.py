@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._validate import check_lengths
+from ._lengths import check_lengths
 from .errors import ShapeBucketError
 
 __all__ = ["mixture_lengths", "read_lengths"]

@@ -137,7 +137,8 @@ print(json.dumps({
 CONCERNS = ("fit", "plan", "sampling", "collate", "compile", "bucketed")
 CORE = ["shapebucket", "shapebucket._progress"]
 CORE += [module_name(p) for p in (PKG / "_torch").glob("*.py")]
-CORE += ["shapebucket._validate", "shapebucket.errors"]
+CORE += ["shapebucket._lengths", "shapebucket._memory", "shapebucket._validate"]
+CORE += ["shapebucket.errors"]
 #: loaded when first used: the triton kernels (the ``gpu`` extra)
 LAZY = {"shapebucket.collate._triton_kernels"}
 EXPECTED_MODULES = sorted(
@@ -179,6 +180,8 @@ def test_the_bench_model_loads_only_what_it_uses():
 
 CORE_MODULES = {
     "shapebucket.errors",
+    "shapebucket._lengths",
+    "shapebucket._memory",
     "shapebucket._validate",
     *(module_name(p) for p in (PKG / "_torch").glob("*.py")),
     "shapebucket._progress",

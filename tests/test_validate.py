@@ -15,7 +15,8 @@ from shapebucket import (
     fit_buckets,
     fit_packing,
 )
-from shapebucket._validate import check_int, check_lengths
+from shapebucket._lengths import check_lengths
+from shapebucket._validate import check_int
 from shapebucket.advise.policies import compare_policies
 from shapebucket.data import read_lengths
 from shapebucket.fit.buckets import Buckets
@@ -219,12 +220,12 @@ def test_lengths_are_checked_once_at_the_public_edge(monkeypatch):
     (:class:`CheckedLengths`): one ``choose_strategy`` call checked the same lengths 40
     times before (every K's fit and padding report, every packing trial), ``choose_k``
     97 times."""
-    from shapebucket import _validate
+    from shapebucket import _lengths
     from shapebucket.advise import StepTiming, choose_k, choose_strategy
 
     calls = []
-    real = _validate._as_array
-    monkeypatch.setattr(_validate, "_as_array", lambda x, name: calls.append(1) or real(x, name))
+    real = _lengths._as_array
+    monkeypatch.setattr(_lengths, "_as_array", lambda x, name: calls.append(1) or real(x, name))
     lengths = np.random.default_rng(0).integers(1, 300, 2_000).tolist()
     timing = StepTiming(
         compile_seconds=20, eager_seconds=0.05, compiled_seconds=0.03, rows=48, length=32
@@ -248,7 +249,7 @@ def test_lengths_are_checked_once_at_the_public_edge(monkeypatch):
 
 
 def test_checked_lengths_cannot_change_after_the_check():
-    from shapebucket._validate import CheckedLengths
+    from shapebucket._lengths import CheckedLengths
 
     arr = np.array([3, 5, 9])
     checked = CheckedLengths.of(arr)

@@ -23,8 +23,9 @@ from typing import Any
 import numpy as np
 
 from .. import _torch as compat
+from .._lengths import CheckedLengths
 from .._torch.version import recompile_limit_fix
-from .._validate import CheckedLengths, check_int, check_number
+from .._validate import check_int, check_number
 from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN, optimal_buckets
 from ..fit.padding import Batching, check_batching, padding_report

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import CheckedLengths, check_int, round_up
+from .._lengths import CheckedLengths, round_up
+from .._validate import check_int
 from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN, Cost, optimal_buckets
 from ..fit.padding import Batching, PaddingReport, check_batching, padding_report

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validate import CheckedLengths, round_up
+from .._lengths import CheckedLengths, round_up
 from ..fit.buckets import Buckets
 from ..fit.optimal import optimal_buckets
 from ..fit.packing_fit import fit_packing

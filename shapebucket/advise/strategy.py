@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import MAX_BUCKET, CheckedLengths, check_int
+from .._lengths import MAX_BUCKET, CheckedLengths
+from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validate import round_up
+from .._lengths import round_up
 from ..calibrate.report import RowsReport
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator

@@ -44,8 +44,8 @@ import numpy as np
 import torch
 
 from .. import _torch as compat
+from .._lengths import round_up
 from .._progress import progress
-from .._validate import round_up
 from ..errors import ShapeBucketError
 from ..fit.bucket_fit import fit_buckets
 from .background import prepare_background

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validate import round_up
+from .._lengths import round_up
 from .batching import Family
 from .runner import Runner, fresh_forward, training_step
 from .strategies import StrategyResult

@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._validate import MAX_BUCKET, check_int, round_up
+from .._lengths import MAX_BUCKET, round_up
+from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN, optimal_boundaries

@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
+from .._memory import physical_memory
 from .._torch import cpu_allocation_peak_bytes
-from .._validate import physical_memory
 from ..errors import ShapeBucketError
 
 __all__ = [

@@ -29,7 +29,8 @@ from typing import Any, Literal, cast
 import numpy as np
 import torch
 
-from .._validate import check_fits_in_memory, check_row_buckets
+from .._memory import check_fits_in_memory
+from .._validate import check_row_buckets
 from ..errors import ShapeBucketError
 from ..plan.shapes import Shape
 from .base import Collator, check_key_list

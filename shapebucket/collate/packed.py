@@ -24,7 +24,7 @@ from typing import Any, Literal, cast
 import numpy as np
 import torch
 
-from .._validate import check_fits_in_memory
+from .._memory import check_fits_in_memory
 from ..errors import ShapeBucketError
 from ..fit.packing import pack_rows
 from ..plan.shapes import Shape, as_shape

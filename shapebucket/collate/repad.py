@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .._validate import check_fits_in_memory
+from .._memory import check_fits_in_memory
 from ..errors import ShapeBucketError
 from ..plan.shapes import Shape
 from .engine import Key, pad_rows, regrid, regrid_boundaries

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import MAX_BUCKET, check_int, check_lengths, check_number, round_up
+from .._lengths import MAX_BUCKET, check_lengths, round_up
+from .._validate import check_int, check_number
 from ..errors import ShapeBucketError
 
 __all__ = ["MAX_MULTIPLES", "Buckets", "as_buckets"]

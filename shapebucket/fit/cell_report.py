@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import check_lengths
+from .._lengths import check_lengths
 from .cells import Cells
 
 __all__ = ["CellsReport", "cells_report"]

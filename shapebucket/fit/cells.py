@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import MAX_BUCKET, check_int, check_lengths, round_up
+from .._lengths import MAX_BUCKET, check_lengths, round_up
+from .._validate import check_int
 from ..errors import ShapeBucketError
 from .optimal import DEFAULT_ALIGN, optimal_boundaries, optimal_buckets
 

@@ -15,7 +15,8 @@ from typing import Literal
 
 import numpy as np
 
-from .._validate import MAX_BUCKET, check_int, check_lengths, check_number, round_up
+from .._lengths import MAX_BUCKET, check_lengths, round_up
+from .._validate import check_int, check_number
 from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .padding import Batching, check_batching, group_weights, histogram

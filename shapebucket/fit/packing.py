@@ -37,7 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import check_batch_sizes, check_int, check_lengths
+from .._lengths import check_lengths
+from .._validate import check_batch_sizes, check_int
 from ..errors import ShapeBucketError
 from ._packer import Packer
 from .batches import check_longest

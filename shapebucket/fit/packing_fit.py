@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validate import MAX_BUCKET, MIN_LENGTH, CheckedLengths, check_int, check_number, round_up
+from .._lengths import MAX_BUCKET, MIN_LENGTH, CheckedLengths, round_up
+from .._validate import check_int, check_number
 from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .packing import PackingReport, pack_epoch, rows_for_tokens

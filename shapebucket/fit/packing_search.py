@@ -35,7 +35,7 @@ from itertools import combinations
 
 import numpy as np
 
-from .._validate import MIN_LENGTH, CheckedLengths, round_up
+from .._lengths import MIN_LENGTH, CheckedLengths, round_up
 from ._packer import Packer
 from .buckets import Buckets
 from .optimal import Cost, optimal_buckets

@@ -18,7 +18,8 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from .._validate import MIN_LENGTH, CheckedLengths, batch_max_distribution, check_int, check_lengths
+from .._lengths import MIN_LENGTH, CheckedLengths, check_lengths
+from .._validate import check_int
 from ..errors import ShapeBucketError
 from .buckets import Buckets, as_buckets
 
@@ -52,6 +53,22 @@ def histogram(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return values.astype(np.int64), counts[values].astype(np.float64)
     values, counts = np.unique(lengths, return_counts=True)
     return values.astype(np.int64), counts.astype(np.float64)
+
+
+def batch_max_distribution(counts: np.ndarray, batch_size: int) -> np.ndarray:
+    """The probability that a random batch's longest sample falls in each group.
+
+    ``counts`` are the samples per group (groups ordered by length). A batch of
+    ``batch_size`` samples drawn with replacement has its maximum at or below
+    group ``j`` with probability ``F(j) ** batch_size``, ``F`` the cumulative
+    share, so group ``j`` holds the maximum with ``F(j)**B - F(j-1)**B``.
+
+    >>> batch_max_distribution(np.array([1.0, 1.0]), 2).tolist()
+    [0.25, 0.75]
+    """
+    cdf = np.cumsum(counts, dtype=np.float64) / float(np.sum(counts))
+    cdf[-1] = 1.0
+    return np.diff(cdf**batch_size, prepend=0.0)
 
 
 def group_weights(counts: np.ndarray, batching: Batching, batch_size: int) -> np.ndarray:

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import MAX_BUCKET, check_int, check_number
+from .._lengths import MAX_BUCKET
+from .._validate import check_int, check_number
 from ..errors import ShapeBucketError
 
 __all__ = ["StepCost", "check_model_dim", "row_cost"]

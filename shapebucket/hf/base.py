@@ -20,7 +20,8 @@ from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, seed_worker
 
 from .. import _torch as compat
-from .._validate import check_flag, check_lengths
+from .._lengths import check_lengths
+from .._validate import check_flag
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
 from ..errors import ShapeBucketError

@@ -48,7 +48,8 @@ from typing import Any, ClassVar, Generic, NoReturn, TypeVar
 import numpy as np
 from torch.utils.data import Sampler
 
-from .._validate import check_flag, check_int, check_lengths
+from .._lengths import check_lengths
+from .._validate import check_flag, check_int
 from ..fit.batches import check_longest
 from ..fit.buckets import Buckets, as_buckets
 from ..plan.shapes import Shape

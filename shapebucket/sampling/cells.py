@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validate import check_lengths
+from .._lengths import check_lengths
 from ..fit.buckets import Buckets
 from ..fit.cells import Cells
 from .common import Setting, refuse_both

@@ -299,7 +299,7 @@ def test_a_wrapper_with_a_dynamic_graph_pickles(eager_compile):
     with pytest.warns(UserWarning):
         wrapped(**bm.call("masked", 2, 12, seed=0))
     twin = pickle.loads(pickle.dumps(wrapped))
-    assert twin._dynamic is None and twin.stats.dynamic_calls == 1
+    assert twin._dynamic.compiled is None and twin.stats.dynamic_calls == 1
 
 
 def test_class_labels_of_a_hugging_face_classifier_are_padded_with_minus_100():

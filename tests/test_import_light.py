@@ -25,12 +25,12 @@ LIGHT = [
 #: the compiler modules loaded so far, and the marks a BucketedModel defers
 _PROBE = """
 import json, sys
-from shapebucket.bucketed import model as bm
+from shapebucket.bucketed import model as bm, tracing
 marks = [
     hasattr(bm.BucketedModel.pad, "__wrapped__"),
-    hasattr(bm._cut_back, "__wrapped__"),
+    hasattr(tracing.cut_back, "__wrapped__"),
     getattr(bm.BucketedModel.bucketed_call, "_torchdynamo_disable", False),
-    getattr(bm._Forward.__call__, "_torchdynamo_disable", False),
+    getattr(tracing.Forward.__call__, "_torchdynamo_disable", False),
 ]
 compiler = [m for m in sys.modules if m.startswith(("torch._dynamo", "torch._inductor"))]
 print(json.dumps({"compiler": sorted(compiler), "marks": marks}), file=sys.stderr)

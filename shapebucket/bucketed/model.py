@@ -17,8 +17,6 @@ graph of its padded shape instead of running the model (:mod:`.graphs`).
 
 from __future__ import annotations
 
-import inspect
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -30,12 +28,12 @@ from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
 from ..fit.step_cost import StepCost
 from ..plan import ShapePlan
+from . import tracing
 from .calls import (
     Call,
     Route,
     Side,
     bind,
-    forward_of,
     parameters,
     read_call,
     route_of,
@@ -61,23 +59,6 @@ from .routing import learn, pack
 from .stats import BucketedReport
 
 __all__ = ["BucketedModel"]
-
-
-class _Forward:
-    """The wrapper's ``forward``: the wrapped model's signature (so a ``Trainer`` keeps the
-    dataset columns the model takes), the wrapper's padding. Pickles and deep-copies with
-    its owner."""
-
-    def __init__(self, owner: BucketedModel) -> None:
-        self.owner = owner
-
-    @compat.skip_frame_only  # a compiled wrapper compiles the padded call only
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.owner.bucketed_call(*args, **kwargs)
-
-    @property
-    def __signature__(self) -> inspect.Signature:
-        return inspect.signature(forward_of(self.owner.model))
 
 
 class BucketedModel(torch.nn.Module):
@@ -163,7 +144,7 @@ class BucketedModel(torch.nn.Module):
         graphs: bool = False,
     ) -> None:
         super().__init__()
-        _apply_compiler_marks()
+        tracing.apply_marks(BucketedModel)
         self._params = dict(parameters(model))
         name = type(compat.unwrap_compiled(model)).__name__
         check_settings(model, overflow, padding_side, self._params, name)
@@ -186,9 +167,9 @@ class BucketedModel(torch.nn.Module):
         self._norms = batch_norms(model)
         self._packing = packing_of(model, packing, self._rows, self._params)
         self._costs = check_costs(costs, self.overflow)
-        self._dynamic: Any = None
+        self._dynamic = tracing.DynamicGraph()  # compiled at the first call past the plan
         self._graphs = Graphs() if check_flag("graphs", graphs) else None
-        self.forward = _Forward(self)  # type: ignore[method-assign]
+        self.forward = tracing.Forward(self)  # type: ignore[method-assign]
 
     @property
     def buckets(self) -> Buckets:
@@ -226,7 +207,7 @@ class BucketedModel(torch.nn.Module):
         )
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        _apply_compiler_marks()  # unpickled where none was built yet
+        tracing.apply_marks(BucketedModel)  # unpickled where none was built yet
         super().__setstate__(state)
 
     # -- a call ------------------------------------------------------------------------
@@ -236,33 +217,18 @@ class BucketedModel(torch.nn.Module):
         """``model(*args, **kwargs)`` run at the planned shape, cut back (what ``forward``
         does). Not traced itself: ``torch.compile`` of the wrapper compiles ``model``'s
         call on the padded batch, one graph per planned shape."""
-        compiled = _frame_callback() not in (None, False)  # the wrapper is compiled
+        compiled = tracing.in_compiled_call()  # the wrapper is compiled
         if compiled and self._graphs is not None:
             raise compiled_wrapper_refused()
         batch, call = self.pad(*args, **kwargs) if compiled else self._pad(args, kwargs)
         if not call.planned:
             if self.overflow == "dynamic":  # one dynamic graph, compiled at its first call
-                return self._dynamic_call(batch)
-            return _uncompiled(self.model, batch)  # never compiled, no CUDA graph recorded
+                return self._dynamic(self.model, batch)
+            return tracing.uncompiled(self.model, batch)  # no graph, no CUDA graph recorded
         if self._graphs is not None and not torch.is_grad_enabled():
             return self._graphs.run(self.model, batch, call, self.stats)
         out = self.model(**batch)
-        return _cut_back(out, call) if compiled else cut_outputs(out, call.outputs, call)
-
-    @compat.skip_frame_only  # a compiled wrapper: the dynamic graph is its own compile
-    def _dynamic_call(self, batch: dict[str, Any]) -> Any:
-        """``batch`` through the one dynamic graph: ``torch.compile(dynamic=True)`` of the
-        wrapped module, on a code object of its own (so its graph shares no cache entry
-        or recompile count with the planned, static ones)."""
-        if self._dynamic is None:
-            self._dynamic = torch.compile(
-                compat.fresh_forward(f"bucketed_dynamic_{id(self)}"), dynamic=True
-            )
-        return self._dynamic(compat.unwrap_compiled(self.model), batch)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__()
-        return {**state, "_dynamic": None}  # a compiled function does not pickle: rebuilt
+        return tracing.cut_back(out, call) if compiled else cut_outputs(out, call.outputs, call)
 
     @compat.not_compiled
     def pad(self, *args: Any, **kwargs: Any) -> tuple[dict[str, Any], Call]:
@@ -352,7 +318,7 @@ class BucketedModel(torch.nn.Module):
 
     def learn(self, kwargs: Mapping[str, Any], route: Route, sides: dict[str, Side]) -> None:
         """Learn ``route``'s output roles and whether its calls pack (:func:`.routing.learn`)."""
-        learn(self, kwargs, route, sides, lambda m, b: _uncompiled(m, b))
+        learn(self, kwargs, route, sides, tracing.uncompiled)
 
     def plan(self, example: Mapping[str, Any]) -> ShapePlan:
         """Every shape this wrapper runs, each made from ``example`` (a call's keyword
@@ -364,31 +330,3 @@ class BucketedModel(torch.nn.Module):
         (Shape(rows=2, length=8), Shape(rows=2, length=16))
         """
         return plan_of(self, example)
-
-
-@compat.not_compiled
-def _cut_back(out: Any, call: Call) -> Any:
-    """``cut_outputs``, not compiled (so a compiled wrapper has no graph per call shape)."""
-    return cut_outputs(out, call.outputs, call)
-
-
-_frame_callback: Any = None  # set by _apply_compiler_marks
-
-
-@compat.skip_frame_only  # never traced: it turns the compiler off for what it calls
-def _uncompiled(model: Any, batch: dict[str, Any]) -> Any:
-    """``model(**batch)`` with the compiler off: ``set_stance("force_eager")`` (no graph
-    compiled, no CUDA graph recorded, also for compiled parts inside), or, inside a
-    compiled wrapper where the stance cannot change, the module ``torch.compile`` wraps
-    under ``torch.compiler.disable``."""
-    if _frame_callback() in (None, False):
-        with torch.compiler.set_stance("force_eager"):
-            return model(**batch)
-    return torch.compiler.disable(compat.unwrap_compiled(model))(**batch)
-
-
-def _apply_compiler_marks() -> None:
-    """The compiler marks of this module, at the first wrapper (``import`` loads no dynamo)."""
-    global _frame_callback
-    _frame_callback = compat.frame_callback_getter()
-    compat.apply_compiler_marks(_Forward, BucketedModel, sys.modules[__name__])

@@ -161,7 +161,7 @@ def test_a_batch_outside_the_plan_runs_eagerly_and_is_counted(no_launch, fresh_c
 def test_a_failed_background_is_reported_and_wait_raises(no_launch, fresh_compiler):
     collate = BucketCollator([8], sequence_keys=KEYS, rows=2)
     with _start(build_gpt, collate, collate(samples(2, 5, 0))) as bg:
-        (bg._out / ERROR).write_text("Traceback ...\nRuntimeError: out of memory\n")
+        (bg._background.out / ERROR).write_text("Traceback ...\nRuntimeError: out of memory\n")
         with pytest.warns(UserWarning, match="background process failed"):
             bg.model(**collate(samples(2, 5, 1)))  # still trains, eagerly
         with pytest.raises(ShapeBucketError, match="out of memory"):
@@ -183,10 +183,10 @@ def test_a_background_that_ends_early_makes_wait_raise(no_launch, fresh_compiler
     # probe: a worker exiting 0 before publishing every shape made wait() hang for good
     collate = BucketCollator([8], sequence_keys=KEYS, rows=2)
     with _start(build_gpt, collate, collate(samples(2, 5, 0))) as bg:
-        bg._process = _Ended(exitcode)
+        bg._background.process = _Ended(exitcode)
         with pytest.raises(ShapeBucketError, match=f"exit code {exitcode}\\) with 0 of 1 shapes"):
             bg.wait()
-        bg._process = None  # nothing to terminate on close
+        bg._background.process = None  # nothing to terminate on close
 
 
 def test_a_cache_dir_keeps_the_shapes_for_the_next_run(no_launch, fresh_compiler, tmp_path):
@@ -318,7 +318,7 @@ def test_compile_while_training_end_to_end(fresh_compiler):
     # process, 400 s; yield_to_training's niceness is checked without a compile below
     options = BackgroundOptions(poll_seconds=0, nice=0)
     with compile_in_background(build_tiny, plan, batches[0], model=model, options=options) as bg:
-        assert os.getpriority(os.PRIO_PROCESS, bg._process.pid) == (
+        assert os.getpriority(os.PRIO_PROCESS, bg._background.process.pid) == (
             0 if os.geteuid() == 0 else os.getpriority(os.PRIO_PROCESS, 0)  # lowering needs root
         )
         opt = torch.optim.SGD(bg.model.parameters(), lr=0.1)

@@ -32,9 +32,6 @@ would differ, and compiling it here is what the background is for.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import shutil
 import time
 import warnings
 from collections.abc import Callable
@@ -49,9 +46,9 @@ from ...errors import ShapeBucketError
 from ...plan.coerce import as_plan
 from ...plan.contract import walk_batch
 from ...plan.shapes import Shape, ShapePlan
-from ..cache.load import MANIFEST, load_compile_cache
 from ..calls import packs, refuse_cached_decoder
 from ..recompiles import CompileCounter
+from .process import BackgroundProcess
 from .report import BackgroundReport
 from .setup import (
     BackgroundOptions,
@@ -60,9 +57,8 @@ from .setup import (
     order_shapes,
     output_dir,
     published_shapes,
-    yield_to_training,
 )
-from .worker import DONE, ERROR, Spec, compiled_forward, install_forward, main
+from .worker import Spec, compiled_forward, install_forward
 
 __all__ = ["BackgroundCompile", "BackgroundOptions", "compile_in_background"]
 
@@ -89,9 +85,9 @@ class BackgroundCompile:
         self._closed = False
         self.model = model
         self._spec = spec
-        self._out = Path(spec.out)
         self._options = options
-        self._keep = options.cache_dir is not None
+        # the spawned process and the directory it publishes into, kept with a cache_dir
+        self._background = BackgroundProcess(Path(spec.out), keep=options.cache_dir is not None)
         self._poll_seconds = float(options.poll_seconds)
         self._next_poll = 0.0
         self._start = time.perf_counter()
@@ -99,10 +95,8 @@ class BackgroundCompile:
         self._eager = type(model).forward
         self._loaded: list[Shape] = []
         self._switched: set[Shape] = set()
-        self._seen: set[str] = set()
         self._signatures = {s: _signature(spec.plan.batch(spec.example, s)) for s in spec.plan}
         self._memo: dict[tuple[tuple[int, ...], ...], Shape | None] = {}
-        self._process: Any = None
         self._warned = False
         self._settled = False  # the first training call runs eagerly (see _forward)
         self.report = BackgroundReport(tuple(spec.order))
@@ -199,36 +193,27 @@ class BackgroundCompile:
         """Load every shape the background has published since the last poll; returns
         the shapes loaded so far. Called by the model's forward every ``poll_seconds``."""
         self._next_poll = time.perf_counter() + self._poll_seconds
-        # read before the listing: a process that wrote done.json and then exited is not ended early
-        ended = self._process is not None and not self._process.is_alive()
-        try:
-            names = sorted(os.listdir(self._out))
-        except FileNotFoundError:
-            names = []
-        for name in names:
-            if not name.endswith(".json") or name == DONE or name in self._seen:
-                continue
-            self._seen.add(name)
-            info = json.loads((self._out / name).read_text())
-            shape = Shape(*info["shape"])
-            if _load(self._out / name[: -len(".json")]):
-                self.report.compile_seconds[shape] = float(info["seconds"])
+        look = self._background.look()
+        for published in look.published:
+            shape = published.shape
+            if published.loaded:
+                self.report.compile_seconds[shape] = published.seconds
                 self.report.ready_at[shape] = time.perf_counter() - self._start
                 self._loaded.append(shape)
             else:  # damaged: it stays eager (load_compile_cache warned)
                 self.report.how[shape] = "load failed"
                 self.report.error = f"shape {tuple(shape)}: its published cache did not load"
-        if ERROR in names and self.report.error is None:
-            self.report.error = (self._out / ERROR).read_text()
+        if look.error is not None and self.report.error is None:
+            self.report.error = look.error
             warnings.warn(
                 "compile_in_background: the background process failed; shapes not ready run "
                 f"eagerly. Its error:\n{self.report.error}",
                 stacklevel=3,
             )
-        elif ended and DONE not in names and self.report.error is None and not self.done:
+        elif look.ended and not look.done and self.report.error is None and not self.done:
             # exit code 0 too: a build() that calls os._exit(0) would otherwise hang wait()
             self.report.error = (
-                f"the background process ended (exit code {self._process.exitcode}) with "
+                f"the background process ended (exit code {self._background.exitcode}) with "
                 f"{len(self._loaded)} of {len(self._spec.order)} shapes published; shapes not "
                 "ready run eagerly"
             )
@@ -271,11 +256,7 @@ class BackgroundCompile:
         ``cache_dir`` was given, and put the recompile limit back. Shapes already
         switched stay compiled; the others run eagerly from now on."""
         self._closed = True
-        if self._process is not None and self._process.is_alive():
-            self._process.terminate()
-            self._process.join(10)
-        if not self._keep:
-            shutil.rmtree(self._out, ignore_errors=True)
+        self._background.stop()
         self._limit.close()
 
     def __enter__(self) -> BackgroundCompile:
@@ -289,34 +270,7 @@ class BackgroundCompile:
 
     def launch(self) -> None:
         """Spawn the background process (``compile_in_background`` calls it once)."""
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("spawn")
-        env = {"TORCHINDUCTOR_CACHE_DIR": str(self._out / ".inductor")}
-        old = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)  # read by the child at its start, restored at once
-        try:
-            self._process = ctx.Process(target=main, args=(self._spec,), daemon=True)
-            self._process.start()
-            yield_to_training(self._process.pid, self._options.nice)
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-
-
-def _load(path: Path) -> bool:
-    """Load one published shape; a shape whose compiler made no files (a backend without a
-    cache, such as ``"eager"``) has a manifest listing none and is ready as it is."""
-    try:
-        files = json.loads((path / MANIFEST).read_text()).get("files")
-    except (OSError, ValueError):
-        files = None
-    if files == {}:
-        return True
-    return load_compile_cache(path)
+        self._background.start(self._spec, self._options.nice)
 
 
 def compile_in_background(

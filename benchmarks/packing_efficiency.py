@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from shapebucket import BucketBatchSampler, fit_buckets, fit_packing
-from shapebucket._validate import round_up
+from shapebucket._lengths import round_up
 from shapebucket.bench.peers import length_grouped_indices
 from shapebucket.bench.workloads import stdlib_docstring_lengths
 from shapebucket.data import mixture_lengths

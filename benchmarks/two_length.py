@@ -22,7 +22,7 @@ Methods, every length aligned to 8:
   target sub-bins of equal total target inside each, bin edges the longest of each
   bin; the best ``a x b = K`` is reported (without NeMo's outlier filter, which
   drops samples);
-* ``fit_cells``: :func:`shapebucket.fit.cells.fit_cells` (hierarchical, exact on its grid);
+* ``fit_cells``: :func:`shapebucket.fit.cell_fit.fit_cells` (hierarchical, exact on its grid);
 * ``bound``: no table of K cells can beat it (:func:`cells_lower_bound`).
 
 ``source`` and ``target`` are each side's own real-token share. A third run
@@ -44,9 +44,10 @@ import time
 import numpy as np
 
 from shapebucket import fit_buckets
-from shapebucket._validate import round_up
+from shapebucket._lengths import round_up
 from shapebucket.fit import cells_report
-from shapebucket.fit.cells import Cells, cells_lower_bound, fit_cells
+from shapebucket.fit.cell_fit import cells_lower_bound, fit_cells
+from shapebucket.fit.cells import Cells
 
 ALIGN = 8
 

@@ -1,4 +1,4 @@
-"""Two-length buckets: the cell table and its fit (fit/cells.py, fit/cell_report.py)."""
+"""Two-length buckets: the cell table and its fit (fit/cells.py, fit/cell_fit.py, fit/cell_report.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from shapebucket.errors import ShapeBucketError
 from shapebucket.fit import Cells, cells_report, fit_cells
-from shapebucket.fit.cells import cells_lower_bound
+from shapebucket.fit.cell_fit import cells_lower_bound
 
 FAST = settings(max_examples=40, deadline=None, print_blob=True)
 

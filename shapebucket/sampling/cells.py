@@ -35,7 +35,7 @@ class CellBatchSampler(GroupedBatchSampler[Cell]):
 
     Args:
         sources, targets: each dataset index's source and target length (ints >= 1).
-        cells: the cells (:func:`~shapebucket.fit.cells.fit_cells` fits them); kept,
+        cells: the cells (:func:`~shapebucket.fit.cell_fit.fit_cells` fits them); kept,
             weights included, as ``sampler.cells``.
         rows: samples (rows) per batch, per rank: an int for every cell, or
             ``{(source, target): samples}``. :meth:`for_tokens` sizes them from a

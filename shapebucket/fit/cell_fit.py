@@ -1,0 +1,183 @@
+"""``fit_cells``: the ``(source, target)`` cells of two-length buckets, fitted to a
+dataset's pairs of lengths, and the bound no table of ``k`` cells goes below.
+
+:func:`fit_cells` fits the cells, *hierarchically*: the source axis is cut
+into strips, each strip with its own target boundaries. For a strip and a
+budget of ``j`` cells the best target boundaries are the exact 1-D fit of the
+strip's targets (the min-plus programme of :mod:`.optimal`, run for every strip
+at once); a second programme splits the sources and the budget ``k`` across the
+strips. The result is exact over hierarchical tables on the candidate grid
+(every aligned length that occurs, or ``grid`` quantiles of them when there are
+more); the objective is every sample's padded ``source + target``, which the
+edge rule can only lower. :func:`cells_lower_bound` bounds what *any* ``k``
+cells can reach; :func:`~.cell_report.cells_report` says how much a table pads.
+The reasoning: ``docs/two_length.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .._lengths import MAX_BUCKET, check_lengths, round_up
+from .._validate import check_int
+from ..errors import ShapeBucketError
+from .cells import Cells, check_weights
+from .optimal import DEFAULT_ALIGN, optimal_boundaries, optimal_buckets
+
+__all__ = ["cells_lower_bound", "fit_cells"]
+
+
+def _aligned(
+    sources: Sequence[int] | np.ndarray, targets: Sequence[int] | np.ndarray, align: object
+) -> tuple[np.ndarray, np.ndarray, int, int]:
+    s, t = check_lengths(sources, name="sources"), check_lengths(targets, name="targets")
+    if s.shape != t.shape:
+        raise ShapeBucketError(
+            f"{len(s)} source lengths and {len(t)} target lengths; give both lengths of every sample"
+        )
+    pair = align if isinstance(align, tuple) else (align, align)
+    if len(pair) != 2:
+        raise ShapeBucketError(f"align must be an int or a (source, target) pair, got {align!r}")
+    a_s = check_int("source align", pair[0], minimum=1, maximum=MAX_BUCKET)
+    a_t = check_int("target align", pair[1], minimum=1, maximum=MAX_BUCKET)
+    sa = np.maximum(round_up(s, a_s), round_up(2, a_s))
+    ta = np.maximum(round_up(t, a_t), round_up(2, a_t))
+    return sa, ta, a_s, a_t
+
+
+def _grid(values: np.ndarray, grid: int) -> np.ndarray:
+    """The candidate boundaries: every distinct value, or ``grid`` equal-count quantiles
+    of them (always values that occur, always the largest)."""
+    distinct = np.unique(values)
+    if len(distinct) <= grid:
+        return distinct
+    ordered = np.sort(values)
+    at = np.ceil(np.linspace(1 / grid, 1, grid) * len(ordered)).astype(np.int64) - 1
+    return np.unique(ordered[at])
+
+
+def _target_costs(hist: np.ndarray, cands: np.ndarray, k: int) -> np.ndarray:
+    """``out[m, j-1]``: the least padded target tokens of strip ``m`` (its target histogram
+    over ``cands``) with at most ``j`` target buckets, for j = 1..k (the 1-D min-plus
+    programme, vectorised across strips; O(k n^2) per strip)."""
+    m, n = hist.shape
+    W = np.concatenate([np.zeros((m, 1)), np.cumsum(hist, axis=1)], axis=1)
+    c = np.concatenate([[0.0], cands.astype(np.float64)])
+    last = n - np.argmax(hist[:, ::-1] > 0, axis=1)  # 1-based index of each strip's longest
+    rows = np.arange(m)
+    prev = np.full((m, n + 1), np.inf)
+    prev[:, 0] = 0.0
+    out = np.full((m, k), np.inf)
+    for layer in range(min(k, n)):
+        cur = np.full((m, n + 1), np.inf)
+        for j in range(1, n + 1):
+            cur[:, j] = (prev[:, :j] - c[j] * W[:, :j]).min(axis=1) + c[j] * W[:, j]
+        out[:, layer] = cur[rows, last]
+        prev = cur
+    return np.minimum.accumulate(out, axis=1)
+
+
+def _split_sources(
+    src_cost: np.ndarray, f: np.ndarray, A: np.ndarray, B: np.ndarray, ns: int, k: int
+) -> list[tuple[int, int, int]]:
+    """The strips ``(a, b, cells)`` of the best hierarchical table: ``D[b, c]`` is the least
+    cost of the sources up to candidate ``b`` in ``c`` cells."""
+    D = np.full((ns + 1, k + 1), np.inf)
+    D[0, 0] = 0.0
+    choice = np.zeros((ns + 1, k + 1, 2), dtype=np.int64)
+    for b in range(1, ns + 1):
+        idx = np.flatnonzero(b == B)  # strips ending at b, one per a (a = A[idx])
+        a = A[idx]
+        for c in range(1, k + 1):
+            j = np.arange(1, c + 1)  # cells given to this strip
+            val = D[a][:, c - j] + src_cost[idx][:, None] + f[idx][:, j - 1]
+            flat = int(np.argmin(val))
+            if np.isfinite(val.flat[flat]):
+                D[b, c] = val.flat[flat]
+                choice[b, c] = (a[flat // c], j[flat % c])
+    c = int(np.argmin(D[ns, 1:])) + 1
+    strips: list[tuple[int, int, int]] = []
+    b = ns
+    while b > 0:
+        start, given = int(choice[b, c, 0]), int(choice[b, c, 1])
+        strips.append((start, b, given))
+        b, c = start, c - given
+    return strips[::-1]
+
+
+def fit_cells(
+    sources: Sequence[int] | np.ndarray,
+    targets: Sequence[int] | np.ndarray,
+    k: int = 8,
+    *,
+    align: int | tuple[int, int] = DEFAULT_ALIGN,
+    grid: int = 64,
+    weights: tuple[int, int] = (1, 1),
+) -> Cells:
+    """At most ``k`` aligned ``(source, target)`` cells with the fewest padded tokens.
+
+    Args:
+        sources, targets: each sample's source and target length (ints >= 1).
+        k: the most cells (each is one compiled shape, times its row counts).
+        align: every cell length is a multiple of this (an int, or one per side).
+        grid: the most candidate boundaries per axis (quantiles past it).
+        weights: ``(ws, wt)``: minimise ``ws * padded source + wt * padded target``
+            (the cells returned carry them, for the edge rule).
+
+    Exact over hierarchical tables on the candidate grid (module docstring);
+    every cell returned receives samples.
+
+    >>> fit_cells([10, 12, 100, 90], [90, 80, 5, 6], k=2)
+    Cells([(16, 96), (104, 8)])
+    """
+    k = check_int("k", k, minimum=1)
+    grid = check_int("grid", grid, minimum=2)
+    ws, wt = check_weights(weights)
+    sa, ta, _, _ = _aligned(sources, targets, align)
+    cs, ct = _grid(sa, grid), _grid(ta, grid)
+    si = np.searchsorted(cs, sa, side="left")
+    ti = np.searchsorted(ct, ta, side="left")
+    ns, nt = len(cs), len(ct)
+    hist = np.bincount(si * nt + ti, minlength=ns * nt).reshape(ns, nt).astype(np.float64)
+    k = min(k, int(np.count_nonzero(hist)))  # one cell per occupied grid pair is the most
+    C = np.concatenate([np.zeros((1, nt)), np.cumsum(hist, axis=0)])
+    A, B = np.triu_indices(ns + 1, k=1)  # every strip (a, b] of source candidates
+    strip_hist = C[B] - C[A]
+    f = wt * _target_costs(strip_hist, ct, k)
+    src_cost = ws * cs[B - 1] * strip_hist.sum(axis=1)
+    out = []
+    for a, b, j in _split_sources(src_cost, f, A, B, ns, k):
+        h = strip_hist[(a == A) & (b == B)][0]
+        top = int(np.flatnonzero(h)[-1]) + 1
+        for T in optimal_boundaries(ct[:top], h[:top], ct[:top].astype(np.float64), j):
+            out.append((int(cs[b - 1]), T))
+    table = Cells(out, weights=(ws, wt))
+    used = np.unique(table.index_for_many(sources, targets))
+    return Cells([table.cells[i] for i in used.tolist()], weights=(ws, wt))
+
+
+def cells_lower_bound(
+    sources: Sequence[int] | np.ndarray,
+    targets: Sequence[int] | np.ndarray,
+    k: int = 8,
+    *,
+    align: int | tuple[int, int] = DEFAULT_ALIGN,
+    weights: tuple[int, int] = (1, 1),
+) -> int:
+    """Padded tokens that no table of at most ``k`` aligned cells can go below: the exact
+    1-D optimum of the sources with ``k`` buckets plus that of the targets (any ``k``
+    cells have at most ``k`` distinct sources and ``k`` distinct targets, so each side
+    is a ``k``-bucket table); with ``weights``, ``ws`` and ``wt`` times each.
+
+    >>> cells_lower_bound([10, 12, 100, 90], [90, 80, 5, 6], k=2)
+    448
+    """
+    k = check_int("k", k, minimum=1)
+    sa, ta, a_s, a_t = _aligned(sources, targets, align)
+    total = 0
+    for lens, a, w in zip((sa, ta), (a_s, a_t), check_weights(weights), strict=True):
+        table = optimal_buckets(lens, k, align=a)
+        total += w * int(table.bucket_for_many(lens).sum())
+    return total

@@ -28,6 +28,7 @@ from ..fit.cells import Cells
 from ..plan.protocol import sampler_shapes, shapes_at_rows
 from ..plan.shapes import Shape, as_shape
 from .bucket import BucketCollator
+from .cell_sides import batch_cell, split_sides
 from .counters import CollateReport, Counts, SharedCounters
 from .engine import Key, Layout, assemble
 from .reading import Columns
@@ -201,58 +202,11 @@ class CellCollator:
 
     # -- collation ---------------------------------------------------------------------------
 
-    def _split(self, samples: Sequence[Any]) -> tuple[list[dict], list[dict]]:
-        if (
-            not isinstance(samples, Sequence)
-            or not samples
-            or not all(isinstance(s, Mapping) for s in samples)
-        ):
-            raise ShapeBucketError(
-                f"CellCollator needs a non-empty list of dict samples, got {samples!r:.80}"
-            )
-        tkeys = [k for k in self.target_keys if k in samples[0]]
-        if not tkeys:
-            raise ShapeBucketError(
-                f"sample 0 has none of the target keys {list(self.target_keys)} (its keys: "
-                f"{list(samples[0])}); pass target_keys=[...] naming the decoder's keys"
-            )
-        names = (self.roles.index, "idx", "index")  # what names a sample's dataset index
-        extra = [k for k in names if k is not None and k in samples[0]][:1]
-        src = [{k: v for k, v in s.items() if k not in tkeys} for s in samples]
-        if not any(k not in (*tkeys, *extra) for k in samples[0]):
-            raise ShapeBucketError(
-                f"sample 0 has only target keys ({list(samples[0])}), no source key such as "
-                "'input_ids' or 'input_features'; a CellCollator pads a source and a target per "
-                "sample (one length only: BucketCollator)"
-            )
-        tgt = [{k: s[k] for k in [*tkeys, *extra] if k in s} for s in samples]
-        return src, tgt
-
-    def _cell(self, src: Columns, tgt: Columns) -> Cell:
-        s, t = src.lengths, tgt.lengths
-        table = self._table
-        for i in range(len(s)):  # each sample first, so the error names the sample and key
-            if not any(s[i] <= S and t[i] <= T for S, T in table):
-                raise ShapeBucketError(
-                    f"{src.where(i)}: {src.length_key!r} has length {int(s[i])} and "
-                    f"{tgt.length_key!r} has length {int(t[i])}: "
-                    + table.no_cell(int(s[i]), int(t[i]))
-                )
-        top = (int(s.max()), int(t.max()))
-        if not any(top[0] <= S and top[1] <= T for S, T in table):
-            raise ShapeBucketError(
-                f"the batch's longest source {top[0]} and longest target {top[1]} fit no cell of "
-                f"{table!r}, though each sample fits one: the batch mixes cells; batch with "
-                "CellBatchSampler (one cell per batch) or add a cell >= "
-                f"({top[0]}, {top[1]})"
-            )
-        return table.cell_for(*top)
-
     def __call__(self, samples: Sequence[Any]) -> dict[Key, Any]:
-        src_samples, tgt_samples = self._split(samples)
+        src_samples, tgt_samples = split_sides(samples, self.target_keys, self.roles.index)
         src = self._source.read(src_samples)
         tgt = self._target.read(tgt_samples)
-        cell = self._cell(src, tgt)
+        cell = batch_cell(self._table, src, tgt)
         n = len(src.lengths)
         rows = self.rows_for(cell)
         if rows is None:

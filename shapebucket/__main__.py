@@ -295,53 +295,59 @@ def _add_flags(
         p.add_argument(flag, type=kind, help=text)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _fit_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of fitting buckets that ``suggest`` and ``demo`` share."""
+    p.add_argument(
+        "--k",
+        type=_k_value,
+        default=8,
+        help="number of buckets (default 8, the recompile limit), or 'auto' to choose it "
+        "from the job (with --compile-seconds, --job-samples, --tokens-per-second)",
+    )
+    _add_flags(p, _K_AUTO_FLAGS)
+    p.add_argument(
+        "--align",
+        type=int,
+        default=DEFAULT_ALIGN,
+        help=f"buckets are multiples of this (default {DEFAULT_ALIGN})",
+    )
+    p.add_argument("--batch-size", type=int, default=64, help="samples per batch (default 64)")
+    p.add_argument(
+        "--batching",
+        choices=["bucketed", "random"],
+        default="bucketed",
+        help="how batches are formed: inside buckets (BucketBatchSampler) or at random",
+    )
+    _add_flags(p, _MODEL_DIM_FLAGS)
+    p.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="write a histogram with the boundaries (.png, .pdf, .svg, ...; no extension: .png)",
+    )
+
+
+def _parser() -> Parser:
+    """The command line: ``suggest``, ``demo`` and ``bench`` (which parses its own flags)."""
     parser = Parser(
         prog="python -m shapebucket",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
-
-    def fit_flags(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--k",
-            type=_k_value,
-            default=8,
-            help="number of buckets (default 8, the recompile limit), or 'auto' to choose it "
-            "from the job (with --compile-seconds, --job-samples, --tokens-per-second)",
-        )
-        _add_flags(p, _K_AUTO_FLAGS)
-        p.add_argument(
-            "--align",
-            type=int,
-            default=DEFAULT_ALIGN,
-            help=f"buckets are multiples of this (default {DEFAULT_ALIGN})",
-        )
-        p.add_argument("--batch-size", type=int, default=64, help="samples per batch (default 64)")
-        p.add_argument(
-            "--batching",
-            choices=["bucketed", "random"],
-            default="bucketed",
-            help="how batches are formed: inside buckets (BucketBatchSampler) or at random",
-        )
-        _add_flags(p, _MODEL_DIM_FLAGS)
-        p.add_argument(
-            "--plot",
-            metavar="FILE",
-            help="write a histogram with the boundaries (.png, .pdf, .svg, ...; no extension: .png)",
-        )
-
     suggest = sub.add_parser("suggest", help="fit buckets to a lengths file and compare policies")
     suggest.add_argument("lengths_file", help="one int per line, or a .npy array")
-    fit_flags(suggest)
+    _fit_flags(suggest)
     suggest.set_defaults(func=_suggest)
     demo = sub.add_parser("demo", help="suggest on the built-in length mixture")
     demo.add_argument("--samples", type=int, default=200_000, help="lengths drawn from the mixture")
-    fit_flags(demo)
+    _fit_flags(demo)
     demo.set_defaults(func=_demo)
     sub.add_parser("bench", help="the steps/sec benchmark; see 'bench --help'", add_help=False)
+    return parser
 
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:
         return _bench(argv[1:])

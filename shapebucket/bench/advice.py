@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..advise import StepTiming, choose_strategy
+from ..advise.strategy import StrategyEstimate
 from .strategies import StrategyResult
 
 __all__ = ["MEASURED_AS", "recommendation"]
@@ -88,16 +89,23 @@ def recommendation(
             f"{c.num_shapes} shapes, estimated {c.job_seconds:,.0f} s"
         )
         if ours:
-            first = min(ours, key=lambda r: r.job_s if epochs == 1 else r.job10_s)
-            measured = first.job_s if epochs == 1 else first.job10_s
-            agree = MEASURED_AS[first.name] == (c.layout, c.mode)
-            line += (
-                f"; the first shapebucket strategy to finish: {first.name} "
-                f"({' '.join(MEASURED_AS[first.name])}) {measured:,.0f} s: {'agrees' if agree else 'disagrees'}"
-            )
-            if c.mode == "compile-while-training" and not any(
-                MEASURED_AS[r.name][1] == c.mode for r in ours
-            ):
-                line += " (compile-while-training is not measured by this benchmark)"
+            line += _agreement(epochs, c, ours)
         lines.append(line)
     return lines
+
+
+def _agreement(epochs: int, c: StrategyEstimate, ours: list[StrategyResult]) -> str:
+    """Whether the first of ``ours`` to finish ``epochs`` epochs (as measured) has the
+    layout and mode of the recommended option ``c``."""
+    first = min(ours, key=lambda r: r.job_s if epochs == 1 else r.job10_s)
+    measured = first.job_s if epochs == 1 else first.job10_s
+    agree = MEASURED_AS[first.name] == (c.layout, c.mode)
+    line = (
+        f"; the first shapebucket strategy to finish: {first.name} "
+        f"({' '.join(MEASURED_AS[first.name])}) {measured:,.0f} s: {'agrees' if agree else 'disagrees'}"
+    )
+    if c.mode == "compile-while-training" and not any(
+        MEASURED_AS[r.name][1] == c.mode for r in ours
+    ):
+        line += " (compile-while-training is not measured by this benchmark)"
+    return line

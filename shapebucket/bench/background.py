@@ -28,7 +28,11 @@ from typing import Any
 
 import torch
 
-from ..compile.background.handle import BackgroundOptions, compile_in_background
+from ..compile.background.handle import (
+    BackgroundCompile,
+    BackgroundOptions,
+    compile_in_background,
+)
 from ..compile.recompiles import CompileCounter, no_recompiles
 from ..plan.shapes import ShapePlan
 from .batching import Family, Setup
@@ -81,7 +85,6 @@ def prepare_background(name: str, s: Setup, fam: Family) -> Runner:
         epoch_tokens=int(s.lengths.sum()),
     )
     reset_peak_memory(s.device)
-    tokens = 0
     with CompileCounter() as total:
         t0 = time.perf_counter()
         bg = compile_in_background(
@@ -92,32 +95,43 @@ def prepare_background(name: str, s: Setup, fam: Family) -> Runner:
             sampler=_by_frequency(fam),
             options=BackgroundOptions(compile_options=options, nice=a.background_nice),
         )
-        # the warm-up's losses as floats: a loss tensor kept per step is a small native
-        # allocation between the step's freed activations, which then fragments the heap
-        # (the process grew by about 1 MB a step, 20 GB over a long warm-up)
-        losses: list[float] = []
         with bg:
-            i, passes_after_done = 0, 0
-            while len(bg.report.switched_at) < len(plan) and passes_after_done < 2:
-                j = i % len(fam.timed)
-                losses.append(float(step(fam.timed[j])))
-                tokens += fam.timed_real[j]
-                now = time.perf_counter() - t0
-                result.warmup_curve.append([now, tokens / runner.epoch_tokens])
-                if i == 0:
-                    result.first_step_s = now
-                if bg.report.error is not None:
-                    raise RuntimeError(f"the background compile failed: {bg.report.error}")
-                i += 1
-                if bg.done and j == len(fam.timed) - 1:
-                    passes_after_done += 1  # a shape the timed set never has stays unswitched
+            losses, tokens, steps = _train_until_switched(bg, runner, len(plan), t0)
             sync(s.device)
         result.warmup_s = time.perf_counter() - t0
     runner.losses.extend(torch.tensor(losses).unbind())
     result.warmup_epochs = tokens / runner.epoch_tokens
-    result.warmup_steps = i
+    result.warmup_steps = steps
     result.graphs = total.graphs
     result.recompile_limit_hit = bool(total.limit_hits)
     result.warmup_peak_mem_mb = peak_memory_mb(s.device)
     result.background = bg.report.to_dict()
     return runner
+
+
+def _train_until_switched(
+    bg: BackgroundCompile, runner: Runner, shapes: int, t0: float
+) -> tuple[list[float], int, int]:
+    """Eager steps on the timed batches, round after round, each on the warm-up curve, until
+    ``shapes`` shapes are switched; returns the losses, the real tokens and the steps."""
+    fam, result = runner.family, runner.result
+    # the warm-up's losses as floats: a loss tensor kept per step is a small native
+    # allocation between the step's freed activations, which then fragments the heap
+    # (the process grew by about 1 MB a step, 20 GB over a long warm-up)
+    losses: list[float] = []
+    tokens = 0
+    i, passes_after_done = 0, 0
+    while len(bg.report.switched_at) < shapes and passes_after_done < 2:
+        j = i % len(fam.timed)
+        losses.append(float(runner.step(fam.timed[j])))
+        tokens += fam.timed_real[j]
+        now = time.perf_counter() - t0
+        result.warmup_curve.append([now, tokens / runner.epoch_tokens])
+        if i == 0:
+            result.first_step_s = now
+        if bg.report.error is not None:
+            raise RuntimeError(f"the background compile failed: {bg.report.error}")
+        i += 1
+        if bg.done and j == len(fam.timed) - 1:
+            passes_after_done += 1  # a shape the timed set never has stays unswitched
+    return losses, tokens, i

@@ -268,34 +268,10 @@ def plot(results: Sequence[StrategyResult], path: str | Path, title: str) -> Non
     if not ok:
         return
     head_ = headline(ok)
-    names = [r.name for r in ok]
     colors = ["#4c72b0" if r.peer else "#55a868" for r in ok]
-    med = np.array([r.useful_tokens_per_sec for r in ok])
-    err = np.array(
-        [
-            [m - r.tokens_per_sec_min for m, r in zip(med, ok, strict=True)],
-            [r.tokens_per_sec_max - m for m, r in zip(med, ok, strict=True)],
-        ]
-    )
     fig, (a, b) = plt.subplots(1, 2, figsize=(13, 0.55 * len(ok) + 2.2))
-    a.barh(names, med, xerr=err, color=colors, capsize=3)
-    best_peer = head_.peer.useful_tokens_per_sec if head_ else None
-    for y, m in enumerate(med):
-        label = f"{m / 1e3:,.1f}k" + (f"  {m / best_peer:.2f}x" if best_peer else "")
-        a.text(m + err[1][y], y, "  " + label, va="center", fontsize=8)
-    a.set_xlabel("useful (real) tokens / s: median of rounds, bars min-max; higher is better")
-    a.set_xlim(0, float((med + err[1]).max()) * 1.3)
-    a.invert_yaxis()
-    warm = np.array([r.warmup_s + r.timed_compile_s for r in ok])
-    train = np.array([r.job_s for r in ok]) - warm
-    b.barh(names, warm, color="#c44e52", label="warm-up and compiles")
-    b.barh(names, train, left=warm, color=colors, label="training (one epoch)")
-    for y, r in enumerate(ok):
-        b.text(r.job_s, y, f"  {r.job_s:,.0f} s", va="center", fontsize=8)
-    b.set_xlabel("one epoch, warm-up included (s); lower is better")
-    b.set_xlim(0, max(r.job_s for r in ok) * 1.25)
-    b.invert_yaxis()
-    b.set_yticklabels([])
+    _speed_panel(a, ok, colors, head_.peer.useful_tokens_per_sec if head_ else None)
+    _job_panel(b, ok, colors)
     fig.legend(
         handles=[
             Patch(color="#55a868", label="shapebucket"),
@@ -307,18 +283,58 @@ def plot(results: Sequence[StrategyResult], path: str | Path, title: str) -> Non
         fontsize=8,
         frameon=False,
     )
-    suptitle = title
-    if head_ is not None:
-        suptitle += (
-            f"\nspeed: {head_.ours.name} = {head_.ratio:.2f}x {head_.peer.name}"
-            + (" (within noise)" if head_.within_noise else "")
-            + f"; one epoch: {head_.job_ours.name} {head_.job_ours.job_s:.0f} s vs "
-            f"{head_.job_peer.name} {head_.job_peer.job_s:.0f} s"
-        )
-    fig.suptitle(suptitle, fontsize=10)
+    fig.suptitle(_suptitle(title, head_), fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _speed_panel(
+    a: Any, ok: Sequence[StrategyResult], colors: list[str], best_peer: float | None
+) -> None:
+    """The left panel: median useful tokens/sec with min-max bars and the ratio to the best peer."""
+    names = [r.name for r in ok]
+    med = np.array([r.useful_tokens_per_sec for r in ok])
+    err = np.array(
+        [
+            [m - r.tokens_per_sec_min for m, r in zip(med, ok, strict=True)],
+            [r.tokens_per_sec_max - m for m, r in zip(med, ok, strict=True)],
+        ]
+    )
+    a.barh(names, med, xerr=err, color=colors, capsize=3)
+    for y, m in enumerate(med):
+        label = f"{m / 1e3:,.1f}k" + (f"  {m / best_peer:.2f}x" if best_peer else "")
+        a.text(m + err[1][y], y, "  " + label, va="center", fontsize=8)
+    a.set_xlabel("useful (real) tokens / s: median of rounds, bars min-max; higher is better")
+    a.set_xlim(0, float((med + err[1]).max()) * 1.3)
+    a.invert_yaxis()
+
+
+def _job_panel(b: Any, ok: Sequence[StrategyResult], colors: list[str]) -> None:
+    """The right panel: one epoch's seconds, warm-up and compiles stacked under training."""
+    names = [r.name for r in ok]
+    warm = np.array([r.warmup_s + r.timed_compile_s for r in ok])
+    train = np.array([r.job_s for r in ok]) - warm
+    b.barh(names, warm, color="#c44e52", label="warm-up and compiles")
+    b.barh(names, train, left=warm, color=colors, label="training (one epoch)")
+    for y, r in enumerate(ok):
+        b.text(r.job_s, y, f"  {r.job_s:,.0f} s", va="center", fontsize=8)
+    b.set_xlabel("one epoch, warm-up included (s); lower is better")
+    b.set_xlim(0, max(r.job_s for r in ok) * 1.25)
+    b.invert_yaxis()
+    b.set_yticklabels([])
+
+
+def _suptitle(title: str, head_: Headline | None) -> str:
+    """The plot's title with the headline's speed ratio and one-epoch times under it."""
+    if head_ is None:
+        return title
+    return title + (
+        f"\nspeed: {head_.ours.name} = {head_.ratio:.2f}x {head_.peer.name}"
+        + (" (within noise)" if head_.within_noise else "")
+        + f"; one epoch: {head_.job_ours.name} {head_.job_ours.job_s:.0f} s vs "
+        f"{head_.job_peer.name} {head_.job_peer.job_s:.0f} s"
+    )
 
 
 def run_payload(

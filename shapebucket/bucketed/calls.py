@@ -21,7 +21,7 @@ Each side's length is its lead key's dim 1 (``input_ids``, ``inputs_embeds``, ``
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -208,34 +208,7 @@ def route_of(
     ({'source': ['input_ids']}, ['pixel_values'])
     """
     tensors = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
-    sides: dict[str, list[str]] = {}
-    for k, v in tensors.items():
-        side = _side_of(k, enc_dec)
-        if sequence_keys is not None:
-            named = k in sequence_keys
-            side = (side or "source") if named else None
-        elif k == "labels" and not _is_token_labels(v):
-            side = None
-        if side is None:
-            continue
-        if v.ndim < 2:
-            raise ShapeBucketError(
-                f"{k!r} has shape {tuple(v.shape)}, but it is a sequence key (padded along "
-                "dim 1 of [rows, length, ...]); pass it as [rows, length], or leave it out "
-                "of sequence_keys"
-            )
-        sides.setdefault(side, []).append(k)
-    if sequence_keys is not None:
-        _refuse_left_out(tensors, sides, sequence_keys, enc_dec)
-    if not sides:
-        raise ShapeBucketError(
-            f"the call has no sequence key to pad (keys {sorted(kwargs)}); pass the token ids "
-            "by name (model(input_ids=...)), or name the keys padded along their length with "
-            "sequence_keys=[...]"
-        )
-    for keys in sides.values():
-        keys.sort(key=lambda k: LEADS.index(k) if k in LEADS else len(LEADS))
-    _refuse_square_masks(tensors, sides)
+    sides = _sequence_sides(tensors, kwargs.keys(), enc_dec=enc_dec, sequence_keys=sequence_keys)
     padded = {k for keys in sides.values() for k in keys}
     masks = {
         s: MASK_KEYS[s] for s in sides if MASK_KEYS[s] not in kwargs and takes(params, MASK_KEYS[s])
@@ -262,6 +235,46 @@ def route_of(
         positions=positions and takes(params, "position_ids"),
         row_labels=row_labels and not ignored,
     )
+
+
+def _sequence_sides(
+    tensors: Mapping[str, torch.Tensor],
+    keys: Iterable[str],
+    *,
+    enc_dec: bool,
+    sequence_keys: Sequence[str] | None,
+) -> dict[str, list[str]]:
+    """The call's sequence keys by side, lead first (see the module's rule), refused when
+    there is none or one cannot be padded along dim 1; ``keys`` are all the call's keys."""
+    sides: dict[str, list[str]] = {}
+    for k, v in tensors.items():
+        side = _side_of(k, enc_dec)
+        if sequence_keys is not None:
+            named = k in sequence_keys
+            side = (side or "source") if named else None
+        elif k == "labels" and not _is_token_labels(v):
+            side = None
+        if side is None:
+            continue
+        if v.ndim < 2:
+            raise ShapeBucketError(
+                f"{k!r} has shape {tuple(v.shape)}, but it is a sequence key (padded along "
+                "dim 1 of [rows, length, ...]); pass it as [rows, length], or leave it out "
+                "of sequence_keys"
+            )
+        sides.setdefault(side, []).append(k)
+    if sequence_keys is not None:
+        _refuse_left_out(tensors, sides, sequence_keys, enc_dec)
+    if not sides:
+        raise ShapeBucketError(
+            f"the call has no sequence key to pad (keys {sorted(keys)}); pass the token ids "
+            "by name (model(input_ids=...)), or name the keys padded along their length with "
+            "sequence_keys=[...]"
+        )
+    for side_keys in sides.values():
+        side_keys.sort(key=lambda k: LEADS.index(k) if k in LEADS else len(LEADS))
+    _refuse_square_masks(tensors, sides)
+    return sides
 
 
 def _refuse_left_out(

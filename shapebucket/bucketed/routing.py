@@ -4,7 +4,7 @@ pack (once per kind of call), and packing a call of a packed route."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -109,18 +109,9 @@ def pack(
         )
         return None
     row_length = packer.row_length(max(lengths, default=0))
-    rows = wrapper.row_buckets
-    if rows and call.rows > rows[-1]:  # fewer caller rows always pack into the buckets
-        used = rows_used(lengths, row_length)
-        if used > rows[-1]:
-            why = f"its samples pack into {used} rows, past the largest row bucket {rows[-1]}"
-            if wrapper.overflow == "error":
-                raise ShapeBucketError(
-                    f"BucketedModel: a call of {call.rows} rows: {why} (row_buckets {rows}, "
-                    f"rows of {row_length} tokens); add a row bucket >= {used}, split the "
-                    "batch, or pass overflow='eager' or 'dynamic'"
-                )
-            return why
+    why = _past_row_buckets(wrapper, call.rows, lengths, row_length)
+    if why is not None:
+        return why
     device = kwargs[packer.keys[0]].device
     layout = packer.layouts.get(lengths, side.length, row_length, device)
     batch, packed = pack_into(
@@ -130,3 +121,23 @@ def pack(
     sides = {"source": Side("source", packer.keys, side.length, row_length)}
     done = Call(call.rows, packed.packed_rows, sides, outputs=call.outputs, packed=packed)
     return wrapper.with_cache_off({**rest, **batch}), done
+
+
+def _past_row_buckets(
+    wrapper: Any, caller_rows: int, lengths: Sequence[int], row_length: int
+) -> str | None:
+    """Why samples of ``lengths`` pack into more rows than the largest row bucket (``None``:
+    they fit); refused with ``overflow="error"``."""
+    rows = wrapper.row_buckets
+    if rows and caller_rows > rows[-1]:  # fewer caller rows always pack into the buckets
+        used = rows_used(lengths, row_length)
+        if used > rows[-1]:
+            why = f"its samples pack into {used} rows, past the largest row bucket {rows[-1]}"
+            if wrapper.overflow == "error":
+                raise ShapeBucketError(
+                    f"BucketedModel: a call of {caller_rows} rows: {why} (row_buckets {rows}, "
+                    f"rows of {row_length} tokens); add a row bucket >= {used}, split the "
+                    "batch, or pass overflow='eager' or 'dynamic'"
+                )
+            return why
+    return None

@@ -145,6 +145,16 @@ class _Search:
             restore_state(other)
         restore_state(self.snap)
 
+    def find_device(self, length: int) -> None:
+        """The device, from a first batch of one row at ``length``; whatever ``make_batch``
+        drew is put back."""
+        try:
+            first = self.make_batch(Shape(1, length))
+            self.device = _device_of(check_batch_shape(first, Shape(1, length)))
+        finally:
+            first = None
+            self.put_back()
+
     def peak(self, length: int, rows: int) -> int | None:
         """One step's peak in bytes (``None``: out of memory), everything put back after."""
         collect(self.device)
@@ -212,22 +222,12 @@ def calibrate_rows(
         "margin", margin, at_least=0, below=1, hint="; margin is the fraction of budget kept free"
     )
     check_callables(model, step, "calibrate_rows")
-    if not callable(make_batch):
-        raise ShapeBucketError(
-            f"calibrate_rows: make_batch must be a function Shape -> batch, got "
-            f"{make_batch!r:.80}; pass one that builds a batch of shape.rows x shape.length "
-            "on the job's device, as the collator makes them"
-        )
+    _check_make_batch(make_batch)
     objects = restore_objects(restore, "calibrate_rows")
     t0 = time.perf_counter()
     with optimizers_stepped(o for o in objects if isinstance(o, torch.optim.Optimizer)) as found:
         search = _Search(model, step, make_batch, objects, snapshot(model, *objects), found)
-        try:  # the first batch finds the device; whatever make_batch drew is put back
-            first = make_batch(Shape(1, order[-1]))
-            search.device = _device_of(check_batch_shape(first, Shape(1, order[-1])))
-        finally:
-            first = None
-            search.put_back()
+        search.find_device(order[-1])
         total = _budget_bytes(budget, search.device)
         search.limit = int(total * (1 - margin))
         with CompileCounter() as cc:
@@ -242,6 +242,16 @@ def calibrate_rows(
         cc.graphs,
         search.device,
     )
+
+
+def _check_make_batch(make_batch: Any) -> None:
+    """Refuse a ``make_batch`` that is not a function, before anything runs."""
+    if not callable(make_batch):
+        raise ShapeBucketError(
+            f"calibrate_rows: make_batch must be a function Shape -> batch, got "
+            f"{make_batch!r:.80}; pass one that builds a batch of shape.rows x shape.length "
+            "on the job's device, as the collator makes them"
+        )
 
 
 def _search_lengths(

@@ -102,6 +102,12 @@ def mark_dynamic(
                 "and falls back to eager after the recompile limit; pass strict=True to get an error instead.",
                 stacklevel=2,
             )
+    _refuse_unmarked(batch, dim, wanted, marked)
+    return marked
+
+
+def _refuse_unmarked(batch: Any, dim: int, wanted: set[str] | None, marked: list[str]) -> None:
+    """Refuse ``sequence_keys`` (``wanted``) that name no marked tensor, or a batch with none."""
     if wanted is not None:
         missing = wanted - set(marked) - {re.split(r"[.\[]", p, maxsplit=1)[0] for p in marked}
         if missing:
@@ -113,4 +119,3 @@ def mark_dynamic(
             f"mark_dynamic found no tensor with a dim {dim} in the batch ({type(batch).__name__}); "
             "pass the collated batch (a tensor, or a dict/tuple of tensors) after moving it to its device"
         )
-    return marked

@@ -192,6 +192,39 @@ def snapshot(model: Any, *others: Any) -> Snapshot:
     >>> restore(snap); torch.equal(model.weight, snap.params[0][1])
     True
     """
+    modules, optimizers, tensors, stateful = _by_kind(model, others)
+    params, buffers, attributes, names = _module_state(modules)
+    for opt in optimizers:
+        for group in opt.param_groups:
+            params.update((id(p), p) for p in group["params"])
+    return Snapshot(
+        params=[
+            (
+                p,
+                p.detach().clone(),
+                None if p.grad is None else p.grad.detach().clone(),
+                p.requires_grad,
+            )
+            for p in params.values()
+        ],
+        buffers=[(b, b.detach().clone()) for b in buffers.values()],
+        optimizers=[_copy_optimizer(opt) for opt in optimizers],
+        rng=_rng_state(),
+        training=[(m, m.training) for m in modules.values()],
+        attributes=attributes,
+        tensors=[(t, t.detach().clone(), t.requires_grad) for t in tensors.values()],
+        stateful=[(obj, _clone(obj.state_dict())) for obj in stateful],
+        names=names,
+    )
+
+
+def _by_kind(
+    model: Any, others: tuple[Any, ...]
+) -> tuple[
+    dict[int, torch.nn.Module], list[torch.optim.Optimizer], dict[int, torch.Tensor], list[Any]
+]:
+    """What :func:`snapshot` was given, by kind: every module (submodules included, once),
+    the optimizers, the plain tensors and the stateful objects; refused when it cannot copy one."""
     modules: dict[int, torch.nn.Module] = {}
     optimizers: list[torch.optim.Optimizer] = []
     tensors: dict[int, torch.Tensor] = {}
@@ -208,6 +241,19 @@ def snapshot(model: Any, *others: Any) -> Snapshot:
             stateful.append(obj)
         elif kind is None and i > 0:
             raise ShapeBucketError(f"cannot snapshot {_a(obj)}: {_WHAT}")
+    return modules, optimizers, tensors, stateful
+
+
+def _module_state(
+    modules: dict[int, torch.nn.Module],
+) -> tuple[
+    dict[int, torch.Tensor],
+    dict[int, torch.Tensor],
+    list[tuple[torch.nn.Module, str, torch.Tensor, torch.Tensor, bool]],
+    list[tuple[torch.nn.Module, str, Any]],
+]:
+    """What the modules hold: their parameters and buffers (each once), copies of their
+    tensor attributes, and every name to put back (parameters, buffers, public scalars)."""
     params: dict[int, torch.Tensor] = {}
     buffers: dict[int, torch.Tensor] = {}
     attributes = []
@@ -222,34 +268,17 @@ def snapshot(model: Any, *others: Any) -> Snapshot:
                 attributes.append((m, name, value, value.detach().clone(), value.requires_grad))
             elif isinstance(value, _SCALARS) and not name.startswith("_") and name != "training":
                 names.append((m, name, value))
-    for opt in optimizers:
-        for group in opt.param_groups:
-            params.update((id(p), p) for p in group["params"])
+    return params, buffers, attributes, names
+
+
+def _rng_state() -> tuple[Any, ...]:
+    """The torch, CUDA (when initialised), numpy and Python random states."""
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-    rng = (
+    return (
         torch.get_rng_state(),
         torch.cuda.get_rng_state_all() if cuda else None,
         np.random.get_state(),
         random.getstate(),
-    )
-    return Snapshot(
-        params=[
-            (
-                p,
-                p.detach().clone(),
-                None if p.grad is None else p.grad.detach().clone(),
-                p.requires_grad,
-            )
-            for p in params.values()
-        ],
-        buffers=[(b, b.detach().clone()) for b in buffers.values()],
-        optimizers=[_copy_optimizer(opt) for opt in optimizers],
-        rng=rng,
-        training=[(m, m.training) for m in modules.values()],
-        attributes=attributes,
-        tensors=[(t, t.detach().clone(), t.requires_grad) for t in tensors.values()],
-        stateful=[(obj, _clone(obj.state_dict())) for obj in stateful],
-        names=names,
     )
 
 

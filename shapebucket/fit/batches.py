@@ -180,18 +180,35 @@ def cut_steps(
         pos += n
     sb = np.concatenate(step_bucket).astype(np.int64)
     ss = np.concatenate(step_size).astype(np.int64)
-    shapes = len({(int(a), int(b)) for a, b in zip(sb.tolist(), ss.tolist(), strict=True)})
-    stats = SamplerReport(
+    stats = _report(
+        counts, sb, ss, short=short, dropped=dropped, duplicated=duplicated, promotions=promotions
+    )
+    return GlobalSteps(sb, ss, seg_start, seg_full, seg_left, stats)
+
+
+def _report(
+    counts: np.ndarray,
+    step_bucket: np.ndarray,
+    step_size: np.ndarray,
+    *,
+    short: int,
+    dropped: int,
+    duplicated: int,
+    promotions: int,
+) -> SamplerReport:
+    """What a cut does with the samples: its steps, their distinct shapes, and what became
+    of the leftovers (``short`` of the steps are short ones)."""
+    pairs = zip(step_bucket.tolist(), step_size.tolist(), strict=True)
+    return SamplerReport(
         num_samples=int(counts.sum()),
-        batches=len(sb),
-        full_batches=len(sb) - short,
+        batches=len(step_bucket),
+        full_batches=len(step_bucket) - short,
         short_batches=short,
         dropped=dropped,
         duplicated=duplicated,
         promotions=promotions,
-        num_shapes=shapes,
+        num_shapes=len({(int(a), int(b)) for a, b in pairs}),
     )
-    return GlobalSteps(sb, ss, seg_start, seg_full, seg_left, stats)
 
 
 def epoch_batches(

@@ -161,7 +161,7 @@ def test_a_graph_break_falls_back_to_dynamo_with_a_warning(fresh_compiler, tmp_p
 
     with compat.fresh_inductor_cache(str(tmp_path / "live")):
         torch.manual_seed(0)
-        model = Breaks()
+        model = Breaks().requires_grad_(False)  # the forward breaks: no backward to compile
         compiled = torch.compile(model, dynamic=False)
         plan = ShapePlan.from_function(SHAPES[:1], batch)
         with pytest.warns(UserWarning, match="ahead-of-time compiling a call of the model failed"):
@@ -232,7 +232,9 @@ def test_globals_hooks_and_grads_never_change_a_result(fresh_compiler, tmp_path)
     b = batch(SHAPES[0])
     with compat.fresh_inductor_cache(str(tmp_path / "live")):
         torch.manual_seed(0)
-        model = ReadsAGlobal()
+        # frozen weights here: the forward alone reads the global and calls the function
+        # (a backward would only double the compiles); the .grad part trains below
+        model = ReadsAGlobal().requires_grad_(False)
         compiled = torch.compile(model, dynamic=False)
         with pytest.warns(UserWarning, match="reads global variables"):
             prewarm(compiled, plan, modes=[AotCache(tmp_path / "g")], progress=False)
@@ -241,7 +243,7 @@ def test_globals_hooks_and_grads_never_change_a_result(fresh_compiler, tmp_path)
             torch.testing.assert_close(compiled(**b), model(**b))  # through dynamo: guarded
         finally:
             SCALE = 1.0
-        calls = torch.compile(CallsAGlobal(), dynamic=False)
+        calls = torch.compile(CallsAGlobal().requires_grad_(False), dynamic=False)
         report = prewarm(calls, plan, modes=[AotCache(tmp_path / "f")], progress=False)
         assert report.how == {SHAPES[0]: "aot"}  # a function's defaults do not refuse it
 

@@ -286,7 +286,13 @@ def test_a_second_prewarm_reports_its_own_plan_and_a_failed_one_keeps_the_first(
 
         return Fn()
 
-    with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
+    with (
+        warnings.catch_warnings(),
+        pytest.MonkeyPatch.context() as mp,
+        # an empty inductor cache: each save copies the live cache, which outside one is
+        # the machine's default, thousands of files after a test run (4 s a save here)
+        compat.fresh_inductor_cache(str(tmp_path / "live")),
+    ):
         warnings.simplefilter("ignore")
         mp.setattr(compat, "aot_compile_call", fake_compile)
         mp.setattr(compat, "aot_serialize", lambda functions: b"functions")

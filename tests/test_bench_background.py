@@ -19,10 +19,11 @@ def quick_setup(*flags):
 
 class FakeBackground:
     """``compile_in_background``'s handle without a background process: every shape
-    switches after ``steps`` training calls; counts the live tensors at every ``every``-th
-    call (a count is a full ``gc.collect()`` and a walk of every object: about a second)."""
+    switches after ``steps`` training calls; with ``every``, counts the live tensors at every
+    ``every``-th call (a count is a full ``gc.collect()`` and a walk of every object: about
+    a second)."""
 
-    def __init__(self, steps, plan, model, every=1):
+    def __init__(self, steps, plan, model, every=None):
         self.steps, self.every, self.calls, self.live = steps, every, 0, []
         self.shapes = list(plan)
         self.report = types.SimpleNamespace(switched_at={}, error=None, to_dict=dict)
@@ -30,7 +31,7 @@ class FakeBackground:
 
     def _called(self, *_):
         self.calls += 1
-        if self.calls % self.every == 0:
+        if self.every and self.calls % self.every == 0:
             gc.collect()
             self.live.append(sum(issubclass(type(o), torch.Tensor) for o in gc.get_objects()))
         if self.calls == self.steps:

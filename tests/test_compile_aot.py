@@ -91,6 +91,7 @@ def cold(tmp_path_factory):
         "got": got,
         "want": want,
         "hooks_untouched": hooks_untouched,
+        "live": root / "live",
     }
 
 
@@ -161,7 +162,7 @@ def test_a_graph_break_falls_back_to_dynamo_with_a_warning(fresh_compiler, tmp_p
 
     with compat.fresh_inductor_cache(str(tmp_path / "live")):
         torch.manual_seed(0)
-        model = Breaks()
+        model = Breaks().requires_grad_(False)  # the forward breaks: no backward to compile
         compiled = torch.compile(model, dynamic=False)
         plan = ShapePlan.from_function(SHAPES[:1], batch)
         with pytest.warns(UserWarning, match="ahead-of-time compiling a call of the model failed"):
@@ -223,7 +224,7 @@ class ReadsAGlobal(Tiny):
 
 
 @pytest.mark.slow
-def test_globals_hooks_and_grads_never_change_a_result(fresh_compiler, tmp_path):
+def test_globals_hooks_and_grads_never_change_a_result(cold, fresh_compiler, tmp_path):
     """Probe: torch drops the guards on globals of an ahead-of-time function (a changed
     global gave the stale result), the function skipped hooks added after prewarm, and
     functions compiled while parameters held .grad could not be loaded back."""
@@ -232,7 +233,9 @@ def test_globals_hooks_and_grads_never_change_a_result(fresh_compiler, tmp_path)
     b = batch(SHAPES[0])
     with compat.fresh_inductor_cache(str(tmp_path / "live")):
         torch.manual_seed(0)
-        model = ReadsAGlobal()
+        # frozen weights here: the forward alone reads the global and calls the function
+        # (a backward would only double the compiles); the .grad part trains below
+        model = ReadsAGlobal().requires_grad_(False)
         compiled = torch.compile(model, dynamic=False)
         with pytest.warns(UserWarning, match="reads global variables"):
             prewarm(compiled, plan, modes=[AotCache(tmp_path / "g")], progress=False)
@@ -241,7 +244,7 @@ def test_globals_hooks_and_grads_never_change_a_result(fresh_compiler, tmp_path)
             torch.testing.assert_close(compiled(**b), model(**b))  # through dynamo: guarded
         finally:
             SCALE = 1.0
-        calls = torch.compile(CallsAGlobal(), dynamic=False)
+        calls = torch.compile(CallsAGlobal().requires_grad_(False), dynamic=False)
         report = prewarm(calls, plan, modes=[AotCache(tmp_path / "f")], progress=False)
         assert report.how == {SHAPES[0]: "aot"}  # a function's defaults do not refuse it
 
@@ -256,6 +259,9 @@ def test_globals_hooks_and_grads_never_change_a_result(fresh_compiler, tmp_path)
             )
             return compiled, model, report
 
+    # Tiny's graphs at SHAPES are in the cold run's inductor cache: compiling them ahead of
+    # time again (with .grad set or not, the same graphs) takes them from it
+    with compat.fresh_inductor_cache(str(cold["live"])):
         accumulating_run()
         compat.reset_compiler()
         compiled, model, report = accumulating_run()  # the next run loads them
@@ -284,7 +290,13 @@ def test_a_second_prewarm_reports_its_own_plan_and_a_failed_one_keeps_the_first(
 
         return Fn()
 
-    with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
+    with (
+        warnings.catch_warnings(),
+        pytest.MonkeyPatch.context() as mp,
+        # an empty inductor cache: each save copies the live cache, which outside one is
+        # the machine's default, thousands of files after a test run (4 s a save here)
+        compat.fresh_inductor_cache(str(tmp_path / "live")),
+    ):
         warnings.simplefilter("ignore")
         mp.setattr(compat, "aot_compile_call", fake_compile)
         mp.setattr(compat, "aot_serialize", lambda functions: b"functions")

@@ -196,17 +196,21 @@ def test_every_container_of_the_same_lengths_gives_the_same_answer(lengths, k, b
     forms = containers(lengths)
     buckets = sorted({max(2, x) for x in lengths} | {120})  # fits every int dtype
     tokens = 4 * 120
+    # fit_packing reads the container once, in the shared check, before its search; a
+    # search over 3 or 4 row lengths costs up to a second a call (16 calls an example)
+    # and shows nothing more about containers than one over 1 or 2
+    pack_k = min(k, 2)
     want = {
         "fit_buckets": fit_buckets(lengths, k, batching=batching, batch_size=4),
         "padding_report": padding_report(lengths, buckets, batching=batching).to_dict(),
-        "fit_packing": fit_packing(lengths, k, tokens_per_batch=tokens),
+        "fit_packing": fit_packing(lengths, pack_k, tokens_per_batch=tokens),
         "Buckets": Buckets(buckets),
     }
     for name, x in forms.items():
         got = {
             "fit_buckets": fit_buckets(x, k, batching=batching, batch_size=4),
             "padding_report": padding_report(x, buckets, batching=batching).to_dict(),
-            "fit_packing": fit_packing(x, k, tokens_per_batch=tokens),
+            "fit_packing": fit_packing(x, pack_k, tokens_per_batch=tokens),
         }
         for entry, value in got.items():
             assert value == want[entry], (entry, name)

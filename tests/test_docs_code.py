@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py says why
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", "docs/guide.md", "docs/packing.md", "docs/fit.md", "docs/bucketed.md"]
 #: pages whose blocks are alternatives (each runs alone, on a fresh model); the others
@@ -92,22 +93,35 @@ def fresh_namespace(kind: str) -> dict:
     return {"lengths": lengths, "ds": ds, "model": make_model(kind)}
 
 
-def run_page(page: str, kind: str, monkeypatch, only: int | None = None) -> dict:
-    """Run the page's blocks; return the namespace of the last one run."""
+def run_page(page: str, kind: str, monkeypatch, each: list | None = None) -> dict:
+    """Run the page's blocks; return the namespace of the last one run (and append the
+    namespace after each block to ``each``, when given)."""
     monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
     blocks = python_blocks(page)
     assert blocks, f"{page} has no python block"
     namespace = fresh_namespace(kind)
     for i, block in enumerate(blocks):
-        if only is not None and i != only:
-            continue
         if page in STANDALONE:
             namespace = fresh_namespace(kind)
         try:
             exec(compile(block, f"{page}[block {i}]", "exec"), namespace)
         except Exception as error:  # name the block that failed
             raise AssertionError(f"{page}, python block {i} failed:\n{block}") from error
+        if each is not None:
+            each.append(namespace)
     return namespace
+
+
+@pytest.fixture(scope="module")
+def readme_with_hf() -> list[dict]:
+    """The README's blocks run once as pasted with the Hugging Face decoder: the namespace
+    after each block (each block on a fresh model: they are alternatives). The test of every
+    block and the test of the packing block's exactness read the same run."""
+    pytest.importorskip("transformers")
+    each: list[dict] = []
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        run_page("README.md", "hf", monkeypatch, each=each)
+    return each
 
 
 @pytest.mark.parametrize(
@@ -115,7 +129,10 @@ def run_page(page: str, kind: str, monkeypatch, only: int | None = None) -> dict
     ["plain", pytest.param("hf", marks=pytest.mark.slow)],  # dynamo traces a Llama slowly
 )
 @pytest.mark.parametrize("page", PAGES)
-def test_every_block_runs_as_pasted(page, kind, monkeypatch):
+def test_every_block_runs_as_pasted(page, kind, monkeypatch, request):
+    if (page, kind) == ("README.md", "hf"):  # run by the fixture, shared with a later test
+        assert len(request.getfixturevalue("readme_with_hf")) == len(python_blocks(page))
+        return
     run_page(page, kind, monkeypatch)
 
 
@@ -147,8 +164,8 @@ def _packed_and_alone(model, batch, ds) -> list[tuple[torch.Tensor, ...]]:
 
 
 @pytest.mark.slow
-def test_readme_packing_with_a_hugging_face_decoder_equals_one_by_one(monkeypatch):
-    namespace = run_page("README.md", "hf", monkeypatch, only=1)
+def test_readme_packing_with_a_hugging_face_decoder_equals_one_by_one(readme_with_hf):
+    namespace = readme_with_hf[1]  # the packing block, as pasted
     model = namespace["model"]
     batch = next(iter(namespace["loader"]))
     with torch.no_grad():

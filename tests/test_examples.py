@@ -1,4 +1,7 @@
-"""Every example under docs/examples runs here on CPU, small, and fails the suite if it breaks."""
+"""Every example under docs/examples runs here on CPU, small, and fails the suite if it breaks:
+in this process as ``python example.py ...`` would run it (``run_here``), or in processes of
+its own where that is what it shows (two ranks under torchrun; tests/test_hf.py's two runs
+sharing a compile cache)."""
 
 import json
 import os
@@ -10,7 +13,7 @@ import pytest
 from _helpers import run_scaled, torchrun
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 def run(args, timeout=600):
@@ -18,6 +21,31 @@ def run(args, timeout=600):
     load (``tests/_helpers.py``: a timeout names the load and how to raise it)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return run_scaled(args, timeout, capture_output=True, text=True, env=env)
+
+
+def run_here(script, args, monkeypatch, capsys) -> str:
+    """``python script args`` run in this process (its ``__main__`` block, ``sys.argv`` set):
+    the example runs end to end as pasted without paying a new interpreter's imports of torch
+    and transformers. With a fresh compiler (the ``fresh_compiler`` fixture), one torch
+    thread (as ``OMP_NUM_THREADS=1`` gave the subprocess) and ``os.environ`` restored after it.
+    Fails on a non-zero exit; returns its stdout."""
+    monkeypatch.setattr(sys, "argv", [str(script), *map(str, args)])
+    env = dict(os.environ)
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exited:
+        if exited.code not in (None, 0):
+            pytest.fail(
+                f"{script.name} exited with {exited.code!r}:\n{capsys.readouterr().err[-3000:]}"
+            )
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+    return capsys.readouterr().out
+
+
+def last_json(out: str) -> dict:
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
 
 
 def usage_error(script, args, monkeypatch, capsys) -> str:
@@ -32,11 +60,10 @@ def usage_error(script, args, monkeypatch, capsys) -> str:
     return err
 
 
-def test_train_loop():
-    out = run([sys.executable, str(EXAMPLES / "train_loop.py"), "12"])
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "step  11" in out.stdout
-    assert "training: 0 graphs compiled, 0 recompiles" in out.stdout
+def test_train_loop(monkeypatch, capsys, fresh_compiler):
+    out = run_here(EXAMPLES / "train_loop.py", ["12"], monkeypatch, capsys)
+    assert "step  11" in out
+    assert "training: 0 graphs compiled, 0 recompiles" in out
 
 
 def test_ddp_two_ranks_same_steps_no_recompile(tmp_path):
@@ -51,15 +78,13 @@ def test_ddp_two_ranks_same_steps_no_recompile(tmp_path):
     )
 
 
-def test_hf_trainer_buckets_with_torch_compile():
+def test_hf_trainer_buckets_with_torch_compile(monkeypatch, capsys, fresh_compiler):
     pytest.importorskip("transformers")
     # dynamo's bookkeeping with the eager backend; tests/test_hf.py runs the example
-    # with inductor (packed) and checks that its second run loads the compile cache
-    out = run(
-        [sys.executable, str(EXAMPLES / "hf_trainer.py"), "8", "--k", "2", "--backend", "eager"]
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+    # with inductor (packed) in its own interpreters and checks that its second run loads
+    # the compile cache
+    args = ["8", "--k", "2", "--backend", "eager"]
+    result = last_json(run_here(EXAMPLES / "hf_trainer.py", args, monkeypatch, capsys))
     assert result["steps"] == 8
     used = {int(b) for b in result["batches_per_bucket"]}
     assert used <= set(result["buckets"]) and sum(result["batches_per_bucket"].values()) >= 8
@@ -67,22 +92,20 @@ def test_hf_trainer_buckets_with_torch_compile():
     assert result["limit_hits"] == 0 and result["graphs"] >= len(used)
 
 
-def test_hf_trainer_no_compile_trains_eagerly():
+def test_hf_trainer_no_compile_trains_eagerly(monkeypatch, capsys, fresh_compiler):
     """``--no-compile`` (benchmarks/first_step_hf.py's eager baseline): no graph, no prewarm;
     a backend given alone would turn compiling on (TrainingArguments), so none is passed."""
     pytest.importorskip("transformers")
-    out = run([sys.executable, str(EXAMPLES / "hf_trainer.py"), "2", "--k", "2", "--no-compile"])
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+    args = ["2", "--k", "2", "--no-compile"]
+    result = last_json(run_here(EXAMPLES / "hf_trainer.py", args, monkeypatch, capsys))
     assert result["steps"] == 2
     assert (result["graphs"], result["prewarm_shapes"], result["prewarm_seconds"]) == (0, 0, 0.0)
 
 
-def test_serve_variable_batches_without_recompiling():
-    out = run([sys.executable, str(EXAMPLES / "serve.py"), "40", "--backend", "eager"])
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "prewarm: 9 graphs for 3 lengths x 3 batch sizes" in out.stdout
-    assert "in 40 batches: 0 graphs compiled, 0 recompiles" in out.stdout
+def test_serve_variable_batches_without_recompiling(monkeypatch, capsys, fresh_compiler):
+    out = run_here(EXAMPLES / "serve.py", ["40", "--backend", "eager"], monkeypatch, capsys)
+    assert "prewarm: 9 graphs for 3 lengths x 3 batch sizes" in out
+    assert "in 40 batches: 0 graphs compiled, 0 recompiles" in out
 
 
 @pytest.mark.parametrize(

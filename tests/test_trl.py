@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
+import runpy
 import sys
 from pathlib import Path
 
@@ -26,6 +26,7 @@ EXAMPLE = ROOT / "docs" / "examples" / "trl_sft.py"
 sys.path.insert(0, str(EXAMPLE.parent))
 from trl_sft import byte_tokenizer  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py says why
 TEXTS = [("word " * n).strip() for n in range(1, 40)]
 
 
@@ -117,19 +118,20 @@ def test_trl_packing_or_padding_free_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_example_runs_and_never_recompiles():
+def test_example_runs_and_never_recompiles(monkeypatch, capsys, fresh_compiler):
     # dynamo with the eager backend: the bookkeeping TRL's Trainer could break (the
     # shapes, the prewarm on the compiled model, no graph after it); inductor itself
-    # runs in tests/test_hf.py's example test, through the same prewarm hook
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, str(EXAMPLE), "4", "--samples", "300", "--backend", "eager"],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=env,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    result = json.loads([x for x in out.stdout.splitlines() if x.startswith("{")][-1])
+    # runs in tests/test_hf.py's example test, through the same prewarm hook. The example
+    # runs as pasted (its __main__ block) in this process, which has imported TRL already:
+    # a fresh compiler, one torch thread (module fixture), os.environ restored after it
+    monkeypatch.setattr(sys, "argv", [str(EXAMPLE), "4", "--samples", "300", "--backend", "eager"])
+    env = dict(os.environ)
+    try:
+        runpy.run_path(str(EXAMPLE), run_name="__main__")
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+    out = capsys.readouterr().out
+    result = json.loads([x for x in out.splitlines() if x.startswith("{")][-1])
     assert result["steps"] == 4 and result["graphs_after_prewarm"] == 0
     assert result["prewarm_shapes"] == len(result["buckets"]) >= 1

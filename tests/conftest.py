@@ -21,13 +21,14 @@ def fresh_compiler():
     compat.reset_compiler()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session", autouse=True)
 def one_torch_thread():
-    """One intra-op thread for a module's tests, the count restored after it. On this project's
-    2-core machine, with 2 xdist processes, two OpenMP threads per process spin against each
-    other: a packed collate's ``repeat_interleave`` took 5 ms a call with 2 threads under load
-    and microseconds with 1 (one property test: 36 s, 4.6 s). What the tests check does not
-    depend on the count (the subprocess tests already run with ``OMP_NUM_THREADS=1``)."""
+    """One intra-op thread in every test process, the count restored after the session. The
+    suite runs on 2 xdist processes (scripts/test.sh) on this project's 2-core machine, where
+    two OpenMP threads per process spin against the other process: a packed collate's
+    ``repeat_interleave`` took 5 ms a call with 2 threads under load and microseconds with 1
+    (one property test: 36 s, 4.6 s). What the tests check does not depend on the count, and
+    the subprocess tests already run with ``OMP_NUM_THREADS=1``."""
     import torch
 
     old = torch.get_num_threads()

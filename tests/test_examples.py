@@ -13,7 +13,7 @@ import pytest
 from _helpers import run_scaled, torchrun
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
+pytestmark = pytest.mark.slow
 
 
 def run(args, timeout=600):

@@ -31,8 +31,6 @@ from shapebucket.data import mixture_lengths
 from shapebucket.fit import Buckets
 from shapebucket.fit.packing import pack_epoch, pack_rows
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py says why
-
 
 def samples_for(lengths, seed=0, vocab=50):
     g = torch.Generator().manual_seed(seed)

@@ -18,7 +18,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py says why
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", "docs/guide.md", "docs/packing.md", "docs/fit.md", "docs/bucketed.md"]
 #: pages whose blocks are alternatives (each runs alone, on a fresh model); the others

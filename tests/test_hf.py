@@ -22,7 +22,6 @@ from shapebucket.fit import Buckets
 from shapebucket.hf import BucketTrainer, PackedTrainer, Packing
 from shapebucket.hf.prewarm import prewarm_trainer
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py says why
 LENGTHS = np.random.default_rng(3).integers(2, 30, 45)
 
 

@@ -26,7 +26,6 @@ from shapebucket.fit import Buckets
 
 torchdata = pytest.importorskip("torchdata.stateful_dataloader")
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py says why
 BUCKETS = Buckets([4, 8, 16])
 LENGTHS = np.random.default_rng(7).integers(1, 17, 61)
 EPOCHS = 2

@@ -26,7 +26,6 @@ EXAMPLE = ROOT / "docs" / "examples" / "trl_sft.py"
 sys.path.insert(0, str(EXAMPLE.parent))
 from trl_sft import byte_tokenizer  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py says why
 TEXTS = [("word " * n).strip() for n in range(1, 40)]
 
 

@@ -1,22 +1,7 @@
-"""How much memory one call of a training step peaks at, on the device it runs on.
-
-A step's peak is the bytes its own objects hold (parameters, gradients, buffers,
-optimizer state, the batch: :func:`live_tensor_bytes`, counted from the objects on
-every device) plus what the step allocates on top of everything live
-(:func:`step_peak_bytes`). CUDA: the caching allocator's counters
-(``reset_peak_memory_stats``, then ``max_memory_allocated`` less what was allocated
-before). CPU: torch's CPU allocator seen through ``torch.profiler``
-(``profile_memory=True``): the running sum of every allocation and free during the
-step, in time order, compiled kernels' buffers included. Tensors that are live but
-not the step's (the calibration's own snapshot for putting the state back, another
-model in the process) are not charged on either device.
-
-:func:`steady_peak_bytes` measures a step in steady state: after one unmeasured
-call, so that what a first step creates once is live before the measured one (an
-optimizer's state, which AdamW creates in the first ``step()`` after the backward
-pass freed the activations; cuBLAS workspaces, which the CUDA allocator serves on
-the first matrix product). Measuring the first step instead would miss the
-optimizer state at a backward peak: up to two copies of the parameters for AdamW.
+"""How much memory one call of a training step peaks at, on the device it runs on: the
+bytes the step's own objects hold (:func:`live_tensor_bytes`) plus what the step allocates
+on top (:func:`step_peak_bytes`), measured in steady state (:func:`steady_peak_bytes`).
+What is measured on each device, and why the second step: ``docs/calibrate.md``.
 """
 
 from __future__ import annotations

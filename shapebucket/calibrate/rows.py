@@ -1,18 +1,7 @@
 """``calibrate_rows``: the largest rows per length whose whole training step fits a
-memory budget, measured on the job's device by a binary search.
-
-A token budget (``tokens_per_batch // length`` rows) is a guess: attention and
-activations do not scale with tokens alone, so a budget safe for the longest length
-leaves the short ones far below what fits. This measures instead (NeMo's
-OOMptimizer does the same per bucket): for each length, real steps (forward,
-backward, optimizer) at a starting row count, then 1, 2, 4, ... rows away from it
-until a step peaks over the limit and one does not, then bisecting between them
-(:func:`largest_fitting`). Lengths run longest first, from 1 row; each shorter
-length starts at the rows that hold as many tokens as the longer one got. Each
-probe runs the step twice and measures the second
-(:func:`~shapebucket.calibrate.memory.steady_peak_bytes`): the steady state of
-training, with the optimizer's state live. Everything the steps change is put back after each step
-(:mod:`shapebucket.compile.state`), so the search leaves no trace.
+memory budget, measured on the job's device by a search (:func:`largest_fitting`),
+longest length first, every step's changes put back (:mod:`shapebucket.compile.state`).
+What it measures, what it puts back and how it searches: ``docs/calibrate.md``.
 """
 
 from __future__ import annotations
@@ -136,8 +125,13 @@ class _Search:
     snap: Snapshot
     found: dict[torch.optim.Optimizer, Snapshot]
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    limit: int = 0
+    budget: int = 0
+    margin: float = 0.0
     probes: dict[int, list[Probe]] = field(default_factory=dict)
+
+    @property
+    def limit(self) -> int:
+        return int(self.budget * (1 - self.margin))
 
     def put_back(self) -> None:
         """The optimizers found stepping first, then the snapshot taken before any step."""
@@ -182,6 +176,45 @@ class _Search:
             peak = self.peak(length, rows)
         self.probes[length].append(Probe(rows, peak, peak is not None and peak <= self.limit))
         return self.probes[length][-1].fits
+
+    def search(self, order: list[int], max_rows: int) -> None:
+        """Each length, longest first, from as many tokens as the last one got."""
+        tokens = 0  # of the last length's rows: the next (shorter) length starts at as many
+        for L in order:
+            self.probes[L] = []
+            largest_fitting(functools.partial(self.measure, L), max(1, tokens // L), max_rows)
+            fitted = [p.rows for p in self.probes[L] if p.fits]
+            if not fitted:
+                one = next(p for p in self.probes[L] if p.rows == 1)
+                said = "ran out of memory" if one.peak is None else f"peaks at {size(one.peak)}"
+                raise ShapeBucketError(
+                    f"length {L}: one row {said}, over the budget of {size(self.budget)} less "
+                    f"the {self.margin:.0%} margin ({size(self.limit)}); raise the budget or "
+                    f"lower the margin, or leave length {L} out (a smaller largest bucket, "
+                    "truncating its samples)"
+                )
+            tokens = max(fitted) * L
+
+    def report(self, seconds: float, graphs: int) -> RowsReport:
+        rows, peak, over = {}, {}, {}
+        for L in sorted(self.probes):
+            best = max((p for p in self.probes[L] if p.fits), key=lambda p: p.rows)
+            rows[L], peak[L] = best.rows, int(best.peak or 0)
+            above = [p.rows for p in self.probes[L] if not p.fits and p.rows > best.rows]
+            over[L] = min(above) if above else None
+        return RowsReport(
+            rows=rows,
+            peak=peak,
+            over=over,
+            probes={L: tuple(self.probes[L]) for L in sorted(self.probes)},
+            budget=self.budget,
+            margin=self.margin,
+            limit=self.limit,
+            seconds=seconds,
+            measured="compiled" if graphs else "eager",
+            why=COMPILED_WHY.format(graphs=graphs) if graphs else EAGER_WHY,
+            device=str(self.device),
+        )
 
 
 def calibrate_rows(
@@ -228,20 +261,11 @@ def calibrate_rows(
     with optimizers_stepped(o for o in objects if isinstance(o, torch.optim.Optimizer)) as found:
         search = _Search(model, step, make_batch, objects, snapshot(model, *objects), found)
         search.find_device(order[-1])
-        total = _budget_bytes(budget, search.device)
-        search.limit = int(total * (1 - margin))
+        search.budget, search.margin = _budget_bytes(budget, search.device), float(margin)
         with CompileCounter() as cc:
-            _search_lengths(search, order, max_rows, total, margin)
+            search.search(order, max_rows)
     collect(search.device)
-    return _report(
-        search.probes,
-        total,
-        margin,
-        search.limit,
-        time.perf_counter() - t0,
-        cc.graphs,
-        search.device,
-    )
+    return search.report(time.perf_counter() - t0, cc.graphs)
 
 
 def _check_make_batch(make_batch: Any) -> None:
@@ -252,57 +276,3 @@ def _check_make_batch(make_batch: Any) -> None:
             f"{make_batch!r:.80}; pass one that builds a batch of shape.rows x shape.length "
             "on the job's device, as the collator makes them"
         )
-
-
-def _search_lengths(
-    search: _Search, order: list[int], max_rows: int, budget: int, margin: float
-) -> None:
-    """Each length, longest first, from as many tokens as the last one got."""
-    tokens = 0  # of the last length's rows: the next (shorter) length starts at as many
-    for L in order:
-        search.probes[L] = []
-        largest_fitting(functools.partial(search.measure, L), max(1, tokens // L), max_rows)
-        fitted = [p.rows for p in search.probes[L] if p.fits]
-        if not fitted:
-            _refuse(L, search.probes[L], budget, margin, search.limit)
-        tokens = max(fitted) * L
-
-
-def _refuse(length: int, probes: list[Probe], budget: int, margin: float, limit: int) -> None:
-    one = next(p for p in probes if p.rows == 1)
-    said = "ran out of memory" if one.peak is None else f"peaks at {size(one.peak)}"
-    raise ShapeBucketError(
-        f"length {length}: one row {said}, over the budget of {size(budget)} less the "
-        f"{margin:.0%} margin ({size(limit)}); raise the budget or lower the margin, "
-        f"or leave length {length} out (a smaller largest bucket, truncating its samples)"
-    )
-
-
-def _report(
-    probes: dict[int, list[Probe]],
-    budget: int,
-    margin: float,
-    limit: int,
-    seconds: float,
-    graphs: int,
-    device: torch.device,
-) -> RowsReport:
-    rows, peak, over = {}, {}, {}
-    for L, found in probes.items():
-        best = max((p for p in found if p.fits), key=lambda p: p.rows)
-        rows[L], peak[L] = best.rows, int(best.peak or 0)
-        above = [p.rows for p in found if not p.fits and p.rows > best.rows]
-        over[L] = min(above) if above else None
-    return RowsReport(
-        rows=dict(sorted(rows.items())),
-        peak=dict(sorted(peak.items())),
-        over=dict(sorted(over.items())),
-        probes={L: tuple(probes[L]) for L in sorted(probes)},
-        budget=budget,
-        margin=float(margin),
-        limit=limit,
-        seconds=seconds,
-        measured="compiled" if graphs else "eager",
-        why=COMPILED_WHY.format(graphs=graphs) if graphs else EAGER_WHY,
-        device=str(device),
-    )

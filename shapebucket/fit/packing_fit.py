@@ -13,7 +13,7 @@ from .._validate import check_int, check_number
 from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .packing import PackingReport, pack_epoch, rows_for_tokens
-from .packing_search import SearchResult, halving_sets, search_row_lengths
+from .packing_search import halving_sets, search_row_lengths
 from .step_cost import StepCost, check_model_dim, row_cost
 
 __all__ = [
@@ -27,8 +27,6 @@ __all__ = [
 #: The largest token budget :func:`fit_packing` plans for: 2**40 tokens, far beyond
 #: any batch that fits in memory (a larger one is a unit or overflow mistake).
 MAX_TOKENS_PER_BATCH = 2**40
-#: how many of the search's best sets are planned on all the lengths, next to the halving sets
-FINALISTS = 3
 
 
 def packing_report(
@@ -180,29 +178,29 @@ def fit_packing(
 ) -> PackingFitReport:
     """Choose the buckets (row lengths, at most ``k``) and rows per batch for packing ``lengths``.
 
-    The space searched: every set of at most ``k`` row lengths, multiples of ``align``,
-    whose largest is ``max_len`` (default the longest sample rounded up to ``align``).
-    :mod:`.packing_search` searches it on at most 8,192 of the lengths: every set when
-    the space is small (exact), otherwise alternating exact refits of the set to the
-    packed rows' contents with re-packing, from several seeds (the sets halving from
-    the longest row, ``[M]``, ``[M/2, M]``, ...; the exact bucket sets of the lengths),
-    then a short hill climb. The single row length ``[M]`` (the reference) and the
-    search's best sets (the best, then the best of each smaller size within 2% of
-    it, fewest row lengths first; three in all) are then planned
-    for real (as ``trial`` says, a :class:`PackingTrial`: epoch 0, at most 200,000
-    lengths drawn with seed 0 by default): those are ``candidates``. Shorter rows cost
-    less dense attention but pack less tightly. With
-    ``model_dim`` (the model's width) the choice is the set with the least
-    estimated compute per real token: a token of a row of length ``L`` costs
-    ``1 + L / (6 * model_dim)`` (a transformer block's linear layers do about
-    ``24 * d**2`` multiply-adds per token, dense attention ``4 * L * d``), and among
-    sets within 0.5% of the cheapest the one with the fewest buckets (compiles).
-    ``model_dim`` can instead be a :class:`~shapebucket.fit.step_cost.StepCost`: the
-    seconds per token measured at some lengths replace the formula
-    (``report.cost_model`` says which was used).
-    Without it, the choice is the set with the best attention efficiency whose
-    token efficiency is within ``tolerance`` (a number in [0, 1)) of the best
-    candidate's. Rows per batch come from ``tokens_per_batch`` (:func:`rows_for_tokens`).
+    Args:
+        lengths: sample lengths, ints >= 1.
+        k: the most row lengths (each one compiled shape).
+        tokens_per_batch: a row length ``L`` gets ``tokens_per_batch // L`` rows per batch
+            (:func:`~shapebucket.fit.packing.rows_for_tokens`).
+        align: every row length is a multiple of this.
+        tolerance: without ``model_dim``, the choice is the candidate with the best attention
+            efficiency whose token efficiency is within ``tolerance`` (in [0, 1)) of the best.
+        model_dim: the model's width: the choice is then the least estimated compute per
+            real token (a token of a row of length ``L`` costs ``1 + L / (6 * model_dim)``:
+            :func:`~shapebucket.fit.step_cost.row_cost`), and within 0.5% of the cheapest
+            the fewest row lengths (compiles); or a
+            :class:`~shapebucket.fit.step_cost.StepCost`, seconds per token measured at some
+            lengths, in place of the formula (``report.cost_model`` says which).
+        max_len: the longest row length (default the longest sample rounded up to ``align``).
+        trial: how each candidate is planned for real (:class:`PackingTrial`: epoch 0, at
+            most 200,000 lengths drawn with seed 0 by default).
+
+    The sets of at most ``k`` multiples of ``align`` topped by ``max_len`` are searched on
+    at most 8,192 of the lengths (exactly when the space is small; how: ``docs/fit.md``).
+    The single row length (the reference) and the search's best sets (the best, then the
+    best of each smaller size within 2% of it; three in all) are the ``candidates``,
+    planned for real.
 
     >>> fit = fit_packing([5, 9, 12, 30, 7, 3] * 50, k=3, tokens_per_batch=64)
     >>> list(fit.buckets), fit.rows, f"{fit.report.token_efficiency:.1%}"
@@ -265,9 +263,10 @@ def _candidates(
     model_dim: int | StepCost | None,
     trial: PackingTrial,
 ) -> list[tuple[Buckets, PackingReport]]:
-    """The row-length search on ``sub`` (:mod:`.packing_search`), then its finalists
-    planned for real: the candidates :func:`fit_packing` chooses from."""
-    found = search_row_lengths(
+    """The row-length search on ``sub`` (:mod:`.packing_search`), then one row length of
+    ``top`` (the reference) and the search's best sets, each with its :func:`packing_report`
+    on ``sub``: the candidates :func:`fit_packing` chooses from."""
+    best = search_row_lengths(
         sub.array,
         k=k,
         top=top,
@@ -277,21 +276,8 @@ def _candidates(
         seed=trial.seed,
         window=trial.window,
     )
-    return _planned(sub, _finalists(found, k, top, align), tokens_per_batch, trial)
-
-
-def _finalists(found: SearchResult, k: int, top: int, align: int) -> list[Buckets]:
-    """The sets planned on all the lengths: one row length of ``top`` (the reference), then
-    the search's best (:mod:`.packing_search`), in that order."""
-    out = halving_sets(top, k, align)[:1]  # one row length: the reference
-    out += [b for b in found.best(FINALISTS) if b not in out]
-    return out
-
-
-def _planned(
-    sub: CheckedLengths, sets: list[Buckets], tokens_per_batch: int, trial: PackingTrial
-) -> list[tuple[Buckets, PackingReport]]:
-    """Each of ``sets`` with its :func:`packing_report` on ``sub`` (the trial's seed and window)."""
+    sets = halving_sets(top, k, align)[:1]
+    sets += [b for b in best if b not in sets]
     return [
         (
             b,

@@ -1,30 +1,14 @@
 """The search behind :func:`~shapebucket.fit.packing_fit.fit_packing`: which row-length
-sets to plan for real.
+sets to plan for real (how it searches, and how close it comes: ``docs/fit.md``,
+"Packed row lengths").
 
-The space: every set of at most ``k`` row lengths, each a multiple of ``align`` (and at
-least ``round_up(2, align)``), whose largest is ``top`` (the longest sample rounded up,
-or ``max_len``). The objective is the one :func:`fit_packing` chooses by: computed
-tokens (or, with ``model_dim``, estimated compute) per real token of the plan the packer
-actually makes, pad rows of short batches included.
-
-* When the space is small (``sets x samples <= EXHAUSTIVE_WORK``) every set is packed:
-  the result is exact.
-* Otherwise the search alternates two exact steps from several seeds (the sets halving
-  from ``top``, and the exact bucket sets of the lengths). Given a plan's rows, the
-  best set for *those rows* is the exact 1-D bucket solution over the rows' contents
-  (each row needs a length at least its real tokens; a row of length ``L`` costs ``L``,
-  or ``L * (1 + L / (6 * model_dim))``): :func:`~shapebucket.fit.optimal.optimal_buckets`
-  finds it. Then the lengths are re-packed with that set, which gives new rows, until
-  the set repeats; every two-length set ``(b, top)`` is packed too while that costs no
-  more than ``PAIR_SEED_WORK``. Last, a hill climb moves, adds or drops one row length at a time
-  while a budget of packings lasts, and from the best set the cheapest row length
-  to drop is dropped, three times (so each smaller size has a good set). Each candidate is packed on a probe of at most
-  ``PROBE`` lengths; on a probe smaller than the data the pad rows of the probe's
-  short batches are left out (the full data has proportionally fewer of them).
-
-It is a search, not a proof: its result is never worse than the best seed, and on the
-small cases of ``tests/test_packing.py`` it is within 0.5 points of the exhaustive
-optimum (hypothesis has found other small cases 1.5 points short).
+The space: every set of at most ``k`` row lengths, multiples of ``align`` (at least
+``round_up(2, align)``), whose largest is ``top``; the objective: computed tokens (or,
+with ``model_dim``, estimated compute) per real token of the plan the packer makes, pad
+rows of short batches included (left out on a probe smaller than the data, which has
+proportionally fewer of them). Exhaustive when the space is small; otherwise exact refits
+alternating with re-packing from several seeds, every pair ``(b, top)`` when affordable,
+a hill climb, then pruning.
 """
 
 from __future__ import annotations
@@ -46,7 +30,7 @@ __all__ = [
     "EXHAUSTIVE_WORK",
     "PAIR_SEED_WORK",
     "PROBE",
-    "SearchResult",
+    "best_sets",
     "halving_sets",
     "search_row_lengths",
 ]
@@ -61,6 +45,8 @@ PROBE = 8192
 CLIMB_BUDGET = 24
 #: row lengths dropped one by one from the best set, for the sets of fewer shapes
 PRUNE_LEVELS = 3
+#: how many of the search's best sets are planned on all the lengths, next to the reference
+FINALISTS = 3
 _ROUNDS = 6  # alternations per seed, at most
 
 
@@ -81,32 +67,21 @@ def halving_sets(top: int, k: int, align: int) -> list[Buckets]:
     return out
 
 
-class SearchResult:
-    """Every set the search packed (``scores``: set -> objective, lower is better, in the
-    order tried), whether the search was ``exhaustive``, and how many packings it made."""
-
-    def __init__(self) -> None:
-        self.scores: dict[tuple[int, ...], float] = {}
-        self.exhaustive = False
-        self.packings = 0
-
-    def best(self, n: int, within: float = 0.02) -> list[Buckets]:
-        """At most ``n`` sets: the best one, then for each smaller number of row lengths
-        its best set, fewest first, kept when its score is within ``within`` (relative)
-        of the best score: a set with fewer row lengths (compiles) that nearly matches
-        stays in the running."""
-        ranked = sorted(self.scores, key=lambda s: (self.scores[s], len(s)))
-        per_size: dict[int, tuple[int, ...]] = {}
-        for s in ranked:
-            per_size.setdefault(len(s), s)
-        first = ranked[0]
-        limit = self.scores[first] * (1 + within)
-        smaller = [
-            per_size[m]
-            for m in sorted(per_size)
-            if m < len(first) and self.scores[per_size[m]] <= limit
-        ]
-        return [Buckets(list(s)) for s in [first, *smaller][:n]]
+def best_sets(scores: dict[tuple[int, ...], float], n: int, within: float = 0.02) -> list[Buckets]:
+    """At most ``n`` of the scored sets (lower is better): the best one, then for each
+    smaller number of row lengths its best set, fewest first, kept when its score is within
+    ``within`` (relative) of the best: fewer row lengths (compiles) that nearly match stay
+    in the running."""
+    ranked = sorted(scores, key=lambda s: (scores[s], len(s)))
+    per_size: dict[int, tuple[int, ...]] = {}
+    for s in ranked:
+        per_size.setdefault(len(s), s)
+    first = ranked[0]
+    limit = scores[first] * (1 + within)
+    smaller = [
+        per_size[m] for m in sorted(per_size) if m < len(first) and scores[per_size[m]] <= limit
+    ]
+    return [Buckets(list(s)) for s in [first, *smaller][:n]]
 
 
 class _Evaluator:
@@ -126,7 +101,7 @@ class _Evaluator:
         self.dp_cost: Cost = "tokens" if model_dim is None else self.cost
         self.order = np.random.default_rng([seed, 0]).permutation(len(probe)).astype(np.int64)
         self.window = window
-        self.result = SearchResult()
+        self.scores: dict[tuple[int, ...], float] = {}  # every set packed, in the order tried
         self.real = float(probe.sum())
 
     def __call__(self, values: tuple[int, ...]) -> tuple[float, np.ndarray]:
@@ -148,12 +123,11 @@ class _Evaluator:
             filled = np.bincount(rows.step[: rows.n], minlength=len(steps))
             work += float(((R[steps] - filled) * costs[steps]).sum())
         score = work / self.real if self.real else 1.0
-        self.result.scores.setdefault(values, score)
-        self.result.packings += 1
+        self.scores.setdefault(values, score)
         return score, row_len - rows.rem[: rows.n]
 
     def score(self, values: tuple[int, ...]) -> float:
-        known = self.result.scores.get(values)
+        known = self.scores.get(values)
         return known if known is not None else self(values)[0]
 
 
@@ -181,7 +155,7 @@ def _alternate(ev: _Evaluator, seed_set: tuple[int, ...], k: int, align: int, to
     """Pack, refit the set exactly to the rows' contents, re-pack, until the set repeats."""
     values = seed_set
     for _ in range(_ROUNDS):
-        if values in ev.result.scores:
+        if values in ev.scores:
             return
         _, contents = ev(values)
         contents = contents[contents > 0]
@@ -199,8 +173,8 @@ def _climb(ev: _Evaluator, universe: list[int], top: int, k: int, budget: int) -
     A step to a set that scores the same is taken too, once per set: on a plateau (a
     row length added that no row uses yet) the next move may descend, which a strict
     climb never sees (``[24, 64] -> [24, 32, 64] -> [32, 40, 64]``)."""
-    cur = min(ev.result.scores, key=lambda s: (ev.result.scores[s], len(s)))
-    best = ev.result.scores[cur]
+    cur = min(ev.scores, key=lambda s: (ev.scores[s], len(s)))
+    best = ev.scores[cur]
     visited = {cur}
     spent = 0
     improved = True
@@ -209,7 +183,7 @@ def _climb(ev: _Evaluator, universe: list[int], top: int, k: int, budget: int) -
         for nxt in _neighbours(cur, universe, top, k):
             if spent >= budget:
                 break
-            if nxt not in ev.result.scores:
+            if nxt not in ev.scores:
                 spent += 1
             score = ev.score(nxt)
             sideways = score <= best + 1e-12 and nxt not in visited
@@ -222,7 +196,7 @@ def _climb(ev: _Evaluator, universe: list[int], top: int, k: int, budget: int) -
 def _prune(ev: _Evaluator, top: int, levels: int) -> None:
     """From the best set, drop the row length that costs least, ``levels`` times: each
     smaller size gets a good candidate (fewer shapes are fewer compiles)."""
-    cur = min(ev.result.scores, key=lambda s: (ev.result.scores[s], len(s)))
+    cur = min(ev.scores, key=lambda s: (ev.scores[s], len(s)))
     for _ in range(levels):
         smaller = [tuple(x for x in cur if x != b) for b in cur if b != top]
         if not smaller:
@@ -240,8 +214,8 @@ def search_row_lengths(
     model_dim: int | StepCost | None,
     seed: int,
     window: int,
-) -> SearchResult:
-    """Search the row-length sets (module docstring); ``lengths`` are checked ints <= ``top``."""
+) -> list[Buckets]:
+    """The search's best sets (:func:`best_sets`); ``lengths`` are checked ints <= ``top``."""
     probe = lengths
     if len(lengths) > PROBE:
         probe = np.random.default_rng([seed, 2]).choice(lengths, size=PROBE, replace=False)
@@ -252,8 +226,7 @@ def search_row_lengths(
         for m in range(min(k - 1, len(universe)) + 1):
             for inner in combinations(universe, m):
                 ev((*inner, top))
-        ev.result.exhaustive = True
-        return ev.result
+        return best_sets(ev.scores, FINALISTS)
     seeds = [tuple(b) for b in halving_sets(top, k, align)]
     checked = CheckedLengths(lengths, MIN_LENGTH)  # checked by the caller
     seeds.append(tuple(optimal_buckets(checked, k, align=align, max_len=top, cost=ev.dp_cost)))
@@ -264,4 +237,4 @@ def search_row_lengths(
             ev.score((b, top))
     _climb(ev, universe, top, k, CLIMB_BUDGET)
     _prune(ev, top, PRUNE_LEVELS)
-    return ev.result
+    return best_sets(ev.scores, FINALISTS)

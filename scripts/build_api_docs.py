@@ -50,7 +50,7 @@ RECORDS = {
         "shapebucket.fit.padding.PaddingReport",
         "shapebucket.fit.packing.PackingReport",
         "shapebucket.fit.packing_fit.PackingFitReport",
-        "shapebucket.fit.cell_report.CellsReport",
+        "shapebucket.fit.cell_fit.CellsReport",
     ],
     "shapebucket.advise": [
         "shapebucket.advise.kchoice.KChoiceReport",

@@ -1,4 +1,4 @@
-"""Two-length buckets: the cell table and its fit (fit/cells.py, fit/cell_fit.py, fit/cell_report.py)."""
+"""Two-length buckets: the cell table and its fit (fit/cells.py, fit/cell_fit.py)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,7 @@ Buckets([16, 32])
 
 from .bucket_fit import fit_buckets
 from .buckets import Buckets
-from .cell_fit import fit_cells
-from .cell_report import cells_report
+from .cell_fit import cells_report, fit_cells
 from .cells import Cells
 from .packing_fit import PackingTrial, fit_packing, packing_report
 from .padding import padding_report

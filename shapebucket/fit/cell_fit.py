@@ -1,22 +1,14 @@
-"""``fit_cells``: the ``(source, target)`` cells of two-length buckets, fitted to a
-dataset's pairs of lengths, and the bound no table of ``k`` cells goes below.
-
-:func:`fit_cells` fits the cells, *hierarchically*: the source axis is cut
-into strips, each strip with its own target boundaries. For a strip and a
-budget of ``j`` cells the best target boundaries are the exact 1-D fit of the
-strip's targets (the min-plus programme of :mod:`.optimal`, run for every strip
-at once); a second programme splits the sources and the budget ``k`` across the
-strips. The result is exact over hierarchical tables on the candidate grid
-(every aligned length that occurs, or ``grid`` quantiles of them when there are
-more); the objective is every sample's padded ``source + target``, which the
-edge rule can only lower. :func:`cells_lower_bound` bounds what *any* ``k``
-cells can reach; :func:`~.cell_report.cells_report` says how much a table pads.
-The reasoning: ``docs/two_length.md``.
+"""Two-length cells against a dataset's pairs of lengths: ``fit_cells`` (exact over
+hierarchical tables: source strips, each with its own target boundaries),
+``cells_lower_bound`` (which no ``k`` cells go below; the reasoning: ``docs/two_length.md``)
+and ``cells_report`` (how much a table pads).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +18,7 @@ from ..errors import ShapeBucketError
 from .cells import Cells, check_weights
 from .optimal import DEFAULT_ALIGN, optimal_boundaries, optimal_buckets
 
-__all__ = ["cells_lower_bound", "fit_cells"]
+__all__ = ["CellsReport", "cells_lower_bound", "cells_report", "fit_cells"]
 
 
 def _aligned(
@@ -126,7 +118,7 @@ def fit_cells(
         weights: ``(ws, wt)``: minimise ``ws * padded source + wt * padded target``
             (the cells returned carry them, for the edge rule).
 
-    Exact over hierarchical tables on the candidate grid (module docstring);
+    Exact over hierarchical tables on the candidate grid (``docs/two_length.md``);
     every cell returned receives samples.
 
     >>> fit_cells([10, 12, 100, 90], [90, 80, 5, 6], k=2)
@@ -181,3 +173,46 @@ def cells_lower_bound(
         table = optimal_buckets(lens, k, align=a)
         total += w * int(table.bucket_for_many(lens).sum())
     return total
+
+
+@dataclass(frozen=True)
+class CellsReport:
+    """How much a cell table pads a dataset (each sample in its cell, rows not padded).
+
+    ``token_efficiency`` is the real share of all padded tokens, source and
+    target together; ``source_efficiency`` and ``target_efficiency`` each side's.
+    ``num_shapes`` counts the cells that receive samples.
+    """
+
+    num_samples: int
+    num_shapes: int
+    token_efficiency: float
+    source_efficiency: float
+    target_efficiency: float
+    samples_per_cell: dict[tuple[int, int], int]
+
+
+def cells_report(
+    cells: Cells | Sequence[Any], sources: Sequence[int] | np.ndarray, targets: Any
+) -> CellsReport:
+    """Pad each sample to its cell and count.
+
+    >>> r = cells_report(Cells([(8, 8), (16, 8)]), [4, 16], [8, 2])
+    >>> r.num_shapes, r.token_efficiency
+    (2, 0.75)
+    """
+    table = cells if isinstance(cells, Cells) else Cells(cells)
+    s, t = check_lengths(sources), check_lengths(targets)
+    index = table.index_for_many(s, t)
+    src = np.asarray([c[0] for c in table.cells], dtype=np.int64)[index]
+    tgt = np.asarray([c[1] for c in table.cells], dtype=np.int64)[index]
+    counts = np.bincount(index, minlength=len(table))
+    used = {table.cells[j]: int(n) for j, n in enumerate(counts.tolist()) if n}
+    return CellsReport(
+        num_samples=len(s),
+        num_shapes=len(used),
+        token_efficiency=float((s.sum() + t.sum()) / (src.sum() + tgt.sum())),
+        source_efficiency=float(s.sum() / src.sum()),
+        target_efficiency=float(t.sum() / tgt.sum()),
+        samples_per_cell=used,
+    )

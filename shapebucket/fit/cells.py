@@ -33,32 +33,24 @@ _CHUNK = 1 << 16  # samples per vectorised containment test (x cells bools)
 MAX_WEIGHT = 2**30
 
 
-def check_weights(weights: Any) -> tuple[int, int]:
-    """``weights`` as a ``(source, target)`` pair of ints in ``[1, MAX_WEIGHT]``."""
-    if isinstance(weights, (str, bytes)) or not isinstance(weights, Iterable):
-        raise ShapeBucketError(
-            f"weights must be a (source, target) pair of ints >= 1, got {weights!r}"
-        )
-    pair = tuple(weights)
+def _pair(value: Any, what: str, sides: tuple[str, str], low: int, high: int) -> tuple[int, int]:
+    """``value`` as a ``(source, target)`` pair of ints in ``[low, high]``; ``sides`` name them."""
+    pair = (
+        tuple(value) if isinstance(value, Iterable) and not isinstance(value, (str, bytes)) else ()
+    )
     if len(pair) != 2:
         raise ShapeBucketError(
-            f"weights must be a (source, target) pair of ints >= 1, got {weights!r}"
+            f"{what} must be a (source, target) pair of ints >= {low}, got {value!r}"
         )
     return (
-        check_int("source weight", pair[0], minimum=1, maximum=MAX_WEIGHT),
-        check_int("target weight", pair[1], minimum=1, maximum=MAX_WEIGHT),
+        check_int(sides[0], pair[0], minimum=low, maximum=high),
+        check_int(sides[1], pair[1], minimum=low, maximum=high),
     )
 
 
-def _pair(i: int, cell: Any) -> tuple[int, int]:
-    if isinstance(cell, (str, bytes)) or not isinstance(cell, Iterable):
-        raise ShapeBucketError(f"cell {i} must be a (source, target) pair of ints, got {cell!r}")
-    pair = tuple(cell)
-    if len(pair) != 2:
-        raise ShapeBucketError(f"cell {i} must be a (source, target) pair of ints, got {cell!r}")
-    s = check_int(f"cell {i} source", pair[0], minimum=2, maximum=MAX_BUCKET)
-    t = check_int(f"cell {i} target", pair[1], minimum=2, maximum=MAX_BUCKET)
-    return s, t
+def check_weights(weights: Any) -> tuple[int, int]:
+    """``weights`` as a ``(source, target)`` pair of ints in ``[1, MAX_WEIGHT]``."""
+    return _pair(weights, "weights", ("source weight", "target weight"), 1, MAX_WEIGHT)
 
 
 class Cells:
@@ -97,7 +89,10 @@ class Cells:
                 raise ShapeBucketError(
                     f"Cells takes (source, target) pairs, got {cells!r}; e.g. Cells([(64, 16)])"
                 )
-            pairs = [_pair(i, c) for i, c in enumerate(cells)]
+            pairs = [
+                _pair(c, f"cell {i}", (f"cell {i} source", f"cell {i} target"), 2, MAX_BUCKET)
+                for i, c in enumerate(cells)
+            ]
         if not pairs:
             raise ShapeBucketError("Cells needs at least one (source, target) pair, got none")
         if len(set(pairs)) != len(pairs):

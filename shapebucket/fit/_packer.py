@@ -1,6 +1,5 @@
-"""The machinery behind :func:`~shapebucket.fit.packing.pack_epoch`: the open rows of one
-epoch and the packer that fills them window by window (the module docstring of
-:mod:`shapebucket.fit.packing` describes the steps)."""
+"""The packer behind :func:`~shapebucket.fit.packing.pack_epoch`: best-fit decreasing into
+open rows, window by window (the steps: ``docs/packing.md``)."""
 
 from __future__ import annotations
 

@@ -1,24 +1,10 @@
 """Bucketed batch composition: pure functions that cut each group's samples into batches.
 
-A group is a bucket (:class:`~shapebucket.sampling.BucketBatchSampler`) or a
-``(source, target)`` cell (:class:`~shapebucket.sampling.CellBatchSampler`). An
-epoch's batches are built with numpy from ``(seed, epoch)`` alone:
-
-1. indices are shuffled (``shuffle=True``) and stably grouped by bucket, so each
-   bucket's indices are contiguous and shuffled inside it (or sorted, unshuffled);
-2. each bucket is cut into *global steps* of ``num_replicas * rows(bucket)``
-   indices; rank ``r`` takes the ``r``-th slice of every step, so all ranks are
-   in the same bucket at the same step and get disjoint samples;
-3. what is left of a bucket is a *leftover*: dropped (``drop_last=True``),
-   promoted into the next larger bucket (``leftovers="promote"``; the largest
-   bucket's remainder stays), or kept as one short step. A short step is split
-   evenly across ranks; when it does not divide, the first few of its indices
-   are repeated so every rank gets the same count (counted in the report);
-4. steps are shuffled across buckets (``shuffle=True``) with the same generator.
-
-Steps 2-3 are :func:`cut_steps` (the same every epoch) and steps 1 and 4 are
-:func:`epoch_batches`; :class:`~shapebucket.sampling.BucketBatchSampler` is these
-two functions plus resumable state.
+A group is a bucket (:class:`~shapebucket.sampling.BucketBatchSampler`) or a ``(source,
+target)`` cell (:class:`~shapebucket.sampling.CellBatchSampler`). An epoch is planned from
+``(seed, epoch)`` alone in four steps (``docs/sampler.md``, "How an epoch is planned"):
+:func:`cut_steps` does steps 2-3 (the same every epoch: global steps of ``num_replicas *
+rows`` indices, and the leftovers), :func:`epoch_batches` steps 1 and 4 (the shuffles).
 """
 
 from __future__ import annotations
@@ -136,7 +122,7 @@ def cut_steps(
     drop_last: bool = False,
     leftovers: Leftovers = "keep",
 ) -> GlobalSteps:
-    """Cut each bucket's samples into global steps (steps 2-3 of the module docstring).
+    """Cut each bucket's samples into global steps (steps 2-3 of ``docs/sampler.md``).
 
     ``bucket_counts[j]`` samples fall in bucket ``j``, whose per-rank batch has
     ``rows[j]`` rows.
@@ -220,7 +206,7 @@ def epoch_batches(
     shuffle: bool = True,
     num_replicas: int = 1,
 ) -> EpochBatches:
-    """The order of one epoch (steps 1 and 4 of the module docstring), from ``(seed, epoch)`` alone.
+    """The order of one epoch (steps 1 and 4 of ``docs/sampler.md``), from ``(seed, epoch)`` alone.
 
     >>> steps = cut_steps([3, 1], [2, 2])
     >>> epoch_batches(steps, np.array([0, 1, 0, 0]), seed=0, epoch=0, shuffle=False).flat.tolist()

@@ -1,16 +1,5 @@
-"""``fit_buckets``: the optimal K bucket boundaries for a dataset.
-
-The objective depends on how batches are formed, so it is an explicit choice:
-
-* ``batching="bucketed"`` (the library's :class:`BucketBatchSampler`): each
-  sample is padded to its own bucket. Minimise ``sum_i cost(bucket_for(len_i))``.
-* ``batching="random"`` (plain shuffled batches of ``batch_size``): a batch is
-  padded to the bucket of its longest member, whose distribution is
-  ``P(max <= m) = F(m) ** batch_size``. Minimise the expected cost of that bucket.
-
-The exact solver is :mod:`.optimal`; how much a set pads is :mod:`.padding`. To
-choose ``k`` from the job (compile time against padding), use
-:func:`shapebucket.advise.choose_k`.
+"""``fit_buckets``: the optimal K bucket boundaries for a dataset (the exact solver is
+:mod:`.optimal`; K from the job is :func:`shapebucket.advise.choose_k`).
 """
 
 from __future__ import annotations

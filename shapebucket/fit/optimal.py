@@ -1,11 +1,7 @@
 """The exact optimal buckets for a given K: :func:`optimal_buckets`, the solver under
-:func:`~shapebucket.fit_buckets` and :func:`~shapebucket.advise.kchoice.choose_k`.
-
-The objective is a sum over buckets of ``cost(b_j) * weight(b_{j-1} < x <= b_j)``
-(weights from :func:`.padding.group_weights`) with an increasing cost, so the cost
-of a bucket range is Monge and a divide-and-conquer dynamic programme over the
-distinct aligned lengths finds the exact optimum in ``O(k n log n)`` (vectorised
-with numpy, one level of the recursion at a time).
+:func:`~shapebucket.fit_buckets` and :func:`~shapebucket.advise.kchoice.choose_k`: a
+divide-and-conquer dynamic programme over the distinct aligned lengths, exact because the
+cost of a bucket range is Monge (``docs/fit.md``).
 """
 
 from __future__ import annotations
@@ -40,13 +36,9 @@ def _cost_values(cost: Cost, boundaries: np.ndarray) -> np.ndarray:
         raise ShapeBucketError(
             f"cost must be 'tokens', 'attention' or a callable length -> float, got {cost!r}"
         )
-    raw = [cost(int(x)) for x in boundaries]
     hint = "; cost must return a finite number >= 0 for every length"
     values = np.array(
-        [
-            check_number(f"cost({int(x)})", v, at_least=0, hint=hint)
-            for x, v in zip(boundaries, raw, strict=True)
-        ],
+        [check_number(f"cost({int(x)})", cost(int(x)), at_least=0, hint=hint) for x in boundaries],
         dtype=np.float64,
     )
     drops = np.flatnonzero(np.diff(values) < 0)

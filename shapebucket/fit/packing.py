@@ -1,33 +1,11 @@
 """Packing: several whole samples per row, every batch one of a few static shapes.
 
-A *packed* batch is ``rows x row_length`` tokens, ``row_length`` one of a few
-row lengths and ``rows`` fixed per row length, so an epoch has at most
-``len(buckets)`` batch shapes however the samples vary. Each row holds one
-or more whole samples laid end to end; what is left of a row is padding.
-
-How an epoch is packed (:func:`pack_epoch`), from ``(seed, epoch)`` alone:
-
-1. indices are shuffled, then cut into windows of ``window`` samples;
-2. inside a window, samples are placed longest first, each into the open row
-   with the *least* room that still fits it (best-fit decreasing). When no open
-   row fits, the sample opens a new row of the smallest row length that holds
-   it, so every row's first sample (its *opener*) belongs to that row length:
-   the longest sample of a batch tells the collator its row length;
-3. at the end of each window, every row length's oldest open rows are cut into
-   global steps of ``num_replicas x rows`` rows (rank ``r`` gets the ``r``-th
-   batch of each step); the rows left open keep filling in the next window;
-4. after the last window each row length's remaining rows form one short step,
-   dealt round-robin to the ranks (a rank left without a row gets a copy of
-   one, counted in ``duplicated``); the collator pads short batches with empty
-   rows, so they keep their shape;
-5. steps are shuffled across row lengths.
-
-The sampler yields each batch's indices row by row, every row's opener first.
-:class:`~shapebucket.PackedCollator` rebuilds the rows by filling them in that
-order (a sample that does not fit starts the next row): since a row is only
-opened when no open row fits its opener, that reproduces the packing exactly.
-Nothing is dropped or cut: a sample longer than the largest row length is an
-error (pass a longer row length).
+A packed batch is ``rows x row_length`` tokens, ``row_length`` one of a few row lengths
+and ``rows`` fixed per row length. :func:`pack_epoch` plans an epoch from ``(seed,
+epoch)`` alone, best-fit decreasing in windows (its five steps: ``docs/packing.md``, "How
+an epoch is planned"); :func:`pack_rows` is the rule by which
+:class:`~shapebucket.PackedCollator` rebuilds the rows from a batch's indices. Nothing is
+dropped or cut: a sample longer than the largest row length is an error.
 """
 
 from __future__ import annotations
@@ -43,6 +21,7 @@ from ..errors import ShapeBucketError
 from ._packer import Packer
 from .batches import check_longest
 from .buckets import Buckets, as_buckets
+from .padding import efficiency
 
 __all__ = [
     "PackedEpoch",
@@ -148,9 +127,7 @@ def rows_by_length(
     checked = check_batch_sizes(rows, table.lengths)
     if checked is None:
         raise ShapeBucketError("rows must be an int >= 1 or a mapping row length -> rows, got None")
-    if isinstance(checked, int):
-        return {L: checked for L in table}
-    return {L: checked[L] for L in table}  # check_batch_sizes refused any other key
+    return {L: checked if isinstance(checked, int) else checked[L] for L in table}
 
 
 def pack_epoch(
@@ -164,7 +141,7 @@ def pack_epoch(
     num_replicas: int = 1,
     window: int = 16384,
 ) -> PackedEpoch:
-    """One epoch's packed batches (the module docstring's steps 1-5).
+    """One epoch's packed batches (the five steps of ``docs/packing.md``).
 
     >>> packed = pack_epoch([5, 3, 8, 2, 6], [8], rows=2, shuffle=False)
     >>> [packed.batch(t) for t in range(len(packed))]
@@ -232,8 +209,8 @@ def _report(packer: Packer, row_length: np.ndarray) -> PackingReport:
         rows=used,
         real_tokens=real,
         computed_tokens=computed,
-        token_efficiency=real / computed if computed else 1.0,
-        attention_efficiency=attn_real / attn_all if attn_all else 1.0,
+        token_efficiency=efficiency(real, computed),
+        attention_efficiency=efficiency(attn_real, attn_all),
         duplicated=len(samples) - len(arr),
         num_shapes=int((per_len > 0).sum()),
         batches_per_bucket={int(L): int(b) for L, b in zip(Ls, per_len, strict=True) if b},

@@ -1,19 +1,12 @@
-"""How much a bucket set pads a length distribution: :class:`PaddingReport`, :func:`padding_report`.
-
-The two ways batches are formed, shared by the fit (:mod:`.fit`), the K choice
-(:mod:`.kchoice`) and the policy table (:mod:`.policies`):
-
-* ``batching="bucketed"`` (the library's ``BucketBatchSampler``): each sample is
-  padded to its own bucket, so a bucket's weight is its share of samples.
-* ``batching="random"`` (plain shuffled batches of ``batch_size``): a batch is
-  padded to the bucket of its longest member, whose distribution is
-  ``P(max <= m) = F(m) ** batch_size``, so a bucket's weight is its share of batches.
+"""How much a bucket set pads a length distribution: :class:`PaddingReport`, :func:`padding_report`,
+and the weight of each length under the two ways batches are formed (:data:`Batching`;
+``docs/fit.md``), which the bucket fit and the K choice share.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -55,26 +48,19 @@ def histogram(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values.astype(np.int64), counts.astype(np.float64)
 
 
-def batch_max_distribution(counts: np.ndarray, batch_size: int) -> np.ndarray:
-    """The probability that a random batch's longest sample falls in each group.
+def group_weights(counts: np.ndarray, batching: Batching, batch_size: int) -> np.ndarray:
+    """Weight of each length group (ascending): its sample count (``"bucketed"``), or
+    (``"random"``) the probability that a random batch's longest sample falls in it:
+    ``F(j)**B - F(j-1)**B`` for ``B`` samples drawn with replacement, ``F`` the cumulative share.
 
-    ``counts`` are the samples per group (groups ordered by length). A batch of
-    ``batch_size`` samples drawn with replacement has its maximum at or below
-    group ``j`` with probability ``F(j) ** batch_size``, ``F`` the cumulative
-    share, so group ``j`` holds the maximum with ``F(j)**B - F(j-1)**B``.
-
-    >>> batch_max_distribution(np.array([1.0, 1.0]), 2).tolist()
+    >>> group_weights(np.array([1.0, 1.0]), "random", 2).tolist()
     [0.25, 0.75]
     """
+    if batching == "bucketed":
+        return counts
     cdf = np.cumsum(counts, dtype=np.float64) / float(np.sum(counts))
     cdf[-1] = 1.0
     return np.diff(cdf**batch_size, prepend=0.0)
-
-
-def group_weights(counts: np.ndarray, batching: Batching, batch_size: int) -> np.ndarray:
-    """Weight of each length group (ascending): its sample count (``"bucketed"``), or the
-    probability that a random batch's longest sample falls in it (``"random"``)."""
-    return counts if batching == "bucketed" else batch_max_distribution(counts, batch_size)
 
 
 @dataclass
@@ -107,18 +93,8 @@ class PaddingReport:
     share: dict[int, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "buckets": list(self.buckets),
-            "batching": self.batching,
-            "batch_size": self.batch_size,
-            "num_samples": self.num_samples,
-            "token_efficiency": self.token_efficiency,
-            "attention_efficiency": self.attention_efficiency,
-            "num_shapes": self.num_shapes,
-            "expected_padded_length": self.expected_padded_length,
-            "mean_length": self.mean_length,
-            "share": {str(b): s for b, s in self.share.items()},
-        }
+        share = {str(b): s for b, s in self.share.items()}
+        return {**asdict(self), "buckets": list(self.buckets), "share": share}
 
     def __str__(self) -> str:
         per = "samples" if self.batching == "bucketed" else "batches"

@@ -1,14 +1,6 @@
 """The one step-cost model: :func:`row_cost`, a row's estimated cost from a model width
-(the ``1 + L / (6 * model_dim)`` formula) or from ``StepCost``, measured seconds per
-token by row length, which :func:`fit_packing` and the advisers use in its place.
-
-A pure record (no torch): the seconds per token a whole training step took at each
-measured length, from the machine (``advise.time_steps``, the benchmark's limit row,
-your own timer). Between two measured lengths where the cost per token rises (attention
-dominates), the cost per token is interpolated linearly (exact for the formula); where
-it falls (a fixed overhead per step dominates), a row's seconds are (exact for an
-overhead plus a cost per token), so a longer row never costs less. Outside the measured
-lengths the cost per token is held at the nearest one.
+(the ``1 + L / (6 * model_dim)`` formula) or from :class:`StepCost`, seconds per token of a
+whole step measured by row length (``advise.time_steps``, the benchmark, your own timer).
 """
 
 from __future__ import annotations

@@ -352,6 +352,32 @@ def test_on_cuda_the_allocator_peaks_stay_within_and_state_is_put_back():
     assert report.rows[16] > report.rows[32] > report.rows[64] >= 1
 
 
+def test_the_steady_peak_holds_what_a_first_step_creates():
+    """AdamW's two moments exist only after the first step: the steady peak counts them at
+    the backward peak (activations far larger than the parameters), the first step's not."""
+
+    def setup():
+        model = torch.nn.Sequential(
+            torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 64)
+        )
+        opt = torch.optim.AdamW(model.parameters())
+
+        def step():
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        return model, opt, step
+
+    x = torch.randn(4096, 64)
+    model, opt, step = setup()
+    first = live_tensor_bytes(model, opt, x, device=x.device) + step_peak_bytes(step, x.device)
+    model, opt, step = setup()
+    steady = steady_peak_bytes(step, model, opt, x, device=x.device)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert steady - first >= 2 * params
+
+
 def test_steady_peak_bytes_refuses_what_it_cannot_measure():
     with pytest.raises(ShapeBucketError, match="step must be a function"):
         steady_peak_bytes(5, device=torch.device("cpu"))  # type: ignore[arg-type]

@@ -22,6 +22,7 @@ __all__ = [
     "live_tensor_bytes",
     "steady_peak_bytes",
     "step_peak_bytes",
+    "tensors_of",
 ]
 
 
@@ -43,7 +44,9 @@ def step_peak_bytes(step: Callable[[], Any], device: torch.device) -> int:
     return cpu_allocation_peak_bytes(step)
 
 
-def _tensors(obj: Any) -> Iterable[torch.Tensor]:
+def tensors_of(obj: Any) -> Iterable[torch.Tensor]:
+    """The tensors ``obj`` holds: a tensor, a module's parameters, gradients and buffers, an
+    optimizer's state, and those in mappings, lists and tuples of them."""
     if isinstance(obj, torch.Tensor):
         yield obj
     elif isinstance(obj, torch.nn.Module):
@@ -57,10 +60,10 @@ def _tensors(obj: Any) -> Iterable[torch.Tensor]:
             yield from (v for v in state.values() if isinstance(v, torch.Tensor))
     elif isinstance(obj, Mapping):  # a tokenizer's BatchEncoding too
         for v in obj.values():
-            yield from _tensors(v)
+            yield from tensors_of(v)
     elif isinstance(obj, (list, tuple)):
         for v in obj:
-            yield from _tensors(v)
+            yield from tensors_of(v)
 
 
 def live_tensor_bytes(*objects: Any, device: torch.device) -> int:
@@ -73,7 +76,7 @@ def live_tensor_bytes(*objects: Any, device: torch.device) -> int:
     """
     seen: dict[tuple[str, int], int] = {}
     for obj in objects:
-        for t in _tensors(obj):
+        for t in tensors_of(obj):
             if t.device.type != device.type or t.numel() == 0:
                 continue
             if t.is_sparse:  # a sparse embedding's gradient: no storage of its own

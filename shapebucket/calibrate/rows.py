@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import numbers
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,7 @@ from ..compile.state import restore as restore_state
 from ..errors import ShapeBucketError
 from ..plan.contract import check_batch_shape
 from ..plan.shapes import Shape, ShapePlan
-from .memory import collect, device_memory, steady_peak_bytes
+from .memory import collect, device_memory, steady_peak_bytes, tensors_of
 from .report import Probe, RowsReport, size
 
 __all__ = ["calibrate_rows", "largest_fitting"]
@@ -66,13 +66,8 @@ def _lengths(lengths: Any) -> list[int]:
 
 
 def _device_of(batch: Any) -> torch.device:
-    if isinstance(batch, torch.Tensor):
-        return batch.device
-    values = batch.values() if isinstance(batch, Mapping) else batch  # a BatchEncoding too
-    if isinstance(values, Iterable) and not isinstance(values, (str, bytes)):
-        for v in values:
-            if isinstance(v, torch.Tensor):
-                return v.device
+    for tensor in tensors_of(batch):  # a tokenizer's BatchEncoding too: a Mapping
+        return tensor.device
     raise ShapeBucketError(
         f"make_batch returned a {type(batch).__name__} with no tensor in it; return a tensor, "
         "or a dict (any mapping), list or tuple of tensors, on the device the job trains on"

@@ -3,6 +3,8 @@ open rows, window by window (the steps: ``docs/packing.md``)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 
@@ -63,12 +65,14 @@ class _Rows:
 class Packer:
     """Best-fit decreasing into open rows, window by window; closed rows become steps.
 
-    Row lengths are *classes* ``c`` (``Ls[c]`` tokens, ``R[c]`` rows per batch);
-    a global step of class ``c`` is ``W * R[c]`` rows, ``W`` the world size.
+    Row lengths are *classes* ``c`` (``Ls[c]`` tokens, ``R[c]`` rows per batch, from
+    ``rows``); a global step of class ``c`` is ``W * R[c]`` rows, ``W`` the world size.
     """
 
-    def __init__(self, lengths: np.ndarray, Ls: np.ndarray, R: np.ndarray, W: int) -> None:
-        self.lengths, self.Ls, self.R, self.W = lengths, Ls, R, W
+    def __init__(self, lengths: np.ndarray, rows: Mapping[int, int], W: int) -> None:
+        self.lengths, self.W = lengths, W
+        self.Ls = Ls = np.asarray(sorted(rows), dtype=np.int64)
+        self.R = np.asarray([rows[L] for L in sorted(rows)], dtype=np.int64)
         self.rows = _Rows(max(16, len(lengths) // 2), int(Ls[-1]))
         self.pending: list[list[np.ndarray]] = [[] for _ in Ls]  # open rows per class, oldest first
         self.n_pending = np.zeros(len(Ls), dtype=np.int64)
@@ -150,11 +154,15 @@ class Packer:
         rows.slot[ids] = j % Rc
         self.step_cls.extend([c] * (k // g))
 
-    def finish(self) -> None:
-        """After the last window: each class's open rows form one short step."""
+    def pack(self, order: np.ndarray, window: int) -> Packer:
+        """The samples of ``order``, ``window`` at a time; after the last window each class's
+        open rows form one short step."""
+        for lo in range(0, len(order), window):
+            self.window(order[lo : lo + window])
         for c in range(len(self.Ls)):
             if self.n_pending[c]:
                 self._close_short(c, int(self.n_pending[c]))
+        return self
 
     def _close_short(self, c: int, k: int) -> None:
         """One short step of ``k`` rows, dealt round-robin to the ranks; a rank left

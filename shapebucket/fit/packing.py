@@ -157,12 +157,7 @@ def pack_epoch(
     order = (
         np.random.default_rng([seed, epoch]).permutation(n) if shuffle else np.arange(n)
     ).astype(np.int64)
-    Ls = np.asarray(table.lengths, dtype=np.int64)
-    R = np.asarray([per[L] for L in table.lengths], dtype=np.int64)
-    packer = Packer(arr, Ls, R, W)
-    for lo in range(0, n, window):
-        packer.window(order[lo : lo + window])
-    packer.finish()
+    packer = Packer(arr, per, W).pack(order, window)
     steps = len(packer.step_cls)
     step_pos = (
         np.random.default_rng([seed, epoch, 1]).permutation(steps) if shuffle else np.arange(steps)

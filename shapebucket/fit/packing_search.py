@@ -107,13 +107,8 @@ class _Evaluator:
     def __call__(self, values: tuple[int, ...]) -> tuple[float, np.ndarray]:
         """``(score, contents)``: the set's objective and the real tokens of each row."""
         per = rows_for_tokens(list(values), self.tokens)
-        Ls = np.asarray(values, dtype=np.int64)
-        R = np.asarray([per[L] for L in values], dtype=np.int64)
-        packer = Packer(self.probe, Ls, R, 1)
-        for lo in range(0, len(self.probe), self.window):
-            packer.window(self.order[lo : lo + self.window])
-        packer.finish()
-        rows = packer.rows
+        packer = Packer(self.probe, per, 1).pack(self.order, self.window)
+        rows, Ls, R = packer.rows, packer.Ls, packer.R
         cls = rows.cls[: rows.n]
         row_len = Ls[cls]
         costs = np.asarray([self.cost(int(L)) for L in values])

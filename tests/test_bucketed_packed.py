@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from shapebucket import BucketedModel, ShapeBucketError
 from shapebucket.bucketed import packed as packing
 from shapebucket.bucketed.packable import packs
-from shapebucket.bucketed.packed import host_lengths, pack_call, pack_into, real_lengths, unpack
-from shapebucket.bucketed.placement import Layouts
+from shapebucket.bucketed.packed import host_lengths, pack_into, unpack
+from shapebucket.bucketed.placement import Layouts, plan_layout
 
 
 @st.composite
@@ -29,6 +29,20 @@ def calls(draw):
     row_length = draw(st.integers(max(lengths), max(lengths) + 10))
     buckets = draw(st.sampled_from([None, [1, 2, 4, 8], [8]]))
     return lengths, L, row_length, buckets
+
+
+def pack_call(
+    batch, keys, lengths, row_length, row_buckets, pad_values, *, shifted_labels, document_ids=False
+):
+    """A layout planned afresh for ``lengths``, and ``batch`` packed through it."""
+    first = batch[keys[0]]
+    layout = plan_layout(list(lengths), first.shape[1], row_length, row_buckets, document_ids,
+                         first.device)  # fmt: skip
+    return pack_into(batch, keys, layout, pad_values, shifted_labels=shifted_labels)
+
+
+def real_lengths(mask):
+    return torch.tensor(host_lengths(mask)[0])
 
 
 def _right_padded(lengths: list[int], L: int) -> dict[str, torch.Tensor]:

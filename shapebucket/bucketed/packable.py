@@ -56,7 +56,7 @@ def _causal_mask_reads_positions(cls: type) -> bool:
 
 
 def packs(model: Any) -> bool:
-    """Whether ``model`` can take a packed call (:func:`~.packed.pack_call`) and give the
+    """Whether ``model`` can take a packed call (:func:`~.packed.pack_into`) and give the
     same outputs as the padded call, by this rule (a ``torch.compile`` d model is
     judged by the module it wraps):
 

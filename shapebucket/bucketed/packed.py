@@ -1,27 +1,8 @@
-"""Packed calls: one call's real tokens packed into a few rows of one row length, and
-every per-token output scattered back into the caller's layout.
-
-A call arrives right-padded, ``[rows, L, ...]`` per key. :func:`pack_call` drops the
-pads and lays the samples end to end into ``row_length``-token rows, best-fit
-decreasing (each sample, longest first, into the row with the least room that
-still holds it; the call is small, so this is a short loop over samples, never over
-tokens). The rows are padded up to the smallest row bucket that holds them, so a
-call runs at one of ``len(row_buckets)`` shapes. Where each token goes (the
-layout, :mod:`.placement`) is planned once per tuple of real lengths and kept, so a
-call moves its tokens with one gather and one select per key, and :func:`unpack`
-moves outputs back the same way.
-
-The packed batch follows :class:`~shapebucket.PackedCollator`'s convention:
-``position_ids`` (int64, restarting at 0 for each sample, 0 on padding) and, when
-asked, ``document_ids`` (int32, each token's sample number in its row 0, 1, ...,
--1 on padding), which :func:`~shapebucket.document_causal_mask` and the bench
-``GPT`` read. There is no ``attention_mask``: a Hugging Face decoder given
-``position_ids``, no ``attention_mask`` and no cache (call it with
-``use_cache=False``) finds the samples from the positions (checked in transformers
-5.24 ``masking_utils.py``: ``_preprocess_mask_arguments`` calls
-``find_packed_sequence_indices`` when ``attention_mask is None and cache is None``).
-Which models read packed input: :func:`~shapebucket.bucketed.packable.packs`.
-"""
+"""Packed calls: a right-padded call's real tokens moved into a few rows through a planned
+layout (:mod:`.placement`), and per-token outputs moved back (``docs/bucketed.md``,
+"Packed calls"). The batch follows :class:`~shapebucket.PackedCollator`'s convention:
+``position_ids`` restart at 0 per sample, ``document_ids`` number the samples of a row
+(-1 on padding), and there is no ``attention_mask``."""
 
 from __future__ import annotations
 
@@ -32,18 +13,9 @@ import numpy as np
 import torch
 
 from ..errors import ShapeBucketError
-from .placement import Layout, PackedCall, plan_layout
+from .placement import Layout, PackedCall
 
-__all__ = [
-    "IGNORE",
-    "LABEL_KEY",
-    "PackedCall",
-    "host_lengths",
-    "pack_call",
-    "pack_into",
-    "real_lengths",
-    "unpack",
-]
+__all__ = ["IGNORE", "LABEL_KEY", "host_lengths", "pack_into", "unpack"]
 
 #: the labels key: padded with -100 by default, and shifted with ``shifted_labels=True``
 LABEL_KEY = "labels"
@@ -101,20 +73,10 @@ def _copied(mask: torch.Tensor, labels: torch.Tensor | None) -> Flags:
     return both[0].numpy(), both[1].numpy()
 
 
-def real_lengths(mask: torch.Tensor) -> torch.Tensor:
-    """Each row's real length (int64, on the CPU) from a right-padded 2-D mask
-    (:func:`host_lengths`).
-
-    >>> real_lengths(torch.tensor([[1, 1, 0], [1, 1, 1]])).tolist()
-    [2, 3]
-    """
-    return torch.tensor(host_lengths(mask)[0], dtype=torch.int64)
-
-
 def _check_keys(batch: Mapping[str, torch.Tensor], keys: Sequence[str], rows: int) -> int:
     """The call's length; refuse keys of other shapes and a lengths list of other rows."""
     if not keys:
-        raise ShapeBucketError("pack_call needs at least one key to pack (keys=[...])")
+        raise ShapeBucketError("pack_into needs at least one key to pack (keys=[...])")
     first = batch[keys[0]]
     shape = (int(first.shape[0]), int(first.shape[1]))
     for k in keys:
@@ -128,51 +90,9 @@ def _check_keys(batch: Mapping[str, torch.Tensor], keys: Sequence[str], rows: in
     if rows != shape[0]:
         raise ShapeBucketError(
             f"{rows} lengths for a call of {shape[0]} rows: pass one real length per row "
-            "(real_lengths(attention_mask))"
+            "(host_lengths(attention_mask))"
         )
     return shape[1]
-
-
-def pack_call(
-    batch: Mapping[str, torch.Tensor],
-    keys: Sequence[str],
-    lengths: torch.Tensor | Sequence[int],
-    row_length: int,
-    row_buckets: Sequence[int] | None,
-    pad_values: Mapping[str, Any],
-    *,
-    shifted_labels: bool,
-    document_ids: bool = False,
-) -> tuple[dict[str, torch.Tensor], PackedCall]:
-    """One right-padded call's real tokens packed into ``[packed_rows, row_length, ...]``.
-
-    Each key of ``keys`` comes back packed, padded with ``pad_values[key]`` (default 0,
-    -100 for ``labels``), with ``position_ids`` and, when ``document_ids`` is True,
-    ``document_ids`` (the module docstring's convention); every other key and the
-    attention mask are left out. ``packed_rows`` is the smallest of ``row_buckets``
-    that holds the rows (``None``: the rows used). ``shifted_labels=True`` (a causal LM
-    that shifts labels itself, as Hugging Face ``*ForCausalLM`` do) sets each sample's
-    first label to the labels' pad value, so that the previous sample's last token
-    does not learn to predict it: the padded call never counted that label either.
-    Pass False for a model whose labels already are the next tokens (the bench GPT:
-    its loss does not shift). Labels on the caller's pads are dropped with the pads,
-    so a padded call that left real labels there (not -100) counted tokens that the
-    packed call does not. The layout is built here (:func:`plan_layout`); a wrapper
-    keeps its layouts (:class:`Layouts`) and calls :func:`pack_into`.
-
-    >>> ids = torch.tensor([[5, 6, 7], [8, 0, 0]])
-    >>> packed, call = pack_call({"input_ids": ids}, ["input_ids"], [3, 1], 4, None, {},
-    ...                          shifted_labels=True)
-    >>> packed["input_ids"].tolist(), packed["position_ids"].tolist()
-    ([[5, 6, 7, 8]], [[0, 1, 2, 0]])
-    >>> unpack(packed["input_ids"], call, fill=-1).tolist()
-    [[5, 6, 7], [8, -1, -1]]
-    """
-    lens = lengths.tolist() if isinstance(lengths, torch.Tensor) else list(lengths)
-    L = _check_keys(batch, keys, len(lens))
-    device = batch[keys[0]].device
-    layout = plan_layout(lens, L, row_length, row_buckets, document_ids, device)
-    return pack_into(batch, keys, layout, pad_values, shifted_labels=shifted_labels)
 
 
 def pack_into(
@@ -183,9 +103,24 @@ def pack_into(
     *,
     shifted_labels: bool,
 ) -> tuple[dict[str, torch.Tensor], PackedCall]:
-    """:func:`pack_call` through a layout already planned: one gather and one select
-    per key (a gather and a fill), the position and document grids copied from the layout (so a model that
-    writes into its inputs changes no kept layout)."""
+    """One right-padded call's real tokens packed through ``layout`` into
+    ``[packed_rows, row_length, ...]``: one gather and one fill per key of ``keys``
+    (padded with ``pad_values[key]``, default 0, -100 for ``labels``), with
+    ``position_ids`` and, when the layout has them, ``document_ids`` (copies: a model
+    that writes into its inputs changes no kept layout); other keys are left out.
+    ``shifted_labels=True`` (a causal LM that shifts labels itself) sets each sample's
+    first label to the pad value, so that the previous sample's last token does not
+    learn to predict it; labels on the caller's pads are dropped with the pads.
+
+    >>> from shapebucket.bucketed.placement import plan_layout
+    >>> ids = torch.tensor([[5, 6, 7], [8, 0, 0]])
+    >>> layout = plan_layout([3, 1], 3, 4, None, False, ids.device)
+    >>> packed, call = pack_into({"input_ids": ids}, ["input_ids"], layout, {}, shifted_labels=True)
+    >>> packed["input_ids"].tolist(), packed["position_ids"].tolist()
+    ([[5, 6, 7, 8]], [[0, 1, 2, 0]])
+    >>> unpack(packed["input_ids"], call, fill=-1).tolist()
+    [[5, 6, 7], [8, -1, -1]]
+    """
     pc = layout.call
     if _check_keys(batch, keys, pc.rows) != pc.length:
         raise ShapeBucketError(
@@ -227,7 +162,9 @@ def unpack(t: torch.Tensor, packed: PackedCall, fill: float = 0) -> torch.Tensor
     through them), pad positions hold ``fill`` (0 by default; what a padded call's pads
     would hold is model-defined, so none is imitated).
 
-    >>> _, call = pack_call({"x": torch.ones(2, 2)}, ["x"], [1, 2], 4, [2], {}, shifted_labels=False)
+    >>> from shapebucket.bucketed.placement import plan_layout
+    >>> layout = plan_layout([1, 2], 2, 4, [2], False, torch.device("cpu"))
+    >>> _, call = pack_into({"x": torch.ones(2, 2)}, ["x"], layout, {}, shifted_labels=False)
     >>> unpack(torch.arange(8.0).view(2, 4), call, fill=-1).tolist()
     [[2.0, -1.0], [0.0, 1.0]]
     """

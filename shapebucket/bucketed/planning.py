@@ -13,7 +13,7 @@ from ..errors import ShapeBucketError
 from ..plan import Shape, ShapePlan
 from .calls import Call, Side, read_call
 from .checks import Costs, refuse_empty
-from .packed import real_lengths
+from .packed import host_lengths
 from .pad import pad_call
 
 __all__ = ["past_plan", "plan_call", "plan_of"]
@@ -138,15 +138,15 @@ class ExampleAt:
             )
         mask = example.get("attention_mask")
         try:
-            lengths = real_lengths(mask) if mask is not None else None
+            lengths = host_lengths(mask)[0] if mask is not None else None
         except ShapeBucketError as e:
             raise ShapeBucketError(
                 f"plan(example): {e}. A left-padded loop's calls are padded, not packed: "
                 "pass BucketedModel(..., packing=False) and a left-padded example, or pad "
                 "the loop's calls on the right"
             ) from None
-        row = int(lengths.argmax()) if lengths is not None else 0
-        real = int(lengths[row]) if lengths is not None else int(example[keys[0]].shape[1])
+        row = lengths.index(max(lengths)) if lengths is not None else 0
+        real = lengths[row] if lengths is not None else int(example[keys[0]].shape[1])
         at = torch.arange(shape.length) % max(real, 1)
         call = {k: v for k, v in example.items() if k not in keys}
         for k in keys:

@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 
-from .._validate import check_row_buckets as validate_row_buckets
 from ..errors import ShapeBucketError
 from ..fit.step_cost import StepCost
 from .calls import Call, Route, Side, takes
@@ -21,7 +20,6 @@ __all__ = [
     "check_call",
     "check_costs",
     "check_pad_values",
-    "check_row_buckets",
     "check_sequence_keys",
     "check_settings",
     "packing_of",
@@ -86,11 +84,6 @@ def check_pad_values(pad_values: Any) -> dict[str, Any]:
             "pad_values={'input_ids': 0}"
         )
     return dict(pad_values or {})
-
-
-def check_row_buckets(row_buckets: Any) -> list[int] | None:
-    """``row_buckets`` checked (``None``: the rows as they come)."""
-    return None if row_buckets is None else validate_row_buckets(row_buckets)
 
 
 @dataclass(frozen=True)

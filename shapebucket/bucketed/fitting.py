@@ -1,20 +1,5 @@
-"""``fit_calls``: a :class:`~shapebucket.bucketed.BucketedModel`'s shapes fitted from its calls.
-
-A loader's buckets come from sample lengths (:func:`~shapebucket.fit_buckets`); a
-wrapper's come from calls, a different distribution: the wrapper pads each call to
-its longest (the caller's own dim 1) and its rows to a row bucket, so a call of ``r``
-rows and length ``L`` runs ``row_bucket(r) x bucket(L)`` tokens.
-
-Padding (``packed_row_length=None``): the row buckets are fitted on the calls' rows
-(``row_k`` of them, each call weighted by its length: the tokens a padded row costs),
-then the length buckets on the calls' lengths, each call weighted by its padded rows.
-Given the row buckets, the length buckets are exact: no ``k`` aligned buckets run
-fewer tokens on the recorded calls (a fit on the per-sample lengths never does better).
-
-Packing (``packed_row_length=R``): the call's real samples (its mask's row sums) are
-packed best-fit decreasing into rows of ``R`` tokens, and the row buckets are fitted
-on the packed row counts (at least ``ceil(real tokens / R)``); the one length is ``R``.
-"""
+"""``fit_calls``: a :class:`~shapebucket.bucketed.BucketedModel`'s shapes fitted from
+its calls (``docs/bucketed.md``, "Shapes from the calls")."""
 
 from __future__ import annotations
 

@@ -1,19 +1,5 @@
 """``BucketedModel``: any model, every call padded to the nearest planned shape and its
-outputs cut back to the caller's.
-
-One line before or after ``torch.compile``::
-
-    model = shapebucket.BucketedModel(model, buckets=[64, 128, 256], row_buckets=[8, 16, 32])
-
-Each call's sequence keys (read by name, :mod:`.calls`) are padded along their length
-to the smallest bucket that holds it and the rows to the smallest row bucket
-(``labels`` -100, masks 0, token ids their pad value), or, for a model that takes
-packed input, its samples packed into a few rows (:mod:`.routing`); the model runs at
-that shape; every output dim that follows the rows or a length (learned from the
-model, :mod:`.outputs`) is cut back. A scalar loss over labels that ignore -100 comes
-back as it is. With ``graphs=True``, a planned call under ``no_grad`` replays the CUDA
-graph of its padded shape instead of running the model (:mod:`.graphs`).
-"""
+outputs cut back to the caller's (``docs/bucketed.md``)."""
 
 from __future__ import annotations
 
@@ -23,7 +9,7 @@ from typing import Any, Literal
 import torch
 
 from .. import _torch as compat
-from .._validate import check_flag
+from .._validate import check_flag, check_row_buckets
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
 from ..fit.step_cost import StepCost
@@ -46,7 +32,6 @@ from .checks import (
     check_call,
     check_costs,
     check_pad_values,
-    check_row_buckets,
     check_sequence_keys,
     check_settings,
     packing_of,
@@ -154,7 +139,7 @@ class BucketedModel(torch.nn.Module):
         self.stats = BucketedReport()
         self._table = Buckets(buckets)
         self._lengths = list(self._table)
-        self._rows = check_row_buckets(row_buckets)
+        self._rows = None if row_buckets is None else check_row_buckets(row_buckets)
         self._left = padding_side == "left"
         config = getattr(model, "config", None)
         self._enc_dec = getattr(config, "is_encoder_decoder", False) is True

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from .. import _torch as compat
+from .calls import parameters, takes
 
 __all__ = ["PACKED_ATTENTION", "packs"]
 
@@ -21,15 +22,6 @@ PACKED_ATTENTION = frozenset({"sdpa", "eager", "flex_attention"})
 #: the config attribute naming a Hugging Face model's attention implementation
 #: (transformers has no public accessor for it; its docs read it this way)
 _ATTN_ATTRIBUTE = "_attn_implementation"
-
-
-def _parameters(model: Any) -> set[str]:
-    """The named parameters of ``model.forward`` (``**kwargs`` does not count)."""
-    try:
-        params = inspect.signature(getattr(model, "forward", model)).parameters
-    except (TypeError, ValueError):
-        return set()
-    return {n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
 
 
 @functools.cache
@@ -77,13 +69,13 @@ def packs(model: Any) -> bool:
     (False, False)
     """
     inner = compat.unwrap_compiled(model)
-    params = _parameters(inner)
-    if "document_ids" in params:
+    params = parameters(inner)
+    if takes(params, "document_ids"):
         return True
     config = getattr(inner, "config", None)
     if config is None or getattr(config, "is_encoder_decoder", False) is True:
         return False
-    if "position_ids" not in params:
+    if not takes(params, "position_ids"):
         return False
     if getattr(config, _ATTN_ATTRIBUTE, None) not in PACKED_ATTENTION:
         return False

@@ -211,31 +211,6 @@ def test_a_mask_that_is_not_right_padded_is_refused_naming_the_row():
         real_lengths(mask)
     with pytest.raises(ShapeBucketError, match="row 0 .*not right-padded"):
         real_lengths(torch.tensor([[1, 0, 1]]))
-    with pytest.raises(ShapeBucketError, match=r"2-D attention mask.*\(3,\)"):
-        real_lengths(torch.ones(3))
-
-
-def test_a_sample_longer_than_the_row_is_refused_with_the_fix():
-    batch = _right_padded([3, 9], 9)
-    with pytest.raises(ShapeBucketError, match=r"row 1 has 9 real tokens > row_length 8.*>= 9"):
-        pack_call(batch, ["input_ids"], [3, 9], 8, None, {}, shifted_labels=False)
-
-
-def test_a_call_that_needs_more_rows_than_the_largest_row_bucket_is_refused():
-    batch = _right_padded([6, 6, 6], 6)
-    with pytest.raises(ShapeBucketError, match=r"3 rows of 8 tokens.*largest row bucket 2.*>= 3"):
-        pack_call(batch, ["input_ids"], [6, 6, 6], 8, [1, 2], {}, shifted_labels=False)
-
-
-def test_keys_of_another_shape_and_wrong_lengths_are_refused():
-    batch = _right_padded([2, 1], 3)
-    batch["other"] = torch.zeros(2, 4)
-    with pytest.raises(ShapeBucketError, match=r"key 'other' has shape \(2, 4\)"):
-        pack_call(batch, ["input_ids", "other"], [2, 1], 4, None, {}, shifted_labels=False)
-    with pytest.raises(ShapeBucketError, match="1 lengths for a call of 2 rows"):
-        pack_call(batch, ["input_ids"], [2], 4, None, {}, shifted_labels=False)
-    with pytest.raises(ShapeBucketError, match=r"row_buckets must be ints >= 1.*\[\]"):
-        pack_call(batch, ["input_ids"], [2, 1], 4, [], {}, shifted_labels=False)
 
 
 def test_best_fit_fills_rows_tighter_than_laying_samples_in_order():

@@ -36,12 +36,6 @@ def host_lengths(
     >>> host_lengths(torch.tensor([[1, 1, 0], [1, 1, 1]]), torch.tensor([[5, 6, 7], [1, 2, 3]]))
     ((2, 3), True)
     """
-    if not isinstance(mask, torch.Tensor) or mask.ndim != 2:
-        shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise ShapeBucketError(
-            f"a packed call reads its lengths from a 2-D attention mask [rows, length], got "
-            f"{shape}; pass the call's 2-D padding mask"
-        )
     real, bad = _viewed(mask, labels) if mask.device.type == "cpu" else _copied(mask, labels)
     if (real[:, 1:] > real[:, :-1]).any():  # a real token after a pad
         row = int(np.flatnonzero((real[:, 1:] > real[:, :-1]).any(1))[0])
@@ -73,28 +67,6 @@ def _copied(mask: torch.Tensor, labels: torch.Tensor | None) -> Flags:
     return both[0].numpy(), both[1].numpy()
 
 
-def _check_keys(batch: Mapping[str, torch.Tensor], keys: Sequence[str], rows: int) -> int:
-    """The call's length; refuse keys of other shapes and a lengths list of other rows."""
-    if not keys:
-        raise ShapeBucketError("pack_into needs at least one key to pack (keys=[...])")
-    first = batch[keys[0]]
-    shape = (int(first.shape[0]), int(first.shape[1]))
-    for k in keys:
-        v = batch[k]
-        if v.ndim < 2 or tuple(v.shape[:2]) != shape:
-            raise ShapeBucketError(
-                f"key {k!r} has shape {tuple(v.shape)}, but {keys[0]!r} is [{shape[0]}, "
-                f"{shape[1]}, ...]: every packed key is right-padded [rows, length, ...]; "
-                "leave other keys out of keys"
-            )
-    if rows != shape[0]:
-        raise ShapeBucketError(
-            f"{rows} lengths for a call of {shape[0]} rows: pass one real length per row "
-            "(host_lengths(attention_mask))"
-        )
-    return shape[1]
-
-
 def pack_into(
     batch: Mapping[str, torch.Tensor],
     keys: Sequence[str],
@@ -122,11 +94,6 @@ def pack_into(
     [[5, 6, 7], [8, -1, -1]]
     """
     pc = layout.call
-    if _check_keys(batch, keys, pc.rows) != pc.length:
-        raise ShapeBucketError(
-            f"a layout planned for calls of length {pc.length} got {keys[0]!r} of shape "
-            f"{tuple(batch[keys[0]].shape)}: plan the layout for this call's length"
-        )
     grid = pc.packed_rows * pc.row_length
     out: dict[str, torch.Tensor] = {}
     for k in keys:

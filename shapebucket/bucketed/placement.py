@@ -20,8 +20,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ShapeBucketError
-
 __all__ = ["Layout", "Layouts", "PackedCall", "plan_layout", "rows_used"]
 
 
@@ -165,40 +163,6 @@ def rows_used(lengths: Sequence[int], row_length: int) -> int:
     return _best_fit(tuple(int(x) for x in lengths), row_length)[3]
 
 
-def _packed_rows(used: int, row_buckets: Sequence[int] | None, row_length: int) -> int:
-    """The smallest row bucket that holds ``used`` rows (``used`` itself without buckets)."""
-    if row_buckets is None:
-        return used
-    if not row_buckets or min(row_buckets) < 1:
-        raise ShapeBucketError(f"row_buckets must be ints >= 1 (or None), got {row_buckets!r}")
-    fits = [b for b in row_buckets if b >= used]
-    if not fits:
-        raise ShapeBucketError(
-            f"this call packs into {used} rows of {row_length} tokens, more than the largest "
-            f"row bucket {max(row_buckets)} of {sorted(row_buckets)}: add a row bucket >= "
-            f"{used}, or a longer row length, or leave calls this large unpacked"
-        )
-    return min(fits)
-
-
-def _check_lengths(lengths: Sequence[int], L: int, row_length: int) -> None:
-    """Refuse a row length that is not an int >= 1 and samples that do not fit."""
-    if isinstance(row_length, bool) or not isinstance(row_length, int) or row_length < 1:
-        raise ShapeBucketError(f"row_length must be an int >= 1, got {row_length!r}")
-    if lengths and min(lengths) >= 0 and max(lengths) <= min(L, row_length):
-        return  # the common case, checked without a loop
-    for i, x in enumerate(lengths):
-        if not 0 <= x <= L:
-            raise ShapeBucketError(
-                f"row {i} has real length {x}, outside 0..{L} (the call's length)"
-            )
-        if x > row_length:
-            raise ShapeBucketError(
-                f"row {i} has {x} real tokens > row_length {row_length}: packing never cuts a "
-                f"sample; use a row length >= {x} or leave this call unpacked"
-            )
-
-
 def plan_layout(
     lengths: Sequence[int],
     length: int,
@@ -217,9 +181,9 @@ def plan_layout(
     [[0, 1, 2, 0]]
     """
     lens = lengths if isinstance(lengths, tuple) else tuple(int(x) for x in lengths)
-    _check_lengths(lens, length, row_length)
     row, start, number, used = _best_fit(lens, row_length)
-    P = _packed_rows(used, row_buckets, row_length)
+    # the smallest row bucket that holds them (a call packed past them never gets here)
+    P = used if row_buckets is None else min(b for b in row_buckets if b >= used)
     ln = np.array(lens, dtype=np.int64)
     n, rows, grid = int(ln.sum()), len(lens), P * row_length
     # every index grid in one int64 buffer and every flag in one bool buffer: two

@@ -39,7 +39,7 @@ from .checks import (
 from .graphs import Graphs, compiled_wrapper_refused
 from .outputs import cut_outputs
 from .pad import config_pad_values, pad_call
-from .planning import past_plan, plan_call, plan_of
+from .planning import plan_call, plan_of
 from .routing import learn, pack
 from .stats import BucketedReport
 
@@ -232,8 +232,8 @@ class BucketedModel(torch.nn.Module):
         # a call that may pack has its rows checked once packed (they may be fewer)
         may_pack = self._packing is not None and (route.outputs is None or route.packed)
         call = self._plan_call(rows, sides, packed=may_pack)
-        if call is None:
-            return self._unplanned(kwargs, rows, sides)
+        if isinstance(call, str):  # why it runs at its own shape
+            return self._unplanned(kwargs, rows, sides, call)
         check_call(call, route, kwargs, self._norms, getattr(self.model, "training", False))
         if route.outputs is None and (call.pads or self._packing is not None):
             self.learn(kwargs, route, sides)
@@ -244,14 +244,14 @@ class BucketedModel(torch.nn.Module):
         if packed is None and call.padded_rows not in (self._rows or (call.padded_rows,)):
             outputs = call.outputs  # a packed plan's call padded instead: rows checked now
             call = self._plan_call(rows, sides, packed=False)
-            if call is None:
-                return self._unplanned(kwargs, rows, sides)
+            if isinstance(call, str):
+                return self._unplanned(kwargs, rows, sides, call)
             call.outputs = outputs
         batch, call = packed or (self.with_cache_off(pad_call(kwargs, route, call)), call)
         self.stats.count(call)
         return batch, call
 
-    def _plan_call(self, rows: int, sides: dict[str, Side], packed: bool) -> Call | None:
+    def _plan_call(self, rows: int, sides: dict[str, Side], packed: bool) -> Call | str:
         return plan_call(
             rows,
             sides,
@@ -264,10 +264,9 @@ class BucketedModel(torch.nn.Module):
         )
 
     def _unplanned(
-        self, kwargs: dict[str, Any], rows: int, sides: dict[str, Side], why: str = ""
+        self, kwargs: dict[str, Any], rows: int, sides: dict[str, Side], why: str
     ) -> tuple[dict[str, Any], Call]:
         """The call as it came, to run at its own shape (counted, warned once)."""
-        why = why or past_plan(rows, sides, self._lengths, self._rows)
         self.stats.count_unplanned(rows, sides, why, self.overflow)
         same = {k: Side(k, s.keys, s.length, s.length) for k, s in sides.items()}
         return self.with_cache_off(kwargs), Call(rows, rows, same, planned=False)
@@ -303,7 +302,7 @@ class BucketedModel(torch.nn.Module):
 
     def learn(self, kwargs: Mapping[str, Any], route: Route, sides: dict[str, Side]) -> None:
         """Learn ``route``'s output roles and whether its calls pack (:func:`.routing.learn`)."""
-        learn(self, kwargs, route, sides, tracing.uncompiled)
+        learn(self, kwargs, route, sides)
 
     def plan(self, example: Mapping[str, Any]) -> ShapePlan:
         """Every shape this wrapper runs, each made from ``example`` (a call's keyword

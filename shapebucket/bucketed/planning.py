@@ -16,7 +16,7 @@ from .checks import Costs, refuse_empty
 from .packed import host_lengths
 from .pad import pad_call
 
-__all__ = ["past_plan", "plan_call", "plan_of"]
+__all__ = ["plan_call", "plan_of"]
 
 
 def plan_call(
@@ -29,10 +29,10 @@ def plan_call(
     costs: Costs | None,
     left: bool,
     packed: bool = False,
-) -> Call | None:
+) -> Call | str:
     """The padded shape of a call of ``rows`` rows and ``sides`` (each side's ``bucket``
     set to the smallest of ``lengths`` that holds it, the rows to the smallest of
-    ``row_buckets``); ``None`` when it runs at its own shape (past the plan with
+    ``row_buckets``), or why it runs at its own shape (past the plan with
     ``overflow="eager"`` or ``"dynamic"``, or, with ``costs``, cheaper on the dynamic
     graph than padded). Past the plan with ``overflow="error"``: refused with the fix.
     A ``packed`` call's rows are checked once packed (its samples may fit fewer rows)."""
@@ -42,7 +42,9 @@ def plan_call(
     too_many = row_buckets is not None and rows > row_buckets[-1] and not packed
     if too_long or too_many:
         if overflow != "error":
-            return None
+            if too_long:
+                return f"past the largest bucket {lengths[-1]}"
+            return f"past the largest row bucket {row_buckets[-1]}"  # type: ignore[index]
         if too_long:
             s = too_long[0]
             raise ShapeBucketError(
@@ -65,20 +67,8 @@ def plan_call(
     for s in sides.values():
         s.bucket = lengths[bisect.bisect_left(lengths, s.length)]
     if costs is not None and costs.dynamic_cheaper(rows, padded_rows, sides):
-        return None
+        return "cheaper on the dynamic graph than padded, by costs="
     return Call(rows, padded_rows, sides, left=left)
-
-
-def past_plan(
-    rows: int, sides: dict[str, Side], lengths: Sequence[int], row_buckets: Sequence[int] | None
-) -> str:
-    """Why a call runs at its own shape, for the warning that names it."""
-    longest = max(s.length for s in sides.values())
-    if longest > lengths[-1]:
-        return f"past the largest bucket {lengths[-1]}"
-    if row_buckets is not None and rows > row_buckets[-1]:
-        return f"past the largest row bucket {row_buckets[-1]}"
-    return "cheaper on the dynamic graph than padded, by costs="
 
 
 def plan_of(wrapper: Any, example: Mapping[str, Any]) -> ShapePlan:

@@ -4,7 +4,7 @@ pack (once per kind of call), and packing a call of a packed route."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -16,6 +16,7 @@ from .outputs import learn_roles, packs_outputs, probe, probe_shapes
 from .packed import host_lengths, pack_into
 from .pad import pad_call
 from .placement import Layouts, rows_used
+from .tracing import uncompiled
 
 __all__ = ["Packer", "learn", "pack"]
 
@@ -25,10 +26,9 @@ def learn(
     kwargs: Mapping[str, Any],
     route: Route,
     sides: dict[str, Side],
-    uncompiled: Callable[[Any, dict[str, Any]], Any],
 ) -> None:
-    """Learn ``route``'s output roles from two probe calls of ``kwargs`` (run by
-    ``uncompiled``), and whether its calls pack: the wrapper packs, pads right, the call
+    """Learn ``route``'s output roles from two probe calls of ``kwargs`` (run with the
+    compiler off), and whether its calls pack: the wrapper packs, pads right, the call
     has one side and no per-row or position keys, and every output is per-token or
     fixed."""
     left = wrapper.padding_side == "left"

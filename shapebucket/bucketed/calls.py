@@ -144,8 +144,7 @@ class Route:
     positions: bool = False  # add position_ids (padding left)
     row_labels: bool = False  # labels per row: padded rows would enter the loss
     outputs: Any = None  # the learned output roles (outputs.OutputRoles)
-    packed: bool = False  # its calls are packed (decided with the output roles)
-    packer: Any = None  # a packed route's routing.Packer (what its calls' packing reuses)
+    packer: Any = None  # a packed route's routing.Packer (None: its calls are padded)
 
 
 def signature_of(kwargs: Mapping[str, Any]) -> tuple[Any, ...]:

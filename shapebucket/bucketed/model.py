@@ -230,7 +230,7 @@ class BucketedModel(torch.nn.Module):
         route = self.route(kwargs)
         rows, sides = read_call(kwargs, route)
         # a call that may pack has its rows checked once packed (they may be fewer)
-        may_pack = self._packing is not None and (route.outputs is None or route.packed)
+        may_pack = self._packing is not None and (route.outputs is None or route.packer is not None)
         call = self._plan_call(rows, sides, packed=may_pack)
         if isinstance(call, str):  # why it runs at its own shape
             return self._unplanned(kwargs, rows, sides, call)
@@ -238,7 +238,7 @@ class BucketedModel(torch.nn.Module):
         if route.outputs is None and (call.pads or self._packing is not None):
             self.learn(kwargs, route, sides)
         call.outputs = route.outputs
-        packed = pack(self, kwargs, route, call) if route.packed else None
+        packed = pack(self, kwargs, route, call) if route.packer is not None else None
         if isinstance(packed, str):  # its samples pack into more rows than planned
             return self._unplanned(kwargs, rows, sides, packed)
         if packed is None and call.padded_rows not in (self._rows or (call.padded_rows,)):

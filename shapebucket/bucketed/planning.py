@@ -103,7 +103,7 @@ class ExampleAt:
         rows, sides = read_call(self.example, route)
         if route.outputs is None:  # a packed plan needs to know whether calls pack
             self.wrapper.learn(self.example, route, sides)
-        if route.packed:
+        if route.packer is not None:
             return self._packed(route, shape)  # a call, packed by the wrapper when run
         lengths = {"source": shape[1], "target": shape[-1]}
         for name, side in sides.items():

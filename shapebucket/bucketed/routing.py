@@ -41,15 +41,14 @@ def learn(
         batches.append(wrapper.with_cache_off(pad_call(kwargs, route, call)))
     inner = compat.unwrap_compiled(wrapper.model)
     route.outputs = learn_roles(probe(lambda b: uncompiled(inner, b), batches), shapes)
-    route.packed = (
+    if (
         wrapper.packing is not None
         and not left  # padding_side="left" asks for padded calls
         and list(route.sides) == ["source"]
         and not route.row_keys
         and "position_ids" not in kwargs
         and packs_outputs(route.outputs)
-    )
-    if route.packed:
+    ):
         route.packer = Packer(wrapper, route)
 
 

@@ -144,7 +144,7 @@ class Route:
     positions: bool = False  # add position_ids (padding left)
     row_labels: bool = False  # labels per row: padded rows would enter the loss
     outputs: Any = None  # the learned output roles (outputs.OutputRoles)
-    packer: Any = None  # a packed route's routing.Packer (None: its calls are padded)
+    packer: Any = None  # a packed route's packed.Packer (None: its calls are padded)
 
 
 def signature_of(kwargs: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -38,9 +38,9 @@ from .checks import (
 )
 from .graphs import Graphs, compiled_wrapper_refused
 from .outputs import cut_outputs
+from .packed import pack
 from .pad import config_pad_values, pad_call
-from .planning import plan_call, plan_of
-from .routing import learn, pack
+from .planning import learn, plan_call, plan_of
 from .stats import BucketedReport
 
 __all__ = ["BucketedModel"]
@@ -301,7 +301,7 @@ class BucketedModel(torch.nn.Module):
         return batch
 
     def learn(self, kwargs: Mapping[str, Any], route: Route, sides: dict[str, Side]) -> None:
-        """Learn ``route``'s output roles and whether its calls pack (:func:`.routing.learn`)."""
+        """Learn ``route``'s output roles and whether its calls pack (:func:`.planning.learn`)."""
         learn(self, kwargs, route, sides)
 
     def plan(self, example: Mapping[str, Any]) -> ShapePlan:

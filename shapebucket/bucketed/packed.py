@@ -1,11 +1,13 @@
 """Packed calls: a right-padded call's real tokens moved into a few rows through a planned
-layout (:mod:`.placement`), and per-token outputs moved back (``docs/bucketed.md``,
+layout (:mod:`.placement`, kept per packed route by its :class:`Packer`), and per-token
+outputs moved back (``docs/bucketed.md``,
 "Packed calls"). The batch follows :class:`~shapebucket.PackedCollator`'s convention:
 ``position_ids`` restart at 0 per sample, ``document_ids`` number the samples of a row
 (-1 on padding), and there is no ``attention_mask``."""
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,9 +15,10 @@ import numpy as np
 import torch
 
 from ..errors import ShapeBucketError
-from .placement import Layout, PackedCall
+from .calls import Call, Route, Side
+from .placement import Layout, Layouts, PackedCall, rows_used
 
-__all__ = ["IGNORE", "LABEL_KEY", "host_lengths", "pack_into", "unpack"]
+__all__ = ["IGNORE", "LABEL_KEY", "Packer", "host_lengths", "pack", "pack_into", "unpack"]
 
 #: the labels key: padded with -100 by default, and shifted with ``shifted_labels=True``
 LABEL_KEY = "labels"
@@ -145,3 +148,93 @@ def unpack(t: torch.Tensor, packed: PackedCall, fill: float = 0) -> torch.Tensor
     flat = t.reshape(shape[0] * shape[1], *trail)
     out = _select(packed.pads, flat, packed.back, fill, packed.rows * packed.length)
     return out.view(packed.rows, packed.length, *trail)
+
+
+class Packer:
+    """What a packed route decides once: the keys it packs, the row lengths, the pad
+    values, and its layouts, kept per call lengths (:class:`~.placement.Layouts`), so a
+    call reads its lengths, looks its layout up and gathers. Pickles without the
+    layouts (rebuilt at the next calls)."""
+
+    def __init__(self, wrapper: Any, route: Route) -> None:
+        packing = wrapper.packing
+        self.source = list(route.sides["source"])
+        self.keys = [k for k in self.source if k != "attention_mask"]
+        self.table = list(wrapper.buckets)
+        self.pad_values = route.pad_values
+        self.shifted_labels = bool(packing.shifted_labels)
+        self.layouts = Layouts(wrapper.row_buckets, bool(packing.document_ids))
+
+    def row_length(self, longest: int) -> int:
+        """The row length of a call whose longest sample has ``longest`` tokens: the
+        smallest bucket that holds it."""
+        return self.table[bisect.bisect_left(self.table, longest)]
+
+
+def pack(
+    wrapper: Any, kwargs: dict[str, Any], route: Route, call: Call
+) -> tuple[dict[str, Any], Call] | str | None:
+    """``call`` packed into rows of the bucket that holds its longest sample; ``None``
+    (pad it instead, counted and warned once) when its mask is not right-padded or a pad
+    carries a label its loss counts; a str (why) when its samples pack into more rows
+    than the largest row bucket and ``overflow`` runs it at its own shape (refused with
+    ``overflow="error"``). The call's real lengths are read on the host (its
+    packed shape depends on them: on a GPU, the call's one sync); everything that
+    depends only on them is its route's kept layout."""
+    side, packer = call.sides["source"], route.packer
+    if any(kwargs[k].shape[0] != call.rows for k in packer.source):
+        # a key broadcast over the rows ([1, length], as the call checks): one per row
+        wide = {k: kwargs[k].expand(call.rows, *kwargs[k].shape[1:]) for k in packer.source}
+        kwargs = {**kwargs, **wide}
+    mask, labels = kwargs.get("attention_mask"), kwargs.get("labels")
+    try:
+        lengths, labelled_pads = (
+            host_lengths(mask, labels if isinstance(labels, torch.Tensor) else None)
+            if mask is not None
+            else ((side.length,) * call.rows, False)
+        )
+    except ShapeBucketError:
+        wrapper.stats.unpacked("its attention_mask is not right-padded")
+        return None
+    # a label on a caller's pad counts in the unwrapped call's loss; a packed call
+    # drops the pads with it, so such a call is padded (exact), not packed
+    if labelled_pads:
+        wrapper.stats.unpacked(
+            "it has labels other than -100 on pads (attention_mask 0), which its loss "
+            "counts and a packed call would drop; set them to -100 (as Hugging Face's "
+            "collators do)"
+        )
+        return None
+    row_length = packer.row_length(max(lengths, default=0))
+    why = _past_row_buckets(wrapper, call.rows, lengths, row_length)
+    if why is not None:
+        return why
+    device = kwargs[packer.keys[0]].device
+    layout = packer.layouts.get(lengths, side.length, row_length, device)
+    batch, packed = pack_into(
+        kwargs, packer.keys, layout, packer.pad_values, shifted_labels=packer.shifted_labels
+    )
+    rest = {k: v for k, v in kwargs.items() if k not in packer.source}
+    sides = {"source": Side("source", packer.keys, side.length, row_length)}
+    done = Call(call.rows, packed.packed_rows, sides, outputs=call.outputs, packed=packed)
+    return wrapper.with_cache_off({**rest, **batch}), done
+
+
+def _past_row_buckets(
+    wrapper: Any, caller_rows: int, lengths: Sequence[int], row_length: int
+) -> str | None:
+    """Why samples of ``lengths`` pack into more rows than the largest row bucket (``None``:
+    they fit); refused with ``overflow="error"``."""
+    rows = wrapper.row_buckets
+    if rows and caller_rows > rows[-1]:  # fewer caller rows always pack into the buckets
+        used = rows_used(lengths, row_length)
+        if used > rows[-1]:
+            why = f"its samples pack into {used} rows, past the largest row bucket {rows[-1]}"
+            if wrapper.overflow == "error":
+                raise ShapeBucketError(
+                    f"BucketedModel: a call of {caller_rows} rows: {why} (row_buckets {rows}, "
+                    f"rows of {row_length} tokens); add a row bucket >= {used}, split the "
+                    "batch, or pass overflow='eager' or 'dynamic'"
+                )
+            return why
+    return None

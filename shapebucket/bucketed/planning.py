@@ -1,5 +1,6 @@
-"""Planning a wrapper's shapes: the padded shape of each call (or its refusal), and
-``BucketedModel.plan(example)``, every shape a wrapper runs, each made from one call."""
+"""Planning a wrapper's shapes: what each kind of call learns before its first planned
+call (its output roles, whether it packs), the padded shape of each call (or its
+refusal), and ``BucketedModel.plan(example)``, every shape a wrapper runs."""
 
 from __future__ import annotations
 
@@ -9,14 +10,48 @@ from typing import Any
 
 import torch
 
+from .. import _torch as compat
 from ..errors import ShapeBucketError
 from ..plan import Shape, ShapePlan
-from .calls import Call, Side, read_call
+from .calls import Call, Route, Side, read_call
 from .checks import Costs, refuse_empty
-from .packed import host_lengths
+from .outputs import learn_roles, packs_outputs, probe, probe_shapes
+from .packed import Packer, host_lengths
 from .pad import pad_call
+from .tracing import uncompiled
 
-__all__ = ["plan_call", "plan_of"]
+__all__ = ["learn", "plan_call", "plan_of"]
+
+
+def learn(
+    wrapper: Any,
+    kwargs: Mapping[str, Any],
+    route: Route,
+    sides: dict[str, Side],
+) -> None:
+    """Learn ``route``'s output roles from two probe calls of ``kwargs`` (run with the
+    compiler off), and whether its calls pack: the wrapper packs, pads right, the call
+    has one side and no per-row or position keys, and every output is per-token or
+    fixed."""
+    left = wrapper.padding_side == "left"
+    shapes = probe_shapes(list(wrapper.buckets), list(sides))
+    have = int(kwargs[next(iter(sides.values())).keys[0]].shape[0])
+    batches = []
+    for rows, lengths in shapes:
+        at = {n: Side(n, s.keys, min(s.length, lengths[n]), lengths[n]) for n, s in sides.items()}
+        call = Call(min(rows, have), rows, at, left=left)
+        batches.append(wrapper.with_cache_off(pad_call(kwargs, route, call)))
+    inner = compat.unwrap_compiled(wrapper.model)
+    route.outputs = learn_roles(probe(lambda b: uncompiled(inner, b), batches), shapes)
+    if (
+        wrapper.packing is not None
+        and not left  # padding_side="left" asks for padded calls
+        and list(route.sides) == ["source"]
+        and not route.row_keys
+        and "position_ids" not in kwargs
+        and packs_outputs(route.outputs)
+    ):
+        route.packer = Packer(wrapper, route)
 
 
 def plan_call(

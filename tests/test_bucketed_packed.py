@@ -16,8 +16,7 @@ from hypothesis import strategies as st
 
 from shapebucket import BucketedModel, ShapeBucketError
 from shapebucket.bucketed import packed as packing
-from shapebucket.bucketed.packable import packs
-from shapebucket.bucketed.packed import host_lengths, pack_into, unpack
+from shapebucket.bucketed.packed import host_lengths, pack_into, packs, unpack
 from shapebucket.bucketed.placement import Layouts, plan_layout
 
 

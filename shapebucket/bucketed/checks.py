@@ -13,7 +13,7 @@ import torch
 from ..errors import ShapeBucketError
 from ..fit.step_cost import StepCost
 from .calls import Call, Route, Side, takes
-from .packable import packs
+from .packed import packs
 
 __all__ = [
     "batch_norms",
@@ -99,7 +99,7 @@ def packing_of(
     model: Any, packing: Any, row_buckets: list[int] | None, params: Mapping[str, Any]
 ) -> Packing | None:
     """The packing of a wrapper's calls: ``None`` (the default) packs when the model
-    takes packed input (:func:`~.packable.packs`) and calls have ``row_buckets``;
+    takes packed input (:func:`~.packed.packs`) and calls have ``row_buckets``;
     ``True`` insists (refused, naming why, when it cannot); ``False`` never packs."""
     if packing is not None and not isinstance(packing, bool):  # 0 == False would pack
         raise ShapeBucketError(f"packing must be None, True or False, got {packing!r}")

@@ -83,7 +83,7 @@ class BucketedModel(torch.nn.Module):
             bucket that holds its longest sample, instead of padding them: ``None``
             (default) when the model takes packed input (a Hugging Face decoder that
             reads samples from ``position_ids``, or a ``forward`` that takes
-            ``document_ids``: :func:`~shapebucket.bucketed.packable.packs`) and
+            ``document_ids``: :func:`~shapebucket.bucketed.packed.packs`) and
             ``row_buckets`` are given; ``True`` insists (refused when it cannot);
             ``False`` pads. Per-token outputs come back in the caller's layout, pad
             positions 0; a call whose mask is not right-padded is padded instead.

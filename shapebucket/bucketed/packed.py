@@ -23,17 +23,7 @@ from ..errors import ShapeBucketError
 from .calls import Call, Route, Side, parameters, takes
 from .placement import Layout, Layouts, PackedCall, rows_used
 
-__all__ = [
-    "IGNORE",
-    "LABEL_KEY",
-    "PACKED_ATTENTION",
-    "Packer",
-    "host_lengths",
-    "pack",
-    "pack_into",
-    "packs",
-    "unpack",
-]
+__all__ = ["Packer", "host_lengths", "pack", "pack_into", "packs", "unpack"]
 
 #: the labels key: padded with -100 by default, and shifted with ``shifted_labels=True``
 LABEL_KEY = "labels"

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from shapebucket import ShapeBucketError, fit_buckets
 from shapebucket.bucketed import BucketedModel, fit_calls
-from shapebucket.bucketed.fitting import CallShapes, packed_rows
+from shapebucket.bucketed.fitting import CallShapes
+from shapebucket.bucketed.placement import rows_used
 from shapebucket.fit import Buckets
 
 CHECKS = settings(max_examples=60, deadline=None)
@@ -89,16 +90,16 @@ def test_packing_every_call_fits_its_rows_and_counts_at_least_the_token_bound(ca
     assert list(shapes.buckets) == [R] and shapes.packed_row_length == R
     assert shapes.shapes == len(shapes.row_buckets) <= row_k
     for c in calls:
-        rows = packed_rows(c, R)
+        rows = rows_used(c, R)
         assert math.ceil(sum(c) / R) <= rows <= len(c)
         assert rows <= shapes.row_buckets[-1]
     assert 0 < shapes.token_efficiency <= 1
 
 
 def test_best_fit_decreasing_fills_rows_exactly():
-    assert packed_rows([6, 2, 4, 4], 8) == 2  # 6+2, 4+4; in order (6 | 2+4 | 4) takes 3
-    assert packed_rows([8, 8, 1], 8) == 3
-    assert packed_rows([], 8) == 0
+    assert rows_used([6, 2, 4, 4], 8) == 2  # 6+2, 4+4; in order (6 | 2+4 | 4) takes 3
+    assert rows_used([8, 8, 1], 8) == 3
+    assert rows_used([0, 0], 8) == 1  # an empty call still runs one row
 
 
 def test_pairs_and_dicts_read_the_same_and_the_first_2d_tensor_stands_in_for_input_ids():

@@ -46,7 +46,7 @@ from .marks import (
 from .modules import is_compiled_module, unwrap_compiled
 from .profiler import cpu_allocation_peak_bytes
 from .tensors import copy_all
-from .version import has, recompile_limit_fix, requires
+from .version import recompile_limit_fix
 
 __all__ = [
     "AOT_MISS",
@@ -67,7 +67,6 @@ __all__ = [
     "fresh_forward",
     "fresh_inductor_cache",
     "get_recompile_limit",
-    "has",
     "has_hooks",
     "inductor_cache_counts",
     "inductor_cache_dir",
@@ -81,7 +80,6 @@ __all__ = [
     "raised_recompile_limit",
     "recompile_limit_fix",
     "recompile_limit_hits",
-    "requires",
     "reset_compiler",
     "save_cache_artifacts",
     "set_compile_threads",

@@ -21,15 +21,6 @@ def compile_events() -> int:
     return sum(len(v) for v in compilation_time_metrics.values())
 
 
-def inductor_cache_counts() -> tuple[int, int]:
-    """Inductor's FX-graph cache hits and misses in this process so far."""
-    from torch._dynamo.utils import counters
-
-    return int(counters["inductor"]["fxgraph_cache_hit"]), int(
-        counters["inductor"]["fxgraph_cache_miss"]
-    )
-
-
 def cache_hit_counts() -> dict[str, int]:
     """AOTAutograd and FX-graph cache hits and misses in this process so far: a graph whose
     compiled code came from a loaded cache counts an ``aot_hit`` (forward and backward)."""
@@ -42,6 +33,12 @@ def cache_hit_counts() -> dict[str, int]:
         "fx_hit": int(ind["fxgraph_cache_hit"]),
         "fx_miss": int(ind["fxgraph_cache_miss"]),
     }
+
+
+def inductor_cache_counts() -> tuple[int, int]:
+    """Inductor's FX-graph cache hits and misses in this process so far."""
+    counts = cache_hit_counts()
+    return counts["fx_hit"], counts["fx_miss"]
 
 
 _LIMIT_HIT = "Dynamo recompile limit exceeded"

@@ -9,11 +9,8 @@ from collections.abc import Iterator
 
 @contextlib.contextmanager
 def add_recompile_handler(handler: logging.Handler) -> Iterator[None]:
-    """Send dynamo's ``recompiles`` log records to ``handler`` for the block.
-
-    Turns the artifact on the way ``TORCH_LOGS=recompiles`` does, and restores the
-    previous logging state afterwards.
-    """
+    """Send dynamo's ``recompiles`` log records to ``handler`` for the block, the artifact
+    turned on as ``TORCH_LOGS=recompiles`` does; the logging state is put back after."""
     from torch._logging import _internal
 
     logger = logging.getLogger("torch._dynamo.guards.__recompiles")
@@ -22,26 +19,27 @@ def add_recompile_handler(handler: logging.Handler) -> Iterator[None]:
     if not was_enabled:
         state.enable_artifact("recompiles")
     old_level, old_propagate = logger.level, logger.propagate
-    logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     logger.propagate = False
     try:
-        yield
+        with _handler(logger, handler):
+            yield
     finally:
-        logger.removeHandler(handler)
         logger.setLevel(old_level)
         logger.propagate = old_propagate
         if not was_enabled:
             state.artifact_names.discard("recompiles")
 
 
-_LIMIT_LOGGER = "torch._dynamo.convert_frame"
-
-
 @contextlib.contextmanager
 def add_limit_handler(handler: logging.Handler) -> Iterator[None]:
     """Send dynamo's 'hit config.recompile_limit' warnings to ``handler`` for the block."""
-    logger = logging.getLogger(_LIMIT_LOGGER)
+    with _handler(logging.getLogger("torch._dynamo.convert_frame"), handler):
+        yield
+
+
+@contextlib.contextmanager
+def _handler(logger: logging.Logger, handler: logging.Handler) -> Iterator[None]:
     logger.addHandler(handler)
     try:
         yield

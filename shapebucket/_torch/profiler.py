@@ -1,19 +1,8 @@
-"""The torch seam for the profiler's undocumented event stream: the one module that reads
-``torch.profiler.profile().profiler.kineto_results`` (every allocation and free of
-torch's CPU allocator, in time order). On CUDA the allocator's own counters give a
-step's peak (:func:`shapebucket.calibrate.memory.step_peak_bytes`); a CPU has none.
-
-The processed event list (``prof.events()``) attributes most allocations to their ops
-and would hide a peak inside a compiled graph, so the peak comes from the raw events,
-which torch does not document: a torch release that renames them breaks this module
-alone, with a :class:`~shapebucket.errors.ShapeBucketError` that says so.
-
-Starting and stopping the profiler, kineto writes lines such as ``USDT:...
-profiler_start`` straight to the process's stderr (file descriptor 2, which no
-Python setting reaches); :func:`_quiet_stderr` sends them to a temporary file
-for those two calls only (the step's own output still shows) and writes them
-back if starting or stopping fails.
-"""
+"""The profiler's undocumented event stream (``kineto_results``: every allocation and
+free of torch's CPU allocator, in time order), read here only: a CPU step's peak memory
+(CUDA has the allocator's own counters; a CPU has none; ``prof.events()`` attributes
+allocations to ops and would hide a peak inside a compiled graph). A torch release that renames
+the events breaks this module alone, with a :class:`~shapebucket.errors.ShapeBucketError`."""
 
 from __future__ import annotations
 

@@ -1,21 +1,13 @@
 """The torch release shapebucket runs on (checked when the package loads), and the
-features that need a newer one.
+features that need a newer one (``docs/compile.md``, "Torch versions").
 
-:data:`MIN_TORCH` is the oldest release the package was run on (its tests, on the
-CPU; ``docs/compile.md``, "Torch versions", says what ran on which release). A
-feature that needs a newer torch is named in :data:`FEATURES` with the release it
-needs; :func:`requires` refuses it on an older torch with a :class:`ShapeBucketError`
-naming both versions, and :func:`has` asks without raising.
-
->>> has("compile")
+>>> has("compile_recompile_limit") == (TORCH_VERSION >= (2, 13))
 True
 """
 
 from __future__ import annotations
 
 import torch
-
-from ..errors import ShapeBucketError
 
 # no __all__: private to the package
 
@@ -30,20 +22,15 @@ def parse_version(text: str) -> tuple[int, int]:
     return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
 
 
-def _text(version: tuple[int, int]) -> str:
-    return ".".join(map(str, version))
-
-
 #: the oldest torch shapebucket runs on (the import refuses an older one)
 MIN_TORCH = (2, 11)
 #: the installed torch's ``(major, minor)``
 TORCH_VERSION = parse_version(torch.__version__)
 
-#: feature -> (the torch release it needs, what it is): every feature newer than
-#: :data:`MIN_TORCH` that shapebucket uses, checked where it is used
-FEATURES: dict[str, tuple[tuple[int, int], str]] = {
-    "compile": (MIN_TORCH, "torch.compile with static shapes"),
-    "compile_recompile_limit": ((2, 13), "torch.compile(..., recompile_limit=N)"),
+#: feature -> the torch release it needs: every feature newer than :data:`MIN_TORCH`
+#: that shapebucket uses, asked with :func:`has` where it is used
+FEATURES: dict[str, tuple[int, int]] = {
+    "compile_recompile_limit": (2, 13),  # torch.compile(..., recompile_limit=N)
 }
 
 
@@ -57,34 +44,13 @@ def check_floor(version: str = torch.__version__) -> None:
     ImportError: shapebucket needs torch >= 2.11, found 2.10.1
     """
     if parse_version(version) < MIN_TORCH:
-        raise ImportError(f"shapebucket needs torch >= {_text(MIN_TORCH)}, found {version}")
-
-
-def _needed(feature: str) -> tuple[tuple[int, int], str]:
-    try:
-        return FEATURES[feature]
-    except KeyError:  # a typo in shapebucket's own code, not the user's
-        raise KeyError(
-            f"no torch feature {feature!r} (known: {', '.join(sorted(FEATURES))})"
-        ) from None
+        floor = ".".join(map(str, MIN_TORCH))
+        raise ImportError(f"shapebucket needs torch >= {floor}, found {version}")
 
 
 def has(feature: str) -> bool:
     """Whether the installed torch has ``feature`` (a key of :data:`FEATURES`)."""
-    return _needed(feature)[0] <= TORCH_VERSION
-
-
-def requires(feature: str) -> None:
-    """Refuse ``feature`` on a torch older than it needs, naming both versions.
-
-    >>> requires("compile")  # every supported torch has it
-    """
-    version, what = _needed(feature)
-    if version > TORCH_VERSION:
-        raise ShapeBucketError(
-            f"{what} needs torch >= {_text(version)}; this is torch {torch.__version__}. "
-            f"Upgrade torch (pip install 'torch>={_text(version)}'), or leave this feature out"
-        )
+    return FEATURES[feature] <= TORCH_VERSION
 
 
 def recompile_limit_fix(n: int | str) -> str:

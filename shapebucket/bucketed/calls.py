@@ -1,22 +1,6 @@
-"""Reading the calls of a wrapped model: which keys follow which length, from their names.
-
-The rule, read once per kind of call (its keys and their dtypes and ranks), never from
-sizes that happen to match:
-
-* **sequence keys** are padded along their length (dim 1). Source: ``input_ids``,
-  ``inputs_embeds``, ``attention_mask``, ``token_type_ids``, ``position_ids``,
-  ``special_tokens_mask``, and torch's ``src``, ``memory`` and their
-  ``*_key_padding_mask``. Target (an encoder-decoder's): every ``decoder_*`` key of
-  those, and ``tgt``, ``tgt_key_padding_mask``. ``labels`` is a sequence key when it
-  holds token labels (an integer dtype and 2 dims), on the target side of an
-  encoder-decoder. ``sequence_keys=`` replaces the rule with the names given.
-* **per-row keys**: every other tensor whose dim 0 is the call's rows (``pixel_values``,
-  ``input_features``, per-row ``labels``): padded along the rows only, with 0.
-* everything else reaches the model as it is.
-
-Each side's length is its lead key's dim 1 (``input_ids``, ``inputs_embeds``, ``src``,
-``decoder_input_ids``, ..., else its first sequence key).
-"""
+"""Reading the calls of a wrapped model: which keys follow which length, from their
+names (the rule: ``docs/bucketed.md``, "What a call does", step 1), read once per kind
+of call (its keys, dtypes and ranks), never from sizes that happen to match."""
 
 from __future__ import annotations
 
@@ -160,8 +144,7 @@ class Route:
     positions: bool = False  # add position_ids (padding left)
     row_labels: bool = False  # labels per row: padded rows would enter the loss
     outputs: Any = None  # the learned output roles (outputs.OutputRoles)
-    packed: bool = False  # its calls are packed (decided with the output roles)
-    packer: Any = None  # a packed route's routing.Packer (what its calls' packing reuses)
+    packer: Any = None  # a packed route's packed.Packer (None: its calls are padded)
 
 
 def signature_of(kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -198,7 +181,7 @@ def route_of(
     left: bool,
     class_labels: bool = False,
 ) -> Route:
-    """The route of a call like ``kwargs`` (see the module's rule). ``class_labels``: the
+    """The route of a call like ``kwargs`` (the name rule). ``class_labels``: the
     model's loss over per-row integer labels ignores -100 (a Hugging Face single-label
     classifier), so such labels are padded along the rows with -100.
 
@@ -244,7 +227,7 @@ def _sequence_sides(
     enc_dec: bool,
     sequence_keys: Sequence[str] | None,
 ) -> dict[str, list[str]]:
-    """The call's sequence keys by side, lead first (see the module's rule), refused when
+    """The call's sequence keys by side, lead first (the name rule), refused when
     there is none or one cannot be padded along dim 1; ``keys`` are all the call's keys."""
     sides: dict[str, list[str]] = {}
     for k, v in tensors.items():

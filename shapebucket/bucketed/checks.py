@@ -10,18 +10,16 @@ from typing import Any
 
 import torch
 
-from .._validate import check_row_buckets as validate_row_buckets
 from ..errors import ShapeBucketError
 from ..fit.step_cost import StepCost
 from .calls import Call, Route, Side, takes
-from .packable import packs
+from .packed import packs
 
 __all__ = [
     "batch_norms",
     "check_call",
     "check_costs",
     "check_pad_values",
-    "check_row_buckets",
     "check_sequence_keys",
     "check_settings",
     "packing_of",
@@ -88,11 +86,6 @@ def check_pad_values(pad_values: Any) -> dict[str, Any]:
     return dict(pad_values or {})
 
 
-def check_row_buckets(row_buckets: Any) -> list[int] | None:
-    """``row_buckets`` checked (``None``: the rows as they come)."""
-    return None if row_buckets is None else validate_row_buckets(row_buckets)
-
-
 @dataclass(frozen=True)
 class Packing:
     """How a model takes packed calls: ``document_ids`` (the bench GPT) or positions
@@ -106,7 +99,7 @@ def packing_of(
     model: Any, packing: Any, row_buckets: list[int] | None, params: Mapping[str, Any]
 ) -> Packing | None:
     """The packing of a wrapper's calls: ``None`` (the default) packs when the model
-    takes packed input (:func:`~.packable.packs`) and calls have ``row_buckets``;
+    takes packed input (:func:`~.packed.packs`) and calls have ``row_buckets``;
     ``True`` insists (refused, naming why, when it cannot); ``False`` never packs."""
     if packing is not None and not isinstance(packing, bool):  # 0 == False would pack
         raise ShapeBucketError(f"packing must be None, True or False, got {packing!r}")

@@ -1,24 +1,8 @@
-"""``fit_calls``: a :class:`~shapebucket.bucketed.BucketedModel`'s shapes fitted from its calls.
-
-A loader's buckets come from sample lengths (:func:`~shapebucket.fit_buckets`); a
-wrapper's come from calls, a different distribution: the wrapper pads each call to
-its longest (the caller's own dim 1) and its rows to a row bucket, so a call of ``r``
-rows and length ``L`` runs ``row_bucket(r) x bucket(L)`` tokens.
-
-Padding (``packed_row_length=None``): the row buckets are fitted on the calls' rows
-(``row_k`` of them, each call weighted by its length: the tokens a padded row costs),
-then the length buckets on the calls' lengths, each call weighted by its padded rows.
-Given the row buckets, the length buckets are exact: no ``k`` aligned buckets run
-fewer tokens on the recorded calls (a fit on the per-sample lengths never does better).
-
-Packing (``packed_row_length=R``): the call's real samples (its mask's row sums) are
-packed best-fit decreasing into rows of ``R`` tokens, and the row buckets are fitted
-on the packed row counts (at least ``ceil(real tokens / R)``); the one length is ``R``.
-"""
+"""``fit_calls``: a :class:`~shapebucket.bucketed.BucketedModel`'s shapes fitted from
+its calls (``docs/bucketed.md``, "Shapes from the calls")."""
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +16,7 @@ from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN, optimal_boundaries
 from .calls import LEADS
+from .placement import rows_used
 
 __all__ = ["CallShapes", "fit_calls"]
 
@@ -133,29 +118,10 @@ def _fit_packed(recorded: list[_Call], row_length: Any, row_k: int, real: int) -
             f"call {i} has a sample of {longest} real tokens > packed_row_length {R}; a sample "
             f"is never split across rows: pass packed_row_length >= {longest}"
         )
-    packed = np.array([packed_rows(c.real, R) for c in recorded], dtype=np.int64)
+    packed = np.array([rows_used(c.real, R) for c in recorded], dtype=np.int64)
     row_buckets = _weighted_fit(packed, np.ones(len(packed)), row_k, align=1, least=1)
     run = int(np.array(row_buckets)[np.searchsorted(row_buckets, packed)].sum()) * R
     return CallShapes(Buckets([R]), tuple(row_buckets), real / run, len(row_buckets), R)
-
-
-def packed_rows(lengths: Iterable[int], row_length: int) -> int:
-    """Rows of ``row_length`` that hold ``lengths`` packed best-fit decreasing (a sample is
-    never split; an empty one takes no room): at least ``ceil(sum / row_length)``.
-
-    >>> packed_rows([5, 5, 5, 3, 2], 8), packed_rows([0, 0], 8)
-    (3, 0)
-    """
-    rooms: list[int] = []  # room left in each open row, ascending
-    for x in sorted(lengths, reverse=True):
-        if x == 0:
-            continue
-        i = bisect.bisect_left(rooms, x)
-        if i == len(rooms):
-            bisect.insort(rooms, row_length - x)
-        else:
-            bisect.insort(rooms, rooms.pop(i) - x)
-    return len(rooms)
 
 
 def _weighted_fit(

@@ -15,7 +15,7 @@ from .calls import Call
 from .outputs import cloned, cut_outputs, leaves, numbers
 from .stats import BucketedReport
 
-__all__ = ["GraphPool", "Graphs", "capture", "compiled_wrapper_refused", "emulated_capture"]
+__all__ = ["Graphs", "capture", "compiled_wrapper_refused", "emulated_capture"]
 
 #: runs of the model on the static buffers before its capture, on a side stream: the
 #: first compiles a compiled model, the next finds its lazy set-up done
@@ -25,18 +25,11 @@ WARMUP_RUNS = 2
 PLAIN = (type(None), bool, int, float, str)
 
 
-class GraphPool:
-    """The memory pool every graph of one wrapper shares (``torch.cuda.graph_pool_handle()``,
-    made at the first capture, as vLLM shares one across its graphs)."""
-
-    def __init__(self) -> None:
-        self.handle: Any = None
-
-
 def capture(
-    fn: Callable[[dict[str, Any]], Any], static: dict[str, Any], pool: GraphPool
+    fn: Callable[[dict[str, Any]], Any], static: dict[str, Any], pool: Graphs
 ) -> tuple[Callable[[], None], Any]:
-    """Capture ``fn(static)`` as one ``torch.cuda.CUDAGraph`` in ``pool``: ``(replay,
+    """Capture ``fn(static)`` as one ``torch.cuda.CUDAGraph`` in ``pool.handle`` (the memory
+    pool every graph of a wrapper shares, made at its first capture): ``(replay,
     static_out)``, where ``replay()`` runs the graph again on what ``static``'s tensors
     hold then and writes ``static_out``'s tensors in place. Before the capture, ``fn``
     runs :data:`WARMUP_RUNS` times on a side stream (a compiled model compiles there).
@@ -73,7 +66,7 @@ def _uncached_autocast() -> Any:
 
 
 def emulated_capture(
-    fn: Callable[[dict[str, Any]], Any], static: dict[str, Any], pool: GraphPool
+    fn: Callable[[dict[str, Any]], Any], static: dict[str, Any], pool: Any
 ) -> tuple[Callable[[], None], Any]:
     """A stand-in for :func:`capture` where there is no CUDA graph (a CPU), for tests and
     the host-time benchmark (``monkeypatch.setattr(graphs, "capture", emulated_capture)``):
@@ -82,7 +75,7 @@ def emulated_capture(
     it saves no host work.
 
     >>> static = {"x": torch.ones(2)}
-    >>> replay, out = emulated_capture(lambda b: b["x"] * 2, static, GraphPool())
+    >>> replay, out = emulated_capture(lambda b: b["x"] * 2, static, None)
     >>> _ = static["x"].fill_(3.0)
     >>> replay()
     >>> out.tolist()
@@ -172,7 +165,7 @@ class Graphs:
 
     def __init__(self) -> None:
         self.table: dict[Hashable, Graph] = {}
-        self.pool = GraphPool()
+        self.handle: Any = None  # torch.cuda.graph_pool_handle(), as vLLM shares one
 
     def __getstate__(self) -> dict[str, Any]:
         return {}
@@ -210,7 +203,7 @@ class Graphs:
         names = tuple(k for k, v in static.items() if isinstance(v, torch.Tensor))
         shapes = {k: tuple(static[k].shape) for k in names}
         try:
-            replay, out = capture(lambda b: model(**b), static, self.pool)
+            replay, out = capture(lambda b: model(**b), static, self)
         except ShapeBucketError:
             raise
         except Exception as e:

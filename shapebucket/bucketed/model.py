@@ -1,19 +1,5 @@
 """``BucketedModel``: any model, every call padded to the nearest planned shape and its
-outputs cut back to the caller's.
-
-One line before or after ``torch.compile``::
-
-    model = shapebucket.BucketedModel(model, buckets=[64, 128, 256], row_buckets=[8, 16, 32])
-
-Each call's sequence keys (read by name, :mod:`.calls`) are padded along their length
-to the smallest bucket that holds it and the rows to the smallest row bucket
-(``labels`` -100, masks 0, token ids their pad value), or, for a model that takes
-packed input, its samples packed into a few rows (:mod:`.routing`); the model runs at
-that shape; every output dim that follows the rows or a length (learned from the
-model, :mod:`.outputs`) is cut back. A scalar loss over labels that ignore -100 comes
-back as it is. With ``graphs=True``, a planned call under ``no_grad`` replays the CUDA
-graph of its padded shape instead of running the model (:mod:`.graphs`).
-"""
+outputs cut back to the caller's (``docs/bucketed.md``)."""
 
 from __future__ import annotations
 
@@ -23,7 +9,7 @@ from typing import Any, Literal
 import torch
 
 from .. import _torch as compat
-from .._validate import check_flag
+from .._validate import check_flag, check_row_buckets
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
 from ..fit.step_cost import StepCost
@@ -46,16 +32,15 @@ from .checks import (
     check_call,
     check_costs,
     check_pad_values,
-    check_row_buckets,
     check_sequence_keys,
     check_settings,
     packing_of,
 )
 from .graphs import Graphs, compiled_wrapper_refused
 from .outputs import cut_outputs
+from .packed import pack
 from .pad import config_pad_values, pad_call
-from .planning import past_plan, plan_call, plan_of
-from .routing import learn, pack
+from .planning import learn, plan_call, plan_of
 from .stats import BucketedReport
 
 __all__ = ["BucketedModel"]
@@ -98,7 +83,7 @@ class BucketedModel(torch.nn.Module):
             bucket that holds its longest sample, instead of padding them: ``None``
             (default) when the model takes packed input (a Hugging Face decoder that
             reads samples from ``position_ids``, or a ``forward`` that takes
-            ``document_ids``: :func:`~shapebucket.bucketed.packable.packs`) and
+            ``document_ids``: :func:`~shapebucket.bucketed.packed.packs`) and
             ``row_buckets`` are given; ``True`` insists (refused when it cannot);
             ``False`` pads. Per-token outputs come back in the caller's layout, pad
             positions 0; a call whose mask is not right-padded is padded instead.
@@ -154,7 +139,7 @@ class BucketedModel(torch.nn.Module):
         self.stats = BucketedReport()
         self._table = Buckets(buckets)
         self._lengths = list(self._table)
-        self._rows = check_row_buckets(row_buckets)
+        self._rows = None if row_buckets is None else check_row_buckets(row_buckets)
         self._left = padding_side == "left"
         config = getattr(model, "config", None)
         self._enc_dec = getattr(config, "is_encoder_decoder", False) is True
@@ -245,28 +230,28 @@ class BucketedModel(torch.nn.Module):
         route = self.route(kwargs)
         rows, sides = read_call(kwargs, route)
         # a call that may pack has its rows checked once packed (they may be fewer)
-        may_pack = self._packing is not None and (route.outputs is None or route.packed)
+        may_pack = self._packing is not None and (route.outputs is None or route.packer is not None)
         call = self._plan_call(rows, sides, packed=may_pack)
-        if call is None:
-            return self._unplanned(kwargs, rows, sides)
+        if isinstance(call, str):  # why it runs at its own shape
+            return self._unplanned(kwargs, rows, sides, call)
         check_call(call, route, kwargs, self._norms, getattr(self.model, "training", False))
         if route.outputs is None and (call.pads or self._packing is not None):
             self.learn(kwargs, route, sides)
         call.outputs = route.outputs
-        packed = pack(self, kwargs, route, call) if route.packed else None
+        packed = pack(self, kwargs, route, call) if route.packer is not None else None
         if isinstance(packed, str):  # its samples pack into more rows than planned
             return self._unplanned(kwargs, rows, sides, packed)
         if packed is None and call.padded_rows not in (self._rows or (call.padded_rows,)):
             outputs = call.outputs  # a packed plan's call padded instead: rows checked now
             call = self._plan_call(rows, sides, packed=False)
-            if call is None:
-                return self._unplanned(kwargs, rows, sides)
+            if isinstance(call, str):
+                return self._unplanned(kwargs, rows, sides, call)
             call.outputs = outputs
         batch, call = packed or (self.with_cache_off(pad_call(kwargs, route, call)), call)
         self.stats.count(call)
         return batch, call
 
-    def _plan_call(self, rows: int, sides: dict[str, Side], packed: bool) -> Call | None:
+    def _plan_call(self, rows: int, sides: dict[str, Side], packed: bool) -> Call | str:
         return plan_call(
             rows,
             sides,
@@ -279,10 +264,9 @@ class BucketedModel(torch.nn.Module):
         )
 
     def _unplanned(
-        self, kwargs: dict[str, Any], rows: int, sides: dict[str, Side], why: str = ""
+        self, kwargs: dict[str, Any], rows: int, sides: dict[str, Side], why: str
     ) -> tuple[dict[str, Any], Call]:
         """The call as it came, to run at its own shape (counted, warned once)."""
-        why = why or past_plan(rows, sides, self._lengths, self._rows)
         self.stats.count_unplanned(rows, sides, why, self.overflow)
         same = {k: Side(k, s.keys, s.length, s.length) for k, s in sides.items()}
         return self.with_cache_off(kwargs), Call(rows, rows, same, planned=False)
@@ -317,8 +301,8 @@ class BucketedModel(torch.nn.Module):
         return batch
 
     def learn(self, kwargs: Mapping[str, Any], route: Route, sides: dict[str, Side]) -> None:
-        """Learn ``route``'s output roles and whether its calls pack (:func:`.routing.learn`)."""
-        learn(self, kwargs, route, sides, tracing.uncompiled)
+        """Learn ``route``'s output roles and whether its calls pack (:func:`.planning.learn`)."""
+        learn(self, kwargs, route, sides)
 
     def plan(self, example: Mapping[str, Any]) -> ShapePlan:
         """Every shape this wrapper runs, each made from ``example`` (a call's keyword

@@ -1,14 +1,5 @@
-"""Cutting a call's outputs back to the caller's shape, by roles learned from the model.
-
-Which dims of an output follow the rows or a length is learned, not guessed from sizes:
-the first call of each kind runs the model (eager, under ``no_grad``, its random state
-and batch-norm statistics put back) at two small shapes that differ in the rows and in
-every length. A dim that changes as the rows do is a row dim; as a length does, with a
-constant offset, a length dim (``[rows, L - 1]`` shifted logits: offset -1); as rows
-times a length, a flat per-token dim (``[rows * L]``); a dim that does not change is
-fixed and never cut (8 labels stay 8 labels even in a call padded to a bucket of 8). A
-dim that changes any other way cannot be cut back, and is refused by name.
-"""
+"""Cutting a call's outputs back to the caller's shape, by the roles of their dims learned
+from two probe calls of the model (``docs/bucketed.md``, "What a call does", step 5)."""
 
 from __future__ import annotations
 

@@ -1,54 +1,102 @@
-"""Packed calls: one call's real tokens packed into a few rows of one row length, and
-every per-token output scattered back into the caller's layout.
-
-A call arrives right-padded, ``[rows, L, ...]`` per key. :func:`pack_call` drops the
-pads and lays the samples end to end into ``row_length``-token rows, best-fit
-decreasing (each sample, longest first, into the row with the least room that
-still holds it; the call is small, so this is a short loop over samples, never over
-tokens). The rows are padded up to the smallest row bucket that holds them, so a
-call runs at one of ``len(row_buckets)`` shapes. Where each token goes (the
-layout, :mod:`.placement`) is planned once per tuple of real lengths and kept, so a
-call moves its tokens with one gather and one select per key, and :func:`unpack`
-moves outputs back the same way.
-
-The packed batch follows :class:`~shapebucket.PackedCollator`'s convention:
-``position_ids`` (int64, restarting at 0 for each sample, 0 on padding) and, when
-asked, ``document_ids`` (int32, each token's sample number in its row 0, 1, ...,
--1 on padding), which :func:`~shapebucket.document_causal_mask` and the bench
-``GPT`` read. There is no ``attention_mask``: a Hugging Face decoder given
-``position_ids``, no ``attention_mask`` and no cache (call it with
-``use_cache=False``) finds the samples from the positions (checked in transformers
-5.24 ``masking_utils.py``: ``_preprocess_mask_arguments`` calls
-``find_packed_sequence_indices`` when ``attention_mask is None and cache is None``).
-Which models read packed input: :func:`~shapebucket.bucketed.packable.packs`.
-"""
+"""Packed calls (``docs/bucketed.md``, "Packed calls"): which models take them (one
+rule, :func:`packs`), a right-padded call's real tokens moved into a few rows through a
+planned layout (:mod:`.placement`, kept per packed route by its :class:`Packer`), and
+per-token outputs moved back. The batch follows :class:`~shapebucket.PackedCollator`'s
+convention: ``position_ids`` restart at 0 per sample, ``document_ids`` number the
+samples of a row (-1 on padding), and there is no ``attention_mask``."""
 
 from __future__ import annotations
 
+import ast
+import bisect
+import functools
+import inspect
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from .. import _torch as compat
 from ..errors import ShapeBucketError
-from .placement import Layout, PackedCall, plan_layout
+from .calls import Call, Route, Side, parameters, takes
+from .placement import Layout, Layouts, PackedCall, rows_used
 
-__all__ = [
-    "IGNORE",
-    "LABEL_KEY",
-    "PackedCall",
-    "host_lengths",
-    "pack_call",
-    "pack_into",
-    "real_lengths",
-    "unpack",
-]
+__all__ = ["Packer", "host_lengths", "pack", "pack_into", "packs", "unpack"]
 
 #: the labels key: padded with -100 by default, and shifted with ``shifted_labels=True``
 LABEL_KEY = "labels"
 #: the label no loss counts (Hugging Face and the bench GPT ignore it)
 IGNORE = -100
+#: the Hugging Face attention implementations whose mask reads packed samples from
+#: ``position_ids`` for any number of rows (transformers 5.24 ``masking_utils.py``: the
+#: sdpa, eager and flex mask functions are built by ``create_causal_mask``, which adds
+#: the packed-sequence mask). ``flash_attention_*`` is left out: its packed path
+#: (``_is_packed_sequence``) reads one flattened row only.
+PACKED_ATTENTION = frozenset({"sdpa", "eager", "flex_attention"})
+#: the config attribute naming a Hugging Face model's attention implementation
+#: (transformers has no public accessor for it; its docs read it this way)
+_ATTN_ATTRIBUTE = "_attn_implementation"
+
+
+@functools.cache
+def _causal_mask_reads_positions(cls: type) -> bool:
+    """Whether a module defining ``cls`` or one of its bases calls ``create_causal_mask``
+    with ``position_ids=`` (how a Hugging Face model hands its positions to the mask
+    that finds packed samples; BERT, for one, calls it without them)."""
+    for klass in cls.__mro__:
+        module = sys.modules.get(klass.__module__)
+        if module is None or not klass.__module__.startswith("transformers.models."):
+            continue
+        try:
+            tree = ast.parse(inspect.getsource(module))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func).endswith("create_causal_mask")
+                and any(k.arg == "position_ids" for k in node.keywords)
+            ):
+                return True
+    return False
+
+
+def packs(model: Any) -> bool:
+    """Whether ``model`` can take a packed call (:func:`pack_into`) and give the
+    same outputs as the padded call, by this rule (a ``torch.compile`` d model is
+    judged by the module it wraps):
+
+    (a) a Hugging Face decoder-only model (``config.is_encoder_decoder`` not True) whose
+        ``forward`` takes ``position_ids``, whose modeling code hands ``position_ids`` to
+        ``create_causal_mask`` and whose attention implementation is one of
+        :data:`PACKED_ATTENTION` (sdpa, eager, flex_attention; not flash attention).
+        Call it with ``use_cache=False``: with a cache, transformers skips the packed
+        mask (checked in transformers 5.24);
+    (b) any model whose ``forward`` takes ``document_ids`` (the bench ``GPT``: it masks
+        attention by document, :func:`~shapebucket.document_causal_mask`).
+
+    Everything else (encoders such as BERT, encoder-decoders such as T5, a plain module
+    with a padding mask) is False: such a model keeps padded calls.
+
+    >>> import torch
+    >>> packs(torch.nn.Linear(2, 2)), packs(torch.compile(torch.nn.Linear(2, 2)))
+    (False, False)
+    """
+    inner = compat.unwrap_compiled(model)
+    params = parameters(inner)
+    if takes(params, "document_ids"):
+        return True
+    config = getattr(inner, "config", None)
+    if config is None or getattr(config, "is_encoder_decoder", False) is True:
+        return False
+    if not takes(params, "position_ids"):
+        return False
+    if getattr(config, _ATTN_ATTRIBUTE, None) not in PACKED_ATTENTION:
+        return False
+    cls: Any = type(inner)  # a class is hashable (mypy reads type[Any] as not)
+    return _causal_mask_reads_positions(cls)
 
 
 def host_lengths(
@@ -64,12 +112,6 @@ def host_lengths(
     >>> host_lengths(torch.tensor([[1, 1, 0], [1, 1, 1]]), torch.tensor([[5, 6, 7], [1, 2, 3]]))
     ((2, 3), True)
     """
-    if not isinstance(mask, torch.Tensor) or mask.ndim != 2:
-        shape = tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise ShapeBucketError(
-            f"a packed call reads its lengths from a 2-D attention mask [rows, length], got "
-            f"{shape}; pass the call's 2-D padding mask"
-        )
     real, bad = _viewed(mask, labels) if mask.device.type == "cpu" else _copied(mask, labels)
     if (real[:, 1:] > real[:, :-1]).any():  # a real token after a pad
         row = int(np.flatnonzero((real[:, 1:] > real[:, :-1]).any(1))[0])
@@ -101,80 +143,6 @@ def _copied(mask: torch.Tensor, labels: torch.Tensor | None) -> Flags:
     return both[0].numpy(), both[1].numpy()
 
 
-def real_lengths(mask: torch.Tensor) -> torch.Tensor:
-    """Each row's real length (int64, on the CPU) from a right-padded 2-D mask
-    (:func:`host_lengths`).
-
-    >>> real_lengths(torch.tensor([[1, 1, 0], [1, 1, 1]])).tolist()
-    [2, 3]
-    """
-    return torch.tensor(host_lengths(mask)[0], dtype=torch.int64)
-
-
-def _check_keys(batch: Mapping[str, torch.Tensor], keys: Sequence[str], rows: int) -> int:
-    """The call's length; refuse keys of other shapes and a lengths list of other rows."""
-    if not keys:
-        raise ShapeBucketError("pack_call needs at least one key to pack (keys=[...])")
-    first = batch[keys[0]]
-    shape = (int(first.shape[0]), int(first.shape[1]))
-    for k in keys:
-        v = batch[k]
-        if v.ndim < 2 or tuple(v.shape[:2]) != shape:
-            raise ShapeBucketError(
-                f"key {k!r} has shape {tuple(v.shape)}, but {keys[0]!r} is [{shape[0]}, "
-                f"{shape[1]}, ...]: every packed key is right-padded [rows, length, ...]; "
-                "leave other keys out of keys"
-            )
-    if rows != shape[0]:
-        raise ShapeBucketError(
-            f"{rows} lengths for a call of {shape[0]} rows: pass one real length per row "
-            "(real_lengths(attention_mask))"
-        )
-    return shape[1]
-
-
-def pack_call(
-    batch: Mapping[str, torch.Tensor],
-    keys: Sequence[str],
-    lengths: torch.Tensor | Sequence[int],
-    row_length: int,
-    row_buckets: Sequence[int] | None,
-    pad_values: Mapping[str, Any],
-    *,
-    shifted_labels: bool,
-    document_ids: bool = False,
-) -> tuple[dict[str, torch.Tensor], PackedCall]:
-    """One right-padded call's real tokens packed into ``[packed_rows, row_length, ...]``.
-
-    Each key of ``keys`` comes back packed, padded with ``pad_values[key]`` (default 0,
-    -100 for ``labels``), with ``position_ids`` and, when ``document_ids`` is True,
-    ``document_ids`` (the module docstring's convention); every other key and the
-    attention mask are left out. ``packed_rows`` is the smallest of ``row_buckets``
-    that holds the rows (``None``: the rows used). ``shifted_labels=True`` (a causal LM
-    that shifts labels itself, as Hugging Face ``*ForCausalLM`` do) sets each sample's
-    first label to the labels' pad value, so that the previous sample's last token
-    does not learn to predict it: the padded call never counted that label either.
-    Pass False for a model whose labels already are the next tokens (the bench GPT:
-    its loss does not shift). Labels on the caller's pads are dropped with the pads,
-    so a padded call that left real labels there (not -100) counted tokens that the
-    packed call does not. The layout is built here (:func:`plan_layout`); a wrapper
-    keeps its layouts (:class:`Layouts`) and calls :func:`pack_into`.
-
-    >>> ids = torch.tensor([[5, 6, 7], [8, 0, 0]])
-    >>> packed, call = pack_call({"input_ids": ids}, ["input_ids"], [3, 1], 4, None, {},
-    ...                          shifted_labels=True)
-    >>> packed["input_ids"].tolist(), packed["position_ids"].tolist()
-    ([[5, 6, 7, 8]], [[0, 1, 2, 0]])
-    >>> unpack(packed["input_ids"], call, fill=-1).tolist()
-    [[5, 6, 7], [8, -1, -1]]
-    """
-    lens = lengths.tolist() if isinstance(lengths, torch.Tensor) else list(lengths)
-    L = _check_keys(batch, keys, len(lens))
-    device = batch[keys[0]].device
-    layout = plan_layout(lens, L, row_length, row_buckets, document_ids, device)
-    return pack_into(batch, keys, layout, pad_values, shifted_labels=shifted_labels)
-
-
 def pack_into(
     batch: Mapping[str, torch.Tensor],
     keys: Sequence[str],
@@ -183,15 +151,25 @@ def pack_into(
     *,
     shifted_labels: bool,
 ) -> tuple[dict[str, torch.Tensor], PackedCall]:
-    """:func:`pack_call` through a layout already planned: one gather and one select
-    per key (a gather and a fill), the position and document grids copied from the layout (so a model that
-    writes into its inputs changes no kept layout)."""
+    """One right-padded call's real tokens packed through ``layout`` into
+    ``[packed_rows, row_length, ...]``: one gather and one fill per key of ``keys``
+    (padded with ``pad_values[key]``, default 0, -100 for ``labels``), with
+    ``position_ids`` and, when the layout has them, ``document_ids`` (copies: a model
+    that writes into its inputs changes no kept layout); other keys are left out.
+    ``shifted_labels=True`` (a causal LM that shifts labels itself) sets each sample's
+    first label to the pad value, so that the previous sample's last token does not
+    learn to predict it; labels on the caller's pads are dropped with the pads.
+
+    >>> from shapebucket.bucketed.placement import plan_layout
+    >>> ids = torch.tensor([[5, 6, 7], [8, 0, 0]])
+    >>> layout = plan_layout([3, 1], 3, 4, None, False, ids.device)
+    >>> packed, call = pack_into({"input_ids": ids}, ["input_ids"], layout, {}, shifted_labels=True)
+    >>> packed["input_ids"].tolist(), packed["position_ids"].tolist()
+    ([[5, 6, 7, 8]], [[0, 1, 2, 0]])
+    >>> unpack(packed["input_ids"], call, fill=-1).tolist()
+    [[5, 6, 7], [8, -1, -1]]
+    """
     pc = layout.call
-    if _check_keys(batch, keys, pc.rows) != pc.length:
-        raise ShapeBucketError(
-            f"a layout planned for calls of length {pc.length} got {keys[0]!r} of shape "
-            f"{tuple(batch[keys[0]].shape)}: plan the layout for this call's length"
-        )
     grid = pc.packed_rows * pc.row_length
     out: dict[str, torch.Tensor] = {}
     for k in keys:
@@ -227,7 +205,9 @@ def unpack(t: torch.Tensor, packed: PackedCall, fill: float = 0) -> torch.Tensor
     through them), pad positions hold ``fill`` (0 by default; what a padded call's pads
     would hold is model-defined, so none is imitated).
 
-    >>> _, call = pack_call({"x": torch.ones(2, 2)}, ["x"], [1, 2], 4, [2], {}, shifted_labels=False)
+    >>> from shapebucket.bucketed.placement import plan_layout
+    >>> layout = plan_layout([1, 2], 2, 4, [2], False, torch.device("cpu"))
+    >>> _, call = pack_into({"x": torch.ones(2, 2)}, ["x"], layout, {}, shifted_labels=False)
     >>> unpack(torch.arange(8.0).view(2, 4), call, fill=-1).tolist()
     [[2.0, -1.0], [0.0, 1.0]]
     """
@@ -241,3 +221,93 @@ def unpack(t: torch.Tensor, packed: PackedCall, fill: float = 0) -> torch.Tensor
     flat = t.reshape(shape[0] * shape[1], *trail)
     out = _select(packed.pads, flat, packed.back, fill, packed.rows * packed.length)
     return out.view(packed.rows, packed.length, *trail)
+
+
+class Packer:
+    """What a packed route decides once: the keys it packs, the row lengths, the pad
+    values, and its layouts, kept per call lengths (:class:`~.placement.Layouts`), so a
+    call reads its lengths, looks its layout up and gathers. Pickles without the
+    layouts (rebuilt at the next calls)."""
+
+    def __init__(self, wrapper: Any, route: Route) -> None:
+        packing = wrapper.packing
+        self.source = list(route.sides["source"])
+        self.keys = [k for k in self.source if k != "attention_mask"]
+        self.table = list(wrapper.buckets)
+        self.pad_values = route.pad_values
+        self.shifted_labels = bool(packing.shifted_labels)
+        self.layouts = Layouts(wrapper.row_buckets, bool(packing.document_ids))
+
+    def row_length(self, longest: int) -> int:
+        """The row length of a call whose longest sample has ``longest`` tokens: the
+        smallest bucket that holds it."""
+        return self.table[bisect.bisect_left(self.table, longest)]
+
+
+def pack(
+    wrapper: Any, kwargs: dict[str, Any], route: Route, call: Call
+) -> tuple[dict[str, Any], Call] | str | None:
+    """``call`` packed into rows of the bucket that holds its longest sample; ``None``
+    (pad it instead, counted and warned once) when its mask is not right-padded or a pad
+    carries a label its loss counts; a str (why) when its samples pack into more rows
+    than the largest row bucket and ``overflow`` runs it at its own shape (refused with
+    ``overflow="error"``). The call's real lengths are read on the host (its
+    packed shape depends on them: on a GPU, the call's one sync); everything that
+    depends only on them is its route's kept layout."""
+    side, packer = call.sides["source"], route.packer
+    if any(kwargs[k].shape[0] != call.rows for k in packer.source):
+        # a key broadcast over the rows ([1, length], as the call checks): one per row
+        wide = {k: kwargs[k].expand(call.rows, *kwargs[k].shape[1:]) for k in packer.source}
+        kwargs = {**kwargs, **wide}
+    mask, labels = kwargs.get("attention_mask"), kwargs.get("labels")
+    try:
+        lengths, labelled_pads = (
+            host_lengths(mask, labels if isinstance(labels, torch.Tensor) else None)
+            if mask is not None
+            else ((side.length,) * call.rows, False)
+        )
+    except ShapeBucketError:
+        wrapper.stats.unpacked("its attention_mask is not right-padded")
+        return None
+    # a label on a caller's pad counts in the unwrapped call's loss; a packed call
+    # drops the pads with it, so such a call is padded (exact), not packed
+    if labelled_pads:
+        wrapper.stats.unpacked(
+            "it has labels other than -100 on pads (attention_mask 0), which its loss "
+            "counts and a packed call would drop; set them to -100 (as Hugging Face's "
+            "collators do)"
+        )
+        return None
+    row_length = packer.row_length(max(lengths, default=0))
+    why = _past_row_buckets(wrapper, call.rows, lengths, row_length)
+    if why is not None:
+        return why
+    device = kwargs[packer.keys[0]].device
+    layout = packer.layouts.get(lengths, side.length, row_length, device)
+    batch, packed = pack_into(
+        kwargs, packer.keys, layout, packer.pad_values, shifted_labels=packer.shifted_labels
+    )
+    rest = {k: v for k, v in kwargs.items() if k not in packer.source}
+    sides = {"source": Side("source", packer.keys, side.length, row_length)}
+    done = Call(call.rows, packed.packed_rows, sides, outputs=call.outputs, packed=packed)
+    return wrapper.with_cache_off({**rest, **batch}), done
+
+
+def _past_row_buckets(
+    wrapper: Any, caller_rows: int, lengths: Sequence[int], row_length: int
+) -> str | None:
+    """Why samples of ``lengths`` pack into more rows than the largest row bucket (``None``:
+    they fit); refused with ``overflow="error"``."""
+    rows = wrapper.row_buckets
+    if rows and caller_rows > rows[-1]:  # fewer caller rows always pack into the buckets
+        used = rows_used(lengths, row_length)
+        if used > rows[-1]:
+            why = f"its samples pack into {used} rows, past the largest row bucket {rows[-1]}"
+            if wrapper.overflow == "error":
+                raise ShapeBucketError(
+                    f"BucketedModel: a call of {caller_rows} rows: {why} (row_buckets {rows}, "
+                    f"rows of {row_length} tokens); add a row bucket >= {used}, split the "
+                    "batch, or pass overflow='eager' or 'dynamic'"
+                )
+            return why
+    return None

@@ -1,10 +1,5 @@
-"""Padding a call up to its planned shape: one ``F.pad`` per key.
-
-Each sequence key is padded (or, for a plan's example, cut) along its length to its
-side's bucket and along its rows to the padded rows, with its route's pad value; a
-per-row key along its rows only, with 0. A token mask the call lacks is made for it. An
-all-pad row gets one open token in its mask, so that attention has a key to attend to.
-"""
+"""Padding a call up to its planned shape (or a plan's example to a smaller one): one
+``F.pad`` per key (``docs/bucketed.md``, "What a call does", step 3)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,6 @@ on the host with numpy and copied to the call's device when the layout is planne
 from __future__ import annotations
 
 import bisect
-import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,31 +19,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ShapeBucketError
-
 __all__ = ["Layout", "Layouts", "PackedCall", "plan_layout", "rows_used"]
 
 
 @dataclass(frozen=True)
 class PackedCall:
     """What :func:`~shapebucket.bucketed.packed.unpack` needs to put a packed call's
-    tokens back.
-
-    ``rows x length`` is the caller's shape, ``packed_rows x row_length`` the packed
-    one; real token ``i`` sits at flat index ``source[i]`` of the caller's
-    ``rows * length`` grid and ``target[i]`` of the packed grid (int64, on the call's
-    device). ``back[j]`` is the packed index of the caller's flat position ``j`` (0 on
-    its pads) and ``pads[j]`` whether that position is a pad: one gather and one fill
-    put an output back. ``lengths`` are the samples' real lengths.
-    """
+    tokens back: ``rows x length`` is the caller's shape, ``packed_rows x row_length``
+    the packed one; ``back[j]`` is the packed index of the caller's flat position ``j``
+    (0 on its pads) and ``pads[j]`` whether that position is a pad (on the call's
+    device): one gather and one fill put an output back."""
 
     rows: int
     length: int
     packed_rows: int
     row_length: int
-    lengths: tuple[int, ...]
-    source: torch.Tensor
-    target: torch.Tensor
     back: torch.Tensor
     pads: torch.Tensor
 
@@ -165,40 +154,6 @@ def rows_used(lengths: Sequence[int], row_length: int) -> int:
     return _best_fit(tuple(int(x) for x in lengths), row_length)[3]
 
 
-def _packed_rows(used: int, row_buckets: Sequence[int] | None, row_length: int) -> int:
-    """The smallest row bucket that holds ``used`` rows (``used`` itself without buckets)."""
-    if row_buckets is None:
-        return used
-    if not row_buckets or min(row_buckets) < 1:
-        raise ShapeBucketError(f"row_buckets must be ints >= 1 (or None), got {row_buckets!r}")
-    fits = [b for b in row_buckets if b >= used]
-    if not fits:
-        raise ShapeBucketError(
-            f"this call packs into {used} rows of {row_length} tokens, more than the largest "
-            f"row bucket {max(row_buckets)} of {sorted(row_buckets)}: add a row bucket >= "
-            f"{used}, or a longer row length, or leave calls this large unpacked"
-        )
-    return min(fits)
-
-
-def _check_lengths(lengths: Sequence[int], L: int, row_length: int) -> None:
-    """Refuse a row length that is not an int >= 1 and samples that do not fit."""
-    if isinstance(row_length, bool) or not isinstance(row_length, int) or row_length < 1:
-        raise ShapeBucketError(f"row_length must be an int >= 1, got {row_length!r}")
-    if lengths and min(lengths) >= 0 and max(lengths) <= min(L, row_length):
-        return  # the common case, checked without a loop
-    for i, x in enumerate(lengths):
-        if not 0 <= x <= L:
-            raise ShapeBucketError(
-                f"row {i} has real length {x}, outside 0..{L} (the call's length)"
-            )
-        if x > row_length:
-            raise ShapeBucketError(
-                f"row {i} has {x} real tokens > row_length {row_length}: packing never cuts a "
-                f"sample; use a row length >= {x} or leave this call unpacked"
-            )
-
-
 def plan_layout(
     lengths: Sequence[int],
     length: int,
@@ -217,61 +172,33 @@ def plan_layout(
     [[0, 1, 2, 0]]
     """
     lens = lengths if isinstance(lengths, tuple) else tuple(int(x) for x in lengths)
-    _check_lengths(lens, length, row_length)
     row, start, number, used = _best_fit(lens, row_length)
-    P = _packed_rows(used, row_buckets, row_length)
+    # the smallest row bucket that holds them (a call packed past them never gets here)
+    P = used if row_buckets is None else min(b for b in row_buckets if b >= used)
     ln = np.array(lens, dtype=np.int64)
-    n, rows, grid = int(ln.sum()), len(lens), P * row_length
+    rows, grid = len(lens), P * row_length
+    caller = rows * length
+    # sample i's token j: source i * length + j, target base[i] + j, position j
+    within = np.arange(int(ln.sum())) - (np.cumsum(ln) - ln).repeat(ln)
+    base = np.array(row, dtype=np.int64) * row_length + np.array(start, dtype=np.int64)
+    source = (np.arange(rows, dtype=np.int64) * length).repeat(ln) + within
+    target = base.repeat(ln) + within
     # every index grid in one int64 buffer and every flag in one bool buffer: two
     # copies to the device per layout planned, none per call
-    sizes = [n, n, n, rows * length, grid, grid] + ([grid] if document_ids else [])
+    sizes = [caller, grid, grid] + ([grid] if document_ids else [])
     ints = np.zeros(sum(sizes), np.int64)
-    ends = list(itertools.accumulate(sizes))
-    # sample i's token j: source i * length + j, target base[i] + j, position j
-    starts = np.cumsum(ln) - ln
-    base = np.array(row, dtype=np.int64) * row_length + np.array(start, dtype=np.int64)
-    offsets = np.empty((3, rows), np.int64)
-    np.multiply(np.arange(rows, dtype=np.int64), length, out=offsets[0])
-    offsets[0] -= starts
-    np.subtract(base, starts, out=offsets[1])
-    np.negative(starts, out=offsets[2])
-    tokens = ints[: ends[2]].reshape(3, n)  # source, target, within: one repeat, one add
-    np.add(offsets.repeat(ln, axis=1), np.arange(n), out=tokens)
-    source, target, within = tokens
-    back, take, positions = (
-        ints[ends[2] : ends[3]],
-        ints[ends[3] : ends[4]],
-        ints[ends[4] : ends[5]],
-    )
+    back, take, positions, *documents = np.split(ints, np.cumsum(sizes)[:-1])
     take[target], back[source], positions[target] = source, target, within
     if document_ids:
-        documents = ints[ends[5] :]
-        documents.fill(-1)
-        documents[target] = np.array(number, dtype=np.int64).repeat(ln)
-    caller = rows * length
+        documents[0].fill(-1)
+        documents[0][target] = np.array(number, dtype=np.int64).repeat(ln)
     flags = np.ones(caller + 2 * grid, np.bool_)
-    pads, empty, unlabelled = flags[:caller], flags[caller:-grid], flags[-grid:]
+    pads, empty, unlabelled = np.split(flags, [caller, caller + grid])
     pads[source], empty[target], unlabelled[target] = False, False, False
     unlabelled[base[ln > 0]] = True  # each sample's first token: a shifted label's pad
-    planned = (rows, length, P, row_length, lens)
-    if torch.is_inference_mode_enabled():  # a layout planned under inference mode serves any call
-        with torch.inference_mode(False):
-            return _on_device(planned, ints, flags, sizes, device)
-    return _on_device(planned, ints, flags, sizes, device)
-
-
-def _on_device(
-    planned: tuple[int, int, int, int, tuple[int, ...]],
-    ints: np.ndarray,
-    flags: np.ndarray,
-    sizes: list[int],
-    device: torch.device,
-) -> Layout:
-    """A planned layout's grids copied to ``device`` (two copies) and cut into its tensors."""
-    rows, length, P, row_length, lens = planned
-    caller, grid = rows * length, P * row_length
-    src, dst, _, bk, tk, pos, *docs = torch.from_numpy(ints).to(device).split_with_sizes(sizes)
-    pd, em, un = torch.from_numpy(flags).to(device).split_with_sizes([caller, grid, grid])
-    call = PackedCall(rows, length, P, row_length, lens, src, dst, bk, pd)
-    doc = docs[0].to(torch.int32).view(P, row_length) if docs else None
+    with torch.inference_mode(False):  # a layout planned under inference mode serves any call
+        bk, tk, pos, *docs = torch.from_numpy(ints).to(device).split_with_sizes(sizes)
+        pd, em, un = torch.from_numpy(flags).to(device).split_with_sizes([caller, grid, grid])
+        doc = docs[0].to(torch.int32).view(P, row_length) if docs else None
+    call = PackedCall(rows, length, P, row_length, bk, pd)
     return Layout(call, tk, em, un, pos.view(P, row_length), doc)

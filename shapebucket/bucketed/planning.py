@@ -1,5 +1,6 @@
-"""Planning a wrapper's shapes: the padded shape of each call (or its refusal), and
-``BucketedModel.plan(example)``, every shape a wrapper runs, each made from one call."""
+"""Planning a wrapper's shapes: what each kind of call learns before its first planned
+call (its output roles, whether it packs), the padded shape of each call (or its
+refusal), and ``BucketedModel.plan(example)``, every shape a wrapper runs."""
 
 from __future__ import annotations
 
@@ -9,14 +10,48 @@ from typing import Any
 
 import torch
 
+from .. import _torch as compat
 from ..errors import ShapeBucketError
 from ..plan import Shape, ShapePlan
-from .calls import Call, Side, read_call
+from .calls import Call, Route, Side, read_call
 from .checks import Costs, refuse_empty
-from .packed import real_lengths
+from .outputs import learn_roles, packs_outputs, probe, probe_shapes
+from .packed import Packer, host_lengths
 from .pad import pad_call
+from .tracing import uncompiled
 
-__all__ = ["past_plan", "plan_call", "plan_of"]
+__all__ = ["learn", "plan_call", "plan_of"]
+
+
+def learn(
+    wrapper: Any,
+    kwargs: Mapping[str, Any],
+    route: Route,
+    sides: dict[str, Side],
+) -> None:
+    """Learn ``route``'s output roles from two probe calls of ``kwargs`` (run with the
+    compiler off), and whether its calls pack: the wrapper packs, pads right, the call
+    has one side and no per-row or position keys, and every output is per-token or
+    fixed."""
+    left = wrapper.padding_side == "left"
+    shapes = probe_shapes(list(wrapper.buckets), list(sides))
+    have = int(kwargs[next(iter(sides.values())).keys[0]].shape[0])
+    batches = []
+    for rows, lengths in shapes:
+        at = {n: Side(n, s.keys, min(s.length, lengths[n]), lengths[n]) for n, s in sides.items()}
+        call = Call(min(rows, have), rows, at, left=left)
+        batches.append(wrapper.with_cache_off(pad_call(kwargs, route, call)))
+    inner = compat.unwrap_compiled(wrapper.model)
+    route.outputs = learn_roles(probe(lambda b: uncompiled(inner, b), batches), shapes)
+    if (
+        wrapper.packing is not None
+        and not left  # padding_side="left" asks for padded calls
+        and list(route.sides) == ["source"]
+        and not route.row_keys
+        and "position_ids" not in kwargs
+        and packs_outputs(route.outputs)
+    ):
+        route.packer = Packer(wrapper, route)
 
 
 def plan_call(
@@ -29,10 +64,10 @@ def plan_call(
     costs: Costs | None,
     left: bool,
     packed: bool = False,
-) -> Call | None:
+) -> Call | str:
     """The padded shape of a call of ``rows`` rows and ``sides`` (each side's ``bucket``
     set to the smallest of ``lengths`` that holds it, the rows to the smallest of
-    ``row_buckets``); ``None`` when it runs at its own shape (past the plan with
+    ``row_buckets``), or why it runs at its own shape (past the plan with
     ``overflow="eager"`` or ``"dynamic"``, or, with ``costs``, cheaper on the dynamic
     graph than padded). Past the plan with ``overflow="error"``: refused with the fix.
     A ``packed`` call's rows are checked once packed (its samples may fit fewer rows)."""
@@ -42,7 +77,9 @@ def plan_call(
     too_many = row_buckets is not None and rows > row_buckets[-1] and not packed
     if too_long or too_many:
         if overflow != "error":
-            return None
+            if too_long:
+                return f"past the largest bucket {lengths[-1]}"
+            return f"past the largest row bucket {row_buckets[-1]}"  # type: ignore[index]
         if too_long:
             s = too_long[0]
             raise ShapeBucketError(
@@ -65,20 +102,8 @@ def plan_call(
     for s in sides.values():
         s.bucket = lengths[bisect.bisect_left(lengths, s.length)]
     if costs is not None and costs.dynamic_cheaper(rows, padded_rows, sides):
-        return None
+        return "cheaper on the dynamic graph than padded, by costs="
     return Call(rows, padded_rows, sides, left=left)
-
-
-def past_plan(
-    rows: int, sides: dict[str, Side], lengths: Sequence[int], row_buckets: Sequence[int] | None
-) -> str:
-    """Why a call runs at its own shape, for the warning that names it."""
-    longest = max(s.length for s in sides.values())
-    if longest > lengths[-1]:
-        return f"past the largest bucket {lengths[-1]}"
-    if row_buckets is not None and rows > row_buckets[-1]:
-        return f"past the largest row bucket {row_buckets[-1]}"
-    return "cheaper on the dynamic graph than padded, by costs="
 
 
 def plan_of(wrapper: Any, example: Mapping[str, Any]) -> ShapePlan:
@@ -113,7 +138,7 @@ class ExampleAt:
         rows, sides = read_call(self.example, route)
         if route.outputs is None:  # a packed plan needs to know whether calls pack
             self.wrapper.learn(self.example, route, sides)
-        if route.packed:
+        if route.packer is not None:
             return self._packed(route, shape)  # a call, packed by the wrapper when run
         lengths = {"source": shape[1], "target": shape[-1]}
         for name, side in sides.items():
@@ -138,15 +163,15 @@ class ExampleAt:
             )
         mask = example.get("attention_mask")
         try:
-            lengths = real_lengths(mask) if mask is not None else None
+            lengths = host_lengths(mask)[0] if mask is not None else None
         except ShapeBucketError as e:
             raise ShapeBucketError(
                 f"plan(example): {e}. A left-padded loop's calls are padded, not packed: "
                 "pass BucketedModel(..., packing=False) and a left-padded example, or pad "
                 "the loop's calls on the right"
             ) from None
-        row = int(lengths.argmax()) if lengths is not None else 0
-        real = int(lengths[row]) if lengths is not None else int(example[keys[0]].shape[1])
+        row = lengths.index(max(lengths)) if lengths is not None else 0
+        real = lengths[row] if lengths is not None else int(example[keys[0]].shape[1])
         at = torch.arange(shape.length) % max(real, 1)
         call = {k: v for k, v in example.items() if k not in keys}
         for k in keys:

@@ -89,24 +89,20 @@ class BucketedReport:
         """Count (and, the first time, warn about) a call run at its own shape, ``why``
         (past which table of the plan, or cheaper there)."""
         longest = max(s.length for s in sides.values())
-        if overflow == "eager":
-            if self.eager_calls == 0:
-                warnings.warn(
-                    f"BucketedModel: a call of {rows} rows and length {longest} ({why}) ran "
-                    "eagerly at its own shape (overflow='eager'): never compiled, no CUDA "
-                    "graph recorded; such calls are counted in stats.eager_calls",
-                    stacklevel=caller_level(),
-                )
-            self.eager_calls += 1
-        else:
-            if self.dynamic_calls == 0:
-                warnings.warn(
-                    f"BucketedModel: a call of {rows} rows and length {longest} ({why}) ran at "
-                    "its own shape on the dynamic graph (overflow='dynamic'), compiled at this "
-                    "first such call; such calls are counted in stats.dynamic_calls",
-                    stacklevel=caller_level(),
-                )
-            self.dynamic_calls += 1
+        counter = f"{overflow}_calls"  # eager_calls or dynamic_calls
+        if getattr(self, counter) == 0:
+            how = {
+                "eager": "eagerly at its own shape (overflow='eager'): never compiled, no CUDA "
+                "graph recorded",
+                "dynamic": "at its own shape on the dynamic graph (overflow='dynamic'), "
+                "compiled at this first such call",
+            }[overflow]
+            warnings.warn(
+                f"BucketedModel: a call of {rows} rows and length {longest} ({why}) ran {how}; "
+                f"such calls are counted in stats.{counter}",
+                stacklevel=caller_level(),
+            )
+        setattr(self, counter, getattr(self, counter) + 1)
         self.calls += 1
         tokens = sum(rows * s.length for s in sides.values())
         self.tokens += tokens

@@ -201,6 +201,20 @@ def test_packs_decoders_that_read_positions_or_documents_and_nothing_else():
     assert packs(eager)
 
 
+def test_packs_judges_the_module_ddp_wraps_config_included(tmp_path):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    pytest.importorskip("transformers")
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        assert packs(DDP(bm.model("gpt"))) and packs(DDP(bm.model("llama")))
+        assert not packs(DDP(bm.model("masked")))
+    finally:
+        dist.destroy_process_group()
+
+
 # -- bad input ------------------------------------------------------------------------------
 
 

@@ -14,7 +14,7 @@ import torch
 from .. import _torch as compat
 from ..errors import ShapeBucketError
 
-__all__ = ["Call", "Route", "Side", "bind", "forward_of", "parameters", "route_of"]
+__all__ = ["Call", "Route", "Side", "bind", "forward_of", "parameters", "route_of", "wrapped"]
 
 _SOURCE = (
     "input_ids",
@@ -47,12 +47,18 @@ PAD_TRUE = ("src_key_padding_mask", "tgt_key_padding_mask", "memory_key_padding_
 ID_KEYS = ("input_ids", "decoder_input_ids")
 
 
-def forward_of(model: Any) -> Any:
-    """What a call of ``model`` runs, seen through ``torch.compile`` and DDP: the wrapped
-    module's ``forward``, else the function itself."""
+def wrapped(model: Any) -> Any:
+    """The module a call of ``model`` reaches, seen through ``torch.compile`` and DDP."""
     inner = compat.unwrap_compiled(model)
     if isinstance(inner, torch.nn.parallel.DistributedDataParallel):
         inner = compat.unwrap_compiled(inner.module)
+    return inner
+
+
+def forward_of(model: Any) -> Any:
+    """What a call of ``model`` runs: the :func:`wrapped` module's ``forward``, else the
+    function itself."""
+    inner = wrapped(model)
     return getattr(inner, "forward", inner)
 
 

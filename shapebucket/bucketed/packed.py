@@ -18,9 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import _torch as compat
 from ..errors import ShapeBucketError
-from .calls import Call, Route, Side, parameters, takes
+from .calls import Call, Route, Side, parameters, takes, wrapped
 from .placement import Layout, Layouts, PackedCall, rows_used
 
 __all__ = ["Packer", "host_lengths", "pack", "pack_into", "packs", "unpack"]
@@ -65,8 +64,8 @@ def _causal_mask_reads_positions(cls: type) -> bool:
 
 def packs(model: Any) -> bool:
     """Whether ``model`` can take a packed call (:func:`pack_into`) and give the
-    same outputs as the padded call, by this rule (a ``torch.compile`` d model is
-    judged by the module it wraps):
+    same outputs as the padded call, by this rule (a ``torch.compile`` d or DDP model
+    is judged by the module it wraps):
 
     (a) a Hugging Face decoder-only model (``config.is_encoder_decoder`` not True) whose
         ``forward`` takes ``position_ids``, whose modeling code hands ``position_ids`` to
@@ -84,7 +83,7 @@ def packs(model: Any) -> bool:
     >>> packs(torch.nn.Linear(2, 2)), packs(torch.compile(torch.nn.Linear(2, 2)))
     (False, False)
     """
-    inner = compat.unwrap_compiled(model)
+    inner = wrapped(model)
     params = parameters(inner)
     if takes(params, "document_ids"):
         return True

@@ -1,20 +1,6 @@
-"""The settings, the reading and the shape contract that the collators share.
-
-:class:`Collator` holds what :class:`~shapebucket.BucketCollator` and
-:class:`~shapebucket.PackedCollator` have in common: the bucket table, rows,
-pad values, which keys are sequences and which key plays which part
-(:class:`KeyRoles`), the token mask's name, ``seq_dim``, and the shared counters.
-
-Its public steps are the seam every collator (the two-length
-:class:`~shapebucket.collate.CellCollator` included) builds on:
-:meth:`Collator.read` turns a list of samples into checked columns and lengths,
-:meth:`Collator.sequences` concatenates each sequence key's values (with its pad
-value), :meth:`Collator.stacked` stacks the other keys; each collator then
-describes its :class:`~.engine.Layout` and hands the values to the engine. The
-collator protocol (:class:`~shapebucket.plan.ShapedCollator`) is implemented here
-once: :meth:`Collator.shapes` and :meth:`Collator.repad`, which re-pads through
-:func:`~.repad.repad_batch` by the rules of :meth:`Collator.repad_rules`.
-"""
+"""What the collators share: settings, counting, the public steps of collation
+(:meth:`Collator.read`, :meth:`Collator.sequences`, :meth:`Collator.stacked`) and the
+collator protocol (:meth:`Collator.shapes`, :meth:`Collator.repad`), implemented once."""
 
 from __future__ import annotations
 
@@ -28,12 +14,13 @@ import torch
 from .._validate import check_batch_sizes, check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
+from ..plan.contract import batch_items
 from ..plan.protocol import sampler_shapes, shapes_at_rows
 from ..plan.shapes import Shape, as_shape
-from .counters import CollateReport, Counts, SharedCounters
+from .counters import CollateReport, SharedCounters
 from .engine import Key, Layout
 from .reading import Columns, read_columns
-from .repad import Rule, items_of, repad_batch
+from .repad import Rule, repad_batch
 from .samples import SCALARS, KeyRoles
 from .values import check_pad_fits, concat, stack_column
 
@@ -204,7 +191,7 @@ class Collator:
         length]`` whatever ``seq_dim`` is) and the sequence keys (tensors with a dim past
         ``seq_dim + 1``, limited to ``sequence_keys``) are sequences; other values with one
         entry per row are per-row values; the rest is kept."""
-        items = items_of(batch)
+        items = batch_items(batch)
         row_mask: Key | None = self._row_mask_key()
         masks: set[Key]
         if isinstance(batch, Mapping):
@@ -292,16 +279,14 @@ class Collator:
             if k not in cols.seq_keys
         }
 
-    def _count(self, layout: Layout, bucket: int, *, cut: tuple[int, int] = (0, 0)) -> None:
+    def _count(self, layout: Layout, cut: tuple[int, int] = (0, 0)) -> None:
         real = int(layout.lengths.sum())
         self._counters.add(
-            bucket,
-            Counts(
-                num_samples=layout.n,
-                real_tokens=real,
-                padded_tokens=layout.rows * layout.length - real,
-                pad_rows=layout.rows - layout.used_rows(),
-                truncated_samples=cut[0],
-                truncated_tokens=cut[1],
-            ),
+            layout.length,
+            num_samples=layout.n,
+            real_tokens=real,
+            padded_tokens=layout.rows * layout.length - real,
+            pad_rows=layout.rows - layout.used_rows(),
+            truncated_samples=cut[0],
+            truncated_tokens=cut[1],
         )

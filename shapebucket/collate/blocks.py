@@ -1,13 +1,9 @@
-"""The block structure of a packed batch's document mask, made in the DataLoader worker.
+"""A packed batch's document-mask block structure, made in the DataLoader worker.
 
-:func:`~shapebucket.document_block_mask` calls ``create_block_mask`` on the training
-step: it evaluates the mask over every ``(query, key)`` pair of the batch. The
-structure it finds depends only on ``document_ids``, so a worker can find it
-instead: :func:`document_blocks` returns it as four tensors of static shapes
-(``[rows, 1, n]`` and ``[rows, 1, n, n]`` for ``n = ceil(length / block_size)``
-blocks) and the rule they follow (``causal``), and :func:`block_mask_from_blocks` builds the same ``BlockMask`` from them
-on the step with ``BlockMask.from_kv_blocks``: no pass over the pairs.
-:class:`WithDocumentBlocks` adds them to each batch of a packed collator.
+:func:`document_blocks` finds what ``create_block_mask`` finds on the step (it depends
+only on ``document_ids``) as tensors of static shapes, and :func:`block_mask_from_blocks`
+builds the same ``BlockMask`` from them (``BlockMask.from_kv_blocks``) without a pass
+over every pair. :class:`WithDocumentBlocks` adds them to each batch of a collator.
 """
 
 from __future__ import annotations
@@ -24,7 +20,13 @@ from ..plan.contract import check_protocol
 from ..plan.shapes import Shape
 from .attention import check_document_ids, document_mask_mod
 
-__all__ = ["BLOCK_KEYS", "CAUSAL_KEY", "WithDocumentBlocks", "block_mask_from_blocks", "document_blocks"]
+__all__ = [
+    "BLOCK_KEYS",
+    "CAUSAL_KEY",
+    "WithDocumentBlocks",
+    "block_mask_from_blocks",
+    "document_blocks",
+]
 
 #: the names of the four tensors, as ``BlockMask.from_kv_blocks`` takes them
 BLOCK_KEYS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")

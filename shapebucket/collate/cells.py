@@ -1,17 +1,8 @@
 """``CellCollator``: pad each key of an encoder-decoder batch to its own length.
 
-Source keys (``input_ids``, ``attention_mask``, audio features...) are padded to
-the cell's source length, target keys (``labels``, ``decoder_input_ids``,
-``decoder_attention_mask``) to its target length. Each side is read, checked
-and padded by a :class:`~shapebucket.BucketCollator` of its own, through its
-public steps (:meth:`~.base.Collator.read`, :meth:`~.base.Collator.sequences`,
-:meth:`~.base.Collator.stacked`: the same dtype rules, pad values, errors and
-engine); this module only splits the samples, chooses the cell and the rows, and
-joins the two halves. A cell is the two-length case of the one
-:class:`~shapebucket.plan.Shape` (``Shape(rows, source, target)``), and
-:meth:`CellCollator.repad` is the one :func:`~.repad.repad_batch` with the target
-keys on the shape's second axis.
-"""
+Each side (source, target) is read and padded by a :class:`~shapebucket.BucketCollator`
+of its own, through its public steps; this module splits the samples, chooses the cell
+(``Shape(rows, source, target)``) and joins the halves."""
 
 from __future__ import annotations
 
@@ -29,7 +20,7 @@ from ..plan.protocol import sampler_shapes, shapes_at_rows
 from ..plan.shapes import Shape, as_shape
 from .bucket import BucketCollator
 from .cell_sides import batch_cell, split_sides
-from .counters import CollateReport, Counts, SharedCounters
+from .counters import CollateReport, SharedCounters
 from .engine import Key, Layout, assemble
 from .reading import Columns
 from .repad import repad_batch
@@ -227,12 +218,10 @@ class CellCollator:
         real = int(src.lengths.sum()) + int(tgt.lengths.sum())
         self._counters.add(
             cell,
-            Counts(
-                num_samples=n,
-                real_tokens=real,
-                padded_tokens=rows * (cell[0] + cell[1]) - real,
-                pad_rows=rows - n,
-            ),
+            num_samples=n,
+            real_tokens=real,
+            padded_tokens=rows * (cell[0] + cell[1]) - real,
+            pad_rows=rows - n,
         )
         return out
 
@@ -247,8 +236,6 @@ class CellCollator:
         return assemble(cols.keys, values, pads, stacked, layout, mask_key=mask_key)
 
     # -- the collator protocol (shapebucket.plan.ShapedCollator) ---------------------------
-
-    packs = False  # one sample per row
 
     def shapes(self, sampler: Any = None) -> frozenset[Shape]:
         """Every ``Shape(rows, source, target)`` this collator makes for the batches of a

@@ -1,18 +1,8 @@
 """``PackedCollator``: lay a packed batch's samples into rows of one row length.
 
-The samples arrive in the order :class:`~shapebucket.PackedBatchSampler` yields
-them: row by row. Rows are filled in that order, a sample that does not fit the
-current row starting the next one (:func:`~shapebucket.fit.packing.pack_rows`),
-which rebuilds the sampler's rows exactly. The row length is the smallest one
-that holds the batch's longest sample, and the batch is padded with empty rows
-to ``rows[row length]`` rows, so every batch has one of ``len(buckets)``
-shapes.
-
-Reading and checking the samples is the shared :class:`~.base.Collator`'s work
-(the dtype rules, N-D values, pad values and errors of
-:class:`~shapebucket.BucketCollator`); this module describes the packed
-:class:`~.engine.Layout` and the engine pads the values and makes the per-token
-position and document keys from it.
+The samples come row by row, as :class:`~shapebucket.PackedBatchSampler` yields them;
+:func:`~shapebucket.fit.packing.pack_rows` rebuilds the sampler's rows, and the engine
+pads the packed :class:`~.engine.Layout` and makes positions and documents from it.
 """
 
 from __future__ import annotations
@@ -27,11 +17,12 @@ import torch
 from .._memory import check_fits_in_memory
 from ..errors import ShapeBucketError
 from ..fit.packing import pack_rows
+from ..plan.contract import batch_items
 from ..plan.shapes import Shape, as_shape
 from .base import Collator
 from .engine import Key, Layout, assemble, signed_view
 from .reading import Columns
-from .repad import Rule, items_of
+from .repad import Rule
 from .samples import KeyRoles
 
 __all__ = ["PackedCollator"]
@@ -190,7 +181,7 @@ class PackedCollator(Collator):
             out[self.document_key] = layout.documents()
         if self.cu_seqlens_key is not None:
             out[self.cu_seqlens_key] = layout.cu_seqlens()
-        self._count(layout, L)
+        self._count(layout)
         return out
 
     def _check(self, cols: Columns) -> Key | None:
@@ -289,7 +280,7 @@ class PackedCollator(Collator):
         a sequence with its length at ``seq_dim + 1``."""
         fills = {self.mask_key: 0, self.position_key: 0, self.document_key: -1}
         rules: dict[Key, Rule] = {}
-        for k, v in items_of(batch):
+        for k, v in batch_items(batch):
             if k == self.cu_seqlens_key:
                 rules[k] = Rule("boundaries")
             elif isinstance(v, list):  # the index key: one entry per sample, packing order

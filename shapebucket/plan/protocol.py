@@ -1,24 +1,7 @@
-"""The collator protocol: what a :class:`~shapebucket.plan.ShapePlan` asks of a collator.
-
-A collator that implements :class:`ShapedCollator` is planned, prewarmed and guarded
-like the built-in ones (:class:`~shapebucket.BucketCollator`,
-:class:`~shapebucket.PackedCollator`, :class:`~shapebucket.collate.CellCollator`):
-
-* ``shapes(sampler=None)``: every :class:`~shapebucket.plan.Shape` the collator makes
-  for the batches of ``sampler`` (a :class:`ShapedSampler`; ``None``: the shapes it
-  makes on its own, or a :class:`~shapebucket.ShapeBucketError` when its row count
-  comes from the sampler);
-* ``repad(batch, shape)``: a batch of ``shape`` made from ``batch``, a batch the
-  collator made (:func:`shapebucket.prewarm` compiles each shape from one);
-* ``packs``: True when its rows hold several samples each (it pairs with a packing
-  sampler);
-* ``seq_dim``: the sequence dim of each sample (batches have their length at dim
-  ``seq_dim + 1``).
-
-A sampler (:class:`ShapedSampler`) lists ``shapes()``, the shape of each batch it
-yields on this rank, and says whether it ``packs`` samples into rows. Pairing is by
-that attribute, never by class name: :func:`sampler_shapes` refuses a packing sampler
-with a collator that does not pack, and the other way round.
+"""The collator protocol: what a :class:`~shapebucket.plan.ShapePlan` asks of a
+collator (:class:`ShapedCollator`) and of a sampler (:class:`ShapedSampler`). A user's
+collator that implements it is planned, prewarmed and guarded like the built-in ones;
+pairing is by ``packs``, never by class name.
 
 >>> from shapebucket import BucketCollator
 >>> isinstance(BucketCollator([8, 16]), ShapedCollator)
@@ -81,19 +64,9 @@ class ShapedSampler(Protocol):
 
 
 def sampler_shapes(sampler: Any, collator: Any, axes: int = 1) -> frozenset[Shape]:
-    """The shapes of ``sampler``'s batches, checked to suit ``collator``: the sampler
-    lists ``shapes()``, packs exactly when the collator does (their ``packs`` attributes;
-    a sampler without one does not pack), and its shapes have ``axes`` lengths. A collator's ``shapes()`` starts
-    from them.
-
-    >>> from shapebucket import BucketCollator
-    >>> class Listed:
-    ...     packs = False
-    ...     def shapes(self):
-    ...         return [(4, 8), (2, 16)]
-    >>> sorted(sampler_shapes(Listed(), BucketCollator([8, 16])))
-    [Shape(rows=2, length=16), Shape(rows=4, length=8)]
-    """
+    """The shapes of ``sampler``'s batches (its ``shapes()``), checked to pair with
+    ``collator`` by ``packs`` and to have ``axes`` lengths: where a collator's ``shapes()``
+    starts."""
     name, kind = type(collator).__name__, type(sampler).__name__
     if not callable(getattr(sampler, "shapes", None)):
         raise ShapeBucketError(
@@ -125,17 +98,8 @@ def shapes_at_rows(
     key: Callable[[Shape], Any],
     too_many: Callable[[Shape, int], str],
 ) -> frozenset[Shape]:
-    """The shapes ``collator`` pads a sampler's batches (``used``: their shapes) to: with
-    ``collator.rows``, each at ``collator.rows_for(key(shape))`` rows, refusing a batch with
-    more rows than that (``too_many(shape, rows)`` says so, naming the fix); without,
-    ``used`` as it is.
-
-    >>> class C:
-    ...     rows = 4
-    ...     def rows_for(self, length): return 4
-    >>> shapes_at_rows(C(), frozenset({Shape(2, 8)}), lambda s: s.length, lambda s, r: "")
-    frozenset({Shape(rows=4, length=8)})
-    """
+    """``used`` (a sampler's shapes) at ``collator.rows_for(key(shape))`` rows when the
+    collator pads rows, refusing a batch with more rows (``too_many`` says so)."""
     if collator.rows is None:
         return used
     for s in used:

@@ -15,7 +15,7 @@ from .._validate import check_batch_sizes, check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
 from ..plan.contract import batch_items
-from ..plan.protocol import sampler_shapes, shapes_at_rows
+from ..plan.protocol import table_shapes
 from ..plan.shapes import Shape, as_shape
 from .counters import CollateReport, SharedCounters
 from .engine import Key, Layout
@@ -133,39 +133,7 @@ class Collator:
         >>> sorted(BucketCollator([8, 16], rows=4).shapes())
         [Shape(rows=4, length=8), Shape(rows=4, length=16)]
         """
-        if sampler is None:
-            if self.rows is None:
-                raise ShapeBucketError(
-                    f"{type(self).__name__} pads no rows (no rows=), so a batch's row count "
-                    "comes from the sampler: pass ShapePlan.of(collator, sampler), give the "
-                    "collator rows=, or list the shapes: ShapePlan([(rows, length), ...], collator)"
-                )
-            return frozenset(Shape(int(cast(int, self.rows_for(b))), b) for b in self._table)
-        used = self.sampled(sampler)
-        return shapes_at_rows(
-            self,
-            used,
-            lambda s: s.length,
-            lambda s, rows: (
-                f"the sampler makes batches of {s.rows} rows at bucket {s.length}, "
-                f"more than the collator's rows={rows} there; pass "
-                f"{type(self).__name__}(rows=sampler.rows)"
-            ),
-        )
-
-    def sampled(self, sampler: Any) -> frozenset[Shape]:
-        """The shapes of ``sampler``'s batches (:func:`~shapebucket.plan.protocol.sampler_shapes`),
-        refusing lengths that are not buckets of this collator."""
-        used = sampler_shapes(sampler, self)
-        unknown = sorted({s.length for s in used} - set(self._table))
-        if unknown:
-            raise ShapeBucketError(
-                f"the sampler makes batches at buckets {unknown}, which the collator "
-                f"({list(self._table)}) does not have (lengths {unknown} are not buckets of it, "
-                "so it never pads a batch to them); give the sampler and the collator the same "
-                "buckets"
-            )
-        return used
+        return table_shapes(self, sampler, self._table)
 
     def repad(self, batch: Any, shape: Shape) -> Any:
         """``batch`` (one this collator made) cut or padded to ``shape``: each row keeps the

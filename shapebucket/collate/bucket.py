@@ -230,12 +230,10 @@ class BucketCollator(Collator):
         if self.row_buckets is None:
             return super().shapes(sampler)
         sizes = self.row_buckets
-        lengths = (
-            list(self._table)
-            if sampler is None
-            else sorted({s.length for s in self.sampled(sampler)})
-        )
-        for s in () if sampler is None else self.sampled(sampler):
+        if sampler is None:
+            return frozenset(Shape(r, b) for b in self._table for r in sizes)
+        used = super().shapes(sampler)  # no rows=: the sampler's shapes, checked
+        for s in used:
             if s.rows > sizes[-1]:
                 raise ShapeBucketError(
                     f"the sampler makes batches of {s.rows} rows (at bucket {s.length}), more "
@@ -243,7 +241,7 @@ class BucketCollator(Collator):
                     "every such batch would fail to collate: add a larger row bucket or make "
                     "the batches smaller"
                 )
-        return frozenset(Shape(r, b) for b in lengths for r in sizes)
+        return frozenset(Shape(r, s.length) for s in used for r in sizes)
 
     def _left_padded(self) -> bool:
         return self.padding_side == "left"

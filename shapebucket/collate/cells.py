@@ -16,7 +16,7 @@ import torch
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.cells import Cells
-from ..plan.protocol import sampler_shapes, shapes_at_rows
+from ..plan.protocol import table_shapes
 from ..plan.shapes import Shape, as_shape
 from .bucket import BucketCollator
 from .cell_sides import batch_cell, split_sides
@@ -64,15 +64,8 @@ class CellCollator:
     cells, weights included, land in their own cell: :meth:`shapes` refuses a
     sampler whose cells differ).
 
-    ``collator.stats`` counts what :class:`~shapebucket.BucketCollator`'s does, exactly
-    also with DataLoader workers (:class:`~shapebucket.collate.counters.CollateReport`), for
-    both lengths at once: a batch's real tokens are its samples' source plus target
-    lengths, its padded tokens ``rows x (source + target)`` of its cell minus the real
-    ones (so ``token_efficiency`` is the share of the encoder's and decoder's positions
-    that hold a token); ``batches_per_bucket`` is keyed by cell, ``pad_rows`` counts the
-    all-pad rows, and nothing is truncated (a sample longer than every cell is refused).
-    As with ``BucketCollator``, a copy made outside a DataLoader (``pickle``,
-    ``copy.deepcopy``) starts its counters from zero.
+    ``collator.stats`` counts source plus target tokens, batches per cell
+    (:class:`~shapebucket.collate.counters.CollateReport`); nothing is truncated.
 
     >>> collate = CellCollator([(8, 4), (16, 8)])
     >>> batch = collate([{"input_ids": [1] * 10, "labels": [2, 3]}, {"input_ids": [4], "labels": [5]}])
@@ -176,8 +169,7 @@ class CellCollator:
 
     @property
     def stats(self) -> CollateReport:
-        """What this collator (and its DataLoader workers' copies) did so far, as a snapshot:
-        source plus target tokens, batches per cell (see the class docstring)."""
+        """What this collator (and its DataLoader workers' copies) did so far, as a snapshot."""
         return self._counters.snapshot()
 
     def reset_stats(self) -> None:
@@ -248,13 +240,6 @@ class CellCollator:
         [Shape(rows=2, lengths=(8, 4)), Shape(rows=2, lengths=(16, 8))]
         """
         table = self._table
-        if sampler is None:
-            if self.rows is None:
-                raise ShapeBucketError(
-                    "CellCollator pads no rows (no rows=), so a batch's row count comes from the "
-                    "sampler: pass ShapePlan.of(collator, sampler), or give the collator rows="
-                )
-            return frozenset(Shape(cast(int, self.rows_for(c)), *c) for c in table)
         theirs = getattr(sampler, "cells", None)
         if isinstance(theirs, Cells) and theirs != table:
             what = (
@@ -268,22 +253,7 @@ class CellCollator:
                 "another cell than the sampler planned (a shape the plan lacks); build both "
                 "from one table: CellCollator(sampler.cells, rows=sampler.rows)"
             )
-        used = sampler_shapes(sampler, self, axes=2)
-        unknown = sorted({s.lengths for s in used} - set(table))
-        if unknown:
-            raise ShapeBucketError(
-                f"the sampler makes batches in cells {unknown}, which the collator "
-                f"({table!r}) does not have; give both the same cells"
-            )
-        return shapes_at_rows(
-            self,
-            used,
-            lambda s: s.lengths,
-            lambda s, rows: (
-                f"the sampler makes batches of {s.rows} rows in cell {s.lengths}, "
-                f"more than the collator's rows={rows}; pass CellCollator(rows=sampler.rows)"
-            ),
-        )
+        return table_shapes(self, sampler, table, axes=2)
 
     def repad(self, batch: Any, shape: Shape) -> dict[Key, Any]:
         """Re-pad a batch this collator made to ``shape`` (``Shape(rows, source, target)``

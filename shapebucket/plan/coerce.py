@@ -15,7 +15,7 @@ import torch
 
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
-from .contract import batch_items, check_protocol
+from .contract import batch_items
 from .shapes import ShapePlan
 
 __all__ = ["as_plan"]
@@ -66,10 +66,8 @@ def as_plan(
             "build a batch of each bucket from: pass example=next(iter(loader)) (a batch "
             "your collator made), or a ShapePlan"
         )
-    collator = default(buckets)
-    check_protocol(collator, caller)
     rows = _rows_of(example, buckets, caller)
-    return ShapePlan([(rows, b) for b in buckets], collator)
+    return ShapePlan([(rows, b) for b in buckets], default(buckets))
 
 
 def _rows_of(example: Any, buckets: Buckets, caller: str) -> int:

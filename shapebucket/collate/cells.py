@@ -1,8 +1,8 @@
 """``CellCollator``: pad each key of an encoder-decoder batch to its own length.
 
 Each side (source, target) is read and padded by a :class:`~shapebucket.BucketCollator`
-of its own, through its public steps; this module splits the samples, chooses the cell
-(``Shape(rows, source, target)``) and joins the halves."""
+of its own, through its public steps; this module splits the samples into their sides,
+chooses the cell (``Shape(rows, source, target)``) and joins the halves."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from ..fit.cells import Cells
 from ..plan.protocol import table_shapes
 from ..plan.shapes import Shape, as_shape
 from .bucket import BucketCollator
-from .cell_sides import batch_cell, split_sides
 from .counters import CollateReport, SharedCounters
 from .engine import Key, Layout, assemble
 from .reading import Columns
@@ -186,10 +185,10 @@ class CellCollator:
     # -- collation ---------------------------------------------------------------------------
 
     def __call__(self, samples: Sequence[Any]) -> dict[Key, Any]:
-        src_samples, tgt_samples = split_sides(samples, self.target_keys, self.roles.index)
+        src_samples, tgt_samples = _split_sides(samples, self.target_keys, self.roles.index)
         src = self._source.read(src_samples)
         tgt = self._target.read(tgt_samples)
-        cell = batch_cell(self._table, src, tgt)
+        cell = _batch_cell(self._table, src, tgt)
         n = len(src.lengths)
         rows = self.rows_for(cell)
         if rows is None:
@@ -281,3 +280,57 @@ class CellCollator:
         target = self._target.repad_rules({k: v for k, v in batch.items() if k in tnames})
         rules.update((k, replace(r, axis=1)) for k, r in target.items())
         return cast(dict, repad_batch(batch, shape, rules))
+
+
+def _split_sides(
+    samples: Sequence[Any], target_keys: Sequence[Key], index_key: Key | None
+) -> tuple[list[dict], list[dict]]:
+    """Each dict sample split into its source (every key but the target keys it has) and
+    its target (those keys, and the key that names its dataset index, for errors)."""
+    if (
+        not isinstance(samples, Sequence)
+        or not samples
+        or not all(isinstance(s, Mapping) for s in samples)
+    ):
+        raise ShapeBucketError(
+            f"CellCollator needs a non-empty list of dict samples, got {samples!r:.80}"
+        )
+    tkeys = [k for k in target_keys if k in samples[0]]
+    if not tkeys:
+        raise ShapeBucketError(
+            f"sample 0 has none of the target keys {list(target_keys)} (its keys: "
+            f"{list(samples[0])}); pass target_keys=[...] naming the decoder's keys"
+        )
+    names = (index_key, "idx", "index")  # what names a sample's dataset index
+    extra = [k for k in names if k is not None and k in samples[0]][:1]
+    src = [{k: v for k, v in s.items() if k not in tkeys} for s in samples]
+    if not any(k not in (*tkeys, *extra) for k in samples[0]):
+        raise ShapeBucketError(
+            f"sample 0 has only target keys ({list(samples[0])}), no source key such as "
+            "'input_ids' or 'input_features'; a CellCollator pads a source and a target per "
+            "sample (one length only: BucketCollator)"
+        )
+    tgt = [{k: s[k] for k in [*tkeys, *extra] if k in s} for s in samples]
+    return src, tgt
+
+
+def _batch_cell(table: Cells, src: Columns, tgt: Columns) -> tuple[int, int]:
+    """The cell of a batch (its read source and target): the cell of its longest source
+    and longest target, or a refusal naming the sample that fits no cell, or the mix of
+    cells that fits none."""
+    s, t = src.lengths, tgt.lengths
+    for i in range(len(s)):  # each sample first, so the error names the sample and key
+        if not any(s[i] <= S and t[i] <= T for S, T in table):
+            raise ShapeBucketError(
+                f"{src.where(i)}: {src.length_key!r} has length {int(s[i])} and "
+                f"{tgt.length_key!r} has length {int(t[i])}: " + table.no_cell(int(s[i]), int(t[i]))
+            )
+    top = (int(s.max()), int(t.max()))
+    if not any(top[0] <= S and top[1] <= T for S, T in table):
+        raise ShapeBucketError(
+            f"the batch's longest source {top[0]} and longest target {top[1]} fit no cell of "
+            f"{table!r}, though each sample fits one: the batch mixes cells; batch with "
+            "CellBatchSampler (one cell per batch) or add a cell >= "
+            f"({top[0]}, {top[1]})"
+        )
+    return table.cell_for(*top)

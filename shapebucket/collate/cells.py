@@ -23,7 +23,7 @@ from .counters import CollateReport, SharedCounters
 from .engine import Key, Layout, assemble
 from .reading import Columns
 from .repad import repad_batch
-from .samples import KeyRoles
+from .samples import KeyRoles, index_key_of
 
 __all__ = ["DEFAULT_TARGET_KEYS", "CellCollator"]
 
@@ -301,8 +301,7 @@ def _split_sides(
             f"sample 0 has none of the target keys {list(target_keys)} (its keys: "
             f"{list(samples[0])}); pass target_keys=[...] naming the decoder's keys"
         )
-    names = (index_key, "idx", "index")  # what names a sample's dataset index
-    extra = [k for k in names if k is not None and k in samples[0]][:1]
+    extra = [k for k in [index_key_of("dict", samples[0], index_key)] if k in samples[0]]
     src = [{k: v for k, v in s.items() if k not in tkeys} for s in samples]
     if not any(k not in (*tkeys, *extra) for k in samples[0]):
         raise ShapeBucketError(

@@ -23,7 +23,7 @@ from .base import Collator
 from .engine import Key, Layout, assemble, signed_view
 from .reading import Columns
 from .repad import Rule
-from .samples import KeyRoles
+from .samples import KeyRoles, index_key_of
 
 __all__ = ["PackedCollator"]
 
@@ -198,9 +198,7 @@ class PackedCollator(Collator):
                 f"datasets.Dataset: ds.remove_columns({HF_MASK!r})); the batch's position_ids "
                 "and document_ids say where each sample starts"
             )
-        index_key = self.roles.index
-        if index_key is None:
-            index_key = next((k for k in ("idx", "index") if k in cols.columns), None)
+        index_key = index_key_of(cols.kind, cols.keys, self.roles.index)
         others = [k for k in cols.keys if k not in cols.seq_keys and k != index_key]
         if others:
             raise ShapeBucketError(

@@ -5,7 +5,7 @@ collator protocol (:meth:`Collator.shapes`, :meth:`Collator.repad`), implemented
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -80,6 +80,16 @@ class Collator:
             self.pad_values = dict(self.pad_values)
         self.rows = check_batch_sizes(self.rows, self._table)
         self._counters = SharedCounters(tuple(self._table))
+
+    def __repr__(self) -> str:
+        """The bucket table and every setting that differs from its default."""
+        shown = [f"buckets={self.buckets!r}"]
+        for f in fields(self):
+            value = getattr(self, f.name)
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
+            if f.name != "buckets" and value != default:
+                shown.append(f"{f.name}={value!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     @property
     def _table(self) -> Buckets:

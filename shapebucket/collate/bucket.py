@@ -18,7 +18,6 @@ from .base import Collator, check_key_list
 from .device import FlatBatch
 from .engine import Key, Layout
 from .reading import Columns
-from .samples import KeyRoles
 
 __all__ = ["BucketCollator"]
 
@@ -117,25 +116,6 @@ class BucketCollator(Collator):
         collator = cls(buckets, **options)
         collator.row_buckets = sizes
         return collator
-
-    def __repr__(self) -> str:
-        settings = [
-            f"buckets={self.buckets!r}",
-            f"padding_side={self.padding_side!r}",
-            f"mask_key={self.mask_key!r}",
-            f"overflow={self.overflow!r}",
-        ]
-        if self.sample_mask_key is not None:
-            settings.append(f"sample_mask_key={self.sample_mask_key!r}")
-        for name in ("pad_values", "sequence_keys", "rows", "row_buckets"):
-            value = getattr(self, name)
-            if value is not None:
-                settings.append(f"{name}={value!r}")
-        if self.roles != KeyRoles():
-            settings.append(f"roles={self.roles!r}")
-        if self.seq_dim:
-            settings.append(f"seq_dim={self.seq_dim}")
-        return f"BucketCollator({', '.join(settings)})"
 
     def _row_mask_key(self) -> str | None:
         pads_rows = self.rows is not None or self.row_buckets is not None

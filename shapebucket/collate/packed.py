@@ -23,7 +23,7 @@ from .base import Collator
 from .engine import Key, Layout, assemble, signed_view
 from .reading import Columns
 from .repad import Rule
-from .samples import KeyRoles, index_key_of
+from .samples import index_key_of
 
 __all__ = ["PackedCollator"]
 
@@ -127,17 +127,6 @@ class PackedCollator(Collator):
         2
         """
         return cast(int, super().rows_for(bucket))
-
-    def __repr__(self) -> str:
-        settings = [f"buckets={self.buckets!r}", f"rows={self.rows!r}"]
-        for name in ("pad_values", "mask_key", "cu_seqlens_key"):
-            value = getattr(self, name)
-            if value is not None:
-                settings.append(f"{name}={value!r}")
-        if self.roles != KeyRoles():
-            settings.append(f"roles={self.roles!r}")
-        settings.append(f"label_shift={self.label_shift!r}")
-        return f"PackedCollator({', '.join(settings)})"
 
     def __call__(self, samples: Sequence[Any]) -> dict[Key, Any]:
         cols = self.read(samples)

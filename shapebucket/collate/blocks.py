@@ -88,16 +88,12 @@ def _query_blocks(
 ) -> torch.Tensor:
     """``[rows, (end - first) * block_size, n * block_size]``: the mask of query blocks
     ``first`` to ``end``, False outside the batch's length (as ``create_block_mask`` pads
-    it). document_block_mask's rule; tests pin the two equal."""
-    q = padded[:, first * block_size : end * block_size]
-    q_pos = torch.arange(first * block_size, end * block_size)[:, None]
-    k_pos = torch.arange(padded.shape[1])[None, :]
-    allowed = (q[:, :, None] == padded[:, None, :]) & (q[:, :, None] >= 0)
-    if causal:
-        allowed &= k_pos <= q_pos
-    allowed |= q_pos == k_pos
-    allowed &= (q_pos < length) & (k_pos < length)
-    return allowed
+    it), by :func:`~.attention.document_mask_mod`."""
+    q_pos = torch.arange(first * block_size, end * block_size)[None, :, None]
+    k_pos = torch.arange(padded.shape[1])[None, None, :]
+    b = torch.arange(padded.shape[0])[:, None, None]
+    allowed = document_mask_mod(padded, causal=causal)(b, None, q_pos, k_pos)
+    return allowed & (q_pos < length) & (k_pos < length)
 
 
 def block_mask_from_blocks(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -101,9 +102,7 @@ def pad_rows(flat: torch.Tensor, out: torch.Tensor, lengths: torch.Tensor, *, le
     if flat.dtype == torch.bool:  # triton's i1 pointers: move bytes instead
         work, target = flat.view(torch.uint8), out.view(torch.uint8)
     rows, length = out.shape[:2]
-    F = 1
-    for d in out.shape[2:]:
-        F *= d
+    F = math.prod(out.shape[2:])
     fill = target.reshape(-1)[:1].clone()  # the pad value, exactly, in the stored dtype
     starts = torch.cumsum(lengths, 0) - lengths
     blocks = -(-(length * F) // BLOCK)

@@ -1,11 +1,7 @@
 """Collation: padding batches to their bucket (or packing them), on the host or the device.
 
-One engine (:mod:`.engine`) turns flat values plus a layout into padded tensors and
-masks for every path: :class:`BucketCollator`, :class:`PackedCollator`,
-:class:`CellCollator`, :meth:`~.device.FlatBatch.finish` and re-padding (:mod:`.repad`).
-Every collator implements the collator protocol
-(:class:`~shapebucket.plan.ShapedCollator`): ``shapes(sampler)`` and
-``repad(batch, shape)``.
+One engine (:mod:`.engine`) pads for every path; every collator implements the collator
+protocol (:class:`~shapebucket.plan.ShapedCollator`).
 """
 
 from .attention import document_block_mask, document_causal_mask

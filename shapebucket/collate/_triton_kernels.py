@@ -1,18 +1,10 @@
-"""The triton kernels of :mod:`.kernel` (imported only when triton is, by
-:func:`.kernel._kernels`, once per ``TRITON_INTERPRET`` setting).
-
-``_place`` is the offset arithmetic, all in int64: program ``p`` pads block
-``p % NB`` of row ``p // NB`` (``NB`` blocks per row), and for each of its
-elements computes where it is written, where it is read, whether it is a real
-value. The grid is one axis of programs (CUDA allows 2**31 - 1 on axis 0 and
-65,535 on the others), launched in chunks from ``first``. ``pad_kernel`` pads with
-it; ``probe`` stores what it computes, so a test can check offsets past 2**32
-without allocating such a batch.
+"""The triton kernels of :mod:`.kernel`, loaded by it on first use (once per
+``TRITON_INTERPRET`` setting): ``_place`` is the int64 offset arithmetic, ``pad_kernel``
+pads with it, ``probe`` stores what it computes.
 
 The integer arguments are never specialised (``do_not_specialize``): compiled triton
-passes an int argument equal to 1 as a Python constant, which has no ``.to`` (a row of
-one element, one block per row or a first launch at program 1 would not compile on a
-GPU; the interpreter passes every int as a scalar, so only a GPU run found it).
+passes an int argument equal to 1 as a Python constant, which has no ``.to`` (only a
+GPU run finds it: the interpreter passes every int as a scalar).
 """
 
 import triton

@@ -26,13 +26,11 @@ def document_causal_mask(document_ids: torch.Tensor, *, causal: bool = True) -> 
     [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
     """
     check_document_ids(document_ids)
-    L = document_ids.shape[1]
+    rows, L = document_ids.shape
     pos = torch.arange(L, device=document_ids.device)
-    q, k = document_ids[:, :, None], document_ids[:, None, :]
-    allowed = (q == k) & (q >= 0)
-    if causal:
-        allowed = allowed & (pos[None, :] <= pos[:, None])
-    return (allowed | (pos[None, :] == pos[:, None]))[:, None]
+    b = torch.arange(rows, device=document_ids.device)[:, None, None]
+    rule = document_mask_mod(document_ids, causal=causal)
+    return rule(b, None, pos[None, :, None], pos[None, None, :])[:, None]
 
 
 def document_block_mask(
@@ -66,10 +64,10 @@ def document_block_mask(
 
 
 def document_mask_mod(document_ids: Any, *, causal: bool = True) -> Any:
-    """The ``mask_mod`` of :func:`document_block_mask` (and of
-    :func:`~shapebucket.collate.blocks.block_mask_from_blocks`): ``(b, h, q_idx, kv_idx)``
+    """The one rule of every document mask (dense, flex, blocks): ``(b, h, q_idx, kv_idx)``
     may attend when both tokens are of one document (and, when causal, the key is not
-    later), or when they are the same token."""
+    later), or when they are the same token. Indices broadcast, so it also makes dense
+    masks."""
 
     def document_mask(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
         dq, dk = document_ids[b, q_idx], document_ids[b, kv_idx]

@@ -1,25 +1,11 @@
-"""The settings, the reading and the shape contract that the collators share.
-
-:class:`Collator` holds what :class:`~shapebucket.BucketCollator` and
-:class:`~shapebucket.PackedCollator` have in common: the bucket table, rows,
-pad values, which keys are sequences and which key plays which part
-(:class:`KeyRoles`), the token mask's name, ``seq_dim``, and the shared counters.
-
-Its public steps are the seam every collator (the two-length
-:class:`~shapebucket.collate.CellCollator` included) builds on:
-:meth:`Collator.read` turns a list of samples into checked columns and lengths,
-:meth:`Collator.sequences` concatenates each sequence key's values (with its pad
-value), :meth:`Collator.stacked` stacks the other keys; each collator then
-describes its :class:`~.engine.Layout` and hands the values to the engine. The
-collator protocol (:class:`~shapebucket.plan.ShapedCollator`) is implemented here
-once: :meth:`Collator.shapes` and :meth:`Collator.repad`, which re-pads through
-:func:`~.repad.repad_batch` by the rules of :meth:`Collator.repad_rules`.
-"""
+"""What the collators share: settings, counting, the public steps of collation
+(:meth:`Collator.read`, :meth:`Collator.sequences`, :meth:`Collator.stacked`) and the
+collator protocol (:meth:`Collator.shapes`, :meth:`Collator.repad`), implemented once."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, cast
 
 import numpy as np
@@ -28,12 +14,13 @@ import torch
 from .._validate import check_batch_sizes, check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
-from ..plan.protocol import sampler_shapes, shapes_at_rows
+from ..plan.contract import batch_items
+from ..plan.protocol import table_shapes
 from ..plan.shapes import Shape, as_shape
-from .counters import CollateReport, Counts, SharedCounters
+from .counters import CollateReport, SharedCounters
 from .engine import Key, Layout
 from .reading import Columns, read_columns
-from .repad import Rule, items_of, repad_batch
+from .repad import Rule, repad_batch
 from .samples import SCALARS, KeyRoles
 from .values import check_pad_fits, concat, stack_column
 
@@ -94,6 +81,16 @@ class Collator:
         self.rows = check_batch_sizes(self.rows, self._table)
         self._counters = SharedCounters(tuple(self._table))
 
+    def __repr__(self) -> str:
+        """The bucket table and every setting that differs from its default."""
+        shown = [f"buckets={self.buckets!r}"]
+        for f in fields(self):
+            value = getattr(self, f.name)
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
+            if f.name != "buckets" and value != default:
+                shown.append(f"{f.name}={value!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
+
     @property
     def _table(self) -> Buckets:
         # __post_init__ turns any sequence of ints into Buckets
@@ -146,39 +143,7 @@ class Collator:
         >>> sorted(BucketCollator([8, 16], rows=4).shapes())
         [Shape(rows=4, length=8), Shape(rows=4, length=16)]
         """
-        if sampler is None:
-            if self.rows is None:
-                raise ShapeBucketError(
-                    f"{type(self).__name__} pads no rows (no rows=), so a batch's row count "
-                    "comes from the sampler: pass ShapePlan.of(collator, sampler), give the "
-                    "collator rows=, or list the shapes: ShapePlan([(rows, length), ...], collator)"
-                )
-            return frozenset(Shape(int(cast(int, self.rows_for(b))), b) for b in self._table)
-        used = self.sampled(sampler)
-        return shapes_at_rows(
-            self,
-            used,
-            lambda s: s.length,
-            lambda s, rows: (
-                f"the sampler makes batches of {s.rows} rows at bucket {s.length}, "
-                f"more than the collator's rows={rows} there; pass "
-                f"{type(self).__name__}(rows=sampler.rows)"
-            ),
-        )
-
-    def sampled(self, sampler: Any) -> frozenset[Shape]:
-        """The shapes of ``sampler``'s batches (:func:`~shapebucket.plan.protocol.sampler_shapes`),
-        refusing lengths that are not buckets of this collator."""
-        used = sampler_shapes(sampler, self)
-        unknown = sorted({s.length for s in used} - set(self._table))
-        if unknown:
-            raise ShapeBucketError(
-                f"the sampler makes batches at buckets {unknown}, which the collator "
-                f"({list(self._table)}) does not have (lengths {unknown} are not buckets of it, "
-                "so it never pads a batch to them); give the sampler and the collator the same "
-                "buckets"
-            )
-        return used
+        return table_shapes(self, sampler, self._table)
 
     def repad(self, batch: Any, shape: Shape) -> Any:
         """``batch`` (one this collator made) cut or padded to ``shape``: each row keeps the
@@ -204,7 +169,7 @@ class Collator:
         length]`` whatever ``seq_dim`` is) and the sequence keys (tensors with a dim past
         ``seq_dim + 1``, limited to ``sequence_keys``) are sequences; other values with one
         entry per row are per-row values; the rest is kept."""
-        items = items_of(batch)
+        items = batch_items(batch)
         row_mask: Key | None = self._row_mask_key()
         masks: set[Key]
         if isinstance(batch, Mapping):
@@ -292,16 +257,14 @@ class Collator:
             if k not in cols.seq_keys
         }
 
-    def _count(self, layout: Layout, bucket: int, *, cut: tuple[int, int] = (0, 0)) -> None:
+    def _count(self, layout: Layout, cut: tuple[int, int] = (0, 0)) -> None:
         real = int(layout.lengths.sum())
         self._counters.add(
-            bucket,
-            Counts(
-                num_samples=layout.n,
-                real_tokens=real,
-                padded_tokens=layout.rows * layout.length - real,
-                pad_rows=layout.rows - layout.used_rows(),
-                truncated_samples=cut[0],
-                truncated_tokens=cut[1],
-            ),
+            layout.length,
+            num_samples=layout.n,
+            real_tokens=real,
+            padded_tokens=layout.rows * layout.length - real,
+            pad_rows=layout.rows - layout.used_rows(),
+            truncated_samples=cut[0],
+            truncated_tokens=cut[1],
         )

@@ -1,13 +1,9 @@
-"""The block structure of a packed batch's document mask, made in the DataLoader worker.
+"""A packed batch's document-mask block structure, made in the DataLoader worker.
 
-:func:`~shapebucket.document_block_mask` calls ``create_block_mask`` on the training
-step: it evaluates the mask over every ``(query, key)`` pair of the batch. The
-structure it finds depends only on ``document_ids``, so a worker can find it
-instead: :func:`document_blocks` returns it as four tensors of static shapes
-(``[rows, 1, n]`` and ``[rows, 1, n, n]`` for ``n = ceil(length / block_size)``
-blocks) and the rule they follow (``causal``), and :func:`block_mask_from_blocks` builds the same ``BlockMask`` from them
-on the step with ``BlockMask.from_kv_blocks``: no pass over the pairs.
-:class:`WithDocumentBlocks` adds them to each batch of a packed collator.
+:func:`document_blocks` finds what ``create_block_mask`` finds on the step (it depends
+only on ``document_ids``) as tensors of static shapes, and :func:`block_mask_from_blocks`
+builds the same ``BlockMask`` from them (``BlockMask.from_kv_blocks``) without a pass
+over every pair. :class:`WithDocumentBlocks` adds them to each batch of a collator.
 """
 
 from __future__ import annotations
@@ -24,7 +20,13 @@ from ..plan.contract import check_protocol
 from ..plan.shapes import Shape
 from .attention import check_document_ids, document_mask_mod
 
-__all__ = ["BLOCK_KEYS", "CAUSAL_KEY", "WithDocumentBlocks", "block_mask_from_blocks", "document_blocks"]
+__all__ = [
+    "BLOCK_KEYS",
+    "CAUSAL_KEY",
+    "WithDocumentBlocks",
+    "block_mask_from_blocks",
+    "document_blocks",
+]
 
 #: the names of the four tensors, as ``BlockMask.from_kv_blocks`` takes them
 BLOCK_KEYS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
@@ -86,16 +88,12 @@ def _query_blocks(
 ) -> torch.Tensor:
     """``[rows, (end - first) * block_size, n * block_size]``: the mask of query blocks
     ``first`` to ``end``, False outside the batch's length (as ``create_block_mask`` pads
-    it). document_block_mask's rule; tests pin the two equal."""
-    q = padded[:, first * block_size : end * block_size]
-    q_pos = torch.arange(first * block_size, end * block_size)[:, None]
-    k_pos = torch.arange(padded.shape[1])[None, :]
-    allowed = (q[:, :, None] == padded[:, None, :]) & (q[:, :, None] >= 0)
-    if causal:
-        allowed &= k_pos <= q_pos
-    allowed |= q_pos == k_pos
-    allowed &= (q_pos < length) & (k_pos < length)
-    return allowed
+    it), by :func:`~.attention.document_mask_mod`."""
+    q_pos = torch.arange(first * block_size, end * block_size)[None, :, None]
+    k_pos = torch.arange(padded.shape[1])[None, None, :]
+    b = torch.arange(padded.shape[0])[:, None, None]
+    allowed = document_mask_mod(padded, causal=causal)(b, None, q_pos, k_pos)
+    return allowed & (q_pos < length) & (k_pos < length)
 
 
 def block_mask_from_blocks(

@@ -1,30 +1,11 @@
-"""``BucketCollator``: pad each batch's sequence dimension to its bucket length.
-
-The collator is a picklable dataclass meant for ``DataLoader(collate_fn=...)``.
-It reads and checks the samples (the shared :class:`~.base.Collator`), chooses
-the bucket and the rows, and describes a one-sample-per-row
-:class:`~.engine.Layout`; the engine fills each key in one pre-allocated tensor
-(the real tokens of all samples concatenated once and scattered through the
-mask), so there is no per-sample ``F.pad`` and ``stack``.
-
-Conventions (all documented in ``docs/collate.md``):
-
-* Samples are dicts (output: dict), tuples/lists of fields (output: tuple), or
-  bare sequences (output: a tuple ``(padded, mask)``, plus the row mask when
-  ``sample_mask_key`` adds one; the padded tensor alone when ``mask_key=None``
-  and no row mask is added).
-* Python ints become int64, Python floats float32, bools bool; numpy arrays and
-  tensors keep their dtype.
-* ``overflow="truncate"`` keeps the *first* ``max_len`` tokens with right
-  padding and the *last* ``max_len`` with left padding (left padding is for
-  generation, where the most recent context matters).
-"""
+"""``BucketCollator``: pad each batch's sequence dimension to its bucket length (the
+conventions are in ``docs/collate.md``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -35,9 +16,8 @@ from ..errors import ShapeBucketError
 from ..plan.shapes import Shape
 from .base import Collator, check_key_list
 from .device import FlatBatch
-from .engine import Key, Layout, assemble
+from .engine import Key, Layout
 from .reading import Columns
-from .samples import KeyRoles
 
 __all__ = ["BucketCollator"]
 
@@ -137,44 +117,16 @@ class BucketCollator(Collator):
         collator.row_buckets = sizes
         return collator
 
-    def __repr__(self) -> str:
-        settings = [
-            f"buckets={self.buckets!r}",
-            f"padding_side={self.padding_side!r}",
-            f"mask_key={self.mask_key!r}",
-            f"overflow={self.overflow!r}",
-        ]
-        if self.sample_mask_key is not None:
-            settings.append(f"sample_mask_key={self.sample_mask_key!r}")
-        for name in ("pad_values", "sequence_keys", "rows", "row_buckets"):
-            value = getattr(self, name)
-            if value is not None:
-                settings.append(f"{name}={value!r}")
-        if self.roles != KeyRoles():
-            settings.append(f"roles={self.roles!r}")
-        if self.seq_dim:
-            settings.append(f"seq_dim={self.seq_dim}")
-        return f"BucketCollator({', '.join(settings)})"
-
     def _row_mask_key(self) -> str | None:
-        return self.sample_mask_key if self._pads_rows else None
+        pads_rows = self.rows is not None or self.row_buckets is not None
+        return self.sample_mask_key if pads_rows else None
 
     # -- collation -------------------------------------------------------------
 
     def __call__(self, samples: Sequence[Any]) -> Any:
         cols, layout, cut = self._layout(samples)
-        values, pads = self.sequences(cols)
-        stacked = self.stacked(cols, layout.rows)
-        try:
-            out = assemble(
-                cols.keys,
-                values,
-                pads,
-                stacked,
-                layout,
-                mask_key=self.mask_key,
-                row_mask_key=self._row_mask_key(),
-            )
+        try:  # the host path is the device path's own finish(), on the CPU
+            out = self._flat(cols, layout).finish()
         except RuntimeError as e:
             if "alloc" not in str(e).lower() and "memory" not in str(e).lower():
                 raise
@@ -182,7 +134,7 @@ class BucketCollator(Collator):
                 f"a batch of {layout.rows} rows at bucket {layout.length} could not be allocated "
                 f"({e}); check the bucket table {self.buckets!r} and the batch size"
             ) from None
-        self._count(layout, layout.length, cut=cut)
+        self._count(layout, cut)
         if cols.kind == "dict":
             return out
         result = tuple(out.values())
@@ -207,9 +159,12 @@ class BucketCollator(Collator):
                 f"BucketCollator.flat needs dict samples, got {type(samples[0]).__name__}; "
                 "call the collator itself for tuples and bare sequences"
             )
+        self._count(layout, cut)
+        return self._flat(cols, layout)
+
+    def _flat(self, cols: Columns, layout: Layout) -> FlatBatch:
         values, pads = self.sequences(cols)
         stacked = self.stacked(cols, layout.rows)
-        self._count(layout, layout.length, cut=cut)
         return FlatBatch(
             values=values,
             lengths=layout.lengths,
@@ -255,12 +210,10 @@ class BucketCollator(Collator):
         if self.row_buckets is None:
             return super().shapes(sampler)
         sizes = self.row_buckets
-        lengths = (
-            list(self._table)
-            if sampler is None
-            else sorted({s.length for s in self.sampled(sampler)})
-        )
-        for s in () if sampler is None else self.sampled(sampler):
+        if sampler is None:
+            return frozenset(Shape(r, b) for b in self._table for r in sizes)
+        used = super().shapes(sampler)  # no rows=: the sampler's shapes, checked
+        for s in used:
             if s.rows > sizes[-1]:
                 raise ShapeBucketError(
                     f"the sampler makes batches of {s.rows} rows (at bucket {s.length}), more "
@@ -268,7 +221,7 @@ class BucketCollator(Collator):
                     "every such batch would fail to collate: add a larger row bucket or make "
                     "the batches smaller"
                 )
-        return frozenset(Shape(r, b) for b in lengths for r in sizes)
+        return frozenset(Shape(r, s.length) for s in used for r in sizes)
 
     def _left_padded(self) -> bool:
         return self.padding_side == "left"
@@ -296,24 +249,16 @@ class BucketCollator(Collator):
                 column[i] = _cut(column[i], keep, self.seq_dim)
         return np.minimum(lens, limit), (len(over), int((lens[over] - limit).sum()))
 
-    @property
-    def _pads_rows(self) -> bool:
-        """Whether batches get pad rows (and the row mask)."""
-        return self.rows is not None or self.row_buckets is not None
-
-    def _batch_bucket(self, n: int) -> int:
-        sizes = cast(list, self.row_buckets)
-        for size in sizes:
-            if size >= n:
-                return int(size)
-        raise ShapeBucketError(
-            f"batch of {n} samples is larger than the largest batch bucket {sizes[-1]} "
-            f"(row_buckets={sizes}); add a larger size or split the request batch"
-        )
-
     def _rows(self, bucket: int, n_real: int) -> int:
         if self.row_buckets is not None:
-            return self._batch_bucket(n_real)
+            sizes = self.row_buckets
+            if n_real > sizes[-1]:
+                raise ShapeBucketError(
+                    f"batch of {n_real} samples is larger than the largest batch bucket "
+                    f"{sizes[-1]} (row_buckets={sizes}); add a larger size or split the request "
+                    "batch"
+                )
+            return next(size for size in sizes if size >= n_real)
         rows = self.rows_for(bucket)
         if rows is None:
             return n_real

@@ -1,17 +1,8 @@
 """``CellCollator``: pad each key of an encoder-decoder batch to its own length.
 
-Source keys (``input_ids``, ``attention_mask``, audio features...) are padded to
-the cell's source length, target keys (``labels``, ``decoder_input_ids``,
-``decoder_attention_mask``) to its target length. Each side is read, checked
-and padded by a :class:`~shapebucket.BucketCollator` of its own, through its
-public steps (:meth:`~.base.Collator.read`, :meth:`~.base.Collator.sequences`,
-:meth:`~.base.Collator.stacked`: the same dtype rules, pad values, errors and
-engine); this module only splits the samples, chooses the cell and the rows, and
-joins the two halves. A cell is the two-length case of the one
-:class:`~shapebucket.plan.Shape` (``Shape(rows, source, target)``), and
-:meth:`CellCollator.repad` is the one :func:`~.repad.repad_batch` with the target
-keys on the shape's second axis.
-"""
+Each side (source, target) is read and padded by a :class:`~shapebucket.BucketCollator`
+of its own, through its public steps; this module splits the samples into their sides,
+chooses the cell (``Shape(rows, source, target)``) and joins the halves."""
 
 from __future__ import annotations
 
@@ -25,15 +16,14 @@ import torch
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.cells import Cells
-from ..plan.protocol import sampler_shapes, shapes_at_rows
+from ..plan.protocol import table_shapes
 from ..plan.shapes import Shape, as_shape
 from .bucket import BucketCollator
-from .cell_sides import batch_cell, split_sides
-from .counters import CollateReport, Counts, SharedCounters
+from .counters import CollateReport, SharedCounters
 from .engine import Key, Layout, assemble
 from .reading import Columns
 from .repad import repad_batch
-from .samples import KeyRoles
+from .samples import KeyRoles, index_key_of
 
 __all__ = ["DEFAULT_TARGET_KEYS", "CellCollator"]
 
@@ -73,15 +63,8 @@ class CellCollator:
     cells, weights included, land in their own cell: :meth:`shapes` refuses a
     sampler whose cells differ).
 
-    ``collator.stats`` counts what :class:`~shapebucket.BucketCollator`'s does, exactly
-    also with DataLoader workers (:class:`~shapebucket.collate.counters.CollateReport`), for
-    both lengths at once: a batch's real tokens are its samples' source plus target
-    lengths, its padded tokens ``rows x (source + target)`` of its cell minus the real
-    ones (so ``token_efficiency`` is the share of the encoder's and decoder's positions
-    that hold a token); ``batches_per_bucket`` is keyed by cell, ``pad_rows`` counts the
-    all-pad rows, and nothing is truncated (a sample longer than every cell is refused).
-    As with ``BucketCollator``, a copy made outside a DataLoader (``pickle``,
-    ``copy.deepcopy``) starts its counters from zero.
+    ``collator.stats`` counts source plus target tokens, batches per cell
+    (:class:`~shapebucket.collate.counters.CollateReport`); nothing is truncated.
 
     >>> collate = CellCollator([(8, 4), (16, 8)])
     >>> batch = collate([{"input_ids": [1] * 10, "labels": [2, 3]}, {"input_ids": [4], "labels": [5]}])
@@ -185,8 +168,7 @@ class CellCollator:
 
     @property
     def stats(self) -> CollateReport:
-        """What this collator (and its DataLoader workers' copies) did so far, as a snapshot:
-        source plus target tokens, batches per cell (see the class docstring)."""
+        """What this collator (and its DataLoader workers' copies) did so far, as a snapshot."""
         return self._counters.snapshot()
 
     def reset_stats(self) -> None:
@@ -203,10 +185,10 @@ class CellCollator:
     # -- collation ---------------------------------------------------------------------------
 
     def __call__(self, samples: Sequence[Any]) -> dict[Key, Any]:
-        src_samples, tgt_samples = split_sides(samples, self.target_keys, self.roles.index)
+        src_samples, tgt_samples = _split_sides(samples, self.target_keys, self.roles.index)
         src = self._source.read(src_samples)
         tgt = self._target.read(tgt_samples)
-        cell = batch_cell(self._table, src, tgt)
+        cell = _batch_cell(self._table, src, tgt)
         n = len(src.lengths)
         rows = self.rows_for(cell)
         if rows is None:
@@ -227,12 +209,10 @@ class CellCollator:
         real = int(src.lengths.sum()) + int(tgt.lengths.sum())
         self._counters.add(
             cell,
-            Counts(
-                num_samples=n,
-                real_tokens=real,
-                padded_tokens=rows * (cell[0] + cell[1]) - real,
-                pad_rows=rows - n,
-            ),
+            num_samples=n,
+            real_tokens=real,
+            padded_tokens=rows * (cell[0] + cell[1]) - real,
+            pad_rows=rows - n,
         )
         return out
 
@@ -248,8 +228,6 @@ class CellCollator:
 
     # -- the collator protocol (shapebucket.plan.ShapedCollator) ---------------------------
 
-    packs = False  # one sample per row
-
     def shapes(self, sampler: Any = None) -> frozenset[Shape]:
         """Every ``Shape(rows, source, target)`` this collator makes for the batches of a
         :class:`~shapebucket.sampling.CellBatchSampler`: the sampler's cells at its rows,
@@ -261,13 +239,6 @@ class CellCollator:
         [Shape(rows=2, lengths=(8, 4)), Shape(rows=2, lengths=(16, 8))]
         """
         table = self._table
-        if sampler is None:
-            if self.rows is None:
-                raise ShapeBucketError(
-                    "CellCollator pads no rows (no rows=), so a batch's row count comes from the "
-                    "sampler: pass ShapePlan.of(collator, sampler), or give the collator rows="
-                )
-            return frozenset(Shape(cast(int, self.rows_for(c)), *c) for c in table)
         theirs = getattr(sampler, "cells", None)
         if isinstance(theirs, Cells) and theirs != table:
             what = (
@@ -281,22 +252,7 @@ class CellCollator:
                 "another cell than the sampler planned (a shape the plan lacks); build both "
                 "from one table: CellCollator(sampler.cells, rows=sampler.rows)"
             )
-        used = sampler_shapes(sampler, self, axes=2)
-        unknown = sorted({s.lengths for s in used} - set(table))
-        if unknown:
-            raise ShapeBucketError(
-                f"the sampler makes batches in cells {unknown}, which the collator "
-                f"({table!r}) does not have; give both the same cells"
-            )
-        return shapes_at_rows(
-            self,
-            used,
-            lambda s: s.lengths,
-            lambda s, rows: (
-                f"the sampler makes batches of {s.rows} rows in cell {s.lengths}, "
-                f"more than the collator's rows={rows}; pass CellCollator(rows=sampler.rows)"
-            ),
-        )
+        return table_shapes(self, sampler, table, axes=2)
 
     def repad(self, batch: Any, shape: Shape) -> dict[Key, Any]:
         """Re-pad a batch this collator made to ``shape`` (``Shape(rows, source, target)``
@@ -324,3 +280,56 @@ class CellCollator:
         target = self._target.repad_rules({k: v for k, v in batch.items() if k in tnames})
         rules.update((k, replace(r, axis=1)) for k, r in target.items())
         return cast(dict, repad_batch(batch, shape, rules))
+
+
+def _split_sides(
+    samples: Sequence[Any], target_keys: Sequence[Key], index_key: Key | None
+) -> tuple[list[dict], list[dict]]:
+    """Each dict sample split into its source (every key but the target keys it has) and
+    its target (those keys, and the key that names its dataset index, for errors)."""
+    if (
+        not isinstance(samples, Sequence)
+        or not samples
+        or not all(isinstance(s, Mapping) for s in samples)
+    ):
+        raise ShapeBucketError(
+            f"CellCollator needs a non-empty list of dict samples, got {samples!r:.80}"
+        )
+    tkeys = [k for k in target_keys if k in samples[0]]
+    if not tkeys:
+        raise ShapeBucketError(
+            f"sample 0 has none of the target keys {list(target_keys)} (its keys: "
+            f"{list(samples[0])}); pass target_keys=[...] naming the decoder's keys"
+        )
+    extra = [k for k in [index_key_of("dict", samples[0], index_key)] if k in samples[0]]
+    src = [{k: v for k, v in s.items() if k not in tkeys} for s in samples]
+    if not any(k not in (*tkeys, *extra) for k in samples[0]):
+        raise ShapeBucketError(
+            f"sample 0 has only target keys ({list(samples[0])}), no source key such as "
+            "'input_ids' or 'input_features'; a CellCollator pads a source and a target per "
+            "sample (one length only: BucketCollator)"
+        )
+    tgt = [{k: s[k] for k in [*tkeys, *extra] if k in s} for s in samples]
+    return src, tgt
+
+
+def _batch_cell(table: Cells, src: Columns, tgt: Columns) -> tuple[int, int]:
+    """The cell of a batch (its read source and target): the cell of its longest source
+    and longest target, or a refusal naming the sample that fits no cell, or the mix of
+    cells that fits none."""
+    s, t = src.lengths, tgt.lengths
+    for i in range(len(s)):  # each sample first, so the error names the sample and key
+        if not any(s[i] <= S and t[i] <= T for S, T in table):
+            raise ShapeBucketError(
+                f"{src.where(i)}: {src.length_key!r} has length {int(s[i])} and "
+                f"{tgt.length_key!r} has length {int(t[i])}: " + table.no_cell(int(s[i]), int(t[i]))
+            )
+    top = (int(s.max()), int(t.max()))
+    if not any(top[0] <= S and top[1] <= T for S, T in table):
+        raise ShapeBucketError(
+            f"the batch's longest source {top[0]} and longest target {top[1]} fit no cell of "
+            f"{table!r}, though each sample fits one: the batch mixes cells; batch with "
+            "CellBatchSampler (one cell per batch) or add a cell >= "
+            f"({top[0]}, {top[1]})"
+        )
+    return table.cell_for(*top)

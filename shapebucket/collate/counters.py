@@ -10,7 +10,7 @@ import multiprocessing.context
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BucketKey", "CollateReport", "Counts", "SharedCounters"]
+__all__ = ["BucketKey", "CollateReport", "SharedCounters"]
 
 #: What a batch is counted under: its bucket length, or a ``(source, target)`` cell.
 BucketKey = int | tuple[int, int]
@@ -58,19 +58,8 @@ class CollateReport:
         return out
 
 
-@dataclass(frozen=True)
-class Counts:
-    """What one batch adds to the counters, by name (``batches`` is 1 per batch)."""
-
-    num_samples: int
-    real_tokens: int
-    padded_tokens: int
-    pad_rows: int
-    truncated_samples: int = 0
-    truncated_tokens: int = 0
-
-
-_COUNTERS = ("batches", *(f.name for f in dataclasses.fields(Counts)))
+#: the counters, in the shared array's order (``batches_per_bucket`` follows them)
+_COUNTERS = tuple(f.name for f in dataclasses.fields(CollateReport))[:-1]
 
 
 class SharedCounters:
@@ -87,9 +76,12 @@ class SharedCounters:
         self.buckets = buckets
         self.array: Any = _new_array(len(_COUNTERS) + len(buckets))
 
-    def add(self, bucket: BucketKey, counts: Counts) -> None:
-        """Count one batch at ``bucket``, atomically."""
-        values = [1, *(getattr(counts, name) for name in _COUNTERS[1:])]
+    def add(self, bucket: BucketKey, **counts: int) -> None:
+        """Count one batch at ``bucket``, atomically: ``counts`` by the report's names
+        (``batches`` is 1, a counter not named 0)."""
+        values = [1, *(counts.pop(name, 0) for name in _COUNTERS[1:])]
+        if counts:
+            raise TypeError(f"no counters {sorted(counts)}")
         with self.array.get_lock():
             a = self.array.get_obj()
             for i, v in enumerate(values):

@@ -1,15 +1,8 @@
 """Device-side padding: workers send flat values, the device writes the padded batch.
 
-``BucketCollator.flat(samples)`` does everything a collator does on the host
-except the padding: it checks the samples (dtypes, lengths, pad values,
-collisions), picks the bucket and the rows, concatenates each sequence key's
-values into one flat tensor, and returns a :class:`FlatBatch`. A DataLoader
-moves that (one pinned copy per key, ``rows x bucket`` never crosses the bus
-for padding) and :meth:`FlatBatch.finish` writes the padded ``[rows, bucket,
-...]`` tensors and the masks where the values are: with a triton kernel on a
-CUDA device (or anywhere under ``TRITON_INTERPRET=1``), with torch indexing
-otherwise. The result equals what ``collator(samples)`` returns, value for
-value and dtype for dtype (``tests/test_device_pad.py``)::
+``BucketCollator.flat(samples)`` does all a collator does but the padding; the
+:class:`FlatBatch` crosses the bus unpadded and :meth:`FlatBatch.finish` pads where the
+values are (a triton kernel on CUDA), equal to ``collator(samples)``::
 
     loader = DataLoader(ds, batch_sampler=sampler, collate_fn=collate.flat, pin_memory=True)
     for flat in loader:

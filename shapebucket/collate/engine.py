@@ -1,24 +1,9 @@
-"""The padding engine: flat values plus a layout become padded tensors and masks.
+"""The padding engine: flat values plus a :class:`Layout` become padded tensors and masks.
 
-Every path that makes a padded batch describes *where each sample goes* as a
-:class:`Layout` and hands it, with each key's values concatenated along the
-sequence dim (``[sum(lengths), *trailing]``), to :func:`assemble`:
-
-* :class:`~shapebucket.BucketCollator`: sample ``i`` in row ``i``, at the start
-  (right padding) or the end (left padding) of a ``bucket``-long row;
-* :class:`~shapebucket.PackedCollator`: several samples per row, each at its
-  ``(row, start)`` from :func:`~shapebucket.fit.packing.pack_rows`;
-* :meth:`~shapebucket.collate.device.FlatBatch.finish`: the bucket collator's layout,
-  on the device the values were moved to;
-* re-padding a batch to another shape (:mod:`.repad`): each row of the batch a
-  "sample" as long as the part of it that fits (:func:`regrid`), its rows by
-  :func:`pad_rows`, packed boundaries by :func:`regrid_boundaries`.
-
-The engine writes each key into one pre-allocated tensor (``masked_scatter_``
-through the token mask, or the triton kernel of :mod:`.kernel` on CUDA), and
-derives every mask from the same layout: the token mask, the row mask, each
-token's position in its sample, its document number in its row, and the
-varlen-attention boundaries. So host and device batches agree bit for bit.
+Every padded batch (bucket, packed, cells, :meth:`~.device.FlatBatch.finish`, re-padding
+by :mod:`.repad`) is a :class:`Layout` (where each sample goes) and each key's values
+concatenated along the sequence dim, handed to :func:`assemble`. Every mask derives
+from the same layout, so host and device batches agree bit for bit.
 """
 
 from __future__ import annotations

@@ -1,24 +1,17 @@
 """The engine's triton kernel: one-sample-per-row padding on the device.
 
-One program per row and block of 1,024 values writes ``[rows, length, *trailing]``
-in one pass (real values gathered from the flat tensor, the rest the pad value).
-The programs lie on grid axis 0 (CUDA allows 2**31 - 1 there, 65,535 on axes 1 and
-2), launched in chunks when there are more (:func:`launches`), so a row of any size
-launches: a row's blocks on axis 1 failed past 67,107,840 elements.
-Every offset is computed in int64: one key of one batch can hold more than
-2**31 elements (64 rows x 8,192 tokens x 4,096 features), and int32 offsets would
-write out of bounds. :func:`offsets` runs the kernel's own offset arithmetic
-(``_place``) for a few chosen elements, so a test can check it at any size
-without allocating the batch.
-
-Run on CUDA tensors, or anywhere under ``TRITON_INTERPRET=1`` (triton's
-interpreter, which the tests use on CPU).
+One program per row and block of :data:`BLOCK` values, all on grid axis 0 (CUDA allows
+2**31 - 1 there, 65,535 on the others), launched in chunks (:func:`launches`); every
+offset is int64, since one key of one batch can exceed 2**31 elements. :func:`offsets`
+runs the kernel's own offset arithmetic for chosen elements, so a test checks it at any
+size without allocating the batch. Runs on CUDA, or anywhere under ``TRITON_INTERPRET=1``.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -109,9 +102,7 @@ def pad_rows(flat: torch.Tensor, out: torch.Tensor, lengths: torch.Tensor, *, le
     if flat.dtype == torch.bool:  # triton's i1 pointers: move bytes instead
         work, target = flat.view(torch.uint8), out.view(torch.uint8)
     rows, length = out.shape[:2]
-    F = 1
-    for d in out.shape[2:]:
-        F *= d
+    F = math.prod(out.shape[2:])
     fill = target.reshape(-1)[:1].clone()  # the pad value, exactly, in the stored dtype
     starts = torch.cumsum(lengths, 0) - lengths
     blocks = -(-(length * F) // BLOCK)

@@ -1,18 +1,8 @@
 """``PackedCollator``: lay a packed batch's samples into rows of one row length.
 
-The samples arrive in the order :class:`~shapebucket.PackedBatchSampler` yields
-them: row by row. Rows are filled in that order, a sample that does not fit the
-current row starting the next one (:func:`~shapebucket.fit.packing.pack_rows`),
-which rebuilds the sampler's rows exactly. The row length is the smallest one
-that holds the batch's longest sample, and the batch is padded with empty rows
-to ``rows[row length]`` rows, so every batch has one of ``len(buckets)``
-shapes.
-
-Reading and checking the samples is the shared :class:`~.base.Collator`'s work
-(the dtype rules, N-D values, pad values and errors of
-:class:`~shapebucket.BucketCollator`); this module describes the packed
-:class:`~.engine.Layout` and the engine pads the values and makes the per-token
-position and document keys from it.
+The samples come row by row, as :class:`~shapebucket.PackedBatchSampler` yields them;
+:func:`~shapebucket.fit.packing.pack_rows` rebuilds the sampler's rows, and the engine
+pads the packed :class:`~.engine.Layout` and makes positions and documents from it.
 """
 
 from __future__ import annotations
@@ -27,12 +17,13 @@ import torch
 from .._memory import check_fits_in_memory
 from ..errors import ShapeBucketError
 from ..fit.packing import pack_rows
+from ..plan.contract import batch_items
 from ..plan.shapes import Shape, as_shape
 from .base import Collator
 from .engine import Key, Layout, assemble, signed_view
 from .reading import Columns
-from .repad import Rule, items_of
-from .samples import KeyRoles
+from .repad import Rule
+from .samples import index_key_of
 
 __all__ = ["PackedCollator"]
 
@@ -121,12 +112,10 @@ class PackedCollator(Collator):
                 "position_ids; other models mask with document_causal_mask(batch['document_ids'])), "
                 "or name the real-token mask otherwise (mask_key='token_mask')"
             )
+        for name in ("position_key", "document_key", "cu_seqlens_key"):  # mask_key: checked
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise ShapeBucketError(f"{name} must be a str or None, got {getattr(self, name)!r}")
         added = [self.mask_key, self.position_key, self.document_key, self.cu_seqlens_key]
-        for name, value in zip(
-            ("mask_key", "position_key", "document_key", "cu_seqlens_key"), added, strict=True
-        ):
-            if value is not None and not isinstance(value, str):
-                raise ShapeBucketError(f"{name} must be a str or None, got {value!r}")
         names = [v for v in added if v is not None]
         if len(set(names)) != len(names):
             raise ShapeBucketError(f"the keys the collator adds must differ, got {names}")
@@ -138,17 +127,6 @@ class PackedCollator(Collator):
         2
         """
         return cast(int, super().rows_for(bucket))
-
-    def __repr__(self) -> str:
-        settings = [f"buckets={self.buckets!r}", f"rows={self.rows!r}"]
-        for name in ("pad_values", "mask_key", "cu_seqlens_key"):
-            value = getattr(self, name)
-            if value is not None:
-                settings.append(f"{name}={value!r}")
-        if self.roles != KeyRoles():
-            settings.append(f"roles={self.roles!r}")
-        settings.append(f"label_shift={self.label_shift!r}")
-        return f"PackedCollator({', '.join(settings)})"
 
     def __call__(self, samples: Sequence[Any]) -> dict[Key, Any]:
         cols = self.read(samples)
@@ -190,7 +168,7 @@ class PackedCollator(Collator):
             out[self.document_key] = layout.documents()
         if self.cu_seqlens_key is not None:
             out[self.cu_seqlens_key] = layout.cu_seqlens()
-        self._count(layout, L)
+        self._count(layout)
         return out
 
     def _check(self, cols: Columns) -> Key | None:
@@ -209,9 +187,7 @@ class PackedCollator(Collator):
                 f"datasets.Dataset: ds.remove_columns({HF_MASK!r})); the batch's position_ids "
                 "and document_ids say where each sample starts"
             )
-        index_key = self.roles.index
-        if index_key is None:
-            index_key = next((k for k in ("idx", "index") if k in cols.columns), None)
+        index_key = index_key_of(cols.kind, cols.keys, self.roles.index)
         others = [k for k in cols.keys if k not in cols.seq_keys and k != index_key]
         if others:
             raise ShapeBucketError(
@@ -289,7 +265,7 @@ class PackedCollator(Collator):
         a sequence with its length at ``seq_dim + 1``."""
         fills = {self.mask_key: 0, self.position_key: 0, self.document_key: -1}
         rules: dict[Key, Rule] = {}
-        for k, v in items_of(batch):
+        for k, v in batch_items(batch):
             if k == self.cu_seqlens_key:
                 rules[k] = Rule("boundaries")
             elif isinstance(v, list):  # the index key: one entry per sample, packing order

@@ -1,19 +1,6 @@
-"""Re-padding a batch a collator made to another :class:`~shapebucket.plan.Shape`: the
-batches :func:`shapebucket.prewarm` compiles for. One function, :func:`repad_batch`,
-serves every collator (one padded axis or two); the engine does the padding.
-
-A collator says how each value of its batch is re-padded (its ``repad_rules``: a
-:class:`Rule` per key) and calls :func:`repad_batch`:
-
-* ``"sequence"``: padded along ``dim`` to the shape's ``lengths[axis]`` and along
-  dim 0 to ``rows`` (:func:`~.engine.regrid`), keeping each row's first (``left``:
-  last) places that fit;
-* ``"row"``: a per-row tensor or list, cut or padded to ``rows``
-  (:func:`~.engine.pad_rows`; lists with ``None``);
-* ``"boundaries"``: packed varlen boundaries, moved to the new grid
-  (:func:`~.engine.regrid_boundaries`);
-* ``"keep"``: kept as it is (a packed batch's index list, scalars).
-"""
+"""Re-padding a collator's batch to another :class:`~shapebucket.plan.Shape` (the batches
+:func:`shapebucket.prewarm` compiles for): one :func:`repad_batch` for every collator, a
+:class:`Rule` per key saying how; the engine pads."""
 
 from __future__ import annotations
 
@@ -25,18 +12,22 @@ import torch
 
 from .._memory import check_fits_in_memory
 from ..errors import ShapeBucketError
+from ..plan.contract import batch_items
 from ..plan.shapes import Shape
 from .engine import Key, pad_rows, regrid, regrid_boundaries
 from .values import check_pad_fits
 
-__all__ = ["Items", "Rule", "items_of", "repad_batch"]
+__all__ = ["Items", "Rule", "repad_batch"]
 
 Items = list[tuple[Key, Any]]
 
 
 @dataclass(frozen=True)
 class Rule:
-    """How one value of a batch is re-padded (see the module docstring).
+    """How one value of a batch is re-padded: ``"sequence"`` along ``dim`` to the shape's
+    ``lengths[axis]`` and to its rows (:func:`~.engine.regrid`), ``"row"`` a per-row tensor
+    or list to the rows (:func:`~.engine.pad_rows`), ``"boundaries"`` packed varlen
+    boundaries moved to the new grid (:func:`~.engine.regrid_boundaries`), ``"keep"`` as is.
 
     >>> Rule("sequence", pad=-100), Rule("row", pad=False).kind
     (Rule(kind='sequence', pad=-100, dim=1, axis=0), 'row')
@@ -46,21 +37,6 @@ class Rule:
     pad: Any = 0
     dim: int = 1  # "sequence": the dim of the padded length
     axis: int = 0  # "sequence": which of the shape's lengths (0; 1 for a cell's target)
-
-
-def items_of(batch: Any) -> Items:
-    """A batch's ``(key, value)`` pairs: a dict's items, a tuple's ``(position, value)``,
-    a bare tensor as ``[(0, tensor)]``."""
-    if isinstance(batch, Mapping):
-        return list(batch.items())
-    if isinstance(batch, (tuple, list)):
-        return list(enumerate(batch))
-    if isinstance(batch, torch.Tensor):
-        return [(0, batch)]
-    raise ShapeBucketError(
-        f"repad needs a batch this collator made (a dict, a tuple or a tensor), got "
-        f"{type(batch).__name__}"
-    )
 
 
 def repad_batch(batch: Any, shape: Shape, rules: Mapping[Key, Rule], *, left: bool = False) -> Any:
@@ -73,7 +49,7 @@ def repad_batch(batch: Any, shape: Shape, rules: Mapping[Key, Rule], *, left: bo
     >>> out["input_ids"].tolist(), out["n"].tolist()
     ([[1, 2, 0, 0], [3, 0, 0, 0], [0, 0, 0, 0]], [2, 1, 0])
     """
-    items = items_of(batch)
+    items = batch_items(batch)
     grid = _grid(items, rules, shape)
     for k, v in items:  # a pad that does not fit would wrap (-100 in uint8 is 156) or raise
         if rules[k].kind in ("sequence", "row") and isinstance(v, torch.Tensor):

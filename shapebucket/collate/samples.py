@@ -9,7 +9,7 @@ errors name a sample; :mod:`.values` turns the columns into tensors.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ __all__ = [
     "Where",
     "at",
     "check_collisions",
+    "index_key_of",
     "is_scalar",
     "is_sequence",
     "lengths_of",
@@ -81,13 +82,18 @@ def short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def index_key_of(kind: str, keys: Iterable[Key], index_key: Key | None) -> Key | None:
+    """The key of each sample's dataset index: ``index_key`` (``KeyRoles.index``), else a
+    dict key named ``idx`` or ``index``, else None."""
+    if index_key is not None or kind != "dict":
+        return index_key
+    return next((k for k in ("idx", "index") if k in keys), None)
+
+
 def namer(kind: str, columns: dict[Key, list[Any]], index_key: Key | None) -> Where:
     """How errors name sample ``i``: its place in the batch, and its dataset index when the
-    samples carry it (``index_key``: ``KeyRoles.index``, or a dict key named ``idx`` or
-    ``index``)."""
-    key = index_key
-    if key is None and kind == "dict":
-        key = next((k for k in ("idx", "index") if k in columns), None)
+    samples carry it (:func:`index_key_of`)."""
+    key = index_key_of(kind, columns, index_key)
     if key is None:
         return at
     if key not in columns:

@@ -76,13 +76,8 @@ def check_pad_fits(key: Key, pad: Any, dtype: torch.dtype) -> None:
 
 
 def concat(key: Key, column: list[Any], seq_dim: int, where: Where = at) -> torch.Tensor:
-    """All samples' values of one key, concatenated along the sequence dim (moved to 0).
-
-    Dtypes: Python ints -> int64 (refusing values outside int64), Python floats
-    -> float32, bools -> bool; arrays and tensors keep theirs. Samples of
-    different dtypes are promoted only when no value changes (ids above 2**24
-    do not fit float32): otherwise a :class:`ShapeBucketError` names the sample.
-    """
+    """All samples' values of one key, concatenated along the sequence dim (moved to 0), by
+    the dtype rules of this module."""
     kinds = {type(v) for v in column}
     if kinds <= {list, tuple} and seq_dim == 0:
         return from_python(key, list(chain.from_iterable(column)), column, where)
@@ -263,13 +258,9 @@ def _to_tensor(key: Key, value: Any, i: int, where: Where) -> torch.Tensor:
 
 
 def stack_column(key: Key, column: list[Any], rows: int, pad: Any, where: Where = at) -> Any:
-    """The values of a key that is not padded, as one batch value of ``rows`` rows: numbers
-    into a ``[rows]`` tensor, tensors and arrays of one shape into ``[rows, *shape]``
-    (extra rows hold ``pad``), anything else a list (extra rows ``None``); the engine's
-    :func:`~.engine.pad_rows` adds the rows.
-
-    Dtypes follow :func:`concat`: numbers of mixed types are promoted only when no
-    value changes."""
+    """The values of a key that is not padded, as one batch value of ``rows`` rows (the
+    engine's :func:`~.engine.pad_rows` adds them): numbers into a ``[rows]`` tensor,
+    tensors and arrays of one shape into ``[rows, *shape]``, anything else a list."""
     extra = rows - len(column)
     values: torch.Tensor
     if all(is_scalar(v) for v in column):

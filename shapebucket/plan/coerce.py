@@ -1,22 +1,13 @@
 """What :func:`shapebucket.prewarm` and :func:`~shapebucket.compile.compile_in_background`
-take as their plan: :func:`as_plan` owns the "takes a ShapePlan" and "pass example="
-checks, once.
-
-Besides a :class:`~shapebucket.plan.ShapePlan`, both take the bucket table and an
-example batch (the design card's ``prewarm(model, buckets, example=batch)``): the plan
-is then each bucket at the example's row count, re-padded by a collator with default
-settings (``BucketCollator(buckets)``: labels pad with -100, other keys with 0, masks
-with False). That is safe because the re-padded batches are only compiled for: their
-values are never trained on (prewarm restores every state it touched), and a graph
-depends on the batch's keys, shapes and dtypes, which re-padding keeps. An example the
-default collator cannot re-pad exactly is refused, naming the key and the fix: a
-tensor whose first dim is not the batch's rows (``cu_seqlens``), 2-D+ tensors whose
-dim 1 is not one bucket (``seq_dim=1`` features, two-length batches).
+take as their plan (:func:`as_plan`): a :class:`~shapebucket.plan.ShapePlan`, or the
+buckets and an example batch, re-padded by a default collator. That is safe because
+such batches are only compiled for (a graph depends on keys, shapes and dtypes); an
+example the default collator cannot re-pad exactly is refused, naming the key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,7 +15,7 @@ import torch
 
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
-from .contract import check_protocol
+from .contract import batch_items
 from .shapes import ShapePlan
 
 __all__ = ["as_plan"]
@@ -75,26 +66,14 @@ def as_plan(
             "build a batch of each bucket from: pass example=next(iter(loader)) (a batch "
             "your collator made), or a ShapePlan"
         )
-    collator = default(buckets)
-    check_protocol(collator, caller)
     rows = _rows_of(example, buckets, caller)
-    return ShapePlan([(rows, b) for b in buckets], collator)
+    return ShapePlan([(rows, b) for b in buckets], default(buckets))
 
 
 def _rows_of(example: Any, buckets: Buckets, caller: str) -> int:
     """The example's row count, refusing a batch the default collator would re-pad to
     shapes the loader never makes."""
-    if isinstance(example, Mapping):
-        items = list(example.items())
-    elif isinstance(example, (tuple, list)):
-        items = list(enumerate(example))
-    elif isinstance(example, torch.Tensor):
-        items = [(0, example)]
-    else:
-        raise ShapeBucketError(
-            f"{caller}: example must be a batch a BucketCollator made (a dict, a tuple or a "
-            f"tensor), got {type(example).__name__}"
-        )
+    items = batch_items(example, f"{caller}: example must be a batch a BucketCollator made")
     tensors = [(k, v) for k, v in items if isinstance(v, torch.Tensor) and v.ndim >= 1]
     if not tensors:
         raise ShapeBucketError(

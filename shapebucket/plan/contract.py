@@ -1,11 +1,6 @@
-"""What a plan checks of what it is given: a collator implements the protocol (its members,
-``shapes(sampler)`` callable with a sampler), pairs with the sampler by ``packs``, and
-``repad`` (or ``make_batch``) returns a batch of the shape it was asked for.
-
-These checks know a shape only as ``rows`` and ``lengths``, so :mod:`.shapes` and
-:mod:`.protocol` both use them. They read a batch through :func:`walk_batch` (every leaf
-of a nested batch), the one walk that marking and the background compile use too.
-"""
+"""What a plan checks of what it is given: the protocol's members, ``shapes(sampler)``,
+the pairing by ``packs``, and that ``repad`` (or ``make_batch``) returns a batch of the
+shape asked for; :func:`walk_batch` is the one walk over a nested batch."""
 
 from __future__ import annotations
 
@@ -18,6 +13,7 @@ import torch
 from ..errors import ShapeBucketError
 
 __all__ = [
+    "batch_items",
     "check_batch_shape",
     "check_pairing",
     "check_protocol",
@@ -43,28 +39,42 @@ def walk_batch(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
         yield path, obj
 
 
-def _tensor_shapes(batch: Any) -> list[tuple[int, ...]]:
-    return [tuple(v.shape) for _, v in walk_batch(batch) if isinstance(v, torch.Tensor)]
+def batch_items(batch: Any, need: str = "repad needs a batch this collator made") -> list:
+    """A batch's ``(key, value)`` pairs: a dict's items, a tuple's ``(position, value)``,
+    a bare tensor as ``[(0, tensor)]``; anything else refused, saying what is ``need``-ed."""
+    if isinstance(batch, Mapping):
+        return list(batch.items())
+    if isinstance(batch, (tuple, list)):
+        return list(enumerate(batch))
+    if isinstance(batch, torch.Tensor):
+        return [(0, batch)]
+    raise ShapeBucketError(f"{need} (a dict, a tuple or a tensor), got {type(batch).__name__}")
 
 
-def check_batch_shape(batch: Any, shape: Any) -> Any:
-    """``make_batch(shape)``'s batch, refused unless a tensor has ``rows`` at dim 0 and
-    ``length`` at a later dim (else prewarm compiles, or calibration measures, a shape
-    the loader never makes). A batch without tensors is the step's business and passes.
+def check_batch_shape(
+    batch: Any,
+    shape: Any,
+    name: str = "",
+    fix: str = "build each batch from shape.rows and shape.lengths",
+) -> Any:
+    """``batch`` (``make_batch(shape)``'s, or ``name``'s), refused unless a tensor has
+    ``shape.rows`` at dim 0 and each of ``shape.lengths`` after it (else prewarm compiles,
+    or calibration measures, a shape the loader never makes). A batch without tensors is
+    the step's business and passes.
 
     >>> from shapebucket.plan import Shape
     >>> check_batch_shape(torch.ones(2, 8), Shape(2, 8)).shape
     torch.Size([2, 8])
     """
-    found = _tensor_shapes(batch)
-    if found and not any(
-        len(t) >= 2 and t[0] == shape.rows and shape.length in t[1:] for t in found
-    ):
+    found = [tuple(v.shape) for _, v in walk_batch(batch) if isinstance(v, torch.Tensor)]
+    rowed = [t for t in found if len(t) >= 2 and t[0] == shape.rows]
+    missing = [n for n in shape.lengths if not any(n in t[1:] for t in rowed)]
+    if found and (not rowed or missing):
         raise ShapeBucketError(
-            f"make_batch({tuple(shape)}) returned a batch with tensor shapes {found} "
-            f"({type(batch).__name__}); none has {shape.rows} rows at dim 0 and length "
-            f"{shape.length} after it, so it would stand for a shape the loader never makes: "
-            "build each batch from shape.rows and shape.length"
+            f"{name or f'make_batch({tuple(shape)})'} returned a batch with tensor shapes "
+            f"{found}; none has {shape.rows} rows at dim 0 and length "
+            f"{(missing or list(shape.lengths))[0]} after it, so it would stand for a shape "
+            f"the loader never makes: {fix}"
         )
     return batch
 
@@ -147,23 +157,13 @@ def _lengths_of(shape: Any) -> int | None:
 
 
 def check_repad(collator: Any, batch: Any, shape: Any) -> Any:
-    """``collator.repad(..., shape)``'s ``batch``, refused unless it is a batch and, when it
-    holds tensors, one has ``shape.rows`` rows at dim 0 and each of ``shape.lengths`` after
-    it (else prewarm would compile a shape the loader never makes)."""
+    """``collator.repad(..., shape)``'s ``batch``, refused when it is None or not of
+    ``shape`` (:func:`check_batch_shape`)."""
     name = f"{type(collator).__name__}.repad(batch, {tuple(shape)})"
     if batch is None:
         raise ShapeBucketError(
             f"{name} returned None; repad must return the re-padded batch (the ShapedCollator "
             "protocol), not change the batch in place"
         )
-    found = _tensor_shapes(batch)
-    rowed = [t for t in found if len(t) >= 2 and t[0] == shape.rows]
-    missing = [n for n in shape.lengths if not any(n in t[1:] for t in rowed)]
-    if found and (not rowed or missing):
-        raise ShapeBucketError(
-            f"{name} returned a batch with tensor shapes {found}; none has {shape.rows} rows "
-            f"at dim 0 and length {(missing or list(shape.lengths))[0]} after it, so prewarm "
-            "would compile a shape the loader never makes: repad must return a batch of "
-            "exactly the shape it is given"
-        )
-    return batch
+    fix = "repad must return a batch of exactly the shape it is given"
+    return check_batch_shape(batch, shape, name, fix)

@@ -1,24 +1,7 @@
-"""The collator protocol: what a :class:`~shapebucket.plan.ShapePlan` asks of a collator.
-
-A collator that implements :class:`ShapedCollator` is planned, prewarmed and guarded
-like the built-in ones (:class:`~shapebucket.BucketCollator`,
-:class:`~shapebucket.PackedCollator`, :class:`~shapebucket.collate.CellCollator`):
-
-* ``shapes(sampler=None)``: every :class:`~shapebucket.plan.Shape` the collator makes
-  for the batches of ``sampler`` (a :class:`ShapedSampler`; ``None``: the shapes it
-  makes on its own, or a :class:`~shapebucket.ShapeBucketError` when its row count
-  comes from the sampler);
-* ``repad(batch, shape)``: a batch of ``shape`` made from ``batch``, a batch the
-  collator made (:func:`shapebucket.prewarm` compiles each shape from one);
-* ``packs``: True when its rows hold several samples each (it pairs with a packing
-  sampler);
-* ``seq_dim``: the sequence dim of each sample (batches have their length at dim
-  ``seq_dim + 1``).
-
-A sampler (:class:`ShapedSampler`) lists ``shapes()``, the shape of each batch it
-yields on this rank, and says whether it ``packs`` samples into rows. Pairing is by
-that attribute, never by class name: :func:`sampler_shapes` refuses a packing sampler
-with a collator that does not pack, and the other way round.
+"""The collator protocol: what a :class:`~shapebucket.plan.ShapePlan` asks of a
+collator (:class:`ShapedCollator`) and of a sampler (:class:`ShapedSampler`). A user's
+collator that implements it is planned, prewarmed and guarded like the built-in ones;
+pairing is by ``packs``, never by class name.
 
 >>> from shapebucket import BucketCollator
 >>> isinstance(BucketCollator([8, 16]), ShapedCollator)
@@ -27,14 +10,14 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ShapeBucketError
 from .contract import check_pairing
 from .shapes import Shape, as_shape
 
-__all__ = ["ShapedCollator", "ShapedSampler", "sampler_shapes"]
+__all__ = ["ShapedCollator", "ShapedSampler", "sampler_shapes", "table_shapes"]
 
 
 @runtime_checkable
@@ -81,19 +64,9 @@ class ShapedSampler(Protocol):
 
 
 def sampler_shapes(sampler: Any, collator: Any, axes: int = 1) -> frozenset[Shape]:
-    """The shapes of ``sampler``'s batches, checked to suit ``collator``: the sampler
-    lists ``shapes()``, packs exactly when the collator does (their ``packs`` attributes;
-    a sampler without one does not pack), and its shapes have ``axes`` lengths. A collator's ``shapes()`` starts
-    from them.
-
-    >>> from shapebucket import BucketCollator
-    >>> class Listed:
-    ...     packs = False
-    ...     def shapes(self):
-    ...         return [(4, 8), (2, 16)]
-    >>> sorted(sampler_shapes(Listed(), BucketCollator([8, 16])))
-    [Shape(rows=2, length=16), Shape(rows=4, length=8)]
-    """
+    """The shapes of ``sampler``'s batches (its ``shapes()``), checked to pair with
+    ``collator`` by ``packs`` and to have ``axes`` lengths: where a collator's ``shapes()``
+    starts."""
     name, kind = type(collator).__name__, type(sampler).__name__
     if not callable(getattr(sampler, "shapes", None)):
         raise ShapeBucketError(
@@ -119,27 +92,43 @@ def sampler_shapes(sampler: Any, collator: Any, axes: int = 1) -> frozenset[Shap
     return frozenset(shapes)
 
 
-def shapes_at_rows(
-    collator: Any,
-    used: frozenset[Shape],
-    key: Callable[[Shape], Any],
-    too_many: Callable[[Shape, int], str],
-) -> frozenset[Shape]:
-    """The shapes ``collator`` pads a sampler's batches (``used``: their shapes) to: with
-    ``collator.rows``, each at ``collator.rows_for(key(shape))`` rows, refusing a batch with
-    more rows than that (``too_many(shape, rows)`` says so, naming the fix); without,
-    ``used`` as it is.
+def table_shapes(collator: Any, sampler: Any, table: Any, axes: int = 1) -> frozenset[Shape]:
+    """The shapes of a collator that pads to the entries of ``table`` (bucket lengths; with
+    ``axes=2``, ``(source, target)`` cells), at ``collator.rows_for(entry)`` rows when it
+    has ``rows``: without a sampler every entry (refused without ``rows``); with one, the
+    sampler's shapes (:func:`sampler_shapes`), refusing an entry the table lacks and a
+    batch of more rows than ``rows_for``."""
+    name, word = type(collator).__name__, ("bucket", "cell")[axes - 1]
 
-    >>> class C:
-    ...     rows = 4
-    ...     def rows_for(self, length): return 4
-    >>> shapes_at_rows(C(), frozenset({Shape(2, 8)}), lambda s: s.length, lambda s, r: "")
-    frozenset({Shape(rows=4, length=8)})
-    """
+    def entry(lengths: tuple[int, ...]) -> Any:
+        return lengths[0] if axes == 1 else lengths
+
+    if sampler is None:
+        if collator.rows is None:
+            raise ShapeBucketError(
+                f"{name} pads no rows (no rows=), so a batch's row count comes from the "
+                "sampler: pass ShapePlan.of(collator, sampler), give the collator rows=, or "
+                "list the shapes: ShapePlan([(rows, *lengths), ...], collator)"
+            )
+        cells = [(e,) if axes == 1 else tuple(e) for e in table]
+        return frozenset(Shape(collator.rows_for(entry(c)), *c) for c in cells)
+    used = sampler_shapes(sampler, collator, axes)
+    unknown = sorted({entry(s.lengths) for s in used} - set(table))
+    if unknown:
+        raise ShapeBucketError(
+            f"the sampler makes batches at {word}s {unknown}, which the collator ({table!r}) "
+            f"does not have (lengths {unknown} are not {word}s of it, so it never pads a batch "
+            f"to them); give the sampler and the collator the same {word}s"
+        )
     if collator.rows is None:
         return used
+    out = set()
     for s in used:
-        rows = collator.rows_for(key(s))
+        rows = collator.rows_for(entry(s.lengths))
         if s.rows > rows:
-            raise ShapeBucketError(too_many(s, rows))
-    return frozenset(Shape(collator.rows_for(key(s)), *s.lengths) for s in used)
+            raise ShapeBucketError(
+                f"the sampler makes batches of {s.rows} rows at {word} {entry(s.lengths)}, "
+                f"more than the collator's rows={rows} there; pass {name}(rows=sampler.rows)"
+            )
+        out.add(Shape(rows, *s.lengths))
+    return frozenset(out)

@@ -1,15 +1,5 @@
-"""``ShapePlan``: every batch shape a loader will produce, and how to make each.
-
-The sampler knows which batches it yields, the collator how it pads their rows
-and lengths; together they know every shape the model will see.
-:meth:`ShapePlan.of` asks the collator, through the collator protocol
-(:class:`~shapebucket.plan.ShapedCollator`): ``collator.shapes(sampler)``; each
-collator documents its rule (``BucketCollator``: the sampler's shapes, its own
-``rows`` or every ``row_buckets`` size; ``PackedCollator``: its rows per row
-length; ``CellCollator``: the sampler's cells). :func:`shapebucket.prewarm`
-compiles each shape of a plan from ``collator.repad(example, shape)``, and
-:func:`shapebucket.no_recompiles` names the plan when a batch falls outside it.
-"""
+"""``Shape`` and ``ShapePlan``: every batch shape a loader makes (the collator's
+``shapes(sampler)``), and how to make a batch of each (``repad`` or ``make_batch``)."""
 
 from __future__ import annotations
 
@@ -295,14 +285,6 @@ class ShapePlan:
         )
 
     __hash__ = None  # type: ignore[assignment]
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"shapes": self._shapes, "collator": self._collator, "make_batch": self._make_batch}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._shapes = state["shapes"]
-        self._collator = state["collator"]
-        self._make_batch = state["make_batch"]
 
     def __repr__(self) -> str:
         pairs = ", ".join(str(tuple(s)) for s in self._shapes)  # (rows, *lengths)

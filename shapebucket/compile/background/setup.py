@@ -22,7 +22,7 @@ from ... import _torch as compat
 from ..._validate import check_int, check_number
 from ...errors import ShapeBucketError
 from ...plan.shapes import Shape, ShapePlan
-from ..cache.key import describe_batch, job_key
+from ..cache.key import job_key
 
 __all__ = [
     "BackgroundOptions",
@@ -153,11 +153,11 @@ def output_dir(
     if options.cache_dir is None:
         return tempfile.mkdtemp(prefix="shapebucket-background-")
     plan, example, order = job
-    described = {f"{s.rows}x{s.length}": describe_batch(plan.batch(example, s)) for s in order}
+    batches = ((f"{s.rows}x{s.length}", plan.batch(example, s)) for s in order)
     extra = (
         f"background threads={torch.get_num_threads()} {sorted(options.compile_options.items())!r}"
     )
-    out = Path(options.cache_dir) / job_key(model, step, described, extra, described=True)
+    out = Path(options.cache_dir) / job_key(model, step, batches, extra)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -1,11 +1,10 @@
 """Checks and choices made before the background compile starts: what must pickle, the
-options (:class:`BackgroundOptions`), the model, the order of the shapes, where the
-compiled shapes go, and the background's CPU share."""
+options (:class:`BackgroundOptions`), the model, the order of the shapes and where the
+compiled shapes go."""
 
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import pickle
 import sys
@@ -31,8 +30,6 @@ __all__ = [
     "check_picklable",
     "order_shapes",
     "output_dir",
-    "published_shapes",
-    "yield_to_training",
 ]
 
 _NEEDS = (
@@ -41,18 +38,6 @@ _NEEDS = (
     "training under `if __name__ == '__main__':`), not as a lambda, a nested function or in a "
     "notebook"
 )
-
-
-def yield_to_training(pid: int, nice: int) -> None:
-    """Pin the background process to one core and give it the niceness ``nice`` from its
-    start (its own imports included): at 10, the training process keeps the CPU it had."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    try:
-        if cores:
-            os.sched_setaffinity(pid, {cores[-1]})
-        os.setpriority(os.PRIO_PROCESS, pid, nice)
-    except (OSError, AttributeError):  # not Linux, or not permitted: the child pins itself
-        pass
 
 
 def order_shapes(plan: ShapePlan, sampler: Any) -> tuple[Shape, ...]:
@@ -167,12 +152,6 @@ def output_dir(
         ) from None
     return str(out)
 
-
-def published_shapes(out: str) -> frozenset[Shape]:
-    """The shapes an earlier run published into ``out`` (a kept ``cache_dir``)."""
-    return frozenset(
-        Shape(*json.loads(p.read_text())["shape"]) for p in Path(out).glob("[0-9]*.json")
-    )
 
 
 def check_model(model: Any, build: Any) -> torch.nn.Module:

@@ -40,6 +40,7 @@ __all__ = [
 
 ERROR = "error.txt"
 DONE = "done.json"
+_INDUCTOR_DIR = "TORCHINDUCTOR_CACHE_DIR"
 
 
 @dataclass(frozen=True)
@@ -202,19 +203,17 @@ class BackgroundProcess:
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
-        env = {"TORCHINDUCTOR_CACHE_DIR": str(self.out / ".inductor")}
-        old = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)  # read by the child at its start, restored at once
+        old = os.environ.get(_INDUCTOR_DIR)
+        os.environ[_INDUCTOR_DIR] = str(self.out / ".inductor")  # the child's, restored at once
         try:
             self.process = ctx.Process(target=main, args=(spec,), daemon=True)
             self.process.start()
             yield_to_training(self.process.pid, nice)
         finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            if old is None:
+                os.environ.pop(_INDUCTOR_DIR, None)
+            else:
+                os.environ[_INDUCTOR_DIR] = old
 
     @property
     def exitcode(self) -> int | None:

@@ -153,7 +153,6 @@ def output_dir(
     return str(out)
 
 
-
 def check_model(model: Any, build: Any) -> torch.nn.Module:
     model = build() if model is None else model
     if not isinstance(model, torch.nn.Module) or compat.is_compiled_module(model):

@@ -1,5 +1,5 @@
 """compile_in_background: bookkeeping with backend="eager" in this process (the background's
-work runs in-process through ``worker.compile_shapes``), and one slow end-to-end run with
+work runs in-process through ``process.compile_shapes``), and one slow end-to-end run with
 inductor and a spawned process."""
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from shapebucket.bench.model import GPT, CaptionConfig, Captioner, GPTConfig
 from shapebucket.bench.strategies import StrategyResult
 from shapebucket.compile import BackgroundOptions, CompileCounter, compile_in_background
 from shapebucket.compile.background.handle import BackgroundCompile
-from shapebucket.compile.background.setup import yield_to_training
-from shapebucket.compile.background.worker import ERROR, compile_shapes
+from shapebucket.compile.background.process import ERROR, compile_shapes, yield_to_training
 from shapebucket.errors import ShapeBucketError
 
 KEYS = ["input_ids", "labels"]

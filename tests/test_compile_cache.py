@@ -284,12 +284,12 @@ def test_two_saves_racing_on_one_cache_take_turns(tmp_path, monkeypatch):
     with compat.fresh_inductor_cache(str(make_live(tmp_path))):
         save_compile_cache(cache)
         aside, first_done = threading.Event(), threading.Event()
-        real_copy_new, real_rename = cache_module._copy_new, Path.rename
+        real_copy, real_rename = cache_module._copy_file, Path.rename
 
         def slow_copy(src, dst):
             if threading.current_thread().name == "first" and str(cache) in src:
                 aside.wait(1.0)
-            real_copy_new(src, dst)
+            real_copy(src, dst)
 
         def slow_rename(self, target):
             moved = real_rename(self, target)
@@ -298,7 +298,7 @@ def test_two_saves_racing_on_one_cache_take_turns(tmp_path, monkeypatch):
                 first_done.wait(1.0)
             return moved
 
-        monkeypatch.setattr(cache_module, "_copy_new", slow_copy)
+        monkeypatch.setattr(cache_module, "_copy_file", slow_copy)
         monkeypatch.setattr(Path, "rename", slow_rename)
         errors: list[BaseException] = []
 

@@ -55,8 +55,6 @@ def test_length_dims_follow_the_length_in_every_tensor():
     plan = ShapePlan([(2, b) for b in (8, 16, 24)], SEQ1)
     dims = length_dims(plan, lambda s: plan.batch(seq1_batch([5, 7]), s))
     assert dims == {"x": [2], "attention_mask": [1]}
-    one = ShapePlan([(2, 8)], SEQ1)  # one length: the collator's rule
-    assert length_dims(one, lambda s: one.batch(seq1_batch([5, 7]), s)) == dims
 
 
 def test_specialize_marks_the_value_and_its_mask():

@@ -1,9 +1,5 @@
-"""One batch through the model or the step: the call, its backward, and the checks before a run.
-
-:func:`run_batch` is the one way prewarm, ``calibrate_rows`` and the background compile
-run a batch; :func:`check_callables`, :func:`packs` and :func:`refuse_cached_decoder` are
-what they refuse before the first run.
-"""
+"""One batch through the model or the step (:func:`run_batch`, for prewarm, ``calibrate_rows``
+and the background compile), and the checks before a first run."""
 
 from __future__ import annotations
 
@@ -35,8 +31,6 @@ def run_batch(
     if step is not None:
         step(batch)
         return
-    if model is None:
-        raise ShapeBucketError(f"{who} needs a model or a step function")
     if isinstance(batch, Mapping):
         out = _call_with_keys(model, batch, who)
     elif isinstance(batch, (list, tuple)):

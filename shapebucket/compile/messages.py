@@ -29,13 +29,12 @@ _ATTRIBUTE = re.compile(r"^(?:L\['self'\]|self)((?:\.\w+|\[[^\]]*\])+) (?:==|!=|
 
 @dataclass(frozen=True)
 class GuardFailure:
-    """One guard failure from a recompile message: a size mismatch (``name``, ``dim``,
-    ``expected``, ``actual`` set) or another guard (only ``text``)."""
+    """One guard failure from a recompile message: a size mismatch (``name``, ``dim`` and
+    ``actual`` set) or another guard (only ``text``)."""
 
     text: str
     name: str | None = None
     dim: int | None = None
-    expected: int | None = None
     actual: int | None = None
 
     @property
@@ -60,8 +59,8 @@ def parse_recompile_error(text: str) -> list[GuardFailure]:
     for line in _FAILURE_LINE.findall(text):
         m = _SIZE_MISMATCH.search(line)
         if m:
-            name, dim, expected, actual = m.groups()
-            out.append(GuardFailure(line, name, int(dim), int(expected), int(actual)))
+            name, dim, actual = m.group(1, 2, 4)
+            out.append(GuardFailure(line, name, int(dim), int(actual)))
         else:
             out.append(GuardFailure(line.strip()))
     return out

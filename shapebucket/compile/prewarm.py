@@ -1,18 +1,4 @@
-"""``prewarm``: compile every shape of a plan before training, then put everything back.
-
-Its batches come from the plan (:meth:`ShapePlan.batch`: the collator re-pads
-an example, the one owner of padding), so what is prewarmed has exactly the
-shapes, dtypes and strides of the batches the training loop will see.
-
-Typical use::
-
-    model = torch.compile(model, dynamic=False)
-    plan = shapebucket.ShapePlan.of(collate, sampler)
-    report = shapebucket.prewarm(model, plan, example=next(iter(loader)))
-    with shapebucket.no_recompiles(plan):
-        for batch in loader:
-            train_step(batch)
-"""
+"""``prewarm``: compile every shape of a plan before training, then put everything back."""
 
 from __future__ import annotations
 
@@ -36,7 +22,7 @@ from ..plan.coerce import as_plan
 from ..plan.shapes import ShapePlan
 from .calls import check_callables, packs, refuse_cached_decoder, run_batch
 from .modes.base import Job, Mode
-from .modes.run import RecompileLimit
+from .modes.run import CudaGraphs, RecompileLimit, Repeat
 from .recompiles import CompileCounter, no_recompiles
 from .report import PrewarmReport
 from .state import Snapshot, optimizers_stepped, restore_objects, snapshot
@@ -61,18 +47,15 @@ def _check_modes(modes: Iterable[Mode]) -> tuple[Mode, ...]:
         if not isinstance(m, Mode):
             raise ShapeBucketError(f"modes must be shapebucket.compile modes ({_MODES}), got {m!r}")
     kinds = [type(m).__name__ for m in checked]
-    repeats = [k for k in kinds if k in ("Repeat", "CudaGraphs")]
-    if len(set(kinds)) != len(kinds) or len(repeats) > 1:
+    repeats = sum(isinstance(m, (Repeat, CudaGraphs)) for m in checked)
+    if len({type(m) for m in checked}) != len(checked) or repeats > 1:
         raise ShapeBucketError(f"pass each mode once (and one of Repeat, CudaGraphs), got {kinds}")
     if not any(isinstance(m, RecompileLimit) for m in checked):
         checked = (RecompileLimit(), *checked)
     return checked
 
 
-def _how(modes: tuple[Mode, ...], graphs: int, hits: int, misses: int) -> str:
-    for m in modes:
-        if m.how is not None:
-            return m.how
+def _how(graphs: int, hits: int, misses: int) -> str:
     if graphs == 0:
         return "none"
     return "cache" if hits > 0 and misses == 0 else "compiled"
@@ -101,7 +84,7 @@ def _compile_shapes(job: Job, run: Callable[[Any], None], progress: bool) -> Non
         report.seconds[shape] = time.perf_counter() - t0
         report.graphs[shape] = cc.graphs
         report.backward_graphs[shape] = cc.backward_graphs
-        report.how[shape] = _how(modes, cc.graphs, hits - hits0, misses - misses0)
+        report.how[shape] = _how(cc.graphs, hits - hits0, misses - misses0)
     report.total_seconds = time.perf_counter() - start
 
 
@@ -128,14 +111,8 @@ def _own(batch: Any) -> Any:
 
 
 def _settle(job: Job, run: Callable[[Any], None]) -> None:
-    """One run of the plan's smallest shape with the compiler off, before anything compiles.
-
-    A model that sets its own state on its first call (transformers sets
-    ``config.problem_type`` in a classifier's first call with labels) would otherwise
-    compile its first graph in the state before and every later one in the state after:
-    the first shape then recompiles on every call. State that prewarm restores afterwards
-    (module attributes) is set again by the loop's first call: the verify pass finds that
-    and names the attribute (:func:`no_recompiles`)."""
+    """One run of the smallest shape with the compiler off, so that a model that sets its own
+    state in its first call compiles every graph in its settled state (see :func:`prewarm`)."""
     shape = min(job.plan, key=math.prod)
     with torch.compiler.set_stance("force_eager"):
         run(_own(job.batch(shape)))

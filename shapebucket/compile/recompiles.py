@@ -1,7 +1,5 @@
 """Watching the compiler: count compiles, fail on any recompile, check the recompile limit.
 
-Every private torch API used here goes through ``shapebucket._torch``.
-
 >>> f = torch.compile(lambda x: x * 2, dynamic=False, backend="eager")
 >>> with CompileCounter() as cc:
 ...     _ = f(torch.ones(3))
@@ -72,13 +70,8 @@ def check_recompile_limit(
 
 
 def _table_of(plan: Any, where: str) -> ShapePlan | Buckets:
-    """``plan`` (a :class:`ShapePlan`) as it is, or a bucket table (``Buckets``, a list or
-    an array of ints) as ``Buckets``; anything else (a sampler, a collator, a dict) is
-    refused naming what ``where`` takes.
-
-    >>> _table_of([8, 16], "no_recompiles")
-    Buckets([8, 16])
-    """
+    """A :class:`ShapePlan` as it is, a bucket table (a list or an array of ints) as
+    ``Buckets``; anything else is refused, naming what ``where`` takes."""
     if isinstance(plan, (ShapePlan, Buckets)):
         return plan
     if isinstance(plan, np.ndarray) or (

@@ -1,23 +1,5 @@
-"""Regional compilation: compile a model's repeated blocks, not the whole model.
-
-A transformer is one block class repeated N times. ``torch.compile(model)``
-traces and compiles all N copies in one large graph per bucket;
-:func:`compile_regions` compiles each block instance's ``forward`` in place:
-the class's ``forward`` function is compiled once (``torch.compile`` of the
-function itself, so torch's own blocks, ``nn.TransformerEncoderLayer`` or
-``nn.Linear``, compile too: dynamo skips frames of torch's files unless they are
-compiled explicitly) and bound to each block as its ``forward``. Since the
-blocks share that code, dynamo compiles it once per input shape and every other
-block reuses the graph (module parameters are graph inputs, not constants).
-Prewarm cost then grows with the number of distinct block classes, not with
-the number of layers. The layers between blocks (embeddings, final norm, head)
-run eagerly. The module tree, its ``state_dict`` and its hooks are unchanged,
-and a ``copy.deepcopy`` of the model calls its own blocks.
-
-This is the per-block recipe of PyTorch's regional compilation tutorial.
-``torch.compiler.nested_compile_region`` (hierarchical compilation inside one
-whole-model compile) is the other route; it is not used here.
-"""
+"""Regional compilation: compile a model's repeated blocks in place, not the whole model
+(``docs/compile.md``, "Regional compilation")."""
 
 from __future__ import annotations
 

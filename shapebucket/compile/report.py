@@ -1,13 +1,27 @@
-"""``PrewarmReport``: what :func:`~shapebucket.prewarm` compiled, per shape of the plan."""
+"""``PrewarmReport`` (what prewarm compiled, per shape) and the compile reports' JSON form."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..plan.shapes import Shape
 
-__all__ = ["PrewarmReport"]
+__all__ = ["PrewarmReport", "report_dict"]
+
+
+def report_dict(report: Any) -> dict[str, Any]:
+    """A report dataclass's fields, JSON-ready: a dict keyed by shape gets ``"RxL"`` keys and
+    a tuple of shapes becomes lists (``PrewarmReport`` and ``BackgroundReport``)."""
+    out = {}
+    for f in fields(report):
+        value = getattr(report, f.name)
+        if isinstance(value, dict):
+            value = {f"{s.rows}x{s.length}": v for s, v in value.items()}
+        elif isinstance(value, tuple):
+            value = [list(s) for s in value]
+        out[f.name] = value
+    return out
 
 
 @dataclass
@@ -64,27 +78,10 @@ class PrewarmReport:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        def keyed(d: dict[Shape, Any]) -> dict[str, Any]:
-            return {f"{s.rows}x{s.length}": v for s, v in d.items()}
-
         return {
-            "shapes": [list(s) for s in self.shapes],
+            **report_dict(self),
             "num_shapes": self.num_shapes,
-            "seconds": keyed(self.seconds),
-            "graphs": keyed(self.graphs),
-            "backward_graphs": keyed(self.backward_graphs),
-            "how": keyed(self.how),
-            "memory_mb": keyed(self.memory_mb),
-            "total_seconds": self.total_seconds,
-            "verify_seconds": self.verify_seconds,
             "total_graphs": self.total_graphs,
-            "limit": self.limit,
-            "limit_raised_from": self.limit_raised_from,
-            "optimizers_found": self.optimizers_found,
-            "cache_path": self.cache_path,
-            "cache_loaded": self.cache_loaded,
-            "cache_saved": self.cache_saved,
-            "cache_wait_s": self.cache_wait_s,
         }
 
     def __str__(self) -> str:

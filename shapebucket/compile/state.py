@@ -1,23 +1,6 @@
-"""Snapshot and restore everything a training step changes, bitwise and in place.
-
-:func:`shapebucket.prewarm` runs real training steps to compile them and then
-puts the model, the optimizer and the random number generators back exactly as
-they were; this module is that job, usable (and tested) alone.
-
-What :func:`snapshot` sees: of the model (and of every ``nn.Module`` passed),
-parameters with their ``.grad`` and ``requires_grad``, buffers, tensors kept as
-plain module attributes (``self.step_count = torch.zeros(())``), Python numbers,
-bools and strings kept as public module attributes (``self.steps += 1``) and every
-module's train flag; the state and hyper-parameters of each optimizer passed;
-any other object with ``state_dict``/``load_state_dict`` (a ``GradScaler``, an
-LR scheduler); plain tensors passed (values and ``requires_grad``); and the
-torch, CUDA, numpy and Python RNG states. Module state is put back *by name*: a
-parameter, buffer or attribute the step replaced (``self.avg = 0.9 * self.avg +
-...``) gets its original tensor object back, holding its original value. What
-it cannot see: containers kept on objects (a list it appends to), attributes and
-buffers the step added, globals, and objects it was not given (an EMA model or a
-scaler that ``step`` closes over).
-"""
+"""Snapshot and restore everything a training step changes, bitwise and in place: what
+:func:`shapebucket.prewarm` puts back after its steps (what it sees and what it cannot:
+``docs/compile.md``, the ``prewarm`` section)."""
 
 from __future__ import annotations
 
@@ -96,7 +79,7 @@ def _put(t: torch.Tensor, value: torch.Tensor) -> None:
 def _copy_optimizer(opt: torch.optim.Optimizer) -> _Optimizer:
     return _Optimizer(
         optimizer=opt,
-        state={p: {k: _clone(v) for k, v in s.items()} for p, s in opt.state.items()},
+        state={p: _clone(s) for p, s in opt.state.items()},
         groups=[
             {k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in opt.param_groups
         ],
@@ -115,14 +98,10 @@ def _restore_optimizer(saved: _Optimizer) -> None:
                 del live[k]
         for k, v in state.items():
             cur = live.get(k)
-            if (
-                isinstance(v, torch.Tensor)
-                and isinstance(cur, torch.Tensor)
-                and cur.shape == v.shape
-            ):
-                cur.copy_(v)
+            if isinstance(v, torch.Tensor) and isinstance(cur, torch.Tensor):
+                _put(cur, v)
             else:
-                live[k] = v.clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+                live[k] = _clone(v)
     for group, saved_group in zip(opt.param_groups, saved.groups, strict=True):
         group.update(copy.deepcopy(saved_group))
 

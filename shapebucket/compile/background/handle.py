@@ -1,39 +1,13 @@
-"""Compile while training: train eagerly at once, switch each shape to its compiled graph
-as soon as a background process has compiled it.
-
-::
-
-    with compile_in_background(build_model, plan, example, sampler=sampler) as bg:
-        opt = torch.optim.AdamW(bg.model.parameters())
-        for batch in loader:
-            loss = bg.model(**batch)  # eager until this batch's shape is ready
-            loss.backward(); opt.step(); opt.zero_grad()
-
-The background process (:mod:`shapebucket.compile.background.worker`) builds its own model
-and publishes each shape's compiled code as a cache directory; the training
-process polls for them (at most every ``poll_seconds``, one ``listdir``), loads
-each into its compiler cache, and from then on runs that shape through
-``torch.compile(type(model).forward)``, whose first call traces the graph and
-finds its compiled forward and backward in the cache. A shape that was switched
-runs under the ``fail_on_recompile`` stance: it never recompiles.
-
-The first training call runs eagerly even when its shape is ready (a model that sets
-its own state in its first call, as transformers' classifiers set
-``config.problem_type``, would otherwise trace its graph unsettled and recompile on
-the next call); the background settles its own model the same way.
-
-Only training calls switch and run compiled: grad enabled, outside
-``inference_mode``, the model in training mode, the call the background compiled.
-Evaluation calls (``torch.no_grad()``, ``inference_mode``, or ``model.eval()``) run
-eagerly before, during and after the switches (``report.eval_calls``): their graph
-would differ, and compiling it here is what the background is for.
-"""
+"""Compile while training: the handle that trains eagerly and switches each shape to its
+compiled graph once the background process has published it (``docs/compile.md``,
+"Compile while training")."""
 
 from __future__ import annotations
 
 import contextlib
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,7 +22,7 @@ from ...plan.contract import walk_batch
 from ...plan.shapes import Shape, ShapePlan
 from ..calls import packs, refuse_cached_decoder
 from ..recompiles import CompileCounter
-from .process import BackgroundProcess
+from .process import BackgroundProcess, Spec, compiled_forward, published_shapes
 from .report import BackgroundReport
 from .setup import (
     BackgroundOptions,
@@ -56,9 +30,7 @@ from .setup import (
     check_picklable,
     order_shapes,
     output_dir,
-    published_shapes,
 )
-from .worker import Spec, compiled_forward, install_forward
 
 __all__ = ["BackgroundCompile", "BackgroundOptions", "compile_in_background"]
 
@@ -68,12 +40,7 @@ def _signature(args: Any) -> tuple[tuple[int, ...], ...]:
 
 
 def _contains(big: tuple[tuple[int, ...], ...], small: tuple[tuple[int, ...], ...]) -> bool:
-    pool = list(big)
-    for s in small:
-        if s not in pool:
-            return False
-        pool.remove(s)
-    return True
+    return not Counter(small) - Counter(big)  # every shape of small, as often, in big
 
 
 class BackgroundCompile:
@@ -106,7 +73,8 @@ class BackgroundCompile:
         self.report.limit_raised_from = self._limit.enter_context(
             compat.raised_recompile_limit(spec.limit)
         )
-        install_forward(model, self._forward)
+        # an instance attribute: hooks, state_dict and the parameters stay the model's own
+        model.forward = self._forward  # type: ignore[method-assign]
 
     # -- the training side ------------------------------------------------------------
 

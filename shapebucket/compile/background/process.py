@@ -1,9 +1,7 @@
-"""The background process seen from the training side: spawn it, read what it published
-since the last look, stop it and remove its files.
-
-The handle (:mod:`.handle`) asks :meth:`BackgroundProcess.look` at each poll and turns
-the answer into its switches and its report; this module knows the directory layout
-the worker (:mod:`.worker`) writes and how the process is started and ended.
+"""The background compile's other process: what runs in it (:func:`main`: build the model,
+compile each shape of the plan, most frequent first, and publish each as a cache directory
+``NNN-RxL`` with ``NNN-RxL.json``, its ready signal; ``error.txt`` on a failure, ``done.json``
+at the end) and how the training side spawns, reads and stops it (:class:`BackgroundProcess`).
 """
 
 from __future__ import annotations
@@ -11,16 +9,161 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
+import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...plan.shapes import Shape
-from ..cache.load import MANIFEST, load_compile_cache
-from .setup import yield_to_training
-from .worker import DONE, ERROR, Spec, main
+import torch
 
-__all__ = ["BackgroundProcess", "Look", "Published"]
+from ... import _torch as compat
+from ...plan.shapes import Shape, ShapePlan
+from ..cache.load import MANIFEST, load_compile_cache
+from ..cache.save import save_new_compile_cache
+from ..calls import run_batch
+
+__all__ = [
+    "DONE",
+    "ERROR",
+    "BackgroundProcess",
+    "Look",
+    "Published",
+    "Spec",
+    "compile_shapes",
+    "compiled_forward",
+    "main",
+    "published_shapes",
+    "yield_to_training",
+]
+
+ERROR = "error.txt"
+DONE = "done.json"
+_INDUCTOR_DIR = "TORCHINDUCTOR_CACHE_DIR"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Everything the background process needs; it must pickle (it crosses a spawn)."""
+
+    build: Callable[[], torch.nn.Module]
+    plan: ShapePlan
+    example: Any
+    step: Callable[[torch.nn.Module, Any], Any] | None
+    compile_options: Mapping[str, Any]
+    order: tuple[Shape, ...]
+    threads: int
+    limit: int
+    out: str
+    skip: frozenset[Shape] = field(default_factory=frozenset)
+
+
+def compiled_forward(model: torch.nn.Module, options: Mapping[str, Any]) -> Callable[..., Any]:
+    """``torch.compile(type(model).forward, dynamic=False, **options)``: the same function in
+    both processes, so the training process traces the graph the background compiled."""
+    return torch.compile(type(model).forward, dynamic=False, **options)  # type: ignore[no-any-return]
+
+
+def _to(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return type(batch)({k: _to(v, device) for k, v in batch.items()})  # type: ignore[call-arg]
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to(v, device) for v in batch)
+    return batch
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.rename(path)
+
+
+def compile_shapes(spec: Spec) -> None:
+    """Build the model and compile every shape of ``spec.order``, publishing each to
+    ``spec.out`` as soon as it is compiled. Runs in the background process (or, for
+    tests, in this one)."""
+    out = Path(spec.out)
+    start = time.perf_counter()
+    model = spec.build()
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"build() returned a {type(model).__name__}, not a torch.nn.Module")
+    params = list(model.parameters())
+    device = params[0].device if params else torch.device("cpu")
+    fn = compiled_forward(model, spec.compile_options)
+    model.forward = lambda *a, **k: fn(model, *a, **k)  # type: ignore[method-assign]
+    with compat.raised_recompile_limit(spec.limit):
+        _settle(spec, model, device)
+        _compile_each(spec, model, device)
+    _atomic_write(out / DONE, json.dumps({"seconds": time.perf_counter() - start}))
+
+
+def _run(spec: Spec, model: torch.nn.Module, batch: Any) -> None:
+    if spec.step is not None:
+        spec.step(model, batch)
+    else:
+        run_batch(model, None, batch, "compile_in_background")
+    model.zero_grad(set_to_none=True)
+
+
+def _settle(spec: Spec, model: torch.nn.Module, device: torch.device) -> None:
+    """One eager run of the first shape before anything compiles, as prewarm's ``_settle``."""
+    shape = spec.order[0]
+    with torch.compiler.set_stance("force_eager"):
+        _run(spec, model, _to(spec.plan.batch(spec.example, shape), device))
+
+
+def _compile_each(spec: Spec, model: torch.nn.Module, device: torch.device) -> None:
+    """Compile and publish each shape of ``spec.order`` not in ``spec.skip``."""
+    out = Path(spec.out)
+    exported: set[str] = set()
+    for i, shape in enumerate(spec.order):
+        if shape in spec.skip:
+            continue
+        t0 = time.perf_counter()
+        batch = _to(spec.plan.batch(spec.example, shape), device)
+        graphs = compat.unique_graphs()
+        _run(spec, model, batch)
+        seconds = time.perf_counter() - t0
+        name = f"{i:03d}-{shape.rows}x{shape.length}"
+        sizes = save_new_compile_cache(out / name, exported)
+        info = {"shape": list(shape), "seconds": seconds, "graphs": compat.unique_graphs() - graphs}
+        _atomic_write(out / f"{name}.json", json.dumps({**info, **sizes}))
+
+
+def main(spec: Spec) -> None:
+    """The background process's entry point (``multiprocessing`` spawns it, pinned to one
+    core: :func:`yield_to_training`). Its inductor cache is private; it runs the training
+    process's thread count (a CPU kernel's FX-graph cache key includes it) with one compile
+    worker."""
+    try:
+        torch.set_num_threads(spec.threads)
+        compat.set_compile_threads(1)
+        compile_shapes(spec)
+    except BaseException:
+        _atomic_write(Path(spec.out) / ERROR, traceback.format_exc())
+        raise
+
+
+def yield_to_training(pid: int, nice: int) -> None:
+    """Pin the background process to one core and give it the niceness ``nice`` from its
+    start (its own imports included): at 10, the training process keeps the CPU it had."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    try:
+        if cores:
+            os.sched_setaffinity(pid, {cores[-1]})
+        os.setpriority(os.PRIO_PROCESS, pid, nice)
+    except (OSError, AttributeError):  # not Linux, or not permitted: it runs unpinned
+        pass
+
+
+def published_shapes(out: str) -> frozenset[Shape]:
+    """The shapes an earlier run published into ``out`` (a kept ``cache_dir``)."""
+    return frozenset(
+        Shape(*json.loads(p.read_text())["shape"]) for p in Path(out).glob("[0-9]*.json")
+    )
 
 
 @dataclass(frozen=True)
@@ -60,19 +203,17 @@ class BackgroundProcess:
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")
-        env = {"TORCHINDUCTOR_CACHE_DIR": str(self.out / ".inductor")}
-        old = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)  # read by the child at its start, restored at once
+        old = os.environ.get(_INDUCTOR_DIR)
+        os.environ[_INDUCTOR_DIR] = str(self.out / ".inductor")  # the child's, restored at once
         try:
             self.process = ctx.Process(target=main, args=(spec,), daemon=True)
             self.process.start()
             yield_to_training(self.process.pid, nice)
         finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            if old is None:
+                os.environ.pop(_INDUCTOR_DIR, None)
+            else:
+                os.environ[_INDUCTOR_DIR] = old
 
     @property
     def exitcode(self) -> int | None:

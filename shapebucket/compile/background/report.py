@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...plan.shapes import Shape
+from ..report import report_dict
 
 __all__ = ["BackgroundReport"]
 
@@ -53,25 +54,7 @@ class BackgroundReport:
         return len(self.switched_at)
 
     def to_dict(self) -> dict[str, Any]:
-        def per(d: Any) -> dict[str, Any]:
-            return {f"{s.rows}x{s.length}": v for s, v in d.items()}
-
-        return {
-            "order": [list(s) for s in self.order],
-            "compile_seconds": per(self.compile_seconds),
-            "ready_at": per(self.ready_at),
-            "switched_at": per(self.switched_at),
-            "switch_seconds": per(self.switch_seconds),
-            "graphs": per(self.graphs),
-            "how": per(self.how),
-            "eager_calls": per(self.eager_calls),
-            "compiled_calls": per(self.compiled_calls),
-            "eval_calls": per(self.eval_calls),
-            "unplanned_calls": self.unplanned_calls,
-            "first_call_seconds": self.first_call_seconds,
-            "all_ready_seconds": self.all_ready_seconds,
-            "error": self.error,
-        }
+        return report_dict(self)
 
     def __str__(self) -> str:
         lines = [

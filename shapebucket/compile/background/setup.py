@@ -1,11 +1,10 @@
 """Checks and choices made before the background compile starts: what must pickle, the
-options (:class:`BackgroundOptions`), the model, the order of the shapes, where the
-compiled shapes go, and the background's CPU share."""
+options (:class:`BackgroundOptions`), the model, the order of the shapes and where the
+compiled shapes go."""
 
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import pickle
 import sys
@@ -22,7 +21,7 @@ from ... import _torch as compat
 from ..._validate import check_int, check_number
 from ...errors import ShapeBucketError
 from ...plan.shapes import Shape, ShapePlan
-from ..cache.key import describe_batch, job_key
+from ..cache.key import job_key
 
 __all__ = [
     "BackgroundOptions",
@@ -31,8 +30,6 @@ __all__ = [
     "check_picklable",
     "order_shapes",
     "output_dir",
-    "published_shapes",
-    "yield_to_training",
 ]
 
 _NEEDS = (
@@ -41,18 +38,6 @@ _NEEDS = (
     "training under `if __name__ == '__main__':`), not as a lambda, a nested function or in a "
     "notebook"
 )
-
-
-def yield_to_training(pid: int, nice: int) -> None:
-    """Pin the background process to one core and give it the niceness ``nice`` from its
-    start (its own imports included): at 10, the training process keeps the CPU it had."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    try:
-        if cores:
-            os.sched_setaffinity(pid, {cores[-1]})
-        os.setpriority(os.PRIO_PROCESS, pid, nice)
-    except (OSError, AttributeError):  # not Linux, or not permitted: the child pins itself
-        pass
 
 
 def order_shapes(plan: ShapePlan, sampler: Any) -> tuple[Shape, ...]:
@@ -153,11 +138,11 @@ def output_dir(
     if options.cache_dir is None:
         return tempfile.mkdtemp(prefix="shapebucket-background-")
     plan, example, order = job
-    described = {f"{s.rows}x{s.length}": describe_batch(plan.batch(example, s)) for s in order}
+    batches = ((f"{s.rows}x{s.length}", plan.batch(example, s)) for s in order)
     extra = (
         f"background threads={torch.get_num_threads()} {sorted(options.compile_options.items())!r}"
     )
-    out = Path(options.cache_dir) / job_key(model, step, described, extra, described=True)
+    out = Path(options.cache_dir) / job_key(model, step, batches, extra)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -166,13 +151,6 @@ def output_dir(
             "pass a directory (created if missing) or leave cache_dir out"
         ) from None
     return str(out)
-
-
-def published_shapes(out: str) -> frozenset[Shape]:
-    """The shapes an earlier run published into ``out`` (a kept ``cache_dir``)."""
-    return frozenset(
-        Shape(*json.loads(p.read_text())["shape"]) for p in Path(out).glob("[0-9]*.json")
-    )
 
 
 def check_model(model: Any, build: Any) -> torch.nn.Module:

@@ -1,22 +1,6 @@
-"""Ahead-of-time compiled calls: what :class:`AotCache` keeps between runs.
-
-A warm start through the compile cache alone still runs dynamo on every shape: it
-traces the model's bytecode again and only the compiled code is loaded
-(``docs/compile.md``). With ``AotCache``, each call prewarm makes is compiled
-ahead of time instead (dynamo's ``aot_compile_fullgraph``, torch 2.13,
-experimental): one whole static graph of exactly that call, forward and backward,
-with its own guards, serialized next to the cache. The next run loads them and
-traces nothing.
-
-:class:`AotForward` is installed as the compiled module's ``forward``. A call that
-one of its functions' guards accept runs that function; while prewarm compiles
-(``job.phase == "compile"``), a call that none accepts is compiled ahead of time
-and kept; any other call (an unplanned shape, ``no_grad`` without ``Inference()``,
-``eval()``, or every call after a graph break made ahead-of-time compiling fail) goes
-through the module's own dynamo ``forward``, exactly as with ``Cache``, where
-:func:`~shapebucket.no_recompiles` sees it. So the guards decide, never a guess
-from the shapes, and nothing the training loop calls is ever refused or changed.
-"""
+"""Ahead-of-time compiled calls kept with the cache: :class:`AotCache` and the ``forward``
+(:class:`AotForward`) that runs them where their guards accept a call, dynamo otherwise
+(``docs/compile.md``, "Ahead of time")."""
 
 from __future__ import annotations
 
@@ -37,7 +21,7 @@ from ..modes.cached import Cache
 from ..modes.run import CudaGraphs
 from ..modes.specialize import Specialize
 
-__all__ = ["AotCache", "AotForward", "check", "install", "installed", "uninstall"]
+__all__ = ["AotCache", "AotForward", "installed"]
 
 AOT_FILE = "aot.bin"
 
@@ -145,44 +129,6 @@ def installed(compiled: Any) -> AotForward | None:
     return forward if isinstance(forward, AotForward) else None
 
 
-def check(compiled: Any) -> None:
-    """Refuse a model whose calls an :class:`AotForward` cannot serve as they are."""
-    if not compat.is_compiled_module(compiled):
-        raise ShapeBucketError(
-            f"AotCache needs the torch.compile'd module itself as prewarm's model, got "
-            f"{type(compiled).__name__}; pass model = torch.compile(module, dynamic=False), or "
-            "use Cache(dir)"
-        )
-    if compat.has_hooks(compiled):
-        raise ShapeBucketError(
-            "AotCache: the module has forward or backward hooks (its own or global ones), "
-            "which an ahead-of-time compiled forward would skip; remove them or use Cache(dir)"
-        )
-
-
-def install(compiled: Any, functions: list[Any], compiling: Callable[[], bool]) -> AotForward:
-    """Install an :class:`AotForward` holding ``functions`` on the ``torch.compile``'d
-    module ``compiled`` (one already there keeps the functions it has)."""
-    check(compiled)
-    current = installed(compiled)
-    if current is None:
-        current = AotForward(compiled, functions, compiling)
-        compiled.forward = current
-    elif not current.functions:
-        current.functions, current.loaded = list(functions), len(functions)
-    else:  # a later prewarm of this module: what it holds counts as ready, like a load
-        current.loaded = len(current.functions)
-    current.compiling, current.used = compiling, {}
-    return current
-
-
-def uninstall(compiled: Any) -> None:
-    """Put the module's own dynamo ``forward`` back."""
-    current = installed(compiled)
-    if current is not None:
-        compiled.forward = current.original
-
-
 @dataclass(frozen=True)
 class AotCache(Cache):
     """:class:`~shapebucket.compile.Cache`, plus every call prewarm makes compiled
@@ -206,19 +152,41 @@ class AotCache(Cache):
                 f"AotCache cannot be combined with {', '.join(others)} (static whole graphs, one "
                 "cache directory); pass Cache(dir) instead of AotCache for those"
             )
-        check(job.model)  # before the lock and the load
+        if not compat.is_compiled_module(job.model):  # before the lock and the load
+            raise ShapeBucketError(
+                f"AotCache needs the torch.compile'd module itself as prewarm's model, got "
+                f"{type(job.model).__name__}; pass model = torch.compile(module, dynamic=False), "
+                "or use Cache(dir)"
+            )
+        if compat.has_hooks(job.model):
+            raise ShapeBucketError(
+                "AotCache: the module has forward or backward hooks (its own or global ones), "
+                "which an ahead-of-time compiled forward would skip; remove them or use Cache(dir)"
+            )
         super().setup(job)
         functions = _load(Path(job.memo["cache_path"]), bool(job.report.cache_loaded))
-        job.memo["aot_new"] = installed(job.model) is None  # a failure takes only ours back
-        job.memo["aot"] = install(job.model, functions, lambda: job.phase == "compile")
+        forward = installed(job.model)
+        job.memo["aot_new"] = forward is None  # a failure takes only ours back (scope)
+
+        def compiling() -> bool:
+            return job.phase == "compile"
+
+        if forward is None:
+            forward = job.model.forward = AotForward(job.model, functions, compiling)
+        elif not forward.functions:
+            forward.functions, forward.loaded = list(functions), len(functions)
+        else:  # a later prewarm of this module: what it holds counts as ready, like a load
+            forward.loaded = len(forward.functions)
+        forward.compiling, forward.used = compiling, {}
+        job.memo["aot"] = forward
 
     @contextlib.contextmanager
     def scope(self, job: Job) -> Iterator[None]:
         try:
             yield
         except BaseException:
-            if job.memo.get("aot_new"):  # a failed prewarm leaves the module as it was
-                uninstall(job.model)
+            if job.memo.get("aot_new") and "aot" in job.memo:  # left as it was
+                job.model.forward = job.memo["aot"].original
             raise
 
     def prepare(self, batch: Any, shape: Any, job: Job) -> Any:

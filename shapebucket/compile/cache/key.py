@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -91,12 +91,7 @@ def describe_batch(batch: Any) -> Any:
 
 
 def job_key(
-    model: Any,
-    step: Any,
-    batches: Mapping[Any, Any],
-    extra: str = "",
-    *,
-    described: bool = False,
+    model: Any, step: Any, batches: Mapping[Any, Any] | Iterable[tuple[Any, Any]], extra: str = ""
 ) -> str:
     """A key for one prewarm job's compile cache: what invalidates compiled code.
 
@@ -104,8 +99,8 @@ def job_key(
     ``model`` (its source file, or for a class without one, such as a notebook's,
     its name and bytecode) and of ``step``, the name, shape, dtype and ``requires_grad``
     of every parameter and buffer of ``model``, every prewarmed batch's shapes,
-    dtypes, devices and strides (``batches`` maps a name to a batch, or to
-    :func:`describe_batch` of it with ``described=True``), and ``extra`` (put
+    dtypes, devices and strides (``batches`` maps a name to a batch, or yields
+    ``(name, batch)`` pairs: each is described as it comes), and ``extra`` (put
     the compile options there: mode, backend, ``fullgraph``). A change in any of
     them gives another key, so a stale cache is never loaded for a changed job.
 
@@ -123,7 +118,8 @@ def job_key(
     )
     if torch.cuda.is_available() and any(d.startswith("cuda") for d in devices):
         devices.append(torch.cuda.get_device_name())
-    shapes = {str(k): v if described else describe_batch(v) for k, v in batches.items()}
+    pairs = batches.items() if isinstance(batches, Mapping) else batches
+    shapes = {str(k): describe_batch(v) for k, v in pairs}
     parts = [
         torch.__version__,
         repr(devices),

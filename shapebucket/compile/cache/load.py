@@ -1,14 +1,6 @@
-"""Reading a saved compile cache: its format, the check of every file, and loading it.
-
-A saved cache is a directory: the compiler's portable artifacts (:data:`ARTIFACTS`),
-a copy of inductor's cache directory (:data:`INDUCTOR`), the extra files a save was
-given, and :data:`MANIFEST`: the torch version and the size and SHA-256 of every file.
-:func:`load_compile_cache` checks every field of the manifest and every file (none
-missing, changed or added: :func:`check_compile_cache`) before it copies anything
-into the live inductor cache, so a truncated, edited or foreign cache is refused with
-a warning instead of being half-installed. What :mod:`.save` shares with it: the
-format's names, :func:`read_manifest`, :func:`sha256` and :func:`copy_new`.
-"""
+"""Reading a saved compile cache: its format (:data:`ARTIFACTS`, :data:`INDUCTOR`, the
+extra files, :data:`MANIFEST` with the torch version and every file's size and SHA-256),
+the check of every file, and loading it."""
 
 from __future__ import annotations
 
@@ -16,7 +8,6 @@ import hashlib
 import json
 import shutil
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,19 +24,18 @@ __all__ = [
     "INDUCTOR",
     "MANIFEST",
     "check_compile_cache",
-    "copy_new",
     "load_compile_cache",
     "read_manifest",
     "sha256",
 ]
 
 
-def copy_new(src: str, dst: str, copy: Callable[[str, str], Any] = shutil.copy2) -> None:
-    """Copy a file with ``copy`` unless ``dst`` exists. Inductor's cache is content-addressed
-    (a file's name is its key), and overwriting a compiled ``.so`` that a process has
-    loaded corrupts that process's mapping of it (seen as a crash at exit)."""
+def _copy_new(src: str, dst: str) -> None:
+    """Copy a file unless ``dst`` exists. Inductor's cache is content-addressed (a file's
+    name is its key), and overwriting a compiled ``.so`` that a process has loaded corrupts
+    that process's mapping of it (seen as a crash at exit)."""
     if not Path(dst).exists():
-        copy(src, dst)
+        shutil.copy2(src, dst)
 
 
 def sha256(path: Path) -> str:
@@ -153,5 +143,5 @@ def load_compile_cache(path: str | Path) -> bool:
     if has_inductor:
         dst = Path(compat.inductor_cache_dir())
         dst.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(path / INDUCTOR, dst, dirs_exist_ok=True, copy_function=copy_new)
+        shutil.copytree(path / INDUCTOR, dst, dirs_exist_ok=True, copy_function=_copy_new)
     return True

@@ -1,20 +1,6 @@
-"""One builder per compile cache: processes of one job (torchrun ranks, a rerun next to
-a running job) that share a cache directory take turns on it.
-
-:func:`cache_lock` holds an exclusive ``fcntl.flock`` on ``<cache>.lock`` (a file next
-to the cache directory) from before the cache is read until after it is saved. The
-first process to take it finds no cache, compiles and saves; the others wait on the
-lock (telling once who holds it, and for at most :data:`WAIT_S` seconds by default)
-and then find the saved cache and load it. The kernel releases the lock when its
-holder's file is closed, including when the process is killed, so a crashed builder
-never blocks the others; what it left half-written is a temporary directory that
-:func:`~shapebucket.compile.load_compile_cache` never reads (saves are an atomic
-rename of a complete directory whose manifest is written last).
-
-Without ``fcntl`` (Windows) there is no lock: each process loads what is there,
-compiles what is missing and saves atomically, the last save winning; the cache is
-never half-written, only built more than once.
-"""
+"""One builder per compile cache: processes sharing a cache directory take turns on it
+through an ``fcntl.flock`` on ``<cache>.lock``; without ``fcntl`` (Windows) there is no
+lock (``docs/compile.md``, "Several processes, one cache")."""
 
 from __future__ import annotations
 
@@ -62,16 +48,13 @@ def _holder(lock: Path) -> str:
 
 
 def _open(lock: Path, path: str | Path) -> IO[Any]:
-    try:
-        if lock.is_dir():
-            raise IsADirectoryError(str(lock))
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        return lock.open("a")
-    except IsADirectoryError:
+    if lock.is_dir():
         raise ShapeBucketError(
             f"compile cache {str(path)!r}: its lock {lock} is a directory, so no process can "
             f"lock the cache; remove it (rm -r {str(lock)!r}) and run again"
-        ) from None
+        )
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    return lock.open("a")
 
 
 def _wait(f: IO[Any], lock: Path, path: str | Path, timeout: float | None) -> float:

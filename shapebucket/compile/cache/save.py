@@ -1,15 +1,5 @@
-"""Saving what the compiler built: atomically, beside the previous cache, under the lock.
-
-:func:`save_compile_cache` builds the whole cache (the format :mod:`.load` reads and
-checks) in a temporary directory next to ``path`` and renames it into place only
-when complete, so an interrupted save leaves the previous cache (or none), never a
-half-written one; the previous cache is moved aside to ``.<name>.old-*`` for the
-rename and removed after it. What a killed save left (those two) is removed by the next
-save of ``path``, under the lock (:func:`_remove_leftovers`). Only a cache is ever replaced: a file, or a directory
-holding anything a cache does not, at ``path`` is refused (:func:`_check_replaceable`).
-A save holds the cache's lock (:func:`~shapebucket.compile.lock.cache_lock`, the one
-prewarm's ``Cache`` takes), so saves racing on one path take turns.
-"""
+"""Saving what the compiler built: atomically, beside the previous cache, under the lock;
+only a cache is ever replaced (``docs/compile.md``, "The compile cache")."""
 
 from __future__ import annotations
 
@@ -34,7 +24,6 @@ from .load import (
     INDUCTOR,
     MANIFEST,
     check_compile_cache,
-    copy_new,
     read_manifest,
     sha256,
 )
@@ -54,11 +43,6 @@ __all__ = [
     "save_held_compile_cache",
     "save_new_compile_cache",
 ]
-
-
-def _copy_new(src: str, dst: str) -> None:
-    """:func:`~.load.copy_new` through :func:`_copy_file`: a file the cache has is kept."""
-    copy_new(src, dst, _copy_file)
 
 
 def _copy_file(src: str, dst: str) -> None:
@@ -99,7 +83,7 @@ def save_compile_cache(
     extra = _check_extra(extra)
     _check_replaceable(Path(path))  # before waiting on the lock; again under it
     with cache_lock(path):
-        return _save(Path(path), None, extra, locked=LOCKS)
+        return _save(Path(path), None, extra)
 
 
 def save_held_compile_cache(
@@ -108,7 +92,7 @@ def save_held_compile_cache(
     """:func:`save_compile_cache` for a caller that already holds ``path``'s
     :func:`~shapebucket.compile.lock.cache_lock` (prewarm's ``Cache``): a second lock on
     the same file in one process would wait for itself."""
-    return _save(Path(path), None, _check_extra(extra), locked=LOCKS)
+    return _save(Path(path), None, _check_extra(extra))
 
 
 def save_new_compile_cache(path: str | Path, exported: set[str]) -> dict[str, int]:
@@ -116,23 +100,20 @@ def save_new_compile_cache(path: str | Path, exported: set[str]) -> dict[str, in
     the last save (cleared after each) and the inductor files not in ``exported`` (their
     paths relative to inductor's cache directory; the ones saved now are added to it).
     Used by the background compile to publish one shape at a time."""
-    return _save(Path(path), exported, {}, locked=False)
+    return _save(Path(path), exported, {})
 
 
-def _save(
-    path: Path, exported: set[str] | None, extra: dict[str, bytes], *, locked: bool
-) -> dict[str, int]:
+def _save(path: Path, exported: set[str] | None, extra: dict[str, bytes]) -> dict[str, int]:
+    """Build the cache beside ``path``, then rename it into place; with ``exported`` (the
+    background's one-shape publishing, which holds no lock) only what is new."""
     _check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(path, locked)
+    _remove_leftovers(path, locked=LOCKS and exported is None)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-", dir=path.parent))
     try:
-        if exported is None:
-            sizes = _build(
-                tmp, previous=path if check_compile_cache(path) is None else None, extra=extra
-            )
-        else:
-            sizes = _build(tmp, previous=None, exported=exported)
+        intact = exported is None and check_compile_cache(path) is None
+        sizes = _build(tmp, path if intact else None, exported, extra)
+        if exported is not None:
             compat.clear_cache_artifacts()
         old = None
         if path.exists():
@@ -148,10 +129,8 @@ def _save(
 
 
 def _check_replaceable(path: Path) -> None:
-    """Refuse to replace what is not a compile cache: a file (a mistyped ``"model.pt"``),
-    or a directory holding anything but a cache's files (``manifest.json``,
-    ``artifacts.bin``, ``inductor/``, and the extra files its manifest names). An empty
-    directory, or a cache whose files fail their checks, may be replaced."""
+    """Refuse to replace a file, or a directory holding anything but a cache's files (an
+    empty directory, or a cache whose files fail their checks, may be replaced)."""
     if not path.exists() and not path.is_symlink():
         return
     fix = (
@@ -174,12 +153,8 @@ def _check_replaceable(path: Path) -> None:
 
 
 def _remove_leftovers(path: Path, locked: bool) -> None:
-    """Remove what killed saves of ``path`` left beside it: ``.<name>.saving-*`` (a cache
-    being written) and ``.<name>.old-*`` (a previous cache moved aside). Under the cache's
-    lock every one is stale (each save of ``path`` holds the lock, and the kernel freed a
-    killed saver's), so all go; without it (no ``fcntl``, or the background's one-shape
-    publishing) only those untouched for :data:`STALE_S` seconds, which no running save
-    is still writing."""
+    """Remove what killed saves of ``path`` left beside it (``.<name>.saving-*``,
+    ``.<name>.old-*``): all of it under the lock, else what is :data:`STALE_S` old."""
     now = time.time()
     # the exact names _save makes (mkdtemp's 8 characters), not another cache's leftovers
     ours = re.compile(rf"\.{re.escape(path.name)}\.(saving-|old-[0-9]+-)[a-z0-9_]{{8}}")
@@ -195,9 +170,7 @@ def _remove_leftovers(path: Path, locked: bool) -> None:
 
 
 def _remove(old: Path) -> None:
-    """Remove what a save moved aside: a directory tree, or a plain file (``rmtree``
-    alone skipped a file, which stayed as ``.<key>.old-*`` for good). The new cache is in
-    place by now, so a leftover that cannot be removed does not fail the save."""
+    """Remove what a save moved aside, a tree or a file; a failure does not fail the save."""
     if old.is_dir() and not old.is_symlink():
         shutil.rmtree(old, ignore_errors=True)
     else:
@@ -206,32 +179,21 @@ def _remove(old: Path) -> None:
 
 
 def _build(
-    tmp: Path,
-    previous: Path | None,
-    exported: set[str] | None = None,
-    extra: dict[str, bytes] | None = None,
+    tmp: Path, previous: Path | None, exported: set[str] | None, extra: dict[str, bytes]
 ) -> dict[str, int]:
-    """Write a complete cache into the empty directory ``tmp``, its manifest last (with
-    ``exported``: only the inductor files not in it, which are then added to it)."""
+    """Write a complete cache into the empty directory ``tmp``, its manifest last."""
     sizes = {"artifacts_bytes": 0, "inductor_bytes": 0}
-    _write_extra(tmp, previous, extra or {})
+    _write_extra(tmp, previous, extra)
     data = compat.save_cache_artifacts()
     if data is not None:
         _write_bytes(tmp / ARTIFACTS, data)
         sizes["artifacts_bytes"] = len(data)
     elif previous is not None and (previous / ARTIFACTS).is_file():
         _copy_file(str(previous / ARTIFACTS), str(tmp / ARTIFACTS))
-    skip = shutil.ignore_patterns("*.lock", "*.tmp*", *UNSAVED_DIRS)
-    sources = [Path(compat.inductor_cache_dir())]
-    if previous is not None:
-        sources.append(previous / INDUCTOR)
     dst = tmp / INDUCTOR
-    if exported is not None:
-        _copy_unexported(sources[0], dst, exported)
-        sources = []
-    for src in sources:
-        if src.is_dir():
-            shutil.copytree(src, dst, dirs_exist_ok=True, ignore=skip, copy_function=_copy_new)
+    _copy_inductor(Path(compat.inductor_cache_dir()), dst, exported)
+    if previous is not None:
+        _copy_inductor(previous / INDUCTOR, dst)
     if dst.is_dir():
         sizes["inductor_bytes"] = sum(f.stat().st_size for f in dst.rglob("*") if f.is_file())
     files = sorted(f for f in tmp.rglob("*") if f.is_file())
@@ -282,17 +244,20 @@ def _write_extra(tmp: Path, previous: Path | None, extra: dict[str, bytes]) -> N
             _copy_file(str(f), str(tmp / f.name))
 
 
-def _copy_unexported(src: Path, dst: Path, exported: set[str]) -> None:
-    """Copy the files of ``src`` whose relative path is not in ``exported`` (no locks, no
-    temporary files), and add them to it."""
+def _copy_inductor(src: Path, dst: Path, exported: set[str] | None = None) -> None:
+    """Copy inductor's files from ``src`` into ``dst`` (keeping a file ``dst`` has) but its
+    locks, temporary files and :data:`UNSAVED_DIRS`; with ``exported``, only the files not in
+    it (paths relative to ``src``), which are then added to it."""
     if not src.is_dir():
         return
     for f in sorted(src.rglob("*")):
-        rel = f.relative_to(src).as_posix()
-        if not f.is_file() or rel in exported or f.name.endswith(".lock") or ".tmp" in f.name:
+        rel = f.relative_to(src)
+        if not f.is_file() or (exported is not None and rel.as_posix() in exported):
             continue
-        if UNSAVED_DIRS.intersection(f.relative_to(src).parts[:-1]):
+        if any(p.endswith(".lock") or ".tmp" in p or p in UNSAVED_DIRS for p in rel.parts):
             continue
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-        _copy_file(str(f), str(dst / rel))
-        exported.add(rel)
+        if not (dst / rel).exists():  # kept, as load_compile_cache keeps it
+            _copy_file(str(f), str(dst / rel))
+        if exported is not None:
+            exported.add(rel.as_posix())

@@ -1,31 +1,11 @@
-"""The mode hooks and the job they act on, shared by every mode.
-
-Modes: small parts that change how :func:`~shapebucket.prewarm` makes its graphs.
-
-``prewarm(model, plan, example, modes=(Specialize(), Cache("compile-cache")))``.
-Each mode is a frozen dataclass with up to six hooks, all optional, each
-testable alone with a :class:`Job`:
-
-* ``scope(job)``: the block the whole job (compiles and verify pass) runs in,
-  exited also on error (raise the recompile limit, put it back);
-* ``setup(job)``: once, before the first shape (load a cache);
-* ``prepare(batch, shape, job)``: each prewarm batch before it runs (mark dims);
-* ``context()``: the block every run of a batch happens in (``inference_mode``);
-* ``runs``: how many times each prewarm batch runs (CUDA graphs record on the third);
-* ``finish(job)``: once, after every shape compiled (save the cache);
-* ``retry(error, job)``: a run of a prepared batch raised ``error``: return True to
-  prepare the batch again and rerun it (Specialize tries another marked dim).
-
-``how`` (a class attribute) is what ``report.how`` says for every shape when
-the mode decides it.
-"""
+"""The mode hooks (:class:`Mode`) and the job they act on (:class:`Job`), shared by every mode."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from ...plan.shapes import Shape, ShapePlan
 from ..report import PrewarmReport
@@ -53,9 +33,11 @@ class Job:
 
 @dataclass(frozen=True)
 class Mode:
-    """A part of prewarm; every hook does nothing by default."""
+    """A part of prewarm; every hook does nothing by default.
 
-    how: ClassVar[str | None] = None
+    Order: ``scope`` (around everything), ``setup``, then per shape ``prepare`` and
+    ``runs`` runs inside ``context``, ``retry`` when one raises; ``finish`` at the end.
+    """
 
     @property
     def runs(self) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 from ... import _torch as compat
 from ..._validate import check_number
 from ...errors import ShapeBucketError
-from ..cache.key import describe_batch, job_key
+from ..cache.key import job_key
 from ..cache.load import check_compile_cache, load_compile_cache
 from ..cache.lock import WAIT_S, cache_lock
 from ..cache.save import save_held_compile_cache
@@ -63,8 +63,8 @@ class Cache(Mode):
     def key(self, job: Job) -> str:
         """The cache key of ``job`` (batches are made one at a time, only to describe them)."""
         others = sorted(repr(m) for m in job.modes if not isinstance(m, Cache))
-        described = {f"{s.rows}x{s.length}": describe_batch(job.batch(s)) for s in job.plan}
-        return job_key(job.model, job.step, described, self.extra + "".join(others), described=True)
+        batches = ((f"{s.rows}x{s.length}", job.batch(s)) for s in job.plan)
+        return job_key(job.model, job.step, batches, self.extra + "".join(others))
 
     def _check_dir(self, path: Path) -> bool:
         """Whether the cache directory is one prewarm can write, checked before compiling

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -20,39 +20,23 @@ __all__ = ["Specialize", "length_dims"]
 def length_dims(plan: ShapePlan, make: Callable[[Shape], Any]) -> dict[str, list[int]]:
     """Which dims of which leaves of a batch follow the length: ``{path: [dims]}``.
 
-    Found by making batches at two lengths and keeping the dims equal to each
-    length (a ``[B, F, L]`` value, its ``[B, L]`` mask and a ``[B, L, L]``
-    block mask alike). With one length: dim ``seq_dim + 1`` of every tensor that
-    has it at that size, and dim 1 of every 2-D ``[rows, length]`` tensor.
+    Found by making batches at the plan's first two lengths (it needs two) and keeping the
+    dims equal to each length (a ``[B, F, L]`` value, its ``[B, L]`` mask and a ``[B, L, L]``
+    block mask alike).
 
     >>> plan = ShapePlan.from_function([(2, 8), (2, 16)], lambda s: {"x": torch.ones(s.rows, 3, s.length), "m": torch.ones(s.rows, s.length)})
     >>> length_dims(plan, lambda s: plan.batch(None, s))
     {'x': [2], 'm': [1]}
     """
-    lengths = list(plan.lengths)
-    a = next(s for s in plan if s.length == lengths[0])
-    leaves_a = dict(walk_batch(make(a)))
+    a, b = (next(s for s in plan if s.length == n) for n in list(plan.lengths)[:2])
+    leaves_a, leaves_b = dict(walk_batch(make(a))), dict(walk_batch(make(b)))
     out: dict[str, list[int]] = {}
-    if len(lengths) >= 2:
-        b = next(s for s in plan if s.length == lengths[1])
-        leaves_b = dict(walk_batch(make(b)))
-        for path, x in leaves_a.items():
-            y = leaves_b.get(path)
-            if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.ndim == y.ndim:
-                dims = [
-                    i for i in range(x.ndim) if x.shape[i] == a.length and y.shape[i] == b.length
-                ]
-                if dims:
-                    out[path] = dims
-        return out
-    d = plan.seq_dim + 1
     for path, x in leaves_a.items():
-        if not isinstance(x, torch.Tensor):
-            continue
-        if x.ndim > d and x.shape[d] == a.length:
-            out[path] = [d]
-        elif x.ndim == 2 and x.shape[1] == a.length:
-            out[path] = [1]
+        y = leaves_b.get(path)
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.ndim == y.ndim:
+            dims = [i for i in range(x.ndim) if x.shape[i] == a.length and y.shape[i] == b.length]
+            if dims:
+                out[path] = dims
     return out
 
 
@@ -79,8 +63,6 @@ class Specialize(Mode):
     prewarm without ``Specialize()``.
     """
 
-    how: ClassVar[str | None] = "specialised"
-
     def setup(self, job: Job) -> None:
         if len(job.plan.lengths) < 2:
             raise ShapeBucketError(
@@ -97,9 +79,7 @@ class Specialize(Mode):
             )
 
     def prepare(self, batch: Any, shape: Shape, job: Job) -> Any:
-        dims = job.memo.get("length_dims")
-        if dims is None:
-            dims = job.memo["length_dims"] = length_dims(job.plan, job.batch)
+        dims = job.memo["length_dims"]
         marks = [
             (leaf, dim)
             for path, leaf in walk_batch(batch)
@@ -124,6 +104,9 @@ class Specialize(Mode):
             else:
                 compat.mark_dynamic_dim(leaf, dim, strict=True, min=None, max=None)
         return batch
+
+    def finish(self, job: Job) -> None:
+        job.report.how.update(dict.fromkeys(job.plan, "specialised"))
 
     def retry(self, error: BaseException, job: Job) -> bool:
         """On torch's ``is not in list`` error, put the predicates on the next marked dim."""

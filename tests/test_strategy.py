@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from shapebucket.__main__ import main
 from shapebucket.advise import StepTiming, choose_strategy, time_steps
-from shapebucket.advise.jobtime import ShapeLoad, compile_first, compile_while_training, eager
+from shapebucket.advise.jobtime import ShapeLoad, compile_while_training, job_seconds
 from shapebucket.data import mixture_lengths
 from shapebucket.errors import ShapeBucketError
 
@@ -30,7 +30,8 @@ def test_compile_while_training_by_hand():
     done = 0.1 + 10 / 70
     warm, job = compile_while_training(loads, 10.0)
     assert warm == 20.0 and job == pytest.approx(20 + (1 - done) * 50)
-    assert eager(loads) == (0.0, 100.0) and compile_first(loads, 10.0) == (20.0, 50.0)
+    assert job_seconds("eager", loads, 10.0) == (0.0, 100.0, 100.0)
+    assert job_seconds("compile-first", loads, 10.0) == (20.0, 50.0, 70.0)
     # contention: steps run twice as slow while compiling
     _, slow = compile_while_training(loads, 10.0, contention=2.0)
     done = 10 / 200 + 10 / 140
@@ -55,8 +56,8 @@ def test_compile_while_training_by_hand():
 def test_compiling_in_the_background_sits_between_the_ceiling_and_eager(shapes, compile_s):
     loads = [ShapeLoad(1, 8, b, e, e * f) for b, e, f in shapes]  # compiled never slower
     warm, job = compile_while_training(loads, compile_s)
-    eager_job = eager(loads)[1]
-    compiled_only = compile_first(loads, compile_s)[1]
+    eager_job = job_seconds("eager", loads, compile_s)[1]
+    compiled_only = job_seconds("compile-first", loads, compile_s)[1]
     assert compiled_only * (1 - 1e-9) <= job <= eager_job * (1 + 1e-9)
     assert job <= warm + compiled_only + 1e-6 * job  # never worse than compiling first
 

@@ -1,8 +1,6 @@
 """The shape sets :func:`~shapebucket.advise.strategy.choose_strategy` weighs, each with
-its loads for the job-time model (:mod:`.jobtime`): bucketed batches for the exact
-fitted buckets, K = 1..k (:func:`bucket_sets`), and packed rows for every row-length
-set :func:`~shapebucket.fit.fit_packing` planned for real (:func:`packing_sets`).
-"""
+its loads for the job-time model (:mod:`.jobtime`): fitted buckets (:func:`bucket_sets`)
+and packed row lengths (:func:`packing_sets`)."""
 
 from __future__ import annotations
 

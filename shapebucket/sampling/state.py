@@ -1,9 +1,5 @@
-"""A sampler's saved state: the ``state_dict()`` keys (the module constants), the
-fingerprint of the settings a state must match (:func:`fingerprint`), the dict a sampler
-saves (:func:`saved_state`) and the checks a state passes before it is loaded
-(:func:`read_state`). :class:`~shapebucket.sampling.base.ResumableBatchSampler` owns
-where a sampler stands; this module owns how that is written down and read back.
-"""
+"""How a sampler's state is written down and read back: the ``state_dict()`` keys, the
+settings' :func:`fingerprint`, :func:`saved_state` and the checks of :func:`read_state`."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
 """What both shapebucket Trainers share: the DataLoader, the sampler's state in each
-checkpoint, exact resume, static shapes and the prewarm.
-
-:class:`ShapeTrainer` asks a subclass (:mod:`.trainers`) for two things: it sets
-``self.sampler`` (a :class:`~shapebucket.sampling.base.ResumableBatchSampler`) and
-``self.collator``, and calls :meth:`ShapeTrainer._setup_shapes` from its ``__init__``.
-"""
+checkpoint, exact resume, static shapes and the prewarm (a subclass sets ``self.sampler``
+and ``self.collator`` and calls :meth:`ShapeTrainer._setup_shapes`)."""
 
 from __future__ import annotations
 
@@ -40,9 +36,7 @@ STATE_FILE = "shapebucket_sampler_rank{rank}.json"
 
 
 class _EpochDataLoader(DataLoader):
-    """A ``DataLoader`` with ``set_epoch``, which the Trainer calls at every epoch and
-    forwards here to the batch sampler (a plain DataLoader has none, so the sampler
-    would never hear of the epoch)."""
+    """A ``DataLoader`` whose ``set_epoch`` (the Trainer calls it) reaches the sampler."""
 
     def set_epoch(self, epoch: int) -> None:
         self.batch_sampler.set_epoch(epoch)  # type: ignore[union-attr]

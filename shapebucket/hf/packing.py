@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .._validate import check_int
 from ..errors import ShapeBucketError
@@ -61,14 +61,10 @@ class Packing:
     def resolve(self, lengths: Any) -> tuple[Buckets, Any]:
         """``(buckets, rows)`` for the sampler, fitting the row lengths to ``lengths`` when
         only ``tokens_per_batch`` was given."""
-        if self.fit is not None:
-            return self.fit.buckets, self.fit.rows
-        if self.buckets is None and self.tokens_per_batch is not None:
-            chosen = fit_packing(lengths, tokens_per_batch=self.tokens_per_batch)
-            return chosen.buckets, chosen.rows
-        if self.buckets is None:  # __post_init__ refuses this; kept for the type checker
-            raise ShapeBucketError("Packing needs a fit, buckets or tokens_per_batch")
-        rows = self.rows
-        if rows is None and self.tokens_per_batch is not None:  # a budget over given lengths
-            rows = rows_for_tokens(self.buckets, self.tokens_per_batch)
-        return self.buckets, rows
+        fit, tokens = self.fit, cast(int, self.tokens_per_batch)
+        if fit is None and self.buckets is None:  # a budget alone (__post_init__ checked)
+            fit = fit_packing(lengths, tokens_per_batch=tokens)
+        if fit is not None:
+            return fit.buckets, fit.rows
+        buckets = cast(Buckets, self.buckets)
+        return buckets, rows_for_tokens(buckets, tokens) if self.rows is None else self.rows

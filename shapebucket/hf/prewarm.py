@@ -1,16 +1,7 @@
-"""Prewarm inside a Hugging Face ``Trainer``: every shape compiled before the first step.
-
-With ``TrainingArguments(torch_compile=True)`` the Trainer (through accelerate)
-compiles the model itself, inside ``train()``: ``torch.compile(model, backend=...,
-mode=...)`` on the prepared (possibly DDP-wrapped) model, just before the first
-step. A model compiled beforehand would be another object with other options, so
-the prewarm runs from :class:`PrewarmCallback` at ``on_train_begin``, after that
-compile, on ``trainer.model_wrapped`` (the very module the training loop calls)
-and through ``trainer.training_step`` (the same ``compute_loss``, autocast,
-``num_items_in_batch`` tensor and ``backward``). The batches come from the
-trainer's :class:`~shapebucket.ShapePlan` (its collator re-pads one real sample
-to every shape), and :func:`~shapebucket.prewarm` puts the model, gradients,
-optimizer, scheduler and RNGs back afterwards, so training is unchanged.
+"""Prewarm inside a Hugging Face ``Trainer``: :class:`PrewarmCallback` compiles every shape
+at ``on_train_begin``, after the Trainer compiled the model, on ``trainer.model_wrapped``
+through ``trainer.training_step``; :func:`~shapebucket.prewarm` puts the model, optimizer,
+scheduler and RNGs back afterwards (``docs/integrations.md``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Hugging Face ``transformers.Trainer`` integration (needs the ``hf`` extra).
-
-``Trainer`` builds its own sampler and collator; the supported way to change the
-training batches is to override ``get_train_dataloader``, which
-:class:`BucketTrainer` (one sample per row, padded to a bucket) and
-:class:`PackedTrainer` (whole samples packed into rows of a few row lengths) do.
-Both share checkpoints, exact resume and, with ``torch_compile=True``, a prewarm of
-every shape before the first step (:class:`~shapebucket.hf.base.ShapeTrainer`,
-:mod:`shapebucket.hf.prewarm`). Import them
-from ``shapebucket.hf`` (the top-level package never imports transformers).
-"""
+"""``BucketTrainer`` and ``PackedTrainer``: a ``transformers.Trainer`` fed shapebucket's
+batches through ``get_train_dataloader`` (what they share: :mod:`.base`, :mod:`.prewarm`;
+what they do and why: ``docs/integrations.md``)."""
 
 from __future__ import annotations
 
@@ -34,28 +26,21 @@ __all__ = ["BucketTrainer", "PackedTrainer"]
 
 class BucketTrainer(ShapeTrainer):
     """A ``Trainer`` whose training batches come from :class:`BucketBatchSampler`
-    and :class:`BucketCollator` (``trainer.sampler``, ``trainer.collator``).
+    and :class:`BucketCollator` (``trainer.sampler``, ``trainer.collator``), sized by
+    ``per_device_train_batch_size`` and seeded, sharded and resumed from the Trainer's
+    arguments; each checkpoint holds the sampler's state, checked on resume. With
+    ``torch_compile=True`` each bucket gets one static graph, all compiled before the first
+    step (``docs/integrations.md`` says what and why).
 
-    * The sampler uses ``per_device_train_batch_size``, ``seed``, and the
-      world size and rank of the Trainer's arguments; it shards by itself, so
-      the DataLoader is not re-sharded by ``accelerate``.
-    * Short batches are padded to the full batch size (``rows``)
-      without a ``sample_mask`` key, which models would reject: pad rows have
-      an all-False attention mask and labels -100, so the loss ignores them.
-    * Epochs: the Trainer's ``set_epoch`` reaches the sampler, so every epoch has
-      its own order (from ``seed`` and the epoch). The DataLoader gets the
-      Trainer's loader options and its removal of columns the model does not take.
-    * Checkpoints: each holds the sampler's state (``shapebucket_sampler_rank{r}.json``),
-      checked on ``train(resume_from_checkpoint=...)`` against this trainer's sampler
-      (same lengths, buckets, batch size, world size and seed, else a
-      :class:`ShapeBucketError`); the Trainer then skips the batches already
-      trained, which is exact because an epoch's order depends on ``(seed, epoch)`` alone.
-    * With ``torch_compile=True``: dynamo's automatic dynamic shapes are off during
-      ``train()``, so each bucket gets one static graph, and every shape of the plan
-      is compiled before the first step (``prewarm=True``), through the Trainer's own
-      compiled model and ``training_step``, with the compiler's cache in
-      ``compile_cache`` (default ``<output_dir>/compile-cache``; ``False``: none).
-      ``trainer.prewarm_report`` is the :class:`~shapebucket.compile.report.PrewarmReport`.
+    Args:
+        lengths: one length per training sample (default: ``len(sample["input_ids"])``).
+        buckets: the bucket lengths.
+        pad_values, leftovers: as for :class:`BucketCollator` and
+            :class:`BucketBatchSampler`.
+        prewarm: compile every shape before the first step (with ``torch_compile=True``);
+            ``trainer.prewarm_report`` is its :class:`~shapebucket.compile.report.PrewarmReport`.
+        compile_cache: the compiler's cache directory (``True``:
+            ``<output_dir>/compile-cache``; ``False``: none).
 
     Example (see ``docs/examples/hf_trainer.py`` for a full run)::
 
@@ -98,33 +83,18 @@ _T = TypeVar("_T", bound="PackedTrainer")
 
 class PackedTrainer(ShapeTrainer):
     """A ``Trainer`` whose training batches are packed: :class:`PackedBatchSampler` and
-    :class:`PackedCollator`, at most ``len(buckets)`` shapes.
+    :class:`PackedCollator`, at most ``len(buckets)`` shapes, one window over the whole
+    training set (every epoch has the same number of batches).
 
     Build it with one of three constructors, each taking the ``Trainer``'s arguments
     after its own: :meth:`from_fit` (``fit_packing``'s result), :meth:`from_rows` (row
     lengths and rows per batch) or :meth:`from_tokens` (a token budget per batch; the
-    row lengths are fitted to the training set unless given). ``lengths=None`` reads
-    ``len(sample["input_ids"])`` from the training set. ``per_device_train_batch_size``
-    is not used: a batch is ``rows[L]`` rows of ``L`` tokens. The defaults are the
-    safe ones for a Hugging Face causal LM:
-
-    * no ``attention_mask`` (the collator refuses samples that carry one); each
-      token's ``position_ids`` restart at 0 for every sample, which is how a
-      Hugging Face decoder finds the samples of a row and masks attention by them;
-      ``document_ids`` is left out (HF models take no such argument);
-    * ``label_shift="model"``: the model shifts labels, so the first label of each
-      sample becomes -100 and no token learns to predict the next sample;
-    * ``train()`` refuses a model whose ``config.use_cache`` is True: a decoder
-      keeping a cache ignores packed ``position_ids``, and every sample would attend
-      to the ones before it in its row. The Trainer (transformers 5) already copies
-      ``TrainingArguments.use_cache`` (default False) into the model's config, so a
-      True there was asked for explicitly: refused with the fix rather than
-      overridden behind the user's back.
-
-    One window packs the whole training set, so every epoch has the same number of
-    batches (the Trainer counts them once, at the start). Checkpoints, resume,
-    epochs, the DataLoader and ``prewarm``/``compile_cache`` are as for
-    :class:`BucketTrainer`.
+    row lengths are fitted to the training set unless given). ``lengths``, ``pad_values``,
+    ``prewarm`` and ``compile_cache`` are as for :class:`BucketTrainer`;
+    ``per_device_train_batch_size`` is not used. The defaults suit a Hugging Face causal
+    LM: no ``attention_mask``, ``position_ids`` restarting for every sample,
+    ``label_shift="model"``, and ``train()`` refuses ``config.use_cache=True``
+    (``docs/integrations.md``).
     """
 
     def __init__(
@@ -170,8 +140,7 @@ class PackedTrainer(ShapeTrainer):
     @classmethod
     def from_fit(cls: type[_T], fit: PackingFitReport, *args: Any, **kwargs: Any) -> _T:
         """A trainer whose row lengths and rows per batch are ``fit``'s (what
-        :func:`~shapebucket.fit_packing` returned); ``args`` and ``kwargs`` are the
-        ``Trainer``'s and :class:`PackedTrainer`'s (``lengths``, ``pad_values``, ...).
+        :func:`~shapebucket.fit_packing` returned).
 
         Example::
 

@@ -47,6 +47,7 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
     _LIMIT: ClassVar[str] = "largest bucket"  # what the over-length error calls buckets.max_len
     _TOO_LONG: ClassVar[str] = "add a bucket >= {length}"  # its fix
     _FINGERPRINT: ClassVar[tuple[str, ...]] = ()
+    _TABLE: ClassVar[str] = "buckets"  # the setting repr() shows as the table
 
     buckets = Setting[Buckets]("The bucket table.")
     lengths = Setting[np.ndarray]("The lengths (a read-only array).")
@@ -146,6 +147,14 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
             )
             cached = self._fingerprint_value = fingerprint(self._lengths, settings)
         return cached
+
+    def __repr__(self) -> str:
+        shown = [f"{n}={getattr(self, n)!r}" for n in self._FINGERPRINT if n[0] != "_"]
+        return (
+            f"{type(self).__name__}({len(self._lengths):,} samples, "
+            f"{getattr(self, self._TABLE)!r}, rows={self._rows}, shuffle={self._shuffle}, "
+            f"{', '.join([*shown, ''])}rank {self._rank}/{self._num_replicas}, {len(self)} batches)"
+        )
 
     # -- passes -----------------------------------------------------------------------------
 

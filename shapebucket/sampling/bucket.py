@@ -107,9 +107,6 @@ class BucketBatchSampler(GroupedBatchSampler[int]):
         )
         return cls(lengths, table, rows=rows, **options)
 
-    def _repr_settings(self) -> list[str]:
-        return [*super()._repr_settings(), f"leftovers={self._leftovers!r}"]
-
 
 def _warn_unseen_buckets(
     steps: GlobalSteps, buckets: Buckets, counts: np.ndarray, leftovers: Leftovers

@@ -7,7 +7,6 @@ groups into global steps (:func:`~shapebucket.fit.batches.cut_steps`, the same e
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
 
 import numpy as np
 
@@ -30,8 +29,6 @@ __all__ = ["GroupedBatchSampler", "rows_for_budget"]
 
 class GroupedBatchSampler(ResumableBatchSampler[K]):
     """Batches of samples of one group each (see the module docstring)."""
-
-    _TABLE: ClassVar[str] = "buckets"  # the setting that names the groups in repr()
 
     drop_last = Setting[bool]("Whether each group's leftover samples are dropped.")
 
@@ -109,17 +106,6 @@ class GroupedBatchSampler(ResumableBatchSampler[K]):
         lengths = self._key_array[group].reshape(len(group), -1).tolist()
         return frozenset(
             Shape(rows, *axes) for rows, axes in zip(ordered.sizes.tolist(), lengths, strict=True)
-        )
-
-    def _repr_settings(self) -> list[str]:
-        return [f"drop_last={self._drop_last}"]
-
-    def __repr__(self) -> str:
-        settings = ", ".join(self._repr_settings())
-        return (
-            f"{type(self).__name__}({len(self._lengths):,} samples, "
-            f"{getattr(self, self._TABLE)!r}, rows={self._rows}, shuffle={self._shuffle}, "
-            f"{settings}, rank {self._rank}/{self._num_replicas}, {len(self)} batches)"
         )
 
 

@@ -177,10 +177,3 @@ class PackedBatchSampler(ResumableBatchSampler[int]):
         state = dict(self.__dict__)
         state["_cache"] = {}  # packed epochs are rebuilt where they are needed, never pickled
         return state
-
-    def __repr__(self) -> str:
-        return (
-            f"PackedBatchSampler({len(self._lengths):,} samples, row lengths "
-            f"{list(self._buckets)}, rows={self._rows}, shuffle={self._shuffle}, "
-            f"window={self._window}, rank {self._rank}/{self._num_replicas})"
-        )

@@ -31,13 +31,9 @@ MODES = ("eager", "compile-first", "compile-while-training")
 
 
 def unit_cost(rows: int, length: int, model_dim: int | StepCost | None) -> float:
-    """Estimated cost of one batch of ``rows x length`` tokens in a model of width
-    ``model_dim``: ``rows`` times the one step-cost model's row cost
-    (:func:`~shapebucket.fit.step_cost.row_cost`: ``length * (1 + length / (6 *
-    model_dim))``, or with a :class:`~shapebucket.fit.step_cost.StepCost` (step times
-    measured on the machine) ``cost.row(length)``, no formula); with ``model_dim=None``,
-    one unit per token (``rows * length``, an int). Any other ``model_dim`` (not an int >= 1) is a
-    :class:`~shapebucket.errors.ShapeBucketError`.
+    """Estimated cost of one batch of ``rows x length`` tokens: ``rows`` times
+    :func:`~shapebucket.fit.step_cost.row_cost` of ``model_dim`` (a width, or a measured
+    :class:`~shapebucket.fit.step_cost.StepCost`); ``None``: one unit per token.
 
     >>> unit_cost(2, 96, 16)  # attention doubles a token's cost when L = 6 d
     384.0

@@ -90,10 +90,12 @@ class StrategyReport:
         return self.chosen.token_efficiency
 
     def __str__(self) -> str:
-        t = self.timing
+        t, cost = self.timing, f"model_dim {self.model_dim}"
+        if isinstance(self.model_dim, StepCost):
+            cost = f"step cost measured at lengths {list(self.model_dim.seconds_per_token)}"
         lines = [
             f"strategy from the job: {self.job_samples:,} samples to train on ({self.num_samples:,} "
-            f"lengths), {_cost_words(self.model_dim)}; timed step {t.rows}x{t.length}: eager "
+            f"lengths), {cost}; timed step {t.rows}x{t.length}: eager "
             f"{t.eager_seconds:.4g} s, compiled {t.compiled_seconds:.4g} s; "
             f"{t.compile_seconds:.4g} s to compile a shape",
             f"  {'layout':<8s} {'mode':<23s} {'shapes':>6s} {'tokens':>7s} {'warm-up s':>10s} "
@@ -186,12 +188,6 @@ def _reason(chosen: StrategyEstimate, best: dict[tuple[str, str], StrategyEstima
             "longer than the job)"
         )
     return f"{head}; {why}"
-
-
-def _cost_words(model_dim: int | StepCost) -> str:
-    if isinstance(model_dim, StepCost):
-        return f"step cost measured at lengths {list(model_dim.seconds_per_token)}"
-    return f"model_dim {model_dim}"
 
 
 def _notes(timing: StepTiming, model_dim: int | StepCost) -> list[str]:

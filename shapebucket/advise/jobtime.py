@@ -2,7 +2,7 @@
 costs eagerly, compiled first, or compiled while it trains (:func:`job_seconds`), and the
 one loop over bucket counts (:func:`fitted_sets`).
 
->>> rates = Rates.per_token(tokens_per_second=100.0)
+>>> rates = Rates(eager=0.01, compiled=0.01)  # 100 tokens/s
 >>> job_seconds("compile-first", [rates.load(1, 8, 50)], compile_seconds=3.0)
 (3.0, 4.0, 7.0)
 """
@@ -54,8 +54,6 @@ class ShapeLoad:
     """One shape's part of the job: ``batches`` of it, and the seconds all of them take
     eagerly (``eager_seconds``) and compiled (``compiled_seconds``)."""
 
-    rows: int
-    length: int
     batches: float
     eager_seconds: float
     compiled_seconds: float
@@ -64,21 +62,17 @@ class ShapeLoad:
 @dataclass(frozen=True)
 class Rates:
     """Seconds per cost unit (:func:`unit_cost`) eagerly and compiled, and the model width
-    (or :class:`~shapebucket.fit.step_cost.StepCost`) the units are counted for."""
+    (or :class:`~shapebucket.fit.step_cost.StepCost`; ``None``: one unit per token) the
+    units are counted for."""
 
     eager: float
     compiled: float
     model_dim: int | StepCost | None = None
 
-    @classmethod
-    def per_token(cls, tokens_per_second: float) -> Rates:
-        """One unit per computed token at ``tokens_per_second``, eager or compiled."""
-        return cls(1.0 / tokens_per_second, 1.0 / tokens_per_second, None)
-
     def load(self, rows: int, length: int, batches: float) -> ShapeLoad:
         """``batches`` of ``rows x length``: their seconds eagerly and compiled."""
         units = batches * unit_cost(rows, length, self.model_dim)
-        return ShapeLoad(rows, length, batches, units * self.eager, units * self.compiled)
+        return ShapeLoad(batches, units * self.eager, units * self.compiled)
 
 
 def job_seconds(
@@ -138,7 +132,7 @@ def compile_while_training(
     ``contention`` while the background compile runs (1.0: it has a core of its own).
     Switching a shape to its compiled graph pauses training ``load_seconds``.
 
-    >>> loads = [ShapeLoad(1, 8, 10, 100.0, 50.0)]
+    >>> loads = [ShapeLoad(10, 100.0, 50.0)]
     >>> compile_while_training(loads, 10.0)  # 10 s eager (1/10 of the job), then 45 s compiled
     (10.0, 55.0)
     """

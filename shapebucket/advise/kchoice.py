@@ -174,7 +174,7 @@ def choose_k(
     def fit(k: int) -> Buckets:
         return optimal_buckets(checked, k, align=align, batch_size=batch_size, batching=mode)
 
-    rates = Rates.per_token(rate)
+    rates = Rates(1.0 / rate, 1.0 / rate)  # one unit per computed token
     sets, exhausted = fitted_sets(fit, max_k)
     candidates = []
     for buckets in sets:

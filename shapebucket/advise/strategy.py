@@ -275,11 +275,9 @@ def choose_strategy(
         lengths: the dataset's sample lengths (one epoch).
         timing: the job's timings (:class:`StepTiming`: a timed step, or
             :func:`time_steps` on your model, and what compiling in the background costs).
-        model_dim: the model's width (its hidden size): the attention share of a token in
-            a row of ``L`` is about ``L / (6 * model_dim)``. Or a
-            :class:`~shapebucket.fit.step_cost.StepCost`: step times measured on the
-            machine per length (``StepCost.from_steps`` of steps you timed, e.g. with :func:`time_steps`), used
-            instead of the formula here and in :func:`fit_packing`; the notes say which.
+        model_dim: the model's width (its hidden size: a token in a row of ``L`` costs
+            ``1 + L / (6 * model_dim)``), or a :class:`~shapebucket.fit.step_cost.StepCost`
+            measured per length, used instead of the formula; the notes say which.
         job_samples: samples the job trains on (epochs x dataset size).
         batch_size: rows of a bucketed batch.
         tokens_per_batch: a packed batch's tokens; default ``batch_size`` mean-length

@@ -96,9 +96,7 @@ class ShapeTrainer(CheckpointHook, Trainer):
 
     def train_source(self) -> tuple[Any, Any]:
         """``(dataset, collate)``: what the training DataLoader reads, after the Trainer's
-        removal of the columns the model does not take (from the dataset, or by wrapping
-        the collator). The prewarm makes its example batch from these, so it sees exactly
-        the keys training does.
+        removal of the columns the model does not take; the prewarm's example batch too.
 
         Example::
 

@@ -1,12 +1,5 @@
-"""A dataset's lengths, checked once at the public edge, and a length's limits and rounding.
-
-Every public entry point that takes a dataset's lengths (``fit_buckets``,
-``padding_report``, ``compare_policies``, ``BucketBatchSampler``, the CLI) calls
-:func:`check_lengths`, so the same lengths get the same answer in any container.
-Lengths are checked once: an entry point that passes them on hands over a
-:class:`CheckedLengths`, which :func:`check_lengths` returns without checking again.
-The scalar arguments beside them go through :mod:`shapebucket._validate`.
-"""
+"""A dataset's lengths, checked once at the public edge (:func:`check_lengths`, passed on
+as :class:`CheckedLengths`), and a length's limits and rounding."""
 
 from __future__ import annotations
 
@@ -39,10 +32,8 @@ T = TypeVar("T", int, np.ndarray)
 
 
 class CheckedLengths(Sequence[int]):
-    """Lengths that passed :func:`check_lengths` once, passed on checked: handing it to
-    :func:`check_lengths` again (any entry point that takes lengths) returns its array at
-    once instead of checking every sample again. Its ``array`` is a read-only private
-    copy, so nothing can change it after the check.
+    """Lengths that passed :func:`check_lengths` once: :func:`check_lengths` returns its
+    ``array`` (a read-only private copy) at once instead of checking every sample again.
 
     >>> checked = CheckedLengths.of([3, 5, 9])
     >>> check_lengths(checked) is checked.array, len(checked), checked[1]

@@ -13,21 +13,17 @@ T = TypeVar("T")
 
 
 class _Plain(Generic[T]):
-    def __init__(self, items: Sequence[T], desc: str) -> None:
-        self.items, self.desc = items, desc
+    def __init__(self, items: Sequence[T], desc: str, shown: bool) -> None:
+        self.items, self.desc, self.shown = items, desc, shown
 
     def __iter__(self) -> Iterator[T]:
         for i, item in enumerate(self.items, 1):
-            print(f"{self.desc}: {item} ({i}/{len(self.items)})", file=sys.stderr, flush=True)
+            if self.shown:
+                print(f"{self.desc}: {item} ({i}/{len(self.items)})", file=sys.stderr, flush=True)
             yield item
 
     def set_postfix_str(self, text: str) -> None:
         pass
-
-
-class _Silent(_Plain[T]):
-    def __iter__(self) -> Iterator[T]:
-        return iter(self.items)
 
 
 def progress(items: Sequence[T], *, desc: str, unit: str, enabled: bool = True) -> Any:
@@ -37,10 +33,11 @@ def progress(items: Sequence[T], *, desc: str, unit: str, enabled: bool = True) 
     >>> bar.set_postfix_str("note"); list(bar)
     [1, 2]
     """
-    if not enabled:
-        return _Silent(items, desc)
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # tqdm is optional (the bench and test extras have it)
-        return _Plain(items, desc)
-    return tqdm(items, desc=desc, unit=unit, file=sys.stderr)
+    if enabled:
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:  # tqdm is optional (the bench and test extras have it)
+            pass
+        else:
+            return tqdm(items, desc=desc, unit=unit, file=sys.stderr)
+    return _Plain(items, desc, shown=enabled)

@@ -101,7 +101,7 @@ def test_tokens_per_batch_counts_source_plus_target():
         CellBatchSampler.for_tokens([3], [3], [(8, 32)], 79, batch_multiple=2)
     with pytest.raises(ShapeBucketError, match="rows must be an int"):
         CellBatchSampler([3], [3], [(8, 32)], rows=None)  # type: ignore[arg-type]
-    with pytest.raises(ShapeBucketError, match=r"lacks \[\(32, 8\)\]"):
+    with pytest.raises(ShapeBucketError, match=r"no batch size for buckets \[\(32, 8\)\]"):
         CellBatchSampler([3], [3], [(8, 32), (32, 8)], rows={(8, 32): 2})
 
 

@@ -20,7 +20,7 @@ from shapebucket import ShapeBucketError, ShapePlan, fit_packing
 from shapebucket.compile import CompileCounter
 from shapebucket.fit import Buckets
 from shapebucket.hf import BucketTrainer, PackedTrainer, Packing
-from shapebucket.hf.prewarm import prewarm_trainer
+from shapebucket.hf.base import prewarm_trainer
 
 LENGTHS = np.random.default_rng(3).integers(2, 30, 45)
 

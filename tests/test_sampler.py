@@ -185,7 +185,7 @@ def test_max_tokens_batch_sizes_and_collator_pairing():
         ([[3, -2]], {"rows": 2}, "sample 1 has length -2"),
         ([[3, 40]], {"rows": 2}, r"sample 1 has length 40 > largest bucket 32"),
         ([[3]], {"rows": None}, "rows must be an int"),
-        ([[3]], {"rows": {4: 2}}, r"lacks \[8, 16, 32\]"),
+        ([[3]], {"rows": {4: 2}}, r"no batch size for buckets \[8, 16, 32\]"),
         ([[3]], {"rows": {**dict.fromkeys(BUCKETS, 2), 5: 1}}, r"names \[5\]"),
         ([[3]], {"tokens_per_batch": 31}, "tokens_per_batch=31 .* use tokens_per_batch >= 32"),
         ([[3]], {"tokens_per_batch": 40, "batch_multiple": 2}, "use tokens_per_batch >= 64"),

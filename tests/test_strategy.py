@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from shapebucket.__main__ import main
 from shapebucket.advise import StepTiming, choose_strategy, time_steps
-from shapebucket.advise.jobtime import ShapeLoad, compile_first, compile_while_training, eager
+from shapebucket.advise.jobtime import ShapeLoad, compile_while_training, job_seconds
 from shapebucket.data import mixture_lengths
 from shapebucket.errors import ShapeBucketError
 
@@ -24,13 +24,14 @@ TIMING = StepTiming(
 
 def test_compile_while_training_by_hand():
     # two shapes: A (30 batches) 60 s eager / 30 s compiled, B (10 batches) 40 s / 20 s
-    loads = [ShapeLoad(1, 8, 10, 40.0, 20.0), ShapeLoad(1, 8, 30, 60.0, 30.0)]
+    loads = [ShapeLoad(10, 40.0, 20.0), ShapeLoad(30, 60.0, 30.0)]
     # A first (most batches), ready at 10 s: 10 s of a 100 s job = 10%;
     # then 30 + 40 = 70 s per job until 20 s: 10 s = 1/7; the rest at 50 s per job
     done = 0.1 + 10 / 70
     warm, job = compile_while_training(loads, 10.0)
     assert warm == 20.0 and job == pytest.approx(20 + (1 - done) * 50)
-    assert eager(loads) == (0.0, 100.0) and compile_first(loads, 10.0) == (20.0, 50.0)
+    assert job_seconds("eager", loads, 10.0) == (0.0, 100.0, 100.0)
+    assert job_seconds("compile-first", loads, 10.0) == (20.0, 50.0, 70.0)
     # contention: steps run twice as slow while compiling
     _, slow = compile_while_training(loads, 10.0, contention=2.0)
     done = 10 / 200 + 10 / 140
@@ -40,7 +41,7 @@ def test_compile_while_training_by_hand():
     done = 0.1 + 9 / 70  # the second compile overlaps the first load
     assert paused == pytest.approx(21 + (1 - done) * 50)
     # a job shorter than the first compile never sees a compiled step
-    assert compile_while_training([ShapeLoad(1, 8, 1, 5.0, 1.0)], 10.0)[1] == 5.0
+    assert compile_while_training([ShapeLoad(1, 5.0, 1.0)], 10.0)[1] == 5.0
 
 
 @settings(max_examples=50, deadline=None)
@@ -53,10 +54,10 @@ def test_compile_while_training_by_hand():
     st.floats(0.01, 1e3),
 )
 def test_compiling_in_the_background_sits_between_the_ceiling_and_eager(shapes, compile_s):
-    loads = [ShapeLoad(1, 8, b, e, e * f) for b, e, f in shapes]  # compiled never slower
+    loads = [ShapeLoad(b, e, e * f) for b, e, f in shapes]  # compiled never slower
     warm, job = compile_while_training(loads, compile_s)
-    eager_job = eager(loads)[1]
-    compiled_only = compile_first(loads, compile_s)[1]
+    eager_job = job_seconds("eager", loads, compile_s)[1]
+    compiled_only = job_seconds("compile-first", loads, compile_s)[1]
     assert compiled_only * (1 - 1e-9) <= job <= eager_job * (1 + 1e-9)
     assert job <= warm + compiled_only + 1e-6 * job  # never worse than compiling first
 
@@ -248,7 +249,7 @@ def test_a_huge_eager_step_never_gives_a_negative_job():
     lengths = np.random.default_rng(0).integers(1, 300, 500)
     report = choose_strategy(lengths, timing, model_dim=128, job_samples=1000)
     assert all(e.train_seconds > 0 and e.job_seconds > 0 for e in report.estimates)
-    loads = [ShapeLoad(48, 8 * i, 10.0 * i, 1e20 * i, 0.03 * i) for i in range(1, 7)]
+    loads = [ShapeLoad(10.0 * i, 1e20 * i, 0.03 * i) for i in range(1, 7)]
     _, job = compile_while_training(loads, 20.0)
     assert job >= sum(s.compiled_seconds for s in loads)
 

@@ -1,11 +1,5 @@
-"""Advising: estimates of a whole job from measured or given timings, and the choices
-they drive (the number of buckets, buckets or packing, eager or compiled, fixed
-policies side by side). Sits above :mod:`shapebucket.fit`, which stays pure.
-
->>> from shapebucket.advise import compare_policies
->>> callable(compare_policies)
-True
-"""
+"""Advising: estimates of a whole job from timings, and the choices they drive (the
+number of buckets, buckets or packing, eager or compiled, fixed policies side by side)."""
 
 from .kchoice import choose_k
 from .policies import compare_policies

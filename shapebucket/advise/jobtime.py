@@ -1,14 +1,8 @@
 """The one whole-job time model of :mod:`shapebucket.advise`: what a job of given shapes
-costs eagerly, compiled first, or compiled while it trains, and the one loop over bucket
-counts. :func:`~shapebucket.advise.strategy.choose_strategy` weighs every layout and
-mode with it; :func:`~shapebucket.advise.kchoice.choose_k` is its "compile first,
-buckets only" case, with a cost of one unit per computed token.
+costs eagerly, compiled first, or compiled while it trains (:func:`job_seconds`), and the
+one loop over bucket counts (:func:`fitted_sets`).
 
-A *load* is one shape's share of the job: its number of batches and the estimated
-seconds of all of them eagerly and compiled (:meth:`Rates.load`). Every number here is
-an estimate from the caller's timing and the cost model :func:`unit_cost`.
-
->>> rates = Rates.per_token(tokens_per_second=100.0)
+>>> rates = Rates(eager=0.01, compiled=0.01)  # 100 tokens/s
 >>> job_seconds("compile-first", [rates.load(1, 8, 50)], compile_seconds=3.0)
 (3.0, 4.0, 7.0)
 """
@@ -24,12 +18,9 @@ from ..fit.step_cost import StepCost, check_model_dim, row_cost
 
 __all__ = [
     "MODES",
-    "Background",
     "Rates",
     "ShapeLoad",
-    "compile_first",
     "compile_while_training",
-    "eager",
     "fitted_sets",
     "job_seconds",
     "unit_cost",
@@ -40,13 +31,9 @@ MODES = ("eager", "compile-first", "compile-while-training")
 
 
 def unit_cost(rows: int, length: int, model_dim: int | StepCost | None) -> float:
-    """Estimated cost of one batch of ``rows x length`` tokens in a model of width
-    ``model_dim``: ``rows`` times the one step-cost model's row cost
-    (:func:`~shapebucket.fit.step_cost.row_cost`: ``length * (1 + length / (6 *
-    model_dim))``, or with a :class:`~shapebucket.fit.step_cost.StepCost` (step times
-    measured on the machine) ``cost.row(length)``, no formula); with ``model_dim=None``,
-    one unit per token (``rows * length``, an int). Any other ``model_dim`` (not an int >= 1) is a
-    :class:`~shapebucket.errors.ShapeBucketError`.
+    """Estimated cost of one batch of ``rows x length`` tokens: ``rows`` times
+    :func:`~shapebucket.fit.step_cost.row_cost` of ``model_dim`` (a width, or a measured
+    :class:`~shapebucket.fit.step_cost.StepCost`); ``None``: one unit per token.
 
     >>> unit_cost(2, 96, 16)  # attention doubles a token's cost when L = 6 d
     384.0
@@ -67,8 +54,6 @@ class ShapeLoad:
     """One shape's part of the job: ``batches`` of it, and the seconds all of them take
     eagerly (``eager_seconds``) and compiled (``compiled_seconds``)."""
 
-    rows: int
-    length: int
     batches: float
     eager_seconds: float
     compiled_seconds: float
@@ -77,67 +62,40 @@ class ShapeLoad:
 @dataclass(frozen=True)
 class Rates:
     """Seconds per cost unit (:func:`unit_cost`) eagerly and compiled, and the model width
-    (or the measured :class:`~shapebucket.fit.step_cost.StepCost`) the units are counted
-    for. Build it from a timed step (:meth:`from_step`) or from a
-    rate of computed tokens (:meth:`per_token`)."""
+    (or :class:`~shapebucket.fit.step_cost.StepCost`; ``None``: one unit per token) the
+    units are counted for."""
 
     eager: float
     compiled: float
     model_dim: int | StepCost | None = None
 
-    @classmethod
-    def from_step(
-        cls,
-        rows: int,
-        length: int,
-        eager_seconds: float,
-        compiled_seconds: float,
-        model_dim: int | StepCost,
-    ) -> Rates:
-        """The rates of one timed ``rows x length`` step, scaled by :func:`unit_cost`."""
-        units = unit_cost(rows, length, model_dim)
-        return cls(eager_seconds / units, compiled_seconds / units, model_dim)
-
-    @classmethod
-    def per_token(cls, tokens_per_second: float) -> Rates:
-        """One unit per computed token at ``tokens_per_second``, eager or compiled."""
-        return cls(1.0 / tokens_per_second, 1.0 / tokens_per_second, None)
-
     def load(self, rows: int, length: int, batches: float) -> ShapeLoad:
         """``batches`` of ``rows x length``: their seconds eagerly and compiled."""
         units = batches * unit_cost(rows, length, self.model_dim)
-        return ShapeLoad(rows, length, batches, units * self.eager, units * self.compiled)
-
-
-@dataclass(frozen=True)
-class Background:
-    """What compiling while training costs: one shape's compile in the background process
-    (``compile_seconds``), how many times slower a training step runs meanwhile
-    (``contention``, 1.0: the compile has a core of its own), and the pause to switch a
-    shape to its compiled graph (``load_seconds``)."""
-
-    compile_seconds: float
-    contention: float = 1.0
-    load_seconds: float = 0.0
+        return ShapeLoad(batches, units * self.eager, units * self.compiled)
 
 
 def job_seconds(
-    mode: str, loads: list[ShapeLoad], compile_seconds: float, background: Background | None = None
+    mode: str,
+    loads: list[ShapeLoad],
+    compile_seconds: float,
+    *,
+    background_seconds: float | None = None,
+    contention: float = 1.0,
+    load_seconds: float = 0.0,
 ) -> tuple[float, float, float]:
     """``(warm-up, training, job)`` seconds of ``loads`` run in ``mode`` (one of
-    :data:`MODES`); ``background`` (default: compiles as fast as ``compile_seconds``, no
-    contention) prices compile-while-training."""
+    :data:`MODES`); the keywords price compile-while-training
+    (:func:`compile_while_training`; ``background_seconds`` defaults to ``compile_seconds``)."""
     if mode == "eager":
-        warm, train = eager(loads)
-        return warm, train, train
+        train = sum(s.eager_seconds for s in loads)
+        return 0.0, train, train
     if mode == "compile-first":
-        warm, train = compile_first(loads, compile_seconds)
+        warm, train = len(loads) * compile_seconds, sum(s.compiled_seconds for s in loads)
         return warm, train, warm + train
     if mode == "compile-while-training":
-        bg = background or Background(compile_seconds)
-        warm, job = compile_while_training(
-            loads, bg.compile_seconds, bg.contention, bg.load_seconds
-        )
+        seconds = compile_seconds if background_seconds is None else background_seconds
+        warm, job = compile_while_training(loads, seconds, contention, load_seconds)
         return warm, job, job
     raise ShapeBucketError(f"mode must be one of {MODES}, got {mode!r}")
 
@@ -158,16 +116,6 @@ def fitted_sets(fit: Callable[[int], Buckets], max_k: int) -> tuple[list[Buckets
     return sets, False
 
 
-def eager(loads: list[ShapeLoad]) -> tuple[float, float]:
-    """``(warm-up, training)`` seconds of running every shape eagerly."""
-    return 0.0, sum(s.eager_seconds for s in loads)
-
-
-def compile_first(loads: list[ShapeLoad], compile_seconds: float) -> tuple[float, float]:
-    """``(warm-up, training)``: every shape compiled before the first step, then all compiled."""
-    return len(loads) * compile_seconds, sum(s.compiled_seconds for s in loads)
-
-
 def compile_while_training(
     loads: list[ShapeLoad],
     compile_seconds: float,
@@ -184,27 +132,26 @@ def compile_while_training(
     ``contention`` while the background compile runs (1.0: it has a core of its own).
     Switching a shape to its compiled graph pauses training ``load_seconds``.
 
-    >>> loads = [ShapeLoad(1, 8, 10, 100.0, 50.0)]
+    >>> loads = [ShapeLoad(10, 100.0, 50.0)]
     >>> compile_while_training(loads, 10.0)  # 10 s eager (1/10 of the job), then 45 s compiled
     (10.0, 55.0)
     """
     order = sorted(loads, key=lambda s: -s.batches)
+
+    def whole_job(ready: int) -> float:
+        # summed afresh: adding and taking away each shape's seconds cancels to nonsense,
+        # even below 0, when the eager seconds dwarf the compiled ones
+        return sum(s.compiled_seconds for s in order[:ready]) + sum(
+            s.eager_seconds for s in order[ready:]
+        )
+
     t = progress = 0.0
     for j in range(len(order)):
-        duration = _whole_job(order, j)  # one whole job at the current speeds
+        duration = whole_job(j)  # one whole job at the current speeds
         ready = (j + 1) * compile_seconds
         remaining = (1.0 - progress) * duration * contention  # to the end at this speed
         if t + remaining <= ready:
             return len(order) * compile_seconds, t + remaining
         progress += (ready - t) / (duration * contention)
         t = ready + load_seconds
-    return len(order) * compile_seconds, t + (1.0 - progress) * _whole_job(order, len(order))
-
-
-def _whole_job(order: list[ShapeLoad], ready: int) -> float:
-    """Seconds of one whole job with the first ``ready`` shapes of ``order`` compiled (summed
-    afresh: adding and taking away each shape's seconds cancels to nonsense, even below 0,
-    when the eager seconds dwarf the compiled ones)."""
-    return sum(s.compiled_seconds for s in order[:ready]) + sum(
-        s.eager_seconds for s in order[ready:]
-    )
+    return len(order) * compile_seconds, t + (1.0 - progress) * whole_job(len(order))

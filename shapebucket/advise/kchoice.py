@@ -1,23 +1,11 @@
-"""K from the job: :func:`choose_k` and its table, :class:`KChoiceReport`.
-
-The job-time model's (:mod:`.jobtime`) "compile first, buckets only" case, with one
-cost unit per computed token: each bucket costs one compile before training
-(``compile_seconds``) and more buckets pad less, so for ``K`` fitted buckets::
-
-    prewarm(K) = K * compile_seconds
-    train(K)   = job_samples * mean_length / token_efficiency(K) / tokens_per_second
-    job(K)     = prewarm(K) + train(K)
-
-and the ``K`` with the shortest job wins. ``tokens_per_second`` counts computed
-tokens (real and padding) of the training step. With ``K`` above the compiler's
-recompile limit (read live: :func:`recompile_limit`), :func:`~shapebucket.prewarm`
-raises the limit.
-"""
+"""K from the job (:func:`choose_k`, :class:`KChoiceReport`): the job-time model's
+(:mod:`.jobtime`) "compile first, buckets only" case, one cost unit per computed token
+(``docs/fit.md``, "K from the job")."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -35,10 +23,8 @@ __all__ = ["KChoiceReport", "KEstimate", "choose_k", "recompile_limit"]
 
 
 def recompile_limit(limit: int | None = None) -> int:
-    """``limit``, or (``None``) the compiler's recompile limit read live, as
-    :func:`~shapebucket.prewarm` reads it (8 unless changed): more buckets than this need
-    it raised (``prewarm`` does it for you). The compiler loads on the first read, when a
-    report is shown, never on ``import shapebucket``.
+    """``limit``, or (``None``) the compiler's recompile limit read live (loading it then,
+    never on ``import shapebucket``), as :func:`~shapebucket.prewarm` reads it.
 
     >>> recompile_limit(4), recompile_limit() >= 1
     (4, True)
@@ -88,7 +74,6 @@ class KChoiceReport:
     tokens_per_second: float
     max_k: int = 32
     capped: bool = False
-    limit: int | None = None  # None: the compiler's, read live when shown
 
     @property
     def buckets(self) -> Buckets:
@@ -103,7 +88,7 @@ class KChoiceReport:
     def notes(self) -> list[str]:
         """What a reader of the table must know about the choice (empty when nothing)."""
         out = []
-        limit = recompile_limit(self.limit)
+        limit = recompile_limit()
         if self.chosen.k > limit:
             out.append(
                 f"K={self.chosen.k} is above the recompile limit ({limit}): shapebucket.prewarm "
@@ -145,14 +130,7 @@ class KChoiceReport:
             "max_k": self.max_k,
             "capped": self.capped,
             "candidates": [
-                {
-                    "k": r.k,
-                    "buckets": list(r.buckets),
-                    "token_efficiency": r.token_efficiency,
-                    "prewarm_seconds": r.prewarm_seconds,
-                    "train_seconds": r.train_seconds,
-                    "job_seconds": r.job_seconds,
-                }
+                {**asdict(r), "buckets": list(r.buckets), "job_seconds": r.job_seconds}
                 for r in self.candidates
             ],
         }
@@ -169,7 +147,7 @@ def choose_k(
     batch_size: int = 1,
     batching: Batching = "bucketed",
 ) -> KChoiceReport:
-    """The bucket count with the shortest estimated job (module docstring), with the table.
+    """The bucket count with the shortest estimated job (``docs/fit.md``), with the table.
 
     Args:
         lengths: the dataset's sample lengths.
@@ -196,7 +174,7 @@ def choose_k(
     def fit(k: int) -> Buckets:
         return optimal_buckets(checked, k, align=align, batch_size=batch_size, batching=mode)
 
-    rates = Rates.per_token(rate)
+    rates = Rates(1.0 / rate, 1.0 / rate)  # one unit per computed token
     sets, exhausted = fitted_sets(fit, max_k)
     candidates = []
     for buckets in sets:

@@ -18,19 +18,13 @@ from .kchoice import recompile_limit
 
 __all__ = ["PolicyReport", "compare_policies", "quantile_buckets"]
 
-_OVER = " (over recompile limit)"
-
 
 @dataclass
 class PolicyReport:
     """One :class:`PaddingReport` per policy (``policies``: ``(name, report)`` pairs),
     printable as one table; ``fitted`` is the last policy's buckets. A policy with more
     buckets than ``limit`` (default: the compiler's recompile limit, read live when the
-    table is shown) is marked in the table, and a note
-    under it says what that costs and the fix.
-
-    ``num_samples`` counts the lengths. The efficiencies of each policy follow
-    :class:`PaddingReport` (1.0 when nothing is counted).
+    table is shown) is marked, with a note on what that costs and the fix.
 
     >>> table = compare_policies([5, 9, 17, 30, 64], k=2)
     >>> [name for name, _ in table.policies][:2], table.fitted
@@ -59,7 +53,7 @@ class PolicyReport:
         ]
         over, limit = False, recompile_limit(self.limit)
         for name, r in self.policies:
-            mark = _OVER if len(r.buckets) > limit else ""
+            mark = " (over recompile limit)" if len(r.buckets) > limit else ""
             over = over or bool(mark)
             shown = (
                 list(r.buckets)
@@ -100,9 +94,8 @@ def quantile_buckets(lengths: np.ndarray, k: int, align: int = DEFAULT_ALIGN) ->
 
 
 def _used_multiples(lengths: np.ndarray, of: int) -> Buckets:
-    """The multiples of ``of`` that some sample pads to: the shapes that policy compiles.
-    (Every multiple up to the longest sample would cost memory and time in proportion to
-    the longest length: 12 million buckets for one outlier of 10**8.)"""
+    """The multiples of ``of`` that some sample pads to: the shapes that policy compiles
+    (not every multiple up to the longest: 12 million for one outlier of 10**8)."""
     return Buckets(np.unique(round_up(np.maximum(lengths, 2), of)).tolist())
 
 

@@ -1,8 +1,6 @@
 """The shape sets :func:`~shapebucket.advise.strategy.choose_strategy` weighs, each with
-its loads for the job-time model (:mod:`.jobtime`): bucketed batches for the exact
-fitted buckets, K = 1..k (:func:`bucket_sets`), and packed rows for every row-length
-set :func:`~shapebucket.fit.fit_packing` planned for real (:func:`packing_sets`).
-"""
+its loads for the job-time model (:mod:`.jobtime`): fitted buckets (:func:`bucket_sets`)
+and packed row lengths (:func:`packing_sets`)."""
 
 from __future__ import annotations
 
@@ -27,21 +25,15 @@ def bucket_sets(
 ) -> list[ShapeSet]:
     """Bucketed batches of ``batch_size`` rows for the exact fitted buckets, K = 1..k."""
     out: list[ShapeSet] = []
-    scale = job_samples / len(lengths)
 
     def cost(b: int) -> float:  # one row of length b
         return unit_cost(1, b, rates.model_dim)
 
     sets, _ = fitted_sets(lambda K: optimal_buckets(lengths, K, align=align, cost=cost), k)
     for buckets in sets:
-        report = padding_report(lengths, buckets)
-        counts = np.bincount(
-            np.searchsorted(np.asarray(list(buckets)), lengths.array), minlength=len(buckets)
-        )
+        report = padding_report(lengths, buckets)  # share: of samples, per bucket
         loads = [
-            rates.load(batch_size, int(b), scale * int(n) / batch_size)
-            for b, n in zip(buckets, counts, strict=True)
-            if n
+            rates.load(batch_size, b, job_samples * s / batch_size) for b, s in report.share.items()
         ]
         out.append((buckets, {int(b): batch_size for b in buckets}, report.token_efficiency, loads))
     return out

@@ -1,21 +1,6 @@
-"""The strategy chosen from the job: :func:`choose_strategy`, :class:`StrategyReport`,
-fed by a timed step (:class:`~.timing.StepTiming`, :func:`~.timing.time_steps`).
-
-For each layout (bucketed batches of ``batch_size`` rows, or packed rows) and each
-shape set tried (``K = 1..k`` fitted buckets; the row-length sets :func:`fit_packing`
-weighs), the whole job is estimated three ways (:mod:`.jobtime`): eagerly,
-compiled first (every shape before the first step), and compiled while training
-(eager at once, each shape compiled in the background, most frequent first, and
-switched to compiled when ready). The option with the shortest estimated job wins.
-
-Every time is an *estimate*: a batch of ``rows x L`` tokens costs
-``rows * L * (1 + L / (6 * model_dim))`` units (:func:`.jobtime.unit_cost`), or, given
-a :class:`~shapebucket.fit.step_cost.StepCost` for ``model_dim``, the step times
-measured at each length (interpolated between them), the
-seconds of a unit come from one timed step (:class:`StepTiming`), every shape
-compiles in the timed ``compile_seconds``, and the batches of one epoch's plan are
-scaled to ``job_samples``. :attr:`StrategyReport.notes` says so under the table.
-"""
+"""The strategy chosen from the job (:func:`choose_strategy`, :class:`StrategyReport`): every
+layout, shape set and mode estimated by the job-time model (:mod:`.jobtime`) from one timed
+step (:class:`~.timing.StepTiming`); the shortest job wins. ``docs/fit.md`` explains it."""
 
 from __future__ import annotations
 
@@ -31,11 +16,13 @@ from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN
 from ..fit.step_cost import StepCost, check_model_dim
-from .jobtime import MODES, Rates, job_seconds
+from .jobtime import MODES, Rates, job_seconds, unit_cost
 from .shapesets import ShapeSet, bucket_sets, default_tokens, packing_sets
 from .timing import StepTiming
 
 __all__ = ["StrategyEstimate", "StrategyReport", "choose_strategy"]
+
+_RANK = {mode: i for i, mode in enumerate(MODES)}  # a tie goes to the simpler mode
 
 
 @dataclass(frozen=True)
@@ -103,10 +90,12 @@ class StrategyReport:
         return self.chosen.token_efficiency
 
     def __str__(self) -> str:
-        t = self.timing
+        t, cost = self.timing, f"model_dim {self.model_dim}"
+        if isinstance(self.model_dim, StepCost):
+            cost = f"step cost measured at lengths {list(self.model_dim.seconds_per_token)}"
         lines = [
             f"strategy from the job: {self.job_samples:,} samples to train on ({self.num_samples:,} "
-            f"lengths), {_cost_words(self.model_dim)}; timed step {t.rows}x{t.length}: eager "
+            f"lengths), {cost}; timed step {t.rows}x{t.length}: eager "
             f"{t.eager_seconds:.4g} s, compiled {t.compiled_seconds:.4g} s; "
             f"{t.compile_seconds:.4g} s to compile a shape",
             f"  {'layout':<8s} {'mode':<23s} {'shapes':>6s} {'tokens':>7s} {'warm-up s':>10s} "
@@ -145,18 +134,6 @@ class StrategyReport:
             "tokens_per_batch": self.tokens_per_batch,
             "batch_size": self.batch_size,
         }
-
-
-def _estimates(layout: str, shapes: ShapeSet, timing: StepTiming) -> list[StrategyEstimate]:
-    """The three modes of one shape set."""
-    buckets, rows, efficiency, loads = shapes
-    out = []
-    for mode in MODES:
-        warm, train, job = job_seconds(mode, loads, timing.compile_seconds, timing.background)
-        out.append(
-            StrategyEstimate(layout, mode, buckets, rows, len(loads), efficiency, warm, train, job)
-        )
-    return out
 
 
 def _s(seconds: float) -> str:
@@ -213,14 +190,8 @@ def _reason(chosen: StrategyEstimate, best: dict[tuple[str, str], StrategyEstima
     return f"{head}; {why}"
 
 
-def _cost_words(model_dim: int | StepCost) -> str:
-    if isinstance(model_dim, StepCost):
-        return f"step cost measured at lengths {list(model_dim.seconds_per_token)}"
-    return f"model_dim {model_dim}"
-
-
 def _notes(timing: StepTiming, model_dim: int | StepCost) -> list[str]:
-    bg = timing.background
+    background = timing.background_compile_seconds or timing.compile_seconds
     if isinstance(model_dim, StepCost):
         cost = (
             "rows x L x the seconds per token measured at L (interpolated between "
@@ -234,9 +205,9 @@ def _notes(timing: StepTiming, model_dim: int | StepCost) -> list[str]:
         "and kernels that do not scale that way are not modelled",
         f"every shape is taken to compile in {timing.compile_seconds:g} s, the timed one",
         "compile-while-training: one background worker compiles the shapes one after another "
-        f"({bg.compile_seconds:g} s each), switching a shape to compiled pauses training "
-        f"{bg.load_seconds:g} s, each shape's batches are spread evenly through the job, and "
-        f"training steps run {bg.contention:g}x slower while it compiles (contention; 1: it "
+        f"({background:g} s each), switching a shape to compiled pauses training "
+        f"{timing.load_seconds:g} s, each shape's batches are spread evenly through the job, and "
+        f"training steps run {timing.contention:g}x slower while it compiles (contention; 1: it "
         "has a core of its own)",
         "one epoch's plan (padding, packing, short batches) is scaled to the job's samples",
     ]
@@ -248,10 +219,9 @@ def _chosen(
     """The option with the shortest job, and the best of every layout and mode; equal to
     9 digits is a tie (sums in another order differ in the last bit), which goes to the
     simpler mode, then to fewer shapes."""
-    rank = {mode: i for i, mode in enumerate(MODES)}
 
     def key(e: StrategyEstimate) -> tuple[float, int, int]:
-        return (float(f"{e.job_seconds:.9g}"), rank[e.mode], e.num_shapes)
+        return (float(f"{e.job_seconds:.9g}"), _RANK[e.mode], e.num_shapes)
 
     best: dict[tuple[str, str], StrategyEstimate] = {}
     for e in sorted(estimates, key=key):
@@ -259,26 +229,26 @@ def _chosen(
     return min(best.values(), key=key), best
 
 
-def _check_timing(timing: Any) -> None:
-    """Refuse a ``timing`` that is not a :class:`StepTiming`, naming what measures one."""
-    if not isinstance(timing, StepTiming):
-        raise ShapeBucketError(
-            f"timing must be a StepTiming (compile_seconds, eager_seconds, compiled_seconds, "
-            f"rows, length), got {type(timing).__name__}; time_steps(...) measures one"
-        )
-
-
 def _all_estimates(
     sets: dict[str, list[ShapeSet]], timing: StepTiming, job_samples: int
 ) -> list[StrategyEstimate]:
     """Every shape set of each layout (``sets``: layout -> its sets), each in every mode;
     estimates that overflow a float are refused (the timed step's units are wrong)."""
-    estimates = [
-        e
-        for layout, shapes in sets.items()
-        for one in shapes
-        for e in _estimates(layout, one, timing)
-    ]
+    estimates = []
+    for layout, shapes in sets.items():
+        for buckets, rows, efficiency, loads in shapes:
+            for mode in MODES:
+                times = job_seconds(
+                    mode,
+                    loads,
+                    timing.compile_seconds,
+                    background_seconds=timing.background_compile_seconds,
+                    contention=timing.contention,
+                    load_seconds=timing.load_seconds,
+                )
+                estimates.append(
+                    StrategyEstimate(layout, mode, buckets, rows, len(loads), efficiency, *times)
+                )
     if not all(np.isfinite(e.job_seconds) for e in estimates):
         raise ShapeBucketError(
             f"the job's estimates overflow a float: {timing} scaled to {job_samples:,} samples; "
@@ -305,11 +275,9 @@ def choose_strategy(
         lengths: the dataset's sample lengths (one epoch).
         timing: the job's timings (:class:`StepTiming`: a timed step, or
             :func:`time_steps` on your model, and what compiling in the background costs).
-        model_dim: the model's width (its hidden size): the attention share of a token in
-            a row of ``L`` is about ``L / (6 * model_dim)``. Or a
-            :class:`~shapebucket.fit.step_cost.StepCost`: step times measured on the
-            machine per length (``StepCost.from_steps`` of steps you timed, e.g. with :func:`time_steps`), used
-            instead of the formula here and in :func:`fit_packing`; the notes say which.
+        model_dim: the model's width (its hidden size: a token in a row of ``L`` costs
+            ``1 + L / (6 * model_dim)``), or a :class:`~shapebucket.fit.step_cost.StepCost`
+            measured per length, used instead of the formula; the notes say which.
         job_samples: samples the job trains on (epochs x dataset size).
         batch_size: rows of a bucketed batch.
         tokens_per_batch: a packed batch's tokens; default ``batch_size`` mean-length
@@ -320,7 +288,11 @@ def choose_strategy(
     (Examples: :class:`StrategyReport`.)
     """
     checked = CheckedLengths.of(lengths)
-    _check_timing(timing)
+    if not isinstance(timing, StepTiming):
+        raise ShapeBucketError(
+            f"timing must be a StepTiming (compile_seconds, eager_seconds, compiled_seconds, "
+            f"rows, length), got {type(timing).__name__}; time_steps(...) measures one"
+        )
     model_dim = check_model_dim(model_dim)
     job_samples = check_int("job_samples", job_samples, minimum=1)
     batch_size = check_int("batch_size", batch_size, minimum=1)
@@ -329,19 +301,17 @@ def choose_strategy(
     if tokens_per_batch is None:
         tokens_per_batch = default_tokens(checked, batch_size, align)
     tokens = check_int("tokens_per_batch", tokens_per_batch, minimum=1)
-    rates = Rates.from_step(
-        timing.rows, timing.length, timing.eager_seconds, timing.compiled_seconds, model_dim
-    )
+    units = unit_cost(timing.rows, timing.length, model_dim)  # of the timed step
+    rates = Rates(timing.eager_seconds / units, timing.compiled_seconds / units, model_dim)
     sets = {
         "buckets": bucket_sets(checked, k, align, batch_size, job_samples, rates),
         "packing": packing_sets(checked, k, align, tokens, job_samples, rates),
     }
     estimates = _all_estimates(sets, timing, job_samples)
     chosen, best = _chosen(estimates)
-    rank = {mode: i for i, mode in enumerate(MODES)}
     return StrategyReport(
         chosen=chosen,
-        options=sorted(best.values(), key=lambda e: (e.layout, rank[e.mode])),
+        options=sorted(best.values(), key=lambda e: (e.layout, _RANK[e.mode])),
         reason=_reason(chosen, best),
         notes=_notes(timing, model_dim),
         num_samples=len(checked),

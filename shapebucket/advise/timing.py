@@ -11,7 +11,6 @@ from typing import Any
 
 from .._validate import check_int, check_number
 from ..errors import ShapeBucketError
-from .jobtime import Background
 
 __all__ = ["StepTiming", "time_steps"]
 
@@ -54,14 +53,6 @@ class StepTiming:
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
-
-    @property
-    def background(self) -> Background:
-        """Compile-while-training's costs as the job-time model takes them."""
-        seconds = self.background_compile_seconds
-        return Background(
-            self.compile_seconds if seconds is None else seconds, self.contention, self.load_seconds
-        )
 
 
 def _shape_of(batch: Any) -> tuple[int, int] | None:

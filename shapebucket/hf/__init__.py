@@ -5,8 +5,7 @@ holds ``PackedSFTTrainer`` (needs ``trl``). The top-level package never imports
 transformers.
 """
 
-from .packing import Packing
-from .prewarm import PrewarmCallback
-from .trainers import BucketTrainer, PackedTrainer
+from .base import PrewarmCallback
+from .trainers import BucketTrainer, PackedTrainer, Packing
 
 __all__ = ["BucketTrainer", "PackedTrainer", "Packing", "PrewarmCallback"]

@@ -1,12 +1,7 @@
-"""The one place shapebucket touches private names of transformers and TRL.
-
-``hf/`` needs seven names that transformers' ``Trainer`` and TRL's ``SFTTrainer``
-do not document (:data:`PRIVATE`); every access goes through a function here, so
+"""The one place shapebucket touches private names of transformers and TRL (:data:`PRIVATE`):
 a release that renames one breaks this module alone, with a
 :class:`~shapebucket.ShapeBucketError` naming the installed version and the name
-(``tests/test_hf_compat.py`` checks each against the installed versions). This
-module imports neither package; the caller passes the trainer.
-"""
+(``tests/test_hf_compat.py`` checks each). It imports neither package."""
 
 from __future__ import annotations
 

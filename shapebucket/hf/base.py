@@ -1,14 +1,16 @@
 """What both shapebucket Trainers share: the DataLoader, the sampler's state in each
-checkpoint, exact resume, static shapes and the prewarm.
+checkpoint, exact resume, static shapes and the prewarm (a subclass sets ``self.sampler``
+and ``self.collator`` and calls :meth:`ShapeTrainer._setup_shapes`).
 
-:class:`ShapeTrainer` asks a subclass (:mod:`.trainers`) for two things: it sets
-``self.sampler`` (a :class:`~shapebucket.sampling.base.ResumableBatchSampler`) and
-``self.collator``, and calls :meth:`ShapeTrainer._setup_shapes` from its ``__init__``.
-"""
+The prewarm runs from :class:`PrewarmCallback` at ``on_train_begin``, after the Trainer
+compiled the model, on ``trainer.model_wrapped`` through ``trainer.training_step``;
+:func:`~shapebucket.prewarm` puts the model, optimizer, scheduler and RNGs back afterwards
+(``docs/integrations.md``)."""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 from functools import partial
@@ -16,7 +18,7 @@ from typing import Any
 
 import numpy as np
 from torch.utils.data import DataLoader
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, seed_worker
 
 from .. import _torch as compat
@@ -24,25 +26,29 @@ from .._lengths import check_lengths
 from .._validate import check_flag
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
+from ..compile.modes.base import Mode
+from ..compile.modes.cached import Cache
+from ..compile.prewarm import prewarm
+from ..compile.report import PrewarmReport
 from ..errors import ShapeBucketError
+from ..plan.shapes import ShapePlan
 from ..sampling.base import ResumableBatchSampler
 from ._compat import (
     CheckpointHook,
     collator_without_unused_columns,
+    counted,
     dataset_without_unused_columns,
+    restore_counted,
 )
-from .prewarm import PrewarmCallback, compile_cache_dir
 
-__all__ = ["STATE_FILE", "ShapeTrainer"]
+__all__ = ["STATE_FILE", "PrewarmCallback", "ShapeTrainer", "compile_cache_dir", "prewarm_trainer"]
 
 #: The file, in each Trainer checkpoint, that holds the sampler's state (one per rank).
 STATE_FILE = "shapebucket_sampler_rank{rank}.json"
 
 
 class _EpochDataLoader(DataLoader):
-    """A ``DataLoader`` with ``set_epoch``, which the Trainer calls at every epoch and
-    forwards here to the batch sampler (a plain DataLoader has none, so the sampler
-    would never hear of the epoch)."""
+    """A ``DataLoader`` whose ``set_epoch`` (the Trainer calls it) reaches the sampler."""
 
     def set_epoch(self, epoch: int) -> None:
         self.batch_sampler.set_epoch(epoch)  # type: ignore[union-attr]
@@ -90,9 +96,7 @@ class ShapeTrainer(CheckpointHook, Trainer):
 
     def train_source(self) -> tuple[Any, Any]:
         """``(dataset, collate)``: what the training DataLoader reads, after the Trainer's
-        removal of the columns the model does not take (from the dataset, or by wrapping
-        the collator). The prewarm makes its example batch from these, so it sees exactly
-        the keys training does.
+        removal of the columns the model does not take; the prewarm's example batch too.
 
         Example::
 
@@ -192,3 +196,92 @@ class ShapeTrainer(CheckpointHook, Trainer):
                 f"{self.sampler.seed}: the resumed epoch would have another order and "
                 f"repeat or skip samples; pass TrainingArguments(seed={seed})"
             )
+
+
+def compile_cache_dir(value: Any, output_dir: str | None) -> str | None:
+    """The compile cache directory: ``True`` is ``<output_dir>/compile-cache``, ``False`` none.
+
+    >>> compile_cache_dir(True, "out")
+    'out/compile-cache'
+    >>> compile_cache_dir(False, "out") is None
+    True
+    """
+    if value is True:
+        return os.path.join(output_dir or ".", "compile-cache")
+    if value is False:
+        return None
+    if isinstance(value, (str, os.PathLike)) and str(value).strip():
+        return str(value)
+    raise ShapeBucketError(
+        f"compile_cache must be True (<output_dir>/compile-cache), False (no cache) or a "
+        f"directory, got {value!r}"
+    )
+
+
+def _example(trainer: Any) -> Any:
+    """A real batch of one sample, made by a copy of the trainer's collate function (a
+    copy starts its counters at zero, so ``collator.stats`` counts training batches only)."""
+    dataset, collate = trainer.train_source()
+    return copy.deepcopy(collate)([dataset[0]])
+
+
+def prewarm_trainer(trainer: Any) -> PrewarmReport | None:
+    """Compile every shape of ``trainer``'s plan on the model the Trainer compiled.
+
+    Returns ``None`` (nothing to do) unless ``torch_compile=True``; the report is
+    also ``trainer.prewarm_report``, and its time goes to the Trainer's log.
+    """
+    args = trainer.args
+    model = trainer.model_wrapped
+    if not args.torch_compile:
+        return None
+    if not compat.is_compiled_module(model):
+        raise ShapeBucketError(
+            f"{type(trainer).__name__}: torch_compile=True, but the model the Trainer trains "
+            f"({type(model).__name__}) is not a torch.compile'd module, so there is nothing to "
+            "prewarm; pass prewarm=False, or let the Trainer compile the model"
+        )
+    plan = ShapePlan.of(trainer.collator, trainer.sampler)
+    modes: list[Mode] = []
+    if trainer.compile_cache is not None:
+        plugin = trainer.accelerator.state.dynamo_plugin.to_kwargs()
+        modes.append(Cache(trainer.compile_cache, extra=repr(sorted(plugin.items(), key=str))))
+    if not hasattr(trainer, "current_gradient_accumulation_steps"):
+        trainer.current_gradient_accumulation_steps = args.gradient_accumulation_steps
+
+    def step(batch: Any) -> None:  # what the training loop does with one batch
+        _, count = trainer.get_batch_samples(iter([batch]), 1, args.device)
+        trainer.training_step(model, batch, count)
+
+    kept = counted(trainer)
+    report = prewarm(
+        model,
+        plan,
+        _example(trainer),
+        step=step,
+        restore=[o for o in (trainer.optimizer, trainer.lr_scheduler) if o is not None],
+        modes=modes,
+        progress=not args.disable_tqdm and trainer.is_local_process_zero(),
+    )
+    restore_counted(trainer, kept)
+    trainer.prewarm_report = report
+    trainer.log(
+        {
+            "prewarm_seconds": round(report.total_seconds + report.verify_seconds, 3),
+            "prewarm_shapes": len(plan),
+            "prewarm_graphs": report.total_graphs,
+            "prewarm_cache_loaded": int(report.cache_loaded),
+        }
+    )
+    return report
+
+
+class PrewarmCallback(TrainerCallback):
+    """Runs :func:`prewarm_trainer` when training begins (after the Trainer compiled the
+    model, before the first step); added by the shapebucket trainers."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        prewarm_trainer(self.trainer)

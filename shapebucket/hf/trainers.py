@@ -1,61 +1,48 @@
-"""Hugging Face ``transformers.Trainer`` integration (needs the ``hf`` extra).
-
-``Trainer`` builds its own sampler and collator; the supported way to change the
-training batches is to override ``get_train_dataloader``, which
-:class:`BucketTrainer` (one sample per row, padded to a bucket) and
-:class:`PackedTrainer` (whole samples packed into rows of a few row lengths) do.
-Both share checkpoints, exact resume and, with ``torch_compile=True``, a prewarm of
-every shape before the first step (:class:`~shapebucket.hf.base.ShapeTrainer`,
-:mod:`shapebucket.hf.prewarm`). Import them
-from ``shapebucket.hf`` (the top-level package never imports transformers).
-"""
+"""``BucketTrainer``, and ``PackedTrainer`` with ``Packing`` (its row lengths and rows): a
+``transformers.Trainer`` fed shapebucket's batches through ``get_train_dataloader`` (what
+they share: :mod:`.base`; what they do and why: ``docs/integrations.md``)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
+from .._validate import check_int
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
 from ..compile.calls import refuse_cached_decoder
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
-from ..fit.packing_fit import PackingFitReport
+from ..fit.packing import rows_by_length, rows_for_tokens
+from ..fit.packing_fit import PackingFitReport, fit_packing
 from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
 from .base import ShapeTrainer
-from .packing import Packing
 
-__all__ = ["BucketTrainer", "PackedTrainer"]
+__all__ = ["BucketTrainer", "PackedTrainer", "Packing"]
 
 
 class BucketTrainer(ShapeTrainer):
     """A ``Trainer`` whose training batches come from :class:`BucketBatchSampler`
-    and :class:`BucketCollator` (``trainer.sampler``, ``trainer.collator``).
+    and :class:`BucketCollator` (``trainer.sampler``, ``trainer.collator``), sized by
+    ``per_device_train_batch_size`` and seeded, sharded and resumed from the Trainer's
+    arguments; each checkpoint holds the sampler's state, checked on resume. With
+    ``torch_compile=True`` each bucket gets one static graph, all compiled before the first
+    step (``docs/integrations.md`` says what and why).
 
-    * The sampler uses ``per_device_train_batch_size``, ``seed``, and the
-      world size and rank of the Trainer's arguments; it shards by itself, so
-      the DataLoader is not re-sharded by ``accelerate``.
-    * Short batches are padded to the full batch size (``rows``)
-      without a ``sample_mask`` key, which models would reject: pad rows have
-      an all-False attention mask and labels -100, so the loss ignores them.
-    * Epochs: the Trainer's ``set_epoch`` reaches the sampler, so every epoch has
-      its own order (from ``seed`` and the epoch). The DataLoader gets the
-      Trainer's loader options and its removal of columns the model does not take.
-    * Checkpoints: each holds the sampler's state (``shapebucket_sampler_rank{r}.json``),
-      checked on ``train(resume_from_checkpoint=...)`` against this trainer's sampler
-      (same lengths, buckets, batch size, world size and seed, else a
-      :class:`ShapeBucketError`); the Trainer then skips the batches already
-      trained, which is exact because an epoch's order depends on ``(seed, epoch)`` alone.
-    * With ``torch_compile=True``: dynamo's automatic dynamic shapes are off during
-      ``train()``, so each bucket gets one static graph, and every shape of the plan
-      is compiled before the first step (``prewarm=True``), through the Trainer's own
-      compiled model and ``training_step``, with the compiler's cache in
-      ``compile_cache`` (default ``<output_dir>/compile-cache``; ``False``: none).
-      ``trainer.prewarm_report`` is the :class:`~shapebucket.compile.report.PrewarmReport`.
+    Args:
+        lengths: one length per training sample (default: ``len(sample["input_ids"])``).
+        buckets: the bucket lengths.
+        pad_values, leftovers: as for :class:`BucketCollator` and
+            :class:`BucketBatchSampler`.
+        prewarm: compile every shape before the first step (with ``torch_compile=True``);
+            ``trainer.prewarm_report`` is its :class:`~shapebucket.compile.report.PrewarmReport`.
+        compile_cache: the compiler's cache directory (``True``:
+            ``<output_dir>/compile-cache``; ``False``: none).
 
     Example (see ``docs/examples/hf_trainer.py`` for a full run)::
 
@@ -91,6 +78,60 @@ class BucketTrainer(ShapeTrainer):
         self.collator = BucketCollator(self.buckets, pad_values=pad_values, rows=self.sampler.rows)
 
 
+@dataclass(frozen=True)
+class Packing:
+    """Where a :class:`PackedTrainer` gets its row lengths and rows per batch: a fit
+    (``fit``), row lengths with rows per batch (``buckets``, ``rows``), or a token budget
+    per batch (``tokens_per_batch``, with the row lengths in ``buckets`` or, when
+    ``None``, fitted to the training set's lengths). Made by the trainer's constructors
+    (:meth:`PackedTrainer.from_fit`, :meth:`~PackedTrainer.from_rows`,
+    :meth:`~PackedTrainer.from_tokens`); ``trainer.packing`` is the one it was built with.
+
+    >>> Packing(buckets=Buckets([32]), rows=2).resolve([5, 9, 30])
+    (Buckets([32]), 2)
+    """
+
+    fit: PackingFitReport | None = None
+    buckets: Buckets | None = None
+    rows: int | Mapping[int, int] | None = None
+    tokens_per_batch: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.fit is not None and not isinstance(self.fit, PackingFitReport):
+            raise ShapeBucketError(
+                f"fit must be what fit_packing(...) returned, got {type(self.fit).__name__}"
+            )
+        given = [k for k in ("buckets", "rows", "tokens_per_batch") if getattr(self, k) is not None]
+        if self.fit is not None and given:
+            raise ShapeBucketError(
+                f"Packing(fit=...) holds the row lengths and rows: pass it alone, not with {given}"
+            )
+        if self.fit is None and (self.rows is None) == (self.tokens_per_batch is None):
+            raise ShapeBucketError(
+                "Packing needs fit=fit_packing(...), buckets= with rows=, or tokens_per_batch= "
+                f"(with or without buckets=), got {given or 'nothing'}; build the trainer with "
+                "PackedTrainer.from_fit, from_rows or from_tokens"
+            )
+        if self.rows is not None and self.buckets is None:
+            raise ShapeBucketError("Packing(rows=...) needs buckets= (the row lengths)")
+        # checked here, before the Trainer is built (the sampler would refuse them later)
+        if self.tokens_per_batch is not None:
+            check_int("tokens_per_batch", self.tokens_per_batch, minimum=1)
+        if self.rows is not None and self.buckets is not None:
+            rows_by_length(self.buckets, self.rows)
+
+    def resolve(self, lengths: Any) -> tuple[Buckets, Any]:
+        """``(buckets, rows)`` for the sampler, fitting the row lengths to ``lengths`` when
+        only ``tokens_per_batch`` was given."""
+        fit, tokens = self.fit, cast(int, self.tokens_per_batch)
+        if fit is None and self.buckets is None:  # a budget alone (__post_init__ checked)
+            fit = fit_packing(lengths, tokens_per_batch=tokens)
+        if fit is not None:
+            return fit.buckets, fit.rows
+        buckets = cast(Buckets, self.buckets)
+        return buckets, rows_for_tokens(buckets, tokens) if self.rows is None else self.rows
+
+
 #: The keywords PackedTrainer took before its constructors (refused with the fix).
 _SHAPE_KEYWORDS = ("fit", "buckets", "rows", "tokens_per_batch")
 _T = TypeVar("_T", bound="PackedTrainer")
@@ -98,33 +139,18 @@ _T = TypeVar("_T", bound="PackedTrainer")
 
 class PackedTrainer(ShapeTrainer):
     """A ``Trainer`` whose training batches are packed: :class:`PackedBatchSampler` and
-    :class:`PackedCollator`, at most ``len(buckets)`` shapes.
+    :class:`PackedCollator`, at most ``len(buckets)`` shapes, one window over the whole
+    training set (every epoch has the same number of batches).
 
     Build it with one of three constructors, each taking the ``Trainer``'s arguments
     after its own: :meth:`from_fit` (``fit_packing``'s result), :meth:`from_rows` (row
     lengths and rows per batch) or :meth:`from_tokens` (a token budget per batch; the
-    row lengths are fitted to the training set unless given). ``lengths=None`` reads
-    ``len(sample["input_ids"])`` from the training set. ``per_device_train_batch_size``
-    is not used: a batch is ``rows[L]`` rows of ``L`` tokens. The defaults are the
-    safe ones for a Hugging Face causal LM:
-
-    * no ``attention_mask`` (the collator refuses samples that carry one); each
-      token's ``position_ids`` restart at 0 for every sample, which is how a
-      Hugging Face decoder finds the samples of a row and masks attention by them;
-      ``document_ids`` is left out (HF models take no such argument);
-    * ``label_shift="model"``: the model shifts labels, so the first label of each
-      sample becomes -100 and no token learns to predict the next sample;
-    * ``train()`` refuses a model whose ``config.use_cache`` is True: a decoder
-      keeping a cache ignores packed ``position_ids``, and every sample would attend
-      to the ones before it in its row. The Trainer (transformers 5) already copies
-      ``TrainingArguments.use_cache`` (default False) into the model's config, so a
-      True there was asked for explicitly: refused with the fix rather than
-      overridden behind the user's back.
-
-    One window packs the whole training set, so every epoch has the same number of
-    batches (the Trainer counts them once, at the start). Checkpoints, resume,
-    epochs, the DataLoader and ``prewarm``/``compile_cache`` are as for
-    :class:`BucketTrainer`.
+    row lengths are fitted to the training set unless given). ``lengths``, ``pad_values``,
+    ``prewarm`` and ``compile_cache`` are as for :class:`BucketTrainer`;
+    ``per_device_train_batch_size`` is not used. The defaults suit a Hugging Face causal
+    LM: no ``attention_mask``, ``position_ids`` restarting for every sample,
+    ``label_shift="model"``, and ``train()`` refuses ``config.use_cache=True``
+    (``docs/integrations.md``).
     """
 
     def __init__(
@@ -170,8 +196,7 @@ class PackedTrainer(ShapeTrainer):
     @classmethod
     def from_fit(cls: type[_T], fit: PackingFitReport, *args: Any, **kwargs: Any) -> _T:
         """A trainer whose row lengths and rows per batch are ``fit``'s (what
-        :func:`~shapebucket.fit_packing` returned); ``args`` and ``kwargs`` are the
-        ``Trainer``'s and :class:`PackedTrainer`'s (``lengths``, ``pad_values``, ...).
+        :func:`~shapebucket.fit_packing` returned).
 
         Example::
 

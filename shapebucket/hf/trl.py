@@ -1,16 +1,7 @@
-"""TRL's ``SFTTrainer`` with shapebucket's packing (needs ``trl``).
-
-``SFTTrainer(packing=True)`` packs with best-fit decreasing into rows of
-``max_length`` and then flattens each batch into one row whose length is the sum
-of its samples (``padding_free``): a new length almost every step, so under
-``torch.compile`` a recompile per length, then a dynamic graph. The class here
-keeps everything of ``SFTTrainer`` (its dataset formats ``"text"``,
-``"messages"``, prompt-completion or ready ``"input_ids"``, its tokenisation,
-label building, loss and metrics) and changes only the training batches: they
-come from :class:`~shapebucket.hf.PackedTrainer`'s sampler and collator, so every
-batch is ``rows[L] x L`` for one of a few row lengths ``L``, with ``position_ids``
-and no ``attention_mask``. Import it from ``shapebucket.hf.trl``.
-"""
+"""``PackedSFTTrainer``: TRL's ``SFTTrainer`` (its dataset formats, tokenisation, labels,
+loss and metrics) with :class:`~shapebucket.hf.PackedTrainer`'s batches instead of
+TRL's flattened ``padding_free`` rows (a new length almost every step; ``docs/integrations.md``).
+Needs ``trl``."""
 
 from __future__ import annotations
 
@@ -26,28 +17,18 @@ from .trainers import PackedTrainer
 
 __all__ = ["PackedSFTTrainer"]
 
-#: The key the collator marks each token's sample with (-1 on padding); taken out of
-#: the batch before the model sees it, it gives TRL's ``num_tokens`` metric the real
-#: tokens (TRL counts ``position_ids.size(1)``, one flattened row's length).
+#: The key the collator marks each token's sample with (-1 on padding): taken out of the
+#: batch before the model sees it, it counts the real tokens for TRL's ``num_tokens``.
 DOCUMENT_KEY = "document_ids"
 
 
 class PackedSFTTrainer(PackedTrainer, SFTTrainer):
     """``SFTTrainer`` whose training batches are shapebucket's packed batches.
 
-    Built with :class:`PackedTrainer`'s constructors (``from_fit``, ``from_rows``,
-    ``from_tokens``), followed by ``SFTTrainer``'s arguments (``model``,
-    ``args=SFTConfig(...)``, ``train_dataset``, ``processing_class``, ...):
-    ``from_tokens(tokens_per_batch, ...)`` fits the row lengths to the tokenised
-    training set. ``lengths`` defaults to the lengths of
-    the dataset ``SFTTrainer`` prepared (its ``input_ids``, truncated to
-    ``max_length``), so it need not be known before tokenisation.
-
-    ``SFTConfig(packing=False, padding_free=False)`` (the defaults) is required:
-    the packing is this class's, and TRL's would flatten the batches again.
-    ``use_cache`` needs nothing: ``SFTTrainer`` calls the model with
-    ``use_cache=False``. With ``torch_compile=True`` every shape is prewarmed
-    before the first step, as for :class:`PackedTrainer`.
+    Built with :class:`PackedTrainer`'s constructors followed by ``SFTTrainer``'s
+    arguments; ``lengths`` defaults to those of the dataset ``SFTTrainer`` tokenised.
+    ``SFTConfig(packing=False, padding_free=False)`` (the defaults) is required: TRL's
+    packing would flatten the batches again.
 
     Example (``docs/examples/trl_sft.py`` runs one)::
 

@@ -1,43 +1,9 @@
-"""``ResumableBatchSampler``: what every shapebucket batch sampler shares.
-
-An epoch's batches are a pure function of the settings and ``(seed, epoch)``,
-so a sampler's state is only where it stands: the epoch, the batches of it
-already yielded, the seed, and a fingerprint of the settings the order depends
-on. The base owns that state and everything else the samplers have in common:
-the read-only settings, the lengths check, the world size and rank, the
-``state_dict`` and its checks (written and read by :mod:`.state`) and the shape protocol
-(:meth:`~ResumableBatchSampler.shapes`, ``packs``).
-
-Passes and epochs. ``iter(sampler)`` begins a *pass*: it starts where the state
-points (the start of the current epoch, or a loaded resume point) and yields
-the rest of that epoch. An epoch is complete once its last batch is handed
-out, whether or not the iterator is then exhausted: ``for batch in loader``,
-``itertools.islice(loader, len(loader))`` and a loop calling ``next``
-``len(loader)`` times all leave the sampler at the start of the next epoch
-(its ``epoch`` and ``len()`` are the next epoch's; ``state_dict()`` says the epoch
-is complete, and loaded resumes at the next one, or, under ``set_epoch`` of the
-saved epoch, with its empty rest), with any number of workers (``set_epoch``
-chooses another one instead). A pass
-abandoned before its last batch completes nothing: the next pass starts where
-it started, so an example batch taken with ``next(iter(loader))`` skips nothing
-(unless it was the epoch's only batch).
-
-Two limits follow from what a sampler can see:
-
-- it sees what is *fetched*, not what a training loop uses. A ``DataLoader``
-  with workers fetches ``prefetch_factor x num_workers`` batches ahead, so an
-  iterator dropped after ``next(iter(loader))`` has completed an epoch short
-  enough to be fetched whole, and the next pass is the epoch after it. Call
-  ``set_epoch(epoch)`` at the start of every epoch (as with
-  ``DistributedSampler``: every pass is that epoch until the next ``set_epoch``)
-  and what was fetched before never matters. ``StatefulDataLoader`` with workers
-  restores a state saved after its iterator ended by prefetching a pass and then
-  discarding it: without ``set_epoch``, an epoch that fits in that prefetch is
-  skipped;
-- until the next pass begins, ``state_dict()`` counts the batches of the last
-  pass, abandoned or not (after ``break``, that is what the loop consumed). A
-  state saved right after taking an example batch counts it: pass
-  ``consumed=0`` (or save once the next epoch's pass has begun).
+"""``ResumableBatchSampler``: what every shapebucket batch sampler shares: read-only
+settings, the lengths check, world size and rank, passes and epochs, and the
+``state_dict`` (written and read by :mod:`.state`). An epoch's batches are a pure function
+of the settings and ``(seed, epoch)``, so the state is only where a sampler stands. The
+rules of passes, epochs and resume (what a prefetching ``DataLoader`` changes, what
+``set_epoch`` pins) are in ``docs/sampler.md``.
 """
 
 from __future__ import annotations
@@ -65,12 +31,12 @@ K = TypeVar("K", bound=Hashable)
 class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
     """The shared base of :class:`~shapebucket.sampling.BucketBatchSampler`,
     :class:`~shapebucket.sampling.CellBatchSampler` and
-    :class:`~shapebucket.sampling.PackedBatchSampler` (see the module docstring for
-    passes and epochs), generic over what a batch is keyed by (``K``: a bucket length,
-    or a ``(source, target)`` cell): :attr:`rows` is ``{K: rows}``.
+    :class:`~shapebucket.sampling.PackedBatchSampler`, generic over what a batch is keyed
+    by (``K``: a bucket length, or a ``(source, target)`` cell): :attr:`rows` is
+    ``{K: rows}``. Passes, epochs and resume: ``docs/sampler.md``.
 
     Subclasses call ``super().__init__`` with the common arguments, set ``_rows``,
-    and implement :meth:`_rank_batches`, :meth:`_count_for`, :meth:`shapes` and
+    and implement :meth:`_batches`, :meth:`_count_for`, :meth:`shapes` and
     :meth:`batch_buckets`; ``_FINGERPRINT`` names the settings besides lengths,
     buckets, rows, shuffle and world size that a saved state must match.
     """
@@ -81,6 +47,7 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
     _LIMIT: ClassVar[str] = "largest bucket"  # what the over-length error calls buckets.max_len
     _TOO_LONG: ClassVar[str] = "add a bucket >= {length}"  # its fix
     _FINGERPRINT: ClassVar[tuple[str, ...]] = ()
+    _TABLE: ClassVar[str] = "buckets"  # the setting repr() shows as the table
 
     buckets = Setting[Buckets]("The bucket table.")
     lengths = Setting[np.ndarray]("The lengths (a read-only array).")
@@ -127,8 +94,9 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
 
     # -- what subclasses provide ------------------------------------------------------------
 
-    def _rank_batches(self, epoch: int) -> Sequence[list[int]]:
-        """This rank's batches of ``epoch``, in order (indexable; built lazily is fine)."""
+    def _batches(self, epoch: int) -> Any:
+        """Every rank's batches of ``epoch``: ``len()`` steps, ``.batch(step, rank)`` each
+        (:class:`~shapebucket.fit.batches.EpochBatches`, :class:`~shapebucket.fit.packing.PackedEpoch`)."""
         raise NotImplementedError
 
     def _count_for(self, seed: int, epoch: int) -> int:
@@ -155,8 +123,7 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
     @property
     def epoch(self) -> int:
         """The epoch the sampler is in: the pass in progress's; after a completed epoch, the
-        next one, where a state saved now resumes (the next pass repeats the epoch
-        :meth:`set_epoch` pinned, if any); else the next pass's."""
+        next one, where a state saved now resumes; else the next pass's."""
         return self._at()[0] if self._begun else self._upcoming()[0]
 
     @epoch.setter
@@ -166,23 +133,28 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         )
 
     def _fingerprint(self) -> str:
-        # the settings never change, and StatefulDataLoader asks for the state at every batch
+        # cached: the settings never change, and StatefulDataLoader asks at every batch
         cached: str | None = self.__dict__.get("_fingerprint_value")
         if cached is None:
-            cached = self._fingerprint_value = self._compute_fingerprint()
+            extra = tuple(getattr(self, name) for name in self._FINGERPRINT)
+            settings = (
+                type(self).__name__,
+                self._buckets.lengths,
+                sorted(self._rows.items()),
+                self._shuffle,
+                self._num_replicas,
+                *extra,
+            )
+            cached = self._fingerprint_value = fingerprint(self._lengths, settings)
         return cached
 
-    def _compute_fingerprint(self) -> str:
-        extra = tuple(getattr(self, name) for name in self._FINGERPRINT)
-        settings = (
-            type(self).__name__,
-            self._buckets.lengths,
-            sorted(self._rows.items()),
-            self._shuffle,
-            self._num_replicas,
-            *extra,
+    def __repr__(self) -> str:
+        shown = [f"{n}={getattr(self, n)!r}" for n in self._FINGERPRINT if n[0] != "_"]
+        return (
+            f"{type(self).__name__}({len(self._lengths):,} samples, "
+            f"{getattr(self, self._TABLE)!r}, rows={self._rows}, shuffle={self._shuffle}, "
+            f"{', '.join([*shown, ''])}rank {self._rank}/{self._num_replicas}, {len(self)} batches)"
         )
-        return fingerprint(self._lengths, settings)
 
     # -- passes -----------------------------------------------------------------------------
 
@@ -205,16 +177,13 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         return self._begun and self._position >= self._count(self._epoch)
 
     def _at(self) -> tuple[int, int]:
-        """Where the sampler stands: the pass in progress (or abandoned), else (after a
-        completed epoch) the next epoch's first batch, where a resumed run starts."""
+        """Where the sampler stands: the pass in progress, else the next epoch's start."""
         return (self._epoch + 1, 0) if self._done() else (self._epoch, self._position)
 
     def _upcoming(self) -> tuple[int, int]:
-        """Where the next pass starts: where the last one started if it was abandoned;
-        after a completed epoch, the next one, or the epoch ``set_epoch`` pinned again. A
-        loaded state at the end of its epoch is the next epoch's start, unless
-        ``set_epoch`` pinned the loaded epoch (the docs' recipe, resuming at the loop's
-        epoch): then the pass yields the nothing left of it."""
+        """Where the next pass starts: where the last one started if it was abandoned (a
+        loaded end of epoch: the next epoch, unless ``set_epoch`` pinned the loaded one);
+        after a completed epoch, the next one, or the pinned epoch again."""
         if not self._done():
             epoch, start = self._next
             if self._complete(epoch, start) and self._pinned != epoch:
@@ -235,30 +204,23 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         return self._run(self._pass, epoch, start)
 
     def _run(self, token: int, epoch: int, start: int) -> Iterator[list[int]]:
-        batches = self._rank_batches(epoch)
+        batches = self._batches(epoch)
         for t in range(start, len(batches)):
             if token == self._pass:  # handing out the last batch completes the epoch
                 self._position = t + 1
-            yield batches[t]
+            yield batches.batch(t, self._rank)
 
     def __len__(self) -> int:
         # the pass in progress's epoch (where it started), else the next pass's
         return self._count(self._upcoming()[0])
 
     def set_epoch(self, epoch: int) -> None:
-        """Use the order of ``epoch`` (as ``DistributedSampler.set_epoch``); the next pass
-        starts it from its first batch, and every pass after it is of ``epoch`` too until
-        the next ``set_epoch`` (a pass that a loader's prefetch ran to the end, or that a
-        restoring ``StatefulDataLoader`` discarded, never moves the order on). ``epoch``
-        and :meth:`state_dict` still count an epoch whose last batch was handed out as
-        done: a state saved then resumes at the next epoch (or, loaded under
-        ``set_epoch`` of the saved epoch, with the empty rest of it).
-
-        Right after :meth:`load_state_dict`, ``set_epoch`` with the loaded epoch keeps
-        the loaded position, so the usual loop (``for epoch in range(start, n):
-        sampler.set_epoch(epoch)``, ``start`` the state's ``epoch``) resumes where the
-        state was saved instead of replaying the epoch.
-        """
+        """Use the order of ``epoch`` (as ``DistributedSampler.set_epoch``): the next pass
+        starts it from its first batch, and every pass is of ``epoch`` until the next
+        ``set_epoch``. Right after :meth:`load_state_dict`, the loaded epoch keeps the
+        loaded position, so ``for epoch in range(state["epoch"], n):
+        sampler.set_epoch(epoch)`` resumes where the state was saved
+        (``docs/sampler.md``)."""
         epoch = check_int("epoch", epoch, minimum=0)
         if not (self._loaded and not self._done() and epoch == self._next[0]):
             self._start_at(epoch, 0)
@@ -270,20 +232,11 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
         """Where the sampler stands: epoch, batches of it consumed, seed, and a fingerprint
         of the settings (keys: the ``*_KEY`` constants of :mod:`shapebucket.sampling.state`).
 
-        ``position`` is the number of this epoch's batches the sampler has handed out.
-        That is what the training loop consumed when nothing fetches ahead: with
-        ``num_workers=0``, and with torchdata's ``StatefulDataLoader`` at any
-        ``num_workers`` (it saves this state at the batch the loop is at). A plain
-        ``DataLoader`` with workers pulls ``prefetch_factor x num_workers`` batches
-        ahead of the loop; pass ``consumed=`` the number of this epoch's batches your
-        loop has finished instead (``0 <= consumed <=`` what was handed out).
-
-        An epoch whose last batch is handed out (or ``consumed=``) is complete, whether or
-        not the iterator was exhausted: the state says so (``position == num_batches``).
-        Loaded, it resumes at the next epoch's start (as a loop that counts its steps
-        resumes: epoch = steps // batches per epoch), or, when ``set_epoch`` names the
-        saved epoch (a loop that saved its own epoch beside the state), with the empty
-        rest of that epoch, so that the loop's next ``set_epoch`` starts the next one.
+        ``position`` counts this epoch's batches handed out: what the loop consumed with
+        ``num_workers=0`` or torchdata's ``StatefulDataLoader``. A plain ``DataLoader``
+        with workers fetches ahead: pass ``consumed=`` the batches your loop finished
+        (``0 <= consumed <=`` what was handed out). ``position == num_batches`` is a
+        complete epoch (``docs/sampler.md``).
 
         >>> from shapebucket.sampling import BucketBatchSampler
         >>> s = BucketBatchSampler([3, 5, 9, 12], [8, 16], rows=1, shuffle=False)
@@ -302,15 +255,9 @@ class ResumableBatchSampler(Sampler[list[int]], Generic[K]):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from ``state``: the next pass yields exactly the batches not yet consumed.
-
-        A pass abandoned before its end leaves the resume point in place;
-        ``set_epoch`` with the loaded epoch keeps it, another epoch discards it. A state
-        at the end of its epoch (``position == num_batches``) is the next epoch's start,
-        or, with ``set_epoch`` of the saved epoch, that epoch's empty rest. An epoch
-        pinned by ``set_epoch`` stays pinned when the state is of that epoch (or ends the
-        epoch before it: ``StatefulDataLoader`` loads the state inside ``iter(loader)``,
-        after the loop's ``set_epoch``).
-        """
+        ``set_epoch`` with the loaded epoch keeps the resume point, another discards it;
+        an epoch pinned by ``set_epoch`` stays pinned when the state is of it or ends the
+        epoch before it (``StatefulDataLoader`` loads inside ``iter(loader)``)."""
         seed, epoch, position = self.check_state(state)
         self._seed = seed
         self._start_at(epoch, position, loaded=True)

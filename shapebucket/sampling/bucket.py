@@ -1,8 +1,5 @@
-"""``BucketBatchSampler``: batches formed inside one bucket, distributed and resumable.
-
-The groups of :class:`~shapebucket.sampling.grouped.GroupedBatchSampler` are the
-buckets: each sample's is the smallest bucket that holds it.
-"""
+"""``BucketBatchSampler``: batches formed inside one bucket (the smallest that holds each
+sample), distributed and resumable."""
 
 from __future__ import annotations
 
@@ -41,9 +38,8 @@ class BucketBatchSampler(GroupedBatchSampler[int]):
         num_replicas, rank: distributed world size and rank; read from
             ``torch.distributed`` when it is initialised, else 1 and 0.
 
-    The settings are fixed once the batches are built: they read as attributes
-    (``sampler.drop_last``) but cannot be assigned; make a new sampler instead.
-    Epochs, passes and resuming: see :mod:`shapebucket.sampling.base`.
+    The settings read as attributes (``sampler.drop_last``) but cannot be assigned.
+    Epochs, passes and resuming: ``docs/sampler.md``.
 
     >>> s = BucketBatchSampler([3, 5, 9, 12, 4], [8, 16], rows=2, shuffle=False)
     >>> list(s), len(s), s.rows
@@ -111,15 +107,11 @@ class BucketBatchSampler(GroupedBatchSampler[int]):
         )
         return cls(lengths, table, rows=rows, **options)
 
-    def _repr_settings(self) -> list[str]:
-        return [*super()._repr_settings(), f"leftovers={self._leftovers!r}"]
-
 
 def _warn_unseen_buckets(
     steps: GlobalSteps, buckets: Buckets, counts: np.ndarray, leftovers: Leftovers
 ) -> None:
-    """drop_last=True silently loses a whole bucket when it holds fewer samples than one
-    (global) batch: often the longest samples of the dataset. Say so."""
+    """Warn that drop_last=True loses every bucket smaller than one (global) batch."""
     seen = np.bincount(steps.step_bucket, minlength=len(buckets)) > 0
     lost = [j for j in range(len(buckets)) if counts[j] and not seen[j]]
     if not lost:

@@ -1,12 +1,5 @@
-"""``CellBatchSampler``: batches inside one ``(source, target)`` cell, distributed and resumable.
-
-The groups of :class:`~shapebucket.sampling.grouped.GroupedBatchSampler` are the
-cells: each sample lands in its cell by the edge rule of
-:class:`~shapebucket.fit.cells.Cells`, and the cells play the part buckets play for
-:class:`~shapebucket.sampling.BucketBatchSampler` (every rank in the same cell at the
-same step, disjoint samples, a short step split evenly with the first indices
-repeated).
-"""
+"""``CellBatchSampler``: batches inside one ``(source, target)`` cell (by the edge rule of
+:class:`~shapebucket.fit.cells.Cells`), distributed and resumable as the bucket sampler."""
 
 from __future__ import annotations
 
@@ -45,8 +38,7 @@ class CellBatchSampler(GroupedBatchSampler[Cell]):
             is one short batch, or dropped with ``drop_last=True``).
 
     ``sampler.buckets`` are the cells' distinct sources; ``sampler.rows`` is
-    ``{(S, T): rows}``. State, resume and ``set_epoch``: see
-    :mod:`shapebucket.sampling.base`.
+    ``{(S, T): rows}``. State, resume and ``set_epoch``: ``docs/sampler.md``.
 
     >>> s = CellBatchSampler([3, 4, 20, 30], [30, 20, 4, 3], [(8, 32), (32, 8)], rows=2, shuffle=False)
     >>> list(s), sorted(s.shapes())

@@ -1,26 +1,22 @@
-"""The small parts the samplers share: read-only settings, the world size and rank, and
-one rank's view of an epoch's batches."""
+"""The small parts the samplers share: read-only settings, the world size and rank, and the
+refusal of ``rows`` beside a token budget."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Generic, NoReturn, TypeVar, overload
 
 from .._validate import check_int
 from ..errors import ShapeBucketError
 
-__all__ = ["RankBatches", "Setting", "refuse_both", "resolve_world"]
+__all__ = ["Setting", "refuse_both", "resolve_world"]
 
 T = TypeVar("T")
 
 
 class Setting(Generic[T]):
-    """A sampler setting: reads as an attribute (stored as ``_<name>``), cannot be assigned.
-
-    The batches are built from the settings once; assigning one afterwards would
-    silently leave them stale, so it raises an ``AttributeError`` that says
-    how to change it (``how``; default: make a new sampler).
-    """
+    """A sampler setting: reads as an attribute (stored as ``_<name>``); assigning it (which
+    would leave the batches stale) raises an ``AttributeError`` saying ``how`` to change it."""
 
     def __init__(self, doc: str, *, how: str | None = None) -> None:
         self.__doc__ = doc
@@ -74,30 +70,8 @@ def resolve_world(num_replicas: int | None, rank: int | None) -> tuple[int, int]
     return num_replicas, rank
 
 
-class RankBatches(Sequence[list[int]]):
-    """One rank's batches of an epoch (anything with ``len()`` and ``batch(step, rank)``:
-    :class:`~shapebucket.fit.batches.EpochBatches`,
-    :class:`~shapebucket.fit.packing.PackedEpoch`), sliced when asked for."""
-
-    def __init__(self, epoch: Any, rank: int) -> None:
-        self._batches, self._rank = epoch, rank
-
-    def __len__(self) -> int:
-        return len(self._batches)
-
-    @overload
-    def __getitem__(self, t: int) -> list[int]: ...
-    @overload
-    def __getitem__(self, t: slice) -> list[list[int]]: ...
-    def __getitem__(self, t: int | slice) -> list[int] | list[list[int]]:
-        if isinstance(t, slice):
-            return [self._batches.batch(i, self._rank) for i in range(*t.indices(len(self)))]
-        return self._batches.batch(t, self._rank)
-
-
 def refuse_both(options: Mapping[str, Any], name: str) -> None:
-    """A ``for_tokens`` constructor computes ``name`` from the token budget: refuse it among
-    the other ``options`` (a ``TypeError`` about multiple values otherwise).
+    """Refuse ``name`` among a ``for_tokens`` constructor's ``options`` (it computes it).
 
     >>> refuse_both({"shuffle": False}, "rows")
     """

@@ -1,24 +1,16 @@
-"""``GroupedBatchSampler``: batches that each hold samples of one group, distributed and
-resumable: the shared part of the bucket and cell samplers.
-
-A group is what a batch is keyed by (``K``): a bucket length for
-:class:`~shapebucket.sampling.BucketBatchSampler`, a ``(source, target)`` cell for
-:class:`~shapebucket.sampling.CellBatchSampler`. Each sample belongs to one group;
-:func:`~shapebucket.fit.batches.cut_steps` cuts every group into global steps (the
-same every epoch) and :func:`~shapebucket.fit.batches.epoch_batches` orders one
-epoch from ``(seed, epoch)`` alone; the resumable state is
-:class:`~shapebucket.sampling.base.ResumableBatchSampler`'s. A subclass finds each
-sample's group and calls :meth:`GroupedBatchSampler._cut`.
+"""``GroupedBatchSampler``: batches of samples of one group each (a bucket length, or a
+``(source, target)`` cell), the shared part of the bucket and cell samplers. A subclass
+finds each sample's group and calls :meth:`GroupedBatchSampler._cut`, which cuts the
+groups into global steps (:func:`~shapebucket.fit.batches.cut_steps`, the same every epoch).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
 
 import numpy as np
 
-from .._validate import check_flag, check_int
+from .._validate import check_flag, check_int, rows_per_key
 from ..errors import ShapeBucketError
 from ..fit.batches import (
     EpochBatches,
@@ -30,19 +22,13 @@ from ..fit.batches import (
 )
 from ..plan.shapes import Shape
 from .base import K, ResumableBatchSampler
-from .common import RankBatches, Setting
+from .common import Setting
 
-__all__ = ["GroupedBatchSampler", "rows_for_budget", "rows_per_key"]
+__all__ = ["GroupedBatchSampler", "rows_for_budget"]
 
 
 class GroupedBatchSampler(ResumableBatchSampler[K]):
-    """Batches of samples of one group each (see the module docstring).
-
-    ``stats`` is the :class:`~shapebucket.fit.batches.SamplerReport` of every
-    epoch (the steps are the same every epoch; only which samples fill them moves).
-    """
-
-    _TABLE: ClassVar[str] = "buckets"  # the setting that names the groups in repr()
+    """Batches of samples of one group each (see the module docstring)."""
 
     drop_last = Setting[bool]("Whether each group's leftover samples are dropped.")
 
@@ -61,7 +47,7 @@ class GroupedBatchSampler(ResumableBatchSampler[K]):
     ) -> np.ndarray:
         """Set the rows, the groups and the steps; the samples per group, returned."""
         self._keys = list(keys)
-        self._rows = rows_per_key(self._keys, rows)
+        self._rows = rows_per_key(rows, self._keys)
         self._drop_last = check_flag("drop_last", drop_last)
         group = group.astype(np.int32)
         group.flags.writeable = False
@@ -87,8 +73,8 @@ class GroupedBatchSampler(ResumableBatchSampler[K]):
             num_replicas=self._num_replicas,
         )
 
-    def _rank_batches(self, epoch: int) -> Sequence[list[int]]:
-        return RankBatches(self._epoch_batches(epoch), self._rank)
+    def _batches(self, epoch: int) -> EpochBatches:
+        return self._epoch_batches(epoch)
 
     def _count_for(self, seed: int, epoch: int) -> int:
         return self._steps.stats.batches
@@ -107,13 +93,8 @@ class GroupedBatchSampler(ResumableBatchSampler[K]):
     def shapes(self) -> frozenset[Shape]:
         """Every :class:`~shapebucket.plan.Shape` this rank's batches have, in every epoch:
         ``rows`` is the batch's sample count before the collator pads rows, the lengths
-        those of the group the collator pads it to (the smallest that fits its longest
-        sample: with ``leftovers="promote"`` a batch of promoted samples only is smaller
-        than its step's bucket).
-
-        Exact for every epoch: an epoch shuffles which samples fill each batch, never
-        which group each position of the group-ordered samples holds, so epoch 0
-        unshuffled has the same shapes as any other.
+        those of the smallest group that fits its longest sample. Epoch 0 unshuffled
+        has the shapes of any epoch: a shuffle moves samples, never groups.
         """
         ordered = self._epoch_batches(0, shuffle=False)
         if not len(ordered):
@@ -127,47 +108,13 @@ class GroupedBatchSampler(ResumableBatchSampler[K]):
             Shape(rows, *axes) for rows, axes in zip(ordered.sizes.tolist(), lengths, strict=True)
         )
 
-    def _repr_settings(self) -> list[str]:
-        return [f"drop_last={self._drop_last}"]
-
-    def __repr__(self) -> str:
-        settings = ", ".join(self._repr_settings())
-        return (
-            f"{type(self).__name__}({len(self._lengths):,} samples, "
-            f"{getattr(self, self._TABLE)!r}, rows={self._rows}, shuffle={self._shuffle}, "
-            f"{settings}, rank {self._rank}/{self._num_replicas}, {len(self)} batches)"
-        )
-
-
-def rows_per_key(keys: Sequence[K], rows: int | Mapping[K, int]) -> dict[K, int]:
-    """``rows`` (an int for every key, or ``{key: samples}`` naming every key and no
-    other) as ``{key: samples}``, checked.
-
-    >>> rows_per_key([8, 16], 4), rows_per_key([(8, 4)], {(8, 4): 2})
-    ({8: 4, 16: 4}, {(8, 4): 2})
-    """
-    if not isinstance(rows, Mapping):
-        size = check_int("rows", rows, minimum=1)
-        return {k: size for k in keys}
-    missing = [k for k in keys if k not in rows]
-    extra = [k for k in rows if k not in keys]
-    if missing or extra:
-        wrong = [f"lacks {missing}"] if missing else []
-        wrong += [f"names {extra}, which are not among them"] if extra else []
-        raise ShapeBucketError(
-            f"rows must give samples per batch for exactly the keys {list(keys)}; it "
-            + " and ".join(wrong)
-        )
-    return {k: check_int(f"rows[{k!r}]", rows[k], minimum=1) for k in keys}
-
 
 def rows_for_budget(
     keys: Sequence[K], widths: Sequence[int], tokens_per_batch: int, batch_multiple: int, what: str
 ) -> dict[K, int]:
-    """Samples per batch for a token budget: key ``k`` of row width ``w`` (its padded tokens
-    per sample) gets ``tokens_per_batch // w``, rounded down to a multiple of
-    ``batch_multiple``; ``what`` names the widest key in the error when it gets fewer than
-    ``batch_multiple``.
+    """Samples per batch for a token budget: key ``k`` of row width ``w`` gets
+    ``tokens_per_batch // w``, rounded down to a multiple of ``batch_multiple``; ``what``
+    names the widest key in the error.
 
     >>> rows_for_budget([8, 16], [8, 16], 64, 2, "largest bucket")
     {8: 8, 16: 4}

@@ -15,7 +15,7 @@ from ..fit.buckets import Buckets
 from ..fit.packing import PackedEpoch, pack_epoch, rows_by_length, rows_for_tokens
 from ..plan.shapes import Shape
 from .base import ResumableBatchSampler
-from .common import RankBatches, Setting, refuse_both
+from .common import Setting, refuse_both
 
 __all__ = ["PackedBatchSampler"]
 
@@ -43,12 +43,10 @@ class PackedBatchSampler(ResumableBatchSampler[int]):
             ``torch.distributed`` when initialised). Every rank gets a batch of the
             same shape at every step, and disjoint samples.
 
-    The number of batches varies a little from epoch to epoch (it depends on how
-    the shuffled samples pack); ``len(sampler)`` and ``sampler.stats`` (a
-    :class:`~shapebucket.fit.batches.SamplerReport`, as for the other samplers) are
-    the current epoch's, and :meth:`packing` is an epoch's packing with its
-    :class:`~shapebucket.fit.packing.PackingReport`. State, resume and ``set_epoch``:
-    see :mod:`shapebucket.sampling.base`.
+    The number of batches varies a little from epoch to epoch; ``len(sampler)`` and
+    ``sampler.stats`` are the current epoch's, and :meth:`packing` is an epoch's packing
+    with its :class:`~shapebucket.fit.packing.PackingReport`. State, resume and
+    ``set_epoch``: ``docs/sampler.md``.
 
     >>> s = PackedBatchSampler([5, 3, 8, 2, 6], [8], rows=2, shuffle=False)
     >>> list(s), s.packing().report.token_efficiency
@@ -98,7 +96,7 @@ class PackedBatchSampler(ResumableBatchSampler[int]):
         >>> PackedBatchSampler.for_tokens([3, 9], [8, 16], 64).rows
         {8: 8, 16: 4}
         """
-        refuse_both(options, 'rows')
+        refuse_both(options, "rows")
         return cls(lengths, buckets, rows=rows_for_tokens(buckets, tokens_per_batch), **options)
 
     def packing(self, epoch: int | None = None) -> PackedEpoch:
@@ -128,18 +126,16 @@ class PackedBatchSampler(ResumableBatchSampler[int]):
             window=self._window,
         )
 
-    def _rank_batches(self, epoch: int) -> Sequence[list[int]]:
-        return RankBatches(self._packed(self._seed, epoch), self._rank)
+    def _batches(self, epoch: int) -> PackedEpoch:
+        return self._packed(self._seed, epoch)
 
     def _count_for(self, seed: int, epoch: int) -> int:
         return len(self._packed(seed, epoch))
 
     @property
     def stats(self) -> SamplerReport:
-        """The current epoch's counts, as for the other samplers: this rank's batches, the
-        short ones (a step in which some rank's batch has empty rows), duplicated samples
-        and shapes; nothing is dropped or promoted. The packing's own accounting (token
-        and attention efficiency) is ``sampler.packing().report``."""
+        """The current epoch's counts, as for the other samplers (a short batch: a step in
+        which some rank's batch has empty rows); token efficiency is in :meth:`packing`."""
         report = self.packing().report
         return SamplerReport(
             num_samples=report.num_samples,
@@ -161,12 +157,9 @@ class PackedBatchSampler(ResumableBatchSampler[int]):
         epoch: ``rows`` is ``self.rows[L]``, the rows of a packed batch once the collator
         has padded it, at row length ``L``.
 
-        Every rank has a batch at every step, so the set is the same on every rank.
-        When one window holds the whole dataset, packing depends only on the lengths,
-        so every epoch uses the same row lengths and the set is exactly theirs. With
-        several windows, which row lengths an epoch opens rows of can change with the
-        shuffle: the set is then every row length some sample needs as its smallest
-        fit (a superset of any one epoch's, never missing one).
+        The same on every rank. With one window over the whole dataset it is exactly
+        the row lengths packing uses (the same every epoch); with several, every row
+        length some sample needs as its smallest fit (a superset, never missing one).
 
         >>> s = PackedBatchSampler([3, 8], [4, 8], rows={4: 4, 8: 2})
         >>> sorted(s.shapes())
@@ -184,10 +177,3 @@ class PackedBatchSampler(ResumableBatchSampler[int]):
         state = dict(self.__dict__)
         state["_cache"] = {}  # packed epochs are rebuilt where they are needed, never pickled
         return state
-
-    def __repr__(self) -> str:
-        return (
-            f"PackedBatchSampler({len(self._lengths):,} samples, row lengths "
-            f"{list(self._buckets)}, rows={self._rows}, shuffle={self._shuffle}, "
-            f"window={self._window}, rank {self._rank}/{self._num_replicas})"
-        )

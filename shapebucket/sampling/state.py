@@ -1,9 +1,5 @@
-"""A sampler's saved state: the ``state_dict()`` keys (the module constants), the
-fingerprint of the settings a state must match (:func:`fingerprint`), the dict a sampler
-saves (:func:`saved_state`) and the checks a state passes before it is loaded
-(:func:`read_state`). :class:`~shapebucket.sampling.base.ResumableBatchSampler` owns
-where a sampler stands; this module owns how that is written down and read back.
-"""
+"""How a sampler's state is written down and read back: the ``state_dict()`` keys, the
+settings' :func:`fingerprint`, :func:`saved_state` and the checks of :func:`read_state`."""
 
 from __future__ import annotations
 
@@ -86,7 +82,7 @@ def read_state(
                 f"state has no {key!r} (its keys: {sorted(map(str, state))}); {_DAMAGED}"
             )
     saved = state[FINGERPRINT_KEY]
-    if not (isinstance(saved, str) and len(saved) == 40 and _is_hex(saved)):
+    if not (isinstance(saved, str) and len(saved) == 40 and set(saved) <= set("0123456789abcdef")):
         raise ShapeBucketError(
             f"state[{FINGERPRINT_KEY!r}] is {_short(saved)}, not the 40 hex digits "
             f"state_dict() writes; {_DAMAGED}"
@@ -107,10 +103,6 @@ def _short(value: Any) -> str:
     """``repr(value)``, cut to 80 characters: a damaged state can hold anything."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _is_hex(text: str) -> bool:
-    return all(c in "0123456789abcdef" for c in text)
 
 
 def _state_int(state: Mapping[str, Any], key: str, maximum: int | None = None) -> int:

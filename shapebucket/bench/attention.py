@@ -1,13 +1,6 @@
-"""``--attention``: how the packed strategies' rows attend.
-
-``sdpa`` (default) attends through a dense document mask ``[rows, 1, L, L]``: every
-masked pair is still computed. ``flex`` attends through ``flex_attention`` under the
-document ``BlockMask``, built on the step from block tensors the collator makes
-(:class:`~shapebucket.WithDocumentBlocks`, in the DataLoader worker; no
-``create_block_mask`` on the step), so a row costs what its documents' lengths cost.
-It is refused, before anything is measured, where this torch cannot train through it
-(torch 2.13 has no ``flex_attention`` backward on CPU).
-"""
+"""``--attention``: packed rows through a dense document mask (``sdpa``) or ``flex_attention``
+under the document ``BlockMask`` from the collator's blocks (``flex``), refused where this
+torch cannot train through it."""
 
 from __future__ import annotations
 

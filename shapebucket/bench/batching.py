@@ -1,7 +1,5 @@
-"""The benchmark's batches: one epoch of each family's batches, the collator that pads
-them, and the batches each strategy runs: a few warm-up batches (the first of the whole
-dataset's epoch), then, in every timed round, one whole epoch of the timed sample set (the
-same samples for every strategy, each family batching them its own way)."""
+"""The run's shared setup and each family's batches: an epoch over the whole dataset, its
+collator, a few warm-up batches, and one whole epoch of the timed sample set."""
 
 from __future__ import annotations
 
@@ -23,6 +21,7 @@ from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
 from .attention import with_blocks
 from .calibrated import calibrated_rows
+from .memory import step_autocast
 from .peers import FixedLengthCollator, fixed_length_packs, length_grouped_indices
 
 __all__ = [
@@ -55,6 +54,33 @@ class Setup:
     fits: dict[str, PackingFitReport] = field(default_factory=dict)  # fit once, reused
     calibrated: RowsReport | None = None  # the calibrated strategy's rows, measured once
 
+    def training_step(
+        self,
+        fwd: Callable[[Any, dict[str, Any]], Any] = lambda model, batch: model(**batch),
+        mark: Callable[[dict[str, Any]], None] | None = None,
+    ) -> tuple[Callable[[dict[str, Any]], torch.Tensor], torch.nn.Module, torch.optim.Optimizer]:
+        """``(step, model, optimizer)``: one whole step (forward through ``fwd``, backward,
+        AdamW) of a fresh copy of the run's model (seeded, its initial weights), in the
+        timed steps' precision; ``mark``, if given, sees each batch first. The step returns
+        a copy of the detached loss (under CUDA graphs the next replay overwrites it)."""
+        torch.manual_seed(self.args.seed)
+        model = self.make_model().to(self.device)
+        model.load_state_dict(self.init_state)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        autocast = step_autocast(self.device)
+
+        def step(batch: dict[str, Any]) -> torch.Tensor:
+            if mark is not None:
+                mark(batch)
+            with autocast:
+                loss = fwd(model, batch)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.detach().clone()
+
+        return step, model, opt
+
 
 @dataclass
 class Family:
@@ -73,10 +99,11 @@ class Family:
     rows: int | dict[int, int] | None = None
     packing: PackingFitReport | None = None
 
-    @property
-    def padded(self) -> list[int]:
-        """Computed tokens (rows x padded length) of every epoch batch."""
-        return [rows * length for rows, length in self.shapes]
+    def collate_batch(self, samples: list[dict[str, torch.Tensor]], i: int) -> dict[str, Any]:
+        """Epoch batch ``i``'s ``samples`` collated (fixed packing: in its packer's rows)."""
+        if isinstance(self.collate, FixedLengthCollator):
+            return self.collate(samples, self.sizes[i])  # type: ignore[index]
+        return dict(self.collate(samples))
 
 
 def make_samples(
@@ -239,12 +266,7 @@ def build_family(family: str, s: Setup) -> Family:
     to = s.device
 
     def collated(batches: Family, i: int) -> dict[str, Any]:
-        samples = s.get_samples(batches.epoch[i].tolist())
-        if batches.sizes is not None:  # fixed packing: the packer's rows, as they are
-            b: dict[str, Any] = dict(batches.collate(samples, batches.sizes[i]))  # type: ignore[call-arg, arg-type]
-        else:
-            b = dict(batches.collate(samples))  # type: ignore[arg-type]
-        return _to_device(b, to)
+        return _to_device(batches.collate_batch(s.get_samples(batches.epoch[i].tolist()), i), to)
 
     fam.warmup = [collated(fam, i) for i in range(min(a.warmup_steps, len(fam.epoch)))]
     fam.warmup_real = [int(s.lengths[b].sum()) for b in fam.epoch[: len(fam.warmup)]]

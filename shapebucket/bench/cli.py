@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,8 +13,8 @@ from typing import Any
 import torch
 
 from .._argparse import MAX_DRAWN, Parser, output_path, plot_formats
+from .._lengths import round_up
 from .._validate import check_int
-from ..data import read_lengths
 from ..errors import ShapeBucketError
 from .advice import recommendation
 from .attention import add_attention_flag, check_attention
@@ -26,9 +27,16 @@ from .flags import (
 )
 from .harness import run
 from .peers import source as grouped_source
-from .profiles import add_profile_flags, apply_profile, describe_profile, profile_config
+from .profiles import (
+    add_profile_flags,
+    apply_profile,
+    describe_profile,
+    fill_defaults,
+    profile_config,
+)
 from .report import check_losses, format_table, headline, plot, run_payload
 from .strategies import DEFAULT, PEERS, STRATEGIES, StrategyResult, for_device
+from .workloads import load_workload
 
 __all__ = ["main"]
 
@@ -91,6 +99,14 @@ def _replay(args: argparse.Namespace) -> int:
     try:
         data = json.loads(Path(args.from_json).read_text())
         results = [StrategyResult(**r) for r in data["results"]]
+        old = [r.name for r in results if r.error is None and not r.round_epoch_s]
+        if old:
+            print(
+                f"error: {args.from_json} was written by an earlier version of the benchmark "
+                f"(no whole-epoch rounds for {', '.join(old)}); it cannot be replayed by this one",
+                file=sys.stderr,
+            )
+            return 2
         config = data["config"]
         described = _describe(config)
         table = format_table(results)  # a wrongly typed field fails here, not mid-print
@@ -102,14 +118,6 @@ def _replay(args: argparse.Namespace) -> int:
         return 2
     except (OSError, ValueError, TypeError) as e:
         print(f"error: {args.from_json} is not a saved benchmark run: {e}", file=sys.stderr)
-        return 2
-    old = [r.name for r in results if r.error is None and not r.round_epoch_s]
-    if old:
-        print(
-            f"error: {args.from_json} was written by an earlier version of the benchmark (no "
-            f"whole-epoch rounds for {', '.join(old)}); it cannot be replayed by this one",
-            file=sys.stderr,
-        )
         return 2
     path = str(
         output_path(
@@ -128,21 +136,13 @@ def _describe(config: dict[str, Any]) -> str:
         f"shapebucket steps/sec benchmark: workload {config['workload']} ({config['samples']:,} samples, "
         f"mean length {config['mean_length']:.1f}, {config['clipped_to_max_len']} clipped to "
         f"{config['model']['max_len']}), batch {config['batch_size']}, buckets {config['buckets']}, "
-        f"{config['rounds']} rounds x {_round(config)}, model {config['model']}, "
+        f"{config['rounds']} rounds x one epoch of {config['timed_samples']:,} samples "
+        f"({config['timed_real_tokens']:,} real tokens), model {config['model']}, "
         f"torch {config['torch']}, {config['device']}"
         f"{', mode ' + str(config['mode']) if config['mode'] else ''}, {config['machine']}"
         f"{describe_profile(config)}\n"
         f"peers: {', '.join(n for n in config['strategies'] if n in PEERS)} "
-        f"({config.get('grouped_sampler', '?')})"
-    )
-
-
-def _round(config: dict[str, Any]) -> str:
-    if "timed_samples" not in config:  # a run saved before rounds were whole epochs
-        return f"{config.get('steps_per_round', '?')} steps"
-    return (
-        f"one epoch of {config['timed_samples']:,} samples "
-        f"({config['timed_real_tokens']:,} real tokens)"
+        f"({config['grouped_sampler']})"
     )
 
 
@@ -154,16 +154,15 @@ def _title(config: dict[str, Any]) -> str:
 
 
 def _resolve(args: argparse.Namespace) -> None:
-    """Fill the defaults that depend on --profile and --quick and check every number."""
+    """Fill the defaults that depend on --profile, --quick and the lengths (loaded here,
+    once, into ``args.workload_lengths``) and check every number."""
     apply_profile(args)
-    for key, (full, small) in _DEFAULTS.items():
-        if getattr(args, key) is None:
-            setattr(args, key, small if args.quick else full)
+    batch_from_tokens = args.batch_size is None and args.tokens_per_step is not None
+    fill_defaults(args, _DEFAULTS)
     for key in (
         "rounds",
         "epoch_samples",
         "batch_size",
-        "samples",
         "k",
         "model_dim",
         "depth",
@@ -176,11 +175,6 @@ def _resolve(args: argparse.Namespace) -> None:
     check_int("--max-len", args.max_len, minimum=8)
     check_int("--seed", args.seed, minimum=0)
     check_int("--background-nice", args.background_nice, minimum=0, maximum=19)
-    if args.bucket_tokens_per_batch is None:
-        args.bucket_tokens_per_batch = args.batch_size * 32
-    check_int("--bucket-tokens-per-batch", args.bucket_tokens_per_batch, minimum=args.max_len)
-    if args.packed_tokens_per_batch is not None:
-        check_int("--packed-tokens-per-batch", args.packed_tokens_per_batch, minimum=args.max_len)
     if args.model_dim % args.heads:
         raise ShapeBucketError(
             f"--model-dim {args.model_dim} must be a multiple of --heads {args.heads}"
@@ -188,8 +182,6 @@ def _resolve(args: argparse.Namespace) -> None:
     given = args.strategies
     args.strategies = _strategy_names(given)
     _check_device(args.device)
-    if args.lengths is not None:
-        read_lengths(args.lengths)  # refused here, before any strategy runs
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ShapeBucketError("--device cuda but torch.cuda.is_available() is False")
     args.strategies = for_device(args.strategies, args.device, everything=given == "all")
@@ -198,6 +190,24 @@ def _resolve(args: argparse.Namespace) -> None:
             "--mode reduce-overhead captures CUDA graphs: it needs --device cuda"
         )
     check_attention(args)
+    args.workload_lengths = load_workload(
+        args.workload,
+        n=args.samples,
+        max_len=args.max_len,
+        seed=args.seed,
+        lengths_file=args.lengths,
+    )
+    lengths = args.workload_lengths[0]
+    if batch_from_tokens:  # the grouped peers' batch: as many samples as carry the tokens
+        args.batch_size = max(1, round(args.tokens_per_step / float(lengths.mean())))
+    if args.bucket_tokens_per_batch is None:
+        args.bucket_tokens_per_batch = args.batch_size * 32
+    check_int("--bucket-tokens-per-batch", args.bucket_tokens_per_batch, minimum=args.max_len)
+    if args.packed_tokens_per_batch is not None:
+        check_int("--packed-tokens-per-batch", args.packed_tokens_per_batch, minimum=args.max_len)
+    else:  # the real tokens of an average batch, rounded up to whole rows of the longest row
+        mean_batch = math.ceil(args.batch_size * float(lengths.mean()))
+        args.packed_tokens_per_batch = round_up(mean_batch, round_up(int(lengths.max()), 8))
     stem = f"results/steps_per_sec_{args.workload}{'_quick' if args.quick else ''}"
     if args.json is None:
         args.json = stem + ".json"

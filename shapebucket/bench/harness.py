@@ -1,31 +1,6 @@
-"""The benchmark harness: the run's setup, every strategy warmed up, then interleaved timing.
-
-How the figures are made to hold on a shared, noisy machine:
-
-* **Own code object per strategy.** Dynamo caches graphs per code object, and two
-  compiled instances of one model class share it (and its recompile limit). Each
-  strategy compiles its own copy of a two-line forward function
-  (:func:`~shapebucket.bench.runner.fresh_forward`), so no strategy is ever served
-  another's graphs.
-* **Own cold compile.** With ``--cache fresh`` (default) each strategy compiles
-  into its own empty inductor cache, so its warm-up is its own cold cost.
-* **Interleaved rounds.** Every strategy is warmed up first; then the timed
-  rounds run A B C ... A B C ..., each round every strategy's same timed
-  batches. Per strategy the report gives the median round and the min-max of
-  the rounds; two strategies whose ranges overlap are within noise.
-* **Whole epochs of the same samples.** Each timed round is one whole epoch of
-  a fixed random set of samples (``--epoch-samples``), the same samples for every
-  strategy, each batching them its own way: no strategy is timed on a luckier
-  sample of batches than another.
-* **The whole job.** A user pays the warm-up once per run: ``job_s`` is the
-  time to train one epoch of the whole dataset, warm-up and compiles seen while
-  timed included, the epoch at the median round's useful tokens/sec;
-  ``job10_s`` ten epochs with the warm-up paid once.
-
-The strategies and their records are in :mod:`shapebucket.bench.strategies`, one
-strategy's warm-up, timed round and summary in :mod:`shapebucket.bench.runner`,
-the batches in :mod:`shapebucket.bench.batching`.
-"""
+"""The benchmark run: its setup, every strategy warmed up (each in its own empty compile
+cache, with its own code object), then interleaved timed rounds of whole epochs of the same
+samples, and the padding-invariance check (docs/benchmarks.md says why each)."""
 
 from __future__ import annotations
 
@@ -44,17 +19,14 @@ import numpy as np
 import torch
 
 from .. import _torch as compat
-from .._lengths import round_up
 from .._progress import progress
 from ..errors import ShapeBucketError
 from ..fit.bucket_fit import fit_buckets
-from .background import prepare_background
 from .batching import Family, Setup, build_family, epoch_batches, make_samples, timed_sample_set
 from .limit import add_limit, limit_runners
 from .model import GPT, CaptionConfig, Captioner, GPTConfig
-from .runner import Runner, finish, prepare, time_round
+from .runner import Runner, finish, prepare, prepare_background, time_round
 from .strategies import PEERS, STRATEGIES, StrategyResult
-from .workloads import load_workload
 
 __all__ = ["check_padding_invariance", "run"]
 
@@ -73,15 +45,11 @@ def check_padding_invariance(
     built = families or {}
     bucketed = built.get("buckets") or epoch_batches("buckets", s)
     grouped = built.get("grouped") or epoch_batches("grouped", s)
-    model = s.make_model().to(s.device)
-    model.load_state_dict(s.init_state)
+    model = s.training_step()[1]
     problems = []
 
     def loss_of(fam: Family, samples: list[dict[str, torch.Tensor]], i: int = 0) -> float:
-        if fam.sizes is not None:  # fixed packing: its packer's rows
-            b: dict[str, Any] = dict(fam.collate(samples, fam.sizes[i]))  # type: ignore[call-arg, arg-type]
-        else:
-            b = dict(fam.collate(samples))  # type: ignore[arg-type]
+        b = fam.collate_batch(samples, i)
         if "attention_mask" not in b and "document_ids" not in b:
             b["attention_mask"] = torch.ones_like(b["input_ids"], dtype=torch.bool)
         return float(model(**{k: v.to(s.device) for k, v in b.items()}))
@@ -114,20 +82,7 @@ def check_padding_invariance(
 
 def _setup(args: argparse.Namespace) -> Setup:
     device = torch.device(args.device)
-    lengths, clipped = load_workload(
-        args.workload,
-        n=args.samples,
-        max_len=args.max_len,
-        seed=args.seed,
-        lengths_file=args.lengths,
-    )
-    if args.packed_tokens_per_batch is None:
-        # packing's budget: the real tokens of an average batch of --batch-size samples,
-        # rounded up to whole rows of the longest row length
-        longest = round_up(int(lengths.max()), 8)
-        args.packed_tokens_per_batch = round_up(
-            math.ceil(args.batch_size * float(lengths.mean())), longest
-        )
+    lengths, clipped = args.workload_lengths  # loaded once, by the command line's checks
     image: tuple[int, ...] | None = None
     make_model: Callable[[], torch.nn.Module]
     cfg: GPTConfig

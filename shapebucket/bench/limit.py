@@ -1,22 +1,7 @@
-"""The physical limit: the rate this machine reaches on the benchmark's real tokens with
-no padding and no attention across samples at all, a reference row for the table.
-
-Each sample length's cost per token is measured on full batches of that exact length
-(every row one sample, no pad, attention over the sample only), eagerly and compiled
-(``dynamic=False``), the faster kept. Lengths are measured on a grid (geometric,
-multiples of 8, from the timed set's shortest to its longest sample) and a sample's
-cost per token is interpolated linearly between grid lengths (held at the nearest end
-outside them). The limit is the timed set's real tokens over the sum of each sample's
-tokens times its cost per token. Every batch holds the packed strategy's token budget
-(``rows = max(1, T // L)``), so a step's fixed costs are spread as thinly as packing's.
-
-Where a strategy falls short of it, :func:`gap` splits the difference using the same
-grid: ``padding`` (pad tokens at their batch length's cost), ``longer rows`` (real
-tokens at their row's length instead of their own: attention across a packed row's
-other samples, or a bucket's padded length) and ``per step`` (what is left: the
-measured time over what its batches would take at the limit's costs; smaller
-batches pay the optimizer and launch overheads more often).
-"""
+"""The physical limit, a reference row: the rate on the timed set's real tokens with no
+padding and no attention across samples (full batches at grid lengths, eager and compiled,
+the faster kept, interpolated), and :func:`gap`, where a strategy's time goes beyond it
+(docs/benchmarks.md, "The physical limit")."""
 
 from __future__ import annotations
 
@@ -31,7 +16,7 @@ import torch
 
 from .._lengths import round_up
 from .batching import Family
-from .runner import Runner, fresh_forward, training_step
+from .runner import Runner, fresh_forward
 from .strategies import StrategyResult
 
 __all__ = [
@@ -112,7 +97,7 @@ def _limit_step(how: str, s: Any) -> Callable[[dict[str, Any]], torch.Tensor]:
     fwd: Any = fresh_forward(f"{LIMIT}_{how}")
     if how == "compiled":
         fwd = torch.compile(fwd, fullgraph=True, dynamic=False, mode=s.args.mode)
-    return training_step(s, fwd)[0]
+    return s.training_step(fwd)[0]
 
 
 def _grid_batches(s: Any, grid: list[int], rows: dict[int, int]) -> list[dict[str, Any]]:

@@ -1,10 +1,4 @@
-"""The benchmark's strategies and the record each one produces.
-
-A strategy names how it forms its batches (its family), how it compiles them
-and whether it prewarms; :data:`PEERS` are the strategies that do what users
-would do instead of shapebucket. :class:`StrategyResult` is one strategy's
-line in the table and its entry in the JSON output.
-"""
+"""The benchmark's strategies (:data:`PEERS`: what users do instead) and the record of each."""
 
 from __future__ import annotations
 
@@ -39,7 +33,7 @@ class Strategy:
     about: str = ""
     # How the compiled graphs are ready: "first" compiles (prewarm) before the first step;
     # "background" trains eagerly from the first second while a one-core process compiles
-    # every shape, each shape switching to its graph when ready (bench.background)
+    # every shape, each shape switching to its graph when ready (runner.prepare_background)
     ready: str = "first"
     # torch.compile's mode for this strategy (None: --mode); "reduce-overhead" records a CUDA
     # graph per planned shape at prewarm and needs --device cuda

@@ -13,17 +13,13 @@ from ..collate.blocks import WithDocumentBlocks
 from ..errors import ShapeBucketError
 from .model import FLEX_BLOCK_SIZE
 
-__all__ = ["ATTENTIONS", "BLOCK_SIZE", "add_attention_flag", "check_attention", "with_blocks"]
-
-ATTENTIONS = ("sdpa", "flex")
-#: flex_attention's block size: the collator's blocks and the model's BlockMask agree on it
-BLOCK_SIZE = FLEX_BLOCK_SIZE
+__all__ = ["add_attention_flag", "check_attention", "with_blocks"]
 
 
 def add_attention_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--attention",
-        choices=ATTENTIONS,
+        choices=("sdpa", "flex"),
         default="sdpa",
         help="how packed rows attend: sdpa, a dense document mask (every masked pair "
         "computed), or flex, flex_attention under the document BlockMask built from block "
@@ -54,5 +50,5 @@ def check_attention(args: argparse.Namespace) -> None:
 def with_blocks(collate: Any, attention: str) -> Any:
     """The packed collator, wrapped to add each batch's document blocks under flex."""
     if attention == "flex":
-        return WithDocumentBlocks(collate, block_size=BLOCK_SIZE)
+        return WithDocumentBlocks(collate, block_size=FLEX_BLOCK_SIZE)  # the model's BlockMask's
     return collate

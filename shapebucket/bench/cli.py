@@ -42,22 +42,13 @@ __all__ = ["main"]
 
 _DESCRIPTION = """The steps/sec benchmark: shapebucket against what users would do instead.
 
-Trains the same small model from the same initialisation with each strategy.
-Each timed round is one whole epoch of the same random sample set
-(--epoch-samples) that every strategy batches its own way; the rounds are
-interleaved. Reports useful (real) tokens/sec as the median and min-max of the
-rounds, the peak tensor memory of one step of its largest batch, warm-up
-seconds, the whole job (warm-up + one, and + ten, epochs of the whole
-dataset), graphs compiled (and compiled while timed), and token efficiency.
-The peers are transformers' length-grouped batches (group_by_length=True)
-padded to the longest sample rounded to 8, run eager, with dynamic=None, with
-mark_dynamic and with dynamic=True, and fixed-length packing (TRL's
-pack_dataset best-fit decreasing, or torchtune's PackedDataset next-fit) into
-rows of --max-len, eager and compiled. The headline is the best shapebucket
-strategy against the best peer of any kind, with the spread of the per-round
-ratios, printed as measured. Strategies of one family see the same
-batches, so their losses must agree, and the same samples padded two ways must
-give the same loss: the run checks both and exits with status 1 otherwise."""
+Trains the same small model from the same initialisation with each strategy, in
+interleaved timed rounds of one whole epoch of the same samples (--epoch-samples), and
+reports useful (real) tokens/sec, peak memory, warm-up, the whole job and the compiles.
+The peers are transformers' length-grouped batches (eager, dynamic=None, mark_dynamic,
+dynamic=True) and fixed-length packing (TRL's bfd or torchtune's next-fit), eager and
+compiled. Strategies of one family must agree on the loss, and padding must not change
+it: the run exits with status 1 otherwise. docs/benchmarks.md explains every column."""
 
 # (full run, --quick)
 _DEFAULTS = {
@@ -301,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ShapeBucketError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    config, results, padding_problems, lengths = run(args)
+    config, results, padding_problems = run(args)
     config["grouped_sampler"] = grouped_source()
     config["profile"], config["tokens_per_step"] = profile_config(args), args.tokens_per_step
     config["attention"] = args.attention
@@ -311,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in (args.json, args.plot):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-    advice = recommendation(results, lengths, config)
+    advice = recommendation(results, args.workload_lengths[0], config)
     print("\n".join(advice))
     if args.json:
         payload = run_payload(config, headline(results), advice, results)

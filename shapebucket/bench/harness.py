@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-import numpy as np
 import torch
 
 from .. import _torch as compat
@@ -31,20 +30,15 @@ from .strategies import PEERS, STRATEGIES, StrategyResult
 __all__ = ["check_padding_invariance", "run"]
 
 
-# -- correctness --------------------------------------------------------------------------------
-
-
-def check_padding_invariance(
-    s: Setup, families: dict[str, Family] | None = None, batches: int = 3
-) -> list[str]:
-    """The same samples padded two ways, to their bucket (shapebucket's collator) and to the
-    longest rounded to 8 (the peers' collator), must give the same loss: the masks keep
-    padding out of the math. Eager, from the initial weights, on the first batches of the
-    bucket sampler's epoch. Plans already built for the run (``families``) are reused.
-    Returns one line per disagreement (empty when all agree)."""
-    built = families or {}
-    bucketed = built.get("buckets") or epoch_batches("buckets", s)
+def check_padding_invariance(s: Setup, families: dict[str, Family] | None = None) -> list[str]:
+    """The same samples padded to their bucket (or packed) and padded to the longest rounded
+    to 8 (the peers' collator) must give the same loss. Eager, from the initial weights, on
+    each family's first 3 batches; ``families`` already built are reused (the bucket family
+    is built when missing). Returns one line per disagreement (empty when all agree)."""
+    built = dict(families or {})
     grouped = built.get("grouped") or epoch_batches("grouped", s)
+    checked = {"buckets": built.get("buckets") or epoch_batches("buckets", s)}
+    checked |= {name: built[name] for name in ("packed", "fixed") if name in built}
     model = s.training_step()[1]
     problems = []
 
@@ -55,24 +49,19 @@ def check_padding_invariance(
         return float(model(**{k: v.to(s.device) for k, v in b.items()}))
 
     with torch.no_grad():
-        for i, idx in enumerate(bucketed.epoch[:batches]):
-            samples = s.get_samples(idx.tolist())
-            ours, theirs = loss_of(bucketed, samples), loss_of(grouped, samples)
-            if not math.isclose(ours, theirs, rel_tol=1e-4, abs_tol=1e-5):
-                problems.append(
-                    f"batch {i}: loss {ours:.6f} padded to its bucket vs {theirs:.6f} padded to "
-                    "the longest: padding leaks into the loss (a mask is wrong)"
-                )
-        for name in ("packed", "fixed"):
-            fam = built.get(name)
-            for i, idx in enumerate(fam.epoch[:batches] if fam is not None else []):
+        for name, fam in checked.items():
+            how, why = (
+                ("padded to its bucket", "padding leaks into the loss (a mask is wrong)")
+                if name == "buckets"
+                else ("packed", "attention crosses samples (the document mask is wrong)")
+            )
+            for i, idx in enumerate(fam.epoch[:3]):
                 samples = s.get_samples(idx.tolist())
-                ours = loss_of(fam, samples, i)  # type: ignore[arg-type]  # not None here
-                theirs = loss_of(grouped, samples)
+                ours, theirs = loss_of(fam, samples, i), loss_of(grouped, samples)
                 if not math.isclose(ours, theirs, rel_tol=1e-4, abs_tol=1e-5):
                     problems.append(
-                        f"{name} batch {i}: loss {ours:.6f} packed vs {theirs:.6f} one sample "
-                        "per row: attention crosses samples (the document mask is wrong)"
+                        f"{name} batch {i}: loss {ours:.6f} {how} vs {theirs:.6f} padded to "
+                        f"the longest, one sample per row: {why}"
                     )
     return problems
 
@@ -83,24 +72,26 @@ def check_padding_invariance(
 def _setup(args: argparse.Namespace) -> Setup:
     device = torch.device(args.device)
     lengths, clipped = args.workload_lengths  # loaded once, by the command line's checks
-    image: tuple[int, ...] | None = None
+    dims = dict(
+        vocab=args.vocab,
+        dim=args.model_dim,
+        layers=args.depth,
+        heads=args.heads,
+        max_len=args.max_len,
+    )
+    # a partial pickles (compile-while-training builds the model in its own process)
     make_model: Callable[[], torch.nn.Module]
     cfg: GPTConfig
-    dims = {
-        "vocab": args.vocab,
-        "dim": args.model_dim,
-        "layers": args.depth,
-        "heads": args.heads,
-        "max_len": args.max_len,
-    }
+    image: tuple[int, ...] | None = None
     if args.workload == "captioning":
-        ccfg = CaptionConfig(**dims)
-        image, cfg = (ccfg.channels, ccfg.image, ccfg.image), ccfg
-        make_model = functools.partial(Captioner, ccfg)  # pickles: compile-while-training
+        cfg = ccfg = CaptionConfig(**dims)
+        image, make_model = (
+            (ccfg.channels, ccfg.image, ccfg.image),
+            functools.partial(Captioner, ccfg),
+        )
     else:
-        gcfg = GPTConfig(**dims)
-        cfg = gcfg
-        make_model = functools.partial(GPT, gcfg)
+        cfg = GPTConfig(**dims)
+        make_model = functools.partial(GPT, cfg)
     torch.manual_seed(args.seed)
     init_state = {k: v.clone() for k, v in make_model().state_dict().items()}
     buckets = fit_buckets(lengths, args.k, align=8, batching="bucketed", max_len=args.max_len)
@@ -118,15 +109,10 @@ def _setup(args: argparse.Namespace) -> Setup:
     )
 
 
-def run(
-    args: argparse.Namespace,
-) -> tuple[dict[str, Any], list[StrategyResult], list[str], np.ndarray]:
-    """Warm every strategy up (each its own cold compile), then time them in interleaved rounds.
-
-    Returns the run's configuration, one result per strategy (in ``args.strategies``
-    order), the padding-invariance problems (empty when the masks are right) and the
-    workload's lengths (loaded once, here).
-    """
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult], list[str]]:
+    """Warm every strategy up (each its own cold compile), then time them in interleaved
+    rounds. Returns the run's configuration, one result per strategy (in ``args.strategies``
+    order) and the padding-invariance problems (empty when the masks are right)."""
     s = _setup(args)
     names = [n for n in STRATEGIES if n in args.strategies]
     families, skipped = _build_families(s, names)
@@ -138,16 +124,16 @@ def run(
     names_run = [n for n in names if n not in results]
     with contextlib.ExitStack() as keep:  # compiled kernels live in these dirs until the end
         runners = _warm_up(names_run, s, families, results, keep)
-        limits = [] if getattr(args, "no_limit", False) else limit_runners(s)  # same rounds
+        limits = [] if args.no_limit else limit_runners(s)  # same rounds
         _timed_rounds([*runners, *limits], s.device, args.rounds)
         for runner in runners:
             if runner.result.error is None:
                 finish(runner, s.device)
             results[runner.name] = runner.result
     rows = [results[n] for n in names]
-    if not getattr(args, "no_limit", False):
+    if not args.no_limit:
         add_limit(s, families, rows, limits)  # the reference row, last
-    return _config(args, s, families, names), rows, problems, s.lengths
+    return _config(args, s, families, names), rows, problems
 
 
 def _build_families(s: Setup, names: list[str]) -> tuple[dict[str, Family], dict[str, str]]:

@@ -66,14 +66,9 @@ def source() -> str:
 def length_grouped_indices(
     lengths: np.ndarray, batch_size: int, *, seed: int, dataset_size: int | None = None
 ) -> np.ndarray:
-    """One epoch's index order, as ``Trainer(group_by_length=True)`` forms it
-    (``LengthGroupedSampler``, which calls ``get_length_grouped_indices``).
-
-    ``dataset_size``: the dataset these lengths are a sample of. transformers sizes its
-    mega-batches from the dataset (:func:`mega_batch_mult`); a sample of a larger dataset
-    is grouped in the mega-batches the whole dataset gets, so that the benchmark's timed
-    sample set is batched as well as a real epoch would be, not worse (a 6,000-sample set
-    would otherwise be sorted in mega-batches of 23 batches instead of 50).
+    """One epoch's index order, as ``Trainer(group_by_length=True)`` forms it. A sample
+    of a larger dataset (``dataset_size``) is grouped in the mega-batches the whole dataset
+    gets (:func:`mega_batch_mult`), so the timed set is batched as well as a real epoch.
 
     >>> order = length_grouped_indices(np.array([5, 1, 9, 3]), 2, seed=0)
     >>> sorted(order.tolist())

@@ -152,12 +152,8 @@ def for_device(names: list[str], device: str, *, everything: bool = False) -> li
     return names
 
 
-#: The default run: every peer, and packing eager and compiled first. The bucket
-#: strategies (shapebucket, -specialized, -tokens) ran within noise of the peers in every
-#: earlier run and cost 95-135 s of warm-up each; compiling while training starves on 2
-#: cores (its background compile runs at nice 10 on a core the training threads share:
-#: 78 s for a shape the foreground compiles in 4 s, quick run of 2026-11-25). ``--strategies
-#: all`` adds them all.
+#: The default run: every peer, and packing eager and compiled (docs/benchmarks.md says why
+#: the other strategies are left to ``--strategies all``).
 DEFAULT = (*PEERS, "shapebucket-packed-eager", "shapebucket-packed")
 
 

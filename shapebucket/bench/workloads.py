@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .._validate import check_int
-from ..data import mixture_lengths
+from ..data import mixture_lengths, read_lengths
 
 __all__ = [
     "WORKLOADS",
@@ -27,13 +27,8 @@ _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
 def stdlib_docstring_paragraphs() -> list[str]:
-    """The paragraphs of the docstrings in Python's standard library (real text, offline).
-
-    Real English technical text that every Python installation has: the module,
-    class and function docstrings of the top-level ``*.py`` modules of the
-    running interpreter's stdlib, split into paragraphs at blank lines, in a
-    fixed order (files sorted by name).
-    """
+    """The paragraphs of the docstrings of the running interpreter's top-level stdlib
+    modules (real English text, offline), split at blank lines, files sorted by name."""
     root = Path(sysconfig.get_paths()["stdlib"])
     paragraphs: list[str] = []
     for path in sorted(root.glob("*.py")):
@@ -101,8 +96,6 @@ def load_workload(
     ``n`` samples; ``text`` and ``file`` use all their lengths.
     """
     if lengths_file is not None:
-        from ..data import read_lengths
-
         lengths = read_lengths(lengths_file).astype(np.int64)
     elif name == "mixture":
         lengths = mixture_lengths(n, seed=seed)

@@ -199,7 +199,7 @@ def test_every_family_times_the_same_samples_once_per_round():
         assert np.array_equal(seen, s.timed_ids), family  # each sample once, no other
     fam = batching.build_family("fixed", s)
     assert sum(fam.timed_real) == int(s.lengths[s.timed_ids].sum())
-    assert {tuple(b["input_ids"].shape) for b in fam.timed} == {(fam.rows, args.max_len)}
+    assert {tuple(b["input_ids"].shape) for b in fam.timed} == {(fam.collate.rows, args.max_len)}
 
 
 @settings(max_examples=40, deadline=None)

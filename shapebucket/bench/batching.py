@@ -12,15 +12,16 @@ import numpy as np
 import torch
 
 from .._lengths import round_up
+from ..calibrate import calibrate_rows, steady_peak_bytes
 from ..calibrate.report import RowsReport
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
 from ..fit.buckets import Buckets
 from ..fit.packing_fit import PackingFitReport, fit_packing
+from ..plan.shapes import Shape
 from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
 from .attention import with_blocks
-from .calibrated import calibrated_rows
 from .memory import step_autocast
 from .peers import FixedLengthCollator, fixed_length_packs, length_grouped_indices
 
@@ -51,7 +52,7 @@ class Setup:
     buckets: Buckets
     get_samples: Callable[[Sequence[int]], list[dict[str, torch.Tensor]]]
     timed_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    fits: dict[str, PackingFitReport] = field(default_factory=dict)  # fit once, reused
+    packing: PackingFitReport | None = None  # packing's row lengths, fitted once
     calibrated: RowsReport | None = None  # the calibrated strategy's rows, measured once
 
     def training_step(
@@ -96,8 +97,6 @@ class Family:
     timed_real: list[int] = field(default_factory=list)  # real tokens of each timed batch
     warmup_real: list[int] = field(default_factory=list)  # real tokens of each warm-up batch
     buckets: Buckets | None = None  # for packing: the row lengths samples are packed into
-    rows: int | dict[int, int] | None = None
-    packing: PackingFitReport | None = None
 
     def collate_batch(self, samples: list[dict[str, torch.Tensor]], i: int) -> dict[str, Any]:
         """Epoch batch ``i``'s ``samples`` collated (fixed packing: in its packer's rows)."""
@@ -172,26 +171,26 @@ def _fixed_batches(s: Setup, ids: np.ndarray) -> Family:
     epoch = [ids[np.asarray([i for r in b for i in r], dtype=np.int64)] for b in packs]
     sizes = [[len(r) for r in b] for b in packs]
     shapes = [(rows, a.max_len)] * len(packs)
-    return Family(FixedLengthCollator(a.max_len, rows), epoch, shapes, sizes=sizes, rows=rows)
+    return Family(FixedLengthCollator(a.max_len, rows), epoch, shapes, sizes=sizes)
 
 
 def _packed_batches(family: str, s: Setup, ids: np.ndarray) -> Family:
     """shapebucket's packing: row lengths fitted on the whole dataset (once), rows from the
     token budget or, for ``calibrated``, calibrated to memory (once)."""
     a, L = s.args, s.lengths[ids]
-    if "packed" not in s.fits:  # row lengths fitted on the whole dataset
-        s.fits["packed"] = fit_packing(
+    if s.packing is None:  # row lengths fitted on the whole dataset
+        s.packing = fit_packing(
             s.lengths,
             a.k,
             tokens_per_batch=a.packed_tokens_per_batch,
             align=8,
             model_dim=a.model_dim,
         )
-    fit = s.fits["packed"]
+    fit = s.packing
     rows = fit.rows
-    if family == "calibrated":  # rows calibrated to memory (bench.calibrated), once
+    if family == "calibrated":  # rows calibrated to memory, once
         if s.calibrated is None:
-            s.calibrated = calibrated_rows(s, fit)
+            s.calibrated = _calibrated_rows(s, fit)
         rows = s.calibrated.rows
     packer = PackedBatchSampler(L, fit.buckets, rows=rows, seed=a.seed)
     epoch = [ids[np.asarray(b, dtype=np.int64)] for b in packer]
@@ -203,9 +202,9 @@ def _packed_batches(family: str, s: Setup, ids: np.ndarray) -> Family:
             mask_key=None,
             label_shift="none",  # the bench samples carry labels aligned with their tokens
         ),
-        getattr(a, "attention", "sdpa"),
+        a.attention,
     )
-    return Family(collate, epoch, shapes, buckets=fit.buckets, rows=rows, packing=fit)
+    return Family(collate, epoch, shapes, buckets=fit.buckets)
 
 
 def _bucket_batches(family: str, s: Setup, ids: np.ndarray) -> Family:
@@ -221,12 +220,38 @@ def _bucket_batches(family: str, s: Setup, ids: np.ndarray) -> Family:
     rows_ = sampler.rows
     local_b = [np.asarray(b, dtype=np.int64) for b in sampler]
     shapes = [(rows_[n], n) for n in (s.buckets.bucket_for(int(L[b].max())) for b in local_b)]
-    return Family(
-        _collator(s.buckets, rows_),
-        [ids[b] for b in local_b],
-        shapes,
-        buckets=s.buckets,
-        rows=rows_,
+    return Family(_collator(s.buckets, rows_), [ids[b] for b in local_b], shapes, buckets=s.buckets)
+
+
+def _packed_batch(shape: Shape, vocab: int, device: torch.device) -> dict[Any, Any]:
+    """A packed batch of ``shape``: every row one sample as long as the row (the document
+    mask and the activations have the same size however a row is filled)."""
+    ids = torch.randint(0, vocab, (shape.length,))
+    collate = PackedCollator([shape.length], rows=shape.rows, mask_key=None, label_shift="none")
+    batch = collate([{"input_ids": ids, "labels": ids}] * shape.rows)
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+
+def _calibrated_rows(s: Setup, fit: PackingFitReport) -> RowsReport:
+    """``shapebucket-calibrated``'s rows: for each row length of ``fit``, the most rows within ``--rows-budget-mb`` when given, else within
+    the token budget's peak at its longest row length, measured with the run's training
+    step (:meth:`Setup.training_step`), no margin."""
+    vocab = int(s.model_config["vocab"])
+
+    def make_batch(shape: Shape) -> dict[Any, Any]:
+        return _packed_batch(shape, vocab, s.device)
+
+    longest = max(fit.buckets)
+    stated = s.args.rows_budget_mb
+    if stated is not None:
+        budget = int(stated * 2**20)
+    else:
+        step, model, opt = s.training_step()
+        batch = make_batch(Shape(fit.rows[longest], longest))
+        budget = steady_peak_bytes(lambda: step(batch), model, opt, batch, device=s.device)
+    step, model, opt = s.training_step()
+    return calibrate_rows(
+        model, list(fit.buckets), budget, make_batch, step=step, restore=[opt], margin=0.0
     )
 
 

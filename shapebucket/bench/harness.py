@@ -202,7 +202,7 @@ def _config(
     args: argparse.Namespace, s: Setup, families: dict[str, Family], names: list[str]
 ) -> dict[str, Any]:
     """The run's configuration, as the JSON output records it."""
-    packing = families["packed"].packing if "packed" in families else None
+    packing = s.packing
     return {
         "workload": args.workload if args.lengths is None else f"file:{args.lengths}",
         "samples": len(s.lengths),

@@ -7,8 +7,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from .._validate import check_int
-from ..errors import ShapeBucketError
+from .._validate import check_int, check_number
 from .strategies import CUDA_ONLY
 
 __all__ = [
@@ -110,11 +109,12 @@ def apply_profile(args: argparse.Namespace) -> None:
     profile's workload, ``--max-len`` and ``--heads``, which make the profile), then turn
     ``--tokens-per-step`` into the bucket and packing budgets (the grouped peers' batch
     size needs the lengths: :mod:`.cli` sets it). Runs before the other defaults."""
-    budget = args.rows_budget_mb
-    if budget is not None and not (isinstance(budget, float) and 0 < budget < float("inf")):
-        raise ShapeBucketError(
-            f"--rows-budget-mb {budget} must be a positive number of MB (the memory "
-            "shapebucket-calibrated's rows may use a step), e.g. --rows-budget-mb 40000"
+    if args.rows_budget_mb is not None:
+        check_number(
+            "--rows-budget-mb",
+            args.rows_budget_mb,
+            above=0,
+            hint="; the MB shapebucket-calibrated's rows may use a step, e.g. 40000",
         )
     if args.profile:
         profile = PROFILES[args.profile]

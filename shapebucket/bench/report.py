@@ -157,11 +157,8 @@ def headline(results: Sequence[StrategyResult]) -> Headline | None:
 def check_losses(
     results: Sequence[StrategyResult], rtol: float = 2e-3, atol: float = 2e-3
 ) -> list[str]:
-    """Compare the per-step losses of strategies of one family (the same batches in the
-    same order): compiling, marking dims dynamic or specialising must not change the math.
-
-    Returns one line per disagreement (empty when all agree).
-    """
+    """One line per step loss on which strategies of one family (the same batches in the same
+    order) disagree: compiling, marking dims dynamic or specialising must not change it."""
     problems = []
     families: dict[str, list[StrategyResult]] = {}
     for r in results:

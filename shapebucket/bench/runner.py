@@ -221,13 +221,9 @@ def _copy(batch: dict[str, Any]) -> dict[str, Any]:
 
 
 def time_round(r: Runner, device: torch.device) -> None:
-    """One timed epoch of the timed sample set in the strategy's batches, each step timed
-    on its own.
-
-    A step in which the compiler worked (a new graph, or any compile phase dynamo
-    timed, such as a backward compiled on its first call) is kept out of the round's
-    tokens/sec (the steady state) and counted in ``timed_compile_s`` instead, which the
-    whole-job time includes: a compile is paid once per run, not once per round."""
+    """One timed epoch of the timed sample set, each step timed on its own; a step in which
+    the compiler worked is kept out of the round's steady tokens/sec and counted in
+    ``timed_compile_s`` (the whole job pays it once)."""
     fam, res = r.family, r.result
     compile_s = steady_s = 0.0
     steady_tokens = 0
@@ -270,9 +266,6 @@ def finish(r: Runner, device: torch.device) -> None:
     # steady state: the seconds per step of each round without its compiling steps
     per_step = [float(t[~c].mean()) for t, c in zip(times, compiled, strict=True) if (~c).any()]
     res.steps_per_sec = 1.0 / float(np.median(per_step))
-    # a step that compiled counts its compile in the job (once), not in the steady state;
-    # the warm-up's training steps (a compile-while-training warm-up is mostly those) are
-    # taken off the epochs the job still has to run
     res.epoch_s = float(np.median(res.round_epoch_s))
     res.job_s, res.job10_s = res.job_seconds(1), res.job_seconds(10)
     res.losses = [float(x) for x in torch.stack(r.losses).float().cpu()]

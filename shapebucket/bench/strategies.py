@@ -20,11 +20,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Strategy:
-    """How one strategy forms, pads and compiles its batches.
-
-    ``family`` names the batches: strategies of one family see the same
-    batches in the same order, so their per-step losses must agree.
-    """
+    """How one strategy forms (``family``: the same batches, so the same losses), pads and
+    compiles its batches."""
 
     family: str  # "grouped", "fixed", "buckets", "tokens", "packed" or "calibrated"
     compile: dict[str, Any] | None  # torch.compile kwargs; None runs eagerly

@@ -45,11 +45,8 @@ def stdlib_docstring_paragraphs() -> list[str]:
 
 
 def stdlib_docstring_lengths() -> np.ndarray:
-    """Token counts of :func:`stdlib_docstring_paragraphs`, tokenized into words and
-    punctuation marks (a rough stand-in for a subword tokenizer); paragraphs of
-    fewer than 2 tokens are skipped. About 8,000 paragraphs on CPython 3.11,
-    median 14 tokens, longest about 600.
-    """
+    """Token counts (words and punctuation marks) of :func:`stdlib_docstring_paragraphs` of
+    2 tokens or more: about 8,000 on CPython 3.11, median 14, longest about 600."""
     counts = (len(_TOKEN.findall(p)) for p in stdlib_docstring_paragraphs())
     return np.asarray([n for n in counts if n >= 2], dtype=np.int64)
 
@@ -90,11 +87,8 @@ def long_mixture_lengths(n: int, *, max_len: int, seed: int = 0) -> np.ndarray:
 def load_workload(
     name: str, *, n: int, max_len: int, seed: int, lengths_file: str | None = None
 ) -> tuple[np.ndarray, int]:
-    """``(lengths, clipped)``: the workload's lengths, clipped to ``max_len``, and how many were clipped.
-
-    ``mixture``, ``long-mixture`` (long-tailed up to ``max_len``) and ``captioning`` draw
-    ``n`` samples; ``text`` and ``file`` use all their lengths.
-    """
+    """``(lengths, clipped)``: the workload's (or ``lengths_file``'s) lengths clipped to
+    ``max_len`` and how many were; ``n`` is the samples drawn where a workload draws them."""
     if lengths_file is not None:
         lengths = read_lengths(lengths_file).astype(np.int64)
     elif name == "mixture":

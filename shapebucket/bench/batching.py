@@ -14,6 +14,7 @@ import torch
 from .._lengths import round_up
 from ..calibrate import calibrate_rows, steady_peak_bytes
 from ..calibrate.report import RowsReport
+from ..collate.blocks import WithDocumentBlocks
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
 from ..fit.buckets import Buckets
@@ -21,8 +22,8 @@ from ..fit.packing_fit import PackingFitReport, fit_packing
 from ..plan.shapes import Shape
 from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
-from .attention import with_blocks
 from .memory import step_autocast
+from .model import FLEX_BLOCK_SIZE
 from .peers import FixedLengthCollator, fixed_length_packs, length_grouped_indices
 
 __all__ = [
@@ -195,15 +196,10 @@ def _packed_batches(family: str, s: Setup, ids: np.ndarray) -> Family:
     packer = PackedBatchSampler(L, fit.buckets, rows=rows, seed=a.seed)
     epoch = [ids[np.asarray(b, dtype=np.int64)] for b in packer]
     shapes = [(rows[n], n) for n in packer.batch_buckets().tolist()]
-    collate = with_blocks(
-        PackedCollator(
-            fit.buckets,
-            rows=rows,
-            mask_key=None,
-            label_shift="none",  # the bench samples carry labels aligned with their tokens
-        ),
-        a.attention,
-    )
+    # the bench samples carry labels aligned with their tokens
+    collate: Any = PackedCollator(fit.buckets, rows=rows, mask_key=None, label_shift="none")
+    if a.attention == "flex":  # each batch's document blocks, for the model's BlockMask
+        collate = WithDocumentBlocks(collate, block_size=FLEX_BLOCK_SIZE)
     return Family(collate, epoch, shapes, buckets=fit.buckets)
 
 

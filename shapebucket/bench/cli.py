@@ -17,18 +17,10 @@ from .._lengths import round_up
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from .advice import recommendation
-from .attention import add_attention_flag, check_attention
-from .flags import (
-    add_batching_flags,
-    add_model_flags,
-    add_output_flags,
-    add_timing_flags,
-    add_workload_flags,
-)
+from .flags import add_flags
 from .harness import run
 from .peers import source as grouped_source
 from .profiles import (
-    add_profile_flags,
     apply_profile,
     describe_profile,
     fill_defaults,
@@ -69,14 +61,7 @@ def _parser() -> argparse.ArgumentParser:
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--quick", action="store_true", help="a small smoke run (tiny model, k=2)")
-    add_profile_flags(p)
-    add_attention_flag(p)
-    add_workload_flags(p)
-    add_timing_flags(p)
-    add_batching_flags(p)
-    add_model_flags(p)
-    add_output_flags(p)
+    add_flags(p)
     return p
 
 
@@ -180,7 +165,7 @@ def _resolve(args: argparse.Namespace) -> None:
         raise ShapeBucketError(
             "--mode reduce-overhead captures CUDA graphs: it needs --device cuda"
         )
-    check_attention(args)
+    _check_attention(args)
     args.workload_lengths = load_workload(
         args.workload,
         n=args.samples,
@@ -240,6 +225,26 @@ def _check_device(name: str) -> None:
             f"--device {name!r}: the benchmark times real steps on cpu or cuda, not on "
             f"a {device.type} device; pass cpu or cuda (cuda:0)"
         )
+
+
+def _check_attention(args: argparse.Namespace) -> None:
+    """Refuse ``--attention flex`` where one tiny ``flex_attention`` step cannot run
+    forward and backward on ``--device``, naming what torch said and the fix."""
+    if getattr(args, "attention", "sdpa") != "flex":
+        return
+    device = torch.device(args.device)
+    try:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        q = torch.randn(1, 1, 16, 8, device=device, requires_grad=True)
+        flex_attention(q, q, q).sum().backward()  # type: ignore[union-attr]
+    except (NotImplementedError, RuntimeError, ImportError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ShapeBucketError(
+            f"--attention flex cannot train on --device {args.device} with torch "
+            f"{torch.__version__}: {first}; run it with --device cuda, or leave --attention "
+            "sdpa (the dense document mask)"
+        ) from None
 
 
 def _check_outputs(args: argparse.Namespace) -> None:

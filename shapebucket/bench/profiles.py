@@ -13,7 +13,6 @@ from .strategies import CUDA_ONLY
 __all__ = [
     "PROFILES",
     "Profile",
-    "add_profile_flags",
     "apply_profile",
     "describe_profile",
     "fill_defaults",
@@ -74,34 +73,6 @@ def fill_defaults(args: argparse.Namespace, sizes: dict[str, tuple[int, int]]) -
     for key, value in sized(sizes, args.quick).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-
-
-def add_profile_flags(p: argparse.ArgumentParser) -> None:
-    """``--profile``, ``--tokens-per-step`` and ``--rows-budget-mb``."""
-    p.add_argument(
-        "--profile",
-        choices=sorted(PROFILES),
-        default=None,
-        help="a named size: gpu = "
-        + PROFILES["gpu"].about
-        + " (with --quick: a reduced size a CPU runs)",
-    )
-    p.add_argument(
-        "--tokens-per-step",
-        type=int,
-        default=None,
-        help="every strategy at this many tokens a step: the bucket and packing budgets, "
-        "fixed packing's rows x max-len, and the grouped peers' batch of tokens / mean "
-        "length samples (the gpu profile: 16,384)",
-    )
-    p.add_argument(
-        "--rows-budget-mb",
-        type=float,
-        default=None,
-        help="shapebucket-calibrated's memory budget in MB: rows per row length from "
-        "calibrate_rows within it (without it: the peak shapebucket-packed's token budget "
-        "needs at its longest row length)",
-    )
 
 
 def apply_profile(args: argparse.Namespace) -> None:

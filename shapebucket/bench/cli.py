@@ -19,12 +19,10 @@ from ..errors import ShapeBucketError
 from .advice import recommendation
 from .flags import add_flags
 from .harness import run
-from .peers import source as grouped_source
 from .profiles import (
     apply_profile,
     describe_profile,
     fill_defaults,
-    profile_config,
 )
 from .report import check_losses, format_table, headline, plot, run_payload
 from .strategies import DEFAULT, PEERS, STRATEGIES, StrategyResult, for_device
@@ -298,9 +296,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     config, results, padding_problems = run(args)
-    config["grouped_sampler"] = grouped_source()
-    config["profile"], config["tokens_per_step"] = profile_config(args), args.tokens_per_step
-    config["attention"] = args.attention
     print()
     print(_describe(config))
     print(format_table(results))

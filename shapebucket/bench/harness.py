@@ -24,6 +24,8 @@ from ..fit.bucket_fit import fit_buckets
 from .batching import Family, Setup, build_family, epoch_batches, make_samples, timed_sample_set
 from .limit import add_limit, limit_runners
 from .model import GPT, CaptionConfig, Captioner, GPTConfig
+from .peers import source as grouped_source
+from .profiles import profile_config
 from .runner import Runner, finish, prepare, prepare_background, time_round
 from .strategies import PEERS, STRATEGIES, StrategyResult
 
@@ -248,4 +250,8 @@ def _config(
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
         "threads": torch.get_num_threads(),
         "strategies": {n: STRATEGIES[n].about for n in names},
+        "grouped_sampler": grouped_source(),
+        "profile": profile_config(args),
+        "tokens_per_step": args.tokens_per_step,
+        "attention": args.attention,
     }

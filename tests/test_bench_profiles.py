@@ -79,3 +79,17 @@ def test_calibrated_rows_fit_the_stated_budget():
     epoch_batches("calibrated", s)
     assert s.calibrated.budget == 3 * 2**20
     assert all(peak <= s.calibrated.budget for peak in s.calibrated.peak.values())
+
+
+def test_the_workload_is_loaded_once(monkeypatch):
+    """The grouped peers' batch at --tokens-per-step, the packing budget and the run itself
+    read one load of the lengths (the profile's batch size loaded them a second time)."""
+    from shapebucket.bench import harness
+
+    calls = []
+    real = cli.load_workload
+    monkeypatch.setattr(cli, "load_workload", lambda *a, **k: calls.append(a) or real(*a, **k))
+    args = resolved("--profile", "gpu", "--quick", "--samples", "2000")
+    s = harness._setup(args)
+    assert len(calls) == 1 and len(s.lengths) == 2000
+    assert args.batch_size == max(1, round(args.tokens_per_step / float(s.lengths.mean())))

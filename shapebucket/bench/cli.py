@@ -19,11 +19,7 @@ from ..errors import ShapeBucketError
 from .advice import recommendation
 from .flags import add_flags
 from .harness import run
-from .profiles import (
-    apply_profile,
-    describe_profile,
-    fill_defaults,
-)
+from .profiles import apply_profile, describe_profile, fill_defaults
 from .report import check_losses, format_table, headline, plot, run_payload
 from .strategies import DEFAULT, PEERS, STRATEGIES, StrategyResult, for_device
 from .workloads import load_workload
@@ -228,7 +224,7 @@ def _check_device(name: str) -> None:
 def _check_attention(args: argparse.Namespace) -> None:
     """Refuse ``--attention flex`` where one tiny ``flex_attention`` step cannot run
     forward and backward on ``--device``, naming what torch said and the fix."""
-    if getattr(args, "attention", "sdpa") != "flex":
+    if args.attention != "flex":
         return
     device = torch.device(args.device)
     try:

@@ -52,7 +52,7 @@ class Setup:
     init_state: dict[str, torch.Tensor]
     buckets: Buckets
     get_samples: Callable[[Sequence[int]], list[dict[str, torch.Tensor]]]
-    timed_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    timed_ids: np.ndarray  # the timed set: every round trains on these samples
     packing: PackingFitReport | None = None  # packing's row lengths, fitted once
     calibrated: RowsReport | None = None  # the calibrated strategy's rows, measured once
 
@@ -219,23 +219,18 @@ def _bucket_batches(family: str, s: Setup, ids: np.ndarray) -> Family:
     return Family(_collator(s.buckets, rows_), [ids[b] for b in local_b], shapes, buckets=s.buckets)
 
 
-def _packed_batch(shape: Shape, vocab: int, device: torch.device) -> dict[Any, Any]:
-    """A packed batch of ``shape``: every row one sample as long as the row (the document
-    mask and the activations have the same size however a row is filled)."""
-    ids = torch.randint(0, vocab, (shape.length,))
-    collate = PackedCollator([shape.length], rows=shape.rows, mask_key=None, label_shift="none")
-    batch = collate([{"input_ids": ids, "labels": ids}] * shape.rows)
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-
-
 def _calibrated_rows(s: Setup, fit: PackingFitReport) -> RowsReport:
-    """``shapebucket-calibrated``'s rows: for each row length of ``fit``, the most rows within ``--rows-budget-mb`` when given, else within
-    the token budget's peak at its longest row length, measured with the run's training
-    step (:meth:`Setup.training_step`), no margin."""
+    """``shapebucket-calibrated``'s rows: for each row length of ``fit``, the most rows within
+    ``--rows-budget-mb`` when given, else within the token budget's peak at its longest row
+    length, measured with the run's training step (:meth:`Setup.training_step`), no margin."""
     vocab = int(s.model_config["vocab"])
 
-    def make_batch(shape: Shape) -> dict[Any, Any]:
-        return _packed_batch(shape, vocab, s.device)
+    def make_batch(shape: Shape) -> dict[str, Any]:
+        # every row one sample as long as the row: the mask and the activations are as large
+        # however a row is filled
+        ids = torch.randint(0, vocab, (shape.length,))
+        collate = PackedCollator([shape.length], rows=shape.rows, mask_key=None, label_shift="none")
+        return _to_device(collate([{"input_ids": ids, "labels": ids}] * shape.rows), s.device)
 
     longest = max(fit.buckets)
     stated = s.args.rows_budget_mb
@@ -265,7 +260,7 @@ def timed_sample_set(n: int, size: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed + 1).choice(n, size=size, replace=False))
 
 
-def _to_device(batch: dict[str, Any], to: torch.device) -> dict[str, Any]:
+def _to_device(batch: dict[Any, Any], to: torch.device) -> dict[Any, Any]:
     """The batch's tensors on ``to``, those of a nested dict (document blocks) too."""
     return {
         k: v.to(to, non_blocking=True)

@@ -36,21 +36,13 @@ from .data import mixture_lengths, read_lengths
 from .errors import ShapeBucketError
 from .fit.optimal import DEFAULT_ALIGN
 
-__all__ = ["main", "plot_lengths", "plot_path"]
+__all__ = ["main"]
 
 
-def plot_path(plot: str | Path) -> Path:
-    """Where ``--plot`` writes, checked before any work: a file name without an
-    extension gets ``.png`` (matplotlib would add it anyway), an extension must be a
-    format matplotlib writes, and the directory must exist."""
-    return output_path("--plot", plot, formats=plot_formats())
-
-
-def plot_lengths(
+def _plot_lengths(
     lengths: np.ndarray, boundaries: Sequence[int], path: str | Path, title: str
 ) -> None:
-    """A histogram of ``lengths`` with the bucket boundaries drawn on it, in the format
-    of ``path``'s extension (check it first with :func:`plot_path`)."""
+    """A histogram of ``lengths`` with the bucket boundaries drawn on it, written to ``path``."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4))
     lo, hi = int(lengths.min()), int(lengths.max())
@@ -72,19 +64,14 @@ def plot_lengths(
         plt.close(fig)
 
 
-_JOB_FLAGS = {
-    "compile_seconds": "--compile-seconds",
-    "job_samples": "--job-samples",
-    "tokens_per_second": "--tokens-per-second",
-    "max_k": "--max-k",
-}
+def _given(args: argparse.Namespace, flags: Sequence[str]) -> list[str]:
+    """The ``flags`` passed on the command line (each one's dest is not None)."""
+    return [f for f in flags if getattr(args, f[2:].replace("-", "_")) is not None]
 
 
 def _choose_k(args: argparse.Namespace, lengths: np.ndarray) -> int:
     """``--k auto``: print the K table and its notes, return the chosen K."""
-    missing = [
-        flag for key, flag in _JOB_FLAGS.items() if key != "max_k" and getattr(args, key) is None
-    ]
+    missing = [f for f in _K_AUTO[:3] if f not in _given(args, _K_AUTO)]
     if missing:
         raise ShapeBucketError(
             "--k auto needs --compile-seconds (one bucket's compile), --job-samples (samples "
@@ -106,18 +93,6 @@ def _choose_k(args: argparse.Namespace, lengths: np.ndarray) -> int:
     return choice.chosen.k
 
 
-_STRATEGY_FLAGS = {
-    "step_seconds": "--step-seconds",
-    "compiled_step_seconds": "--compiled-step-seconds",
-    "step_shape": "--step-shape",
-    "tokens_per_batch": "--tokens-per-batch",
-    "contention": "--contention",
-    "background_compile_seconds": "--background-compile-seconds",
-    "load_seconds": "--load-seconds",
-}
-_STRATEGY_NEEDS = ["--job-samples", "--compile-seconds", *list(_STRATEGY_FLAGS.values())[:3]]
-
-
 def _step_shape(text: str) -> tuple[int, int]:
     rows, sep, length = text.lower().partition("x")
     if not sep or not rows.strip().isdigit() or not length.strip().isdigit():
@@ -132,8 +107,8 @@ _step_shape.__name__ = "ROWSxLENGTH"
 
 def _check_strategy_flags(args: argparse.Namespace) -> None:
     """``--model-dim`` asks for the strategy; refuse what it would ignore or lacks."""
-    strategy = [flag for key, flag in _STRATEGY_FLAGS.items() if getattr(args, key) is not None]
     if args.model_dim is None:
+        strategy = _given(args, _STEP_FLAGS)
         if strategy:
             raise ShapeBucketError(
                 f"{', '.join(strategy)} describe the timed step for the strategy; pass --model-dim "
@@ -146,11 +121,8 @@ def _check_strategy_flags(args: argparse.Namespace) -> None:
             "--k auto, --tokens-per-second and --max-k belong to the K table without --model-dim; "
             "leave them out"
         )
-    values = {
-        **{f: getattr(args, k) for k, f in _STRATEGY_FLAGS.items()},
-        **{"--job-samples": args.job_samples, "--compile-seconds": args.compile_seconds},
-    }
-    missing = [f for f in _STRATEGY_NEEDS if values[f] is None]
+    needs = ["--job-samples", "--compile-seconds", *_STEP_FLAGS[:3]]
+    missing = [f for f in needs if f not in _given(args, needs)]
     if missing:
         raise ShapeBucketError(
             "--model-dim needs the job and one timed step: --job-samples (samples to train on), "
@@ -158,14 +130,6 @@ def _check_strategy_flags(args: argparse.Namespace) -> None:
             f"(one step eager and compiled) and --step-shape (its ROWSxLENGTH); missing: "
             f"{', '.join(missing)}"
         )
-
-
-def _print_suggested(report: object, buckets: object) -> None:
-    """Print ``report``, then the ``Buckets(...)`` line to paste."""
-    print(report)
-    print()
-    print("Suggested (paste into your code):")
-    print(f"    buckets = shapebucket.fit.{buckets!r}")
 
 
 def _strategy(args: argparse.Namespace, lengths: np.ndarray) -> list[int]:
@@ -197,39 +161,38 @@ def _strategy(args: argparse.Namespace, lengths: np.ndarray) -> list[int]:
     return list(report.chosen.buckets)
 
 
+def _print_suggested(report: object, buckets: object) -> None:
+    """Print ``report``, then the ``Buckets(...)`` line to paste."""
+    print(report)
+    print()
+    print("Suggested (paste into your code):")
+    print(f"    buckets = shapebucket.fit.{buckets!r}")
+
+
 def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int:
     _check_strategy_flags(args)
-    if args.model_dim is not None:
-        plot = plot_path(args.plot) if args.plot is not None else None
-        lengths = read_lengths(args.lengths_file) if lengths is None else lengths
-        chosen = _strategy(args, lengths)
-        if plot is not None:
-            plot_lengths(lengths, chosen, plot, "the recommended buckets (row lengths)")
-            print(f"wrote {plot}")
-        return 0
-    given = [flag for key, flag in _JOB_FLAGS.items() if getattr(args, key) is not None]
-    if args.k != "auto" and given:
+    given = _given(args, _K_AUTO)
+    if args.model_dim is None and args.k != "auto" and given:
         verb, pronoun = ("describes", "it") if len(given) == 1 else ("describe", "they")
         raise ShapeBucketError(
             f"{' and '.join(given)} {verb} the job for --k auto; with a fixed number of "
             f"buckets (--k {args.k}; 8 unless given) {pronoun} would be ignored: pass --k auto, "
             "or --model-dim for the strategy from the job, or leave them out"
         )
-    plot = plot_path(args.plot) if args.plot is not None else None
+    plot = None if args.plot is None else output_path("--plot", args.plot, formats=plot_formats())
     if lengths is None:
         lengths = read_lengths(args.lengths_file)
-    k = _choose_k(args, lengths) if args.k == "auto" else args.k
-    table = compare_policies(
-        lengths,
-        k,
-        align=args.align,
-        batch_size=args.batch_size,
-        batching=args.batching,
-    )
-    _print_suggested(table, table.fitted)
+    if args.model_dim is not None:
+        buckets, title = _strategy(args, lengths), "the recommended buckets (row lengths)"
+    else:
+        k = _choose_k(args, lengths) if args.k == "auto" else args.k
+        table = compare_policies(
+            lengths, k, align=args.align, batch_size=args.batch_size, batching=args.batching
+        )
+        _print_suggested(table, table.fitted)
+        buckets, title = list(table.fitted), f"fitted buckets (k={k}, align={args.align})"
     if plot is not None:
-        title = f"fitted buckets (k={k}, align={args.align})"
-        plot_lengths(lengths, list(table.fitted), plot, title)
+        _plot_lengths(lengths, buckets, plot, title)
         print(f"wrote {plot}")
     return 0
 
@@ -244,12 +207,6 @@ _k_value.__name__ = "int or 'auto'"  # argparse names the type in its error
 def _demo(args: argparse.Namespace) -> int:
     n = check_int("--samples", args.samples, minimum=1, maximum=MAX_DRAWN)
     return _suggest(args, mixture_lengths(n, seed=0))
-
-
-def _bench(argv: list[str]) -> int:
-    from .bench.cli import main as bench_main
-
-    return int(bench_main(argv))
 
 
 # the optional flags without a default, in --help's order: (flag, type, help)
@@ -287,12 +244,9 @@ _MODEL_DIM_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
 ]
 
 
-def _add_flags(
-    p: argparse.ArgumentParser, flags: list[tuple[str, Callable[[str], Any], str]]
-) -> None:
-    """Add each ``(flag, type, help)`` of ``flags`` to ``p``, without a default."""
-    for flag, kind, text in flags:
-        p.add_argument(flag, type=kind, help=text)
+#: the flags of ``--k auto`` (the first three required) and of the timed step of ``--model-dim``
+_K_AUTO = [flag for flag, _, _ in _K_AUTO_FLAGS]
+_STEP_FLAGS = [flag for flag, _, _ in _MODEL_DIM_FLAGS[1:]]
 
 
 def _fit_flags(p: argparse.ArgumentParser) -> None:
@@ -304,7 +258,8 @@ def _fit_flags(p: argparse.ArgumentParser) -> None:
         help="number of buckets (default 8, the recompile limit), or 'auto' to choose it "
         "from the job (with --compile-seconds, --job-samples, --tokens-per-second)",
     )
-    _add_flags(p, _K_AUTO_FLAGS)
+    for flag, kind, text in _K_AUTO_FLAGS:
+        p.add_argument(flag, type=kind, help=text)
     p.add_argument(
         "--align",
         type=int,
@@ -318,7 +273,8 @@ def _fit_flags(p: argparse.ArgumentParser) -> None:
         default="bucketed",
         help="how batches are formed: inside buckets (BucketBatchSampler) or at random",
     )
-    _add_flags(p, _MODEL_DIM_FLAGS)
+    for flag, kind, text in _MODEL_DIM_FLAGS:
+        p.add_argument(flag, type=kind, help=text)
     p.add_argument(
         "--plot",
         metavar="FILE",
@@ -350,7 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:
-        return _bench(argv[1:])
+        from .bench.cli import main as bench_main
+
+        return bench_main(argv[1:])
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -199,7 +199,7 @@ def test_every_family_times_the_same_samples_once_per_round():
         assert np.array_equal(seen, s.timed_ids), family  # each sample once, no other
     fam = batching.build_family("fixed", s)
     assert sum(fam.timed_real) == int(s.lengths[s.timed_ids].sum())
-    assert {tuple(b["input_ids"].shape) for b in fam.timed} == {(fam.rows, args.max_len)}
+    assert {tuple(b["input_ids"].shape) for b in fam.timed} == {(fam.collate.rows, args.max_len)}
 
 
 @settings(max_examples=40, deadline=None)
@@ -498,7 +498,9 @@ def test_from_json_replays_a_saved_run_without_measuring(tmp_path, capsys):
         "batch_size": 2,
         "buckets": [8],
         "rounds": 3,
-        "steps_per_round": 1,
+        "timed_samples": 10,
+        "timed_real_tokens": 50,
+        "grouped_sampler": "g",
         "torch": "x",
         "device": "cpu",
         "mode": None,

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from shapebucket.bench import cli
-from shapebucket.bench.attention import with_blocks
-from shapebucket.bench.model import GPT, GPTConfig
+from shapebucket.bench.model import FLEX_BLOCK_SIZE, GPT, GPTConfig
+from shapebucket.collate.blocks import WithDocumentBlocks
 from shapebucket.collate.packed import PackedCollator
 
 
@@ -29,8 +29,9 @@ def _packed_batch(rows_len: int = 320) -> dict:
     for n in (150, 40, 90, 7, 200, 33):  # documents across block boundaries, and padding
         ids = torch.randint(0, 64, (n,), generator=gen)
         samples.append({"input_ids": ids, "labels": ids})
-    collate = with_blocks(
-        PackedCollator([rows_len], rows=2, mask_key=None, label_shift="none"), "flex"
+    collate = WithDocumentBlocks(
+        PackedCollator([rows_len], rows=2, mask_key=None, label_shift="none"),
+        block_size=FLEX_BLOCK_SIZE,
     )
     return collate(samples)
 

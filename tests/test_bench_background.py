@@ -1,4 +1,4 @@
-"""The benchmark's compile-while-training warm-up (``shapebucket.bench.background``): it
+"""The benchmark's compile-while-training warm-up (``bench.runner.prepare_background``): it
 trains until the background has switched every shape, however many steps that takes."""
 
 import gc
@@ -6,7 +6,7 @@ import types
 
 import torch
 
-from shapebucket.bench import background, batching, cli, harness
+from shapebucket.bench import batching, cli, harness, runner
 
 
 def quick_setup(*flags):
@@ -64,14 +64,14 @@ def test_a_long_warm_up_keeps_no_tensor_per_step(monkeypatch):
         made.append(FakeBackground(40, plan, model, every=8))
         return made[0]
 
-    monkeypatch.setattr(background, "compile_in_background", fake)
-    runner = background.prepare_background("shapebucket-packed-background", s, fam)
+    monkeypatch.setattr(runner, "compile_in_background", fake)
+    warmed = runner.prepare_background("shapebucket-packed-background", s, fam)
     (bg,) = made
-    assert bg.calls == runner.result.warmup_steps == 40 and len(bg.live) == 5
+    assert bg.calls == warmed.result.warmup_steps == 40 and len(bg.live) == 5
     assert max(bg.live[1:]) == min(bg.live[1:])  # no tensor more after 24 more steps
     # the losses reach the record as they were: one a step, the step's loss
-    assert len(runner.losses) == 40 and all(x.dim() == 0 for x in runner.losses)
-    assert torch.isfinite(torch.stack(runner.losses)).all()
+    assert len(warmed.losses) == 40 and all(x.dim() == 0 for x in warmed.losses)
+    assert torch.isfinite(torch.stack(warmed.losses)).all()
 
 
 def test_the_background_runs_at_the_niceness_asked_for(monkeypatch):
@@ -83,6 +83,6 @@ def test_the_background_runs_at_the_niceness_asked_for(monkeypatch):
         made.append(options.nice)
         return FakeBackground(2, plan, model)
 
-    monkeypatch.setattr(background, "compile_in_background", fake)
-    background.prepare_background("shapebucket-packed-background", s, fam)
+    monkeypatch.setattr(runner, "compile_in_background", fake)
+    runner.prepare_background("shapebucket-packed-background", s, fam)
     assert made == [3]

@@ -83,8 +83,8 @@ def test_captioning_gets_an_error_row_not_a_limit():
 def test_the_calibrated_strategy_packs_at_least_the_token_budgets_rows():
     s = quick_setup()
     fam = batching.build_family("calibrated", s)
-    fit, report = s.fits["packed"], s.calibrated
-    assert fam.rows == report.rows and set(report.rows) == set(fit.buckets)
+    fit, report = s.packing, s.calibrated
+    assert fam.collate.rows == report.rows and set(report.rows) == set(fit.buckets)
     longest = max(fit.buckets)
     # the budget is the token budget's own peak at its longest row length: that fits
     assert report.rows[longest] >= fit.rows[longest]

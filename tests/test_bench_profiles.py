@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from shapebucket.bench import cli
-from shapebucket.bench.profiles import PROFILES
+from shapebucket.bench.profiles import PROFILES, sized
 from shapebucket.bench.workloads import load_workload, long_mixture_lengths
 from shapebucket.errors import ShapeBucketError
 
@@ -34,9 +34,9 @@ def test_gpu_profile_sets_real_step_sizes():
 
 def test_gpu_profile_quick_is_reduced_and_keeps_given_settings():
     args = resolved("--profile", "gpu", "--quick", "--depth", "2")
-    quick = PROFILES["gpu"].quick
-    assert args.model_dim == quick.model_dim and args.depth == 2
-    assert args.tokens_per_step == quick.tokens_per_step < 16_384
+    quick = sized(PROFILES["gpu"].sizes, quick=True)
+    assert args.model_dim == quick["model_dim"] and args.depth == 2
+    assert args.tokens_per_step == quick["tokens_per_step"] < 16_384
     assert args.json == "results/profile_gpu_quick.json"
 
 
@@ -58,7 +58,7 @@ def test_gpu_profile_quick_runs_and_records_the_profile(tmp_path, capsys):
     assert cli.main([*argv, "--plot", ""]) == 0
     data = json.loads(out.read_text())
     assert data["config"]["profile"]["name"] == "gpu" and data["config"]["profile"]["quick"]
-    assert data["config"]["tokens_per_step"] == PROFILES["gpu"].quick.tokens_per_step
+    assert data["config"]["tokens_per_step"] == PROFILES["gpu"].sizes["tokens_per_step"][1]
     assert all(r["steps_per_sec"] > 0 for r in data["results"])
     printed = capsys.readouterr().out
     assert "profile gpu (quick)" in printed and "steps/s: " in printed
@@ -79,3 +79,17 @@ def test_calibrated_rows_fit_the_stated_budget():
     epoch_batches("calibrated", s)
     assert s.calibrated.budget == 3 * 2**20
     assert all(peak <= s.calibrated.budget for peak in s.calibrated.peak.values())
+
+
+def test_the_workload_is_loaded_once(monkeypatch):
+    """The grouped peers' batch at --tokens-per-step, the packing budget and the run itself
+    read one load of the lengths (the profile's batch size loaded them a second time)."""
+    from shapebucket.bench import harness
+
+    calls = []
+    real = cli.load_workload
+    monkeypatch.setattr(cli, "load_workload", lambda *a, **k: calls.append(a) or real(*a, **k))
+    args = resolved("--profile", "gpu", "--quick", "--samples", "2000")
+    s = harness._setup(args)
+    assert len(calls) == 1 and len(s.lengths) == 2000
+    assert args.batch_size == max(1, round(args.tokens_per_step / float(s.lengths.mean())))

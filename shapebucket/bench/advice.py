@@ -1,18 +1,6 @@
-"""The strategy the job's own figures recommend, next to the one the benchmark measured best.
-
-``shapebucket.advise.choose_strategy`` estimates the whole job of every layout
-(buckets or packing) and mode (eager, compile-first, compile-while-training)
-from one timed shape. The benchmark has that shape measured cleanly: the
-fixed-length packing peers run one shape (``rows x --max-len``) eagerly and
-compiled, and ``fixed-packed-compile``'s warm-up is that one shape's compile.
-It asks for one epoch and for ten, and says whether the first shapebucket
-strategy to finish (as measured) has the recommended layout and mode.
-
-Compile-while-training's background process takes one of the machine's cores;
-the training threads use them all, so its steps run ``cores / (cores - 1)``
-times slower while it compiles (2x on this project's 2-core machine, as
-``docs/compile.md`` measured): that is the ``contention`` passed.
-"""
+"""``choose_strategy``'s recommendation from the fixed-length peers' measured step (one shape,
+eager and compiled), for one and ten epochs, against the first shapebucket strategy to
+finish as measured."""
 
 from __future__ import annotations
 
@@ -56,6 +44,7 @@ def recommendation(
         return ["strategy advice: needs fixed-packed-eager and fixed-packed-compile (one shape)"]
     model = config["model"]
     rows = max(1, int(config["packed_tokens_per_batch"]) // int(model["max_len"]))
+    # a background compile takes one of the cores training uses: steps run cores/(cores-1) slower
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     contention = cores / (cores - 1) if cores and cores > 1 else 2.0
     timing = StepTiming(
@@ -69,9 +58,9 @@ def recommendation(
     lines = [
         f"strategy advice (shapebucket.advise.choose_strategy from the measured {rows}x"
         f"{model['max_len']} step: compile {timing.compile_seconds:.1f} s, eager "
-        f"{timing.eager_seconds * 1e3:.1f} ms, compiled {timing.compiled_seconds * 1e3:.1f} ms):"
+        f"{timing.eager_seconds * 1e3:.1f} ms, compiled {timing.compiled_seconds * 1e3:.1f} ms, "
+        f"contention {contention:.2g}):"
     ]
-    lines[0] = lines[0][:-2] + f", contention {contention:.2g}):"
     ours = [r for r in results if r.error is None and r.name in MEASURED_AS and r.job_s > 0]
     for epochs in (1, 10):
         report = choose_strategy(

@@ -1,7 +1,5 @@
-"""The benchmark's batches: one epoch of each family's batches, the collator that pads
-them, and the batches each strategy runs: a few warm-up batches (the first of the whole
-dataset's epoch), then, in every timed round, one whole epoch of the timed sample set (the
-same samples for every strategy, each family batching them its own way)."""
+"""The run's shared setup and each family's batches: an epoch over the whole dataset, its
+collator, a few warm-up batches, and one whole epoch of the timed sample set."""
 
 from __future__ import annotations
 
@@ -14,15 +12,18 @@ import numpy as np
 import torch
 
 from .._lengths import round_up
+from ..calibrate import calibrate_rows, steady_peak_bytes
 from ..calibrate.report import RowsReport
+from ..collate.blocks import WithDocumentBlocks
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
 from ..fit.buckets import Buckets
 from ..fit.packing_fit import PackingFitReport, fit_packing
+from ..plan.shapes import Shape
 from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
-from .attention import with_blocks
-from .calibrated import calibrated_rows
+from .memory import step_autocast
+from .model import FLEX_BLOCK_SIZE
 from .peers import FixedLengthCollator, fixed_length_packs, length_grouped_indices
 
 __all__ = [
@@ -51,9 +52,36 @@ class Setup:
     init_state: dict[str, torch.Tensor]
     buckets: Buckets
     get_samples: Callable[[Sequence[int]], list[dict[str, torch.Tensor]]]
-    timed_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    fits: dict[str, PackingFitReport] = field(default_factory=dict)  # fit once, reused
+    timed_ids: np.ndarray  # the timed set: every round trains on these samples
+    packing: PackingFitReport | None = None  # packing's row lengths, fitted once
     calibrated: RowsReport | None = None  # the calibrated strategy's rows, measured once
+
+    def training_step(
+        self,
+        fwd: Callable[[Any, dict[str, Any]], Any] = lambda model, batch: model(**batch),
+        mark: Callable[[dict[str, Any]], None] | None = None,
+    ) -> tuple[Callable[[dict[str, Any]], torch.Tensor], torch.nn.Module, torch.optim.Optimizer]:
+        """``(step, model, optimizer)``: one whole step (forward through ``fwd``, backward,
+        AdamW) of a fresh copy of the run's model (seeded, its initial weights), in the
+        timed steps' precision; ``mark``, if given, sees each batch first. The step returns
+        a copy of the detached loss (under CUDA graphs the next replay overwrites it)."""
+        torch.manual_seed(self.args.seed)
+        model = self.make_model().to(self.device)
+        model.load_state_dict(self.init_state)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        autocast = step_autocast(self.device)
+
+        def step(batch: dict[str, Any]) -> torch.Tensor:
+            if mark is not None:
+                mark(batch)
+            with autocast:
+                loss = fwd(model, batch)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.detach().clone()
+
+        return step, model, opt
 
 
 @dataclass
@@ -70,13 +98,12 @@ class Family:
     timed_real: list[int] = field(default_factory=list)  # real tokens of each timed batch
     warmup_real: list[int] = field(default_factory=list)  # real tokens of each warm-up batch
     buckets: Buckets | None = None  # for packing: the row lengths samples are packed into
-    rows: int | dict[int, int] | None = None
-    packing: PackingFitReport | None = None
 
-    @property
-    def padded(self) -> list[int]:
-        """Computed tokens (rows x padded length) of every epoch batch."""
-        return [rows * length for rows, length in self.shapes]
+    def collate_batch(self, samples: list[dict[str, torch.Tensor]], i: int) -> dict[str, Any]:
+        """Epoch batch ``i``'s ``samples`` collated (fixed packing: in its packer's rows)."""
+        if isinstance(self.collate, FixedLengthCollator):
+            return self.collate(samples, self.sizes[i])  # type: ignore[index]
+        return dict(self.collate(samples))
 
 
 def make_samples(
@@ -145,40 +172,35 @@ def _fixed_batches(s: Setup, ids: np.ndarray) -> Family:
     epoch = [ids[np.asarray([i for r in b for i in r], dtype=np.int64)] for b in packs]
     sizes = [[len(r) for r in b] for b in packs]
     shapes = [(rows, a.max_len)] * len(packs)
-    return Family(FixedLengthCollator(a.max_len, rows), epoch, shapes, sizes=sizes, rows=rows)
+    return Family(FixedLengthCollator(a.max_len, rows), epoch, shapes, sizes=sizes)
 
 
 def _packed_batches(family: str, s: Setup, ids: np.ndarray) -> Family:
     """shapebucket's packing: row lengths fitted on the whole dataset (once), rows from the
     token budget or, for ``calibrated``, calibrated to memory (once)."""
     a, L = s.args, s.lengths[ids]
-    if "packed" not in s.fits:  # row lengths fitted on the whole dataset
-        s.fits["packed"] = fit_packing(
+    if s.packing is None:  # row lengths fitted on the whole dataset
+        s.packing = fit_packing(
             s.lengths,
             a.k,
             tokens_per_batch=a.packed_tokens_per_batch,
             align=8,
             model_dim=a.model_dim,
         )
-    fit = s.fits["packed"]
+    fit = s.packing
     rows = fit.rows
-    if family == "calibrated":  # rows calibrated to memory (bench.calibrated), once
+    if family == "calibrated":  # rows calibrated to memory, once
         if s.calibrated is None:
-            s.calibrated = calibrated_rows(s, fit)
+            s.calibrated = _calibrated_rows(s, fit)
         rows = s.calibrated.rows
     packer = PackedBatchSampler(L, fit.buckets, rows=rows, seed=a.seed)
     epoch = [ids[np.asarray(b, dtype=np.int64)] for b in packer]
     shapes = [(rows[n], n) for n in packer.batch_buckets().tolist()]
-    collate = with_blocks(
-        PackedCollator(
-            fit.buckets,
-            rows=rows,
-            mask_key=None,
-            label_shift="none",  # the bench samples carry labels aligned with their tokens
-        ),
-        getattr(a, "attention", "sdpa"),
-    )
-    return Family(collate, epoch, shapes, buckets=fit.buckets, rows=rows, packing=fit)
+    # the bench samples carry labels aligned with their tokens
+    collate: Any = PackedCollator(fit.buckets, rows=rows, mask_key=None, label_shift="none")
+    if a.attention == "flex":  # each batch's document blocks, for the model's BlockMask
+        collate = WithDocumentBlocks(collate, block_size=FLEX_BLOCK_SIZE)
+    return Family(collate, epoch, shapes, buckets=fit.buckets)
 
 
 def _bucket_batches(family: str, s: Setup, ids: np.ndarray) -> Family:
@@ -194,12 +216,33 @@ def _bucket_batches(family: str, s: Setup, ids: np.ndarray) -> Family:
     rows_ = sampler.rows
     local_b = [np.asarray(b, dtype=np.int64) for b in sampler]
     shapes = [(rows_[n], n) for n in (s.buckets.bucket_for(int(L[b].max())) for b in local_b)]
-    return Family(
-        _collator(s.buckets, rows_),
-        [ids[b] for b in local_b],
-        shapes,
-        buckets=s.buckets,
-        rows=rows_,
+    return Family(_collator(s.buckets, rows_), [ids[b] for b in local_b], shapes, buckets=s.buckets)
+
+
+def _calibrated_rows(s: Setup, fit: PackingFitReport) -> RowsReport:
+    """``shapebucket-calibrated``'s rows: for each row length of ``fit``, the most rows within
+    ``--rows-budget-mb`` when given, else within the token budget's peak at its longest row
+    length, measured with the run's training step (:meth:`Setup.training_step`), no margin."""
+    vocab = int(s.model_config["vocab"])
+
+    def make_batch(shape: Shape) -> dict[str, Any]:
+        # every row one sample as long as the row: the mask and the activations are as large
+        # however a row is filled
+        ids = torch.randint(0, vocab, (shape.length,))
+        collate = PackedCollator([shape.length], rows=shape.rows, mask_key=None, label_shift="none")
+        return _to_device(collate([{"input_ids": ids, "labels": ids}] * shape.rows), s.device)
+
+    longest = max(fit.buckets)
+    stated = s.args.rows_budget_mb
+    if stated is not None:
+        budget = int(stated * 2**20)
+    else:
+        step, model, opt = s.training_step()
+        batch = make_batch(Shape(fit.rows[longest], longest))
+        budget = steady_peak_bytes(lambda: step(batch), model, opt, batch, device=s.device)
+    step, model, opt = s.training_step()
+    return calibrate_rows(
+        model, list(fit.buckets), budget, make_batch, step=step, restore=[opt], margin=0.0
     )
 
 
@@ -217,7 +260,7 @@ def timed_sample_set(n: int, size: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed + 1).choice(n, size=size, replace=False))
 
 
-def _to_device(batch: dict[str, Any], to: torch.device) -> dict[str, Any]:
+def _to_device(batch: dict[Any, Any], to: torch.device) -> dict[Any, Any]:
     """The batch's tensors on ``to``, those of a nested dict (document blocks) too."""
     return {
         k: v.to(to, non_blocking=True)
@@ -239,12 +282,7 @@ def build_family(family: str, s: Setup) -> Family:
     to = s.device
 
     def collated(batches: Family, i: int) -> dict[str, Any]:
-        samples = s.get_samples(batches.epoch[i].tolist())
-        if batches.sizes is not None:  # fixed packing: the packer's rows, as they are
-            b: dict[str, Any] = dict(batches.collate(samples, batches.sizes[i]))  # type: ignore[call-arg, arg-type]
-        else:
-            b = dict(batches.collate(samples))  # type: ignore[arg-type]
-        return _to_device(b, to)
+        return _to_device(batches.collate_batch(s.get_samples(batches.epoch[i].tolist()), i), to)
 
     fam.warmup = [collated(fam, i) for i in range(min(a.warmup_steps, len(fam.epoch)))]
     fam.warmup_real = [int(s.lengths[b].sum()) for b in fam.epoch[: len(fam.warmup)]]

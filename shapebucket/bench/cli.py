@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,44 +13,28 @@ from typing import Any
 import torch
 
 from .._argparse import MAX_DRAWN, Parser, output_path, plot_formats
+from .._lengths import round_up
 from .._validate import check_int
-from ..data import read_lengths
 from ..errors import ShapeBucketError
 from .advice import recommendation
-from .attention import add_attention_flag, check_attention
-from .flags import (
-    add_batching_flags,
-    add_model_flags,
-    add_output_flags,
-    add_timing_flags,
-    add_workload_flags,
-)
+from .flags import add_flags
 from .harness import run
-from .peers import source as grouped_source
-from .profiles import add_profile_flags, apply_profile, describe_profile, profile_config
+from .profiles import apply_profile, describe_profile, fill_defaults
 from .report import check_losses, format_table, headline, plot, run_payload
 from .strategies import DEFAULT, PEERS, STRATEGIES, StrategyResult, for_device
+from .workloads import load_workload
 
 __all__ = ["main"]
 
 _DESCRIPTION = """The steps/sec benchmark: shapebucket against what users would do instead.
 
-Trains the same small model from the same initialisation with each strategy.
-Each timed round is one whole epoch of the same random sample set
-(--epoch-samples) that every strategy batches its own way; the rounds are
-interleaved. Reports useful (real) tokens/sec as the median and min-max of the
-rounds, the peak tensor memory of one step of its largest batch, warm-up
-seconds, the whole job (warm-up + one, and + ten, epochs of the whole
-dataset), graphs compiled (and compiled while timed), and token efficiency.
-The peers are transformers' length-grouped batches (group_by_length=True)
-padded to the longest sample rounded to 8, run eager, with dynamic=None, with
-mark_dynamic and with dynamic=True, and fixed-length packing (TRL's
-pack_dataset best-fit decreasing, or torchtune's PackedDataset next-fit) into
-rows of --max-len, eager and compiled. The headline is the best shapebucket
-strategy against the best peer of any kind, with the spread of the per-round
-ratios, printed as measured. Strategies of one family see the same
-batches, so their losses must agree, and the same samples padded two ways must
-give the same loss: the run checks both and exits with status 1 otherwise."""
+Trains the same small model from the same initialisation with each strategy, in
+interleaved timed rounds of one whole epoch of the same samples (--epoch-samples), and
+reports useful (real) tokens/sec, peak memory, warm-up, the whole job and the compiles.
+The peers are transformers' length-grouped batches (eager, dynamic=None, mark_dynamic,
+dynamic=True) and fixed-length packing (TRL's bfd or torchtune's next-fit), eager and
+compiled. Strategies of one family must agree on the loss, and padding must not change
+it: the run exits with status 1 otherwise. docs/benchmarks.md explains every column."""
 
 # (full run, --quick)
 _DEFAULTS = {
@@ -70,14 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--quick", action="store_true", help="a small smoke run (tiny model, k=2)")
-    add_profile_flags(p)
-    add_attention_flag(p)
-    add_workload_flags(p)
-    add_timing_flags(p)
-    add_batching_flags(p)
-    add_model_flags(p)
-    add_output_flags(p)
+    add_flags(p)
     return p
 
 
@@ -91,6 +69,14 @@ def _replay(args: argparse.Namespace) -> int:
     try:
         data = json.loads(Path(args.from_json).read_text())
         results = [StrategyResult(**r) for r in data["results"]]
+        old = [r.name for r in results if r.error is None and not r.round_epoch_s]
+        if old:
+            print(
+                f"error: {args.from_json} was written by an earlier version of the benchmark "
+                f"(no whole-epoch rounds for {', '.join(old)}); it cannot be replayed by this one",
+                file=sys.stderr,
+            )
+            return 2
         config = data["config"]
         described = _describe(config)
         table = format_table(results)  # a wrongly typed field fails here, not mid-print
@@ -102,14 +88,6 @@ def _replay(args: argparse.Namespace) -> int:
         return 2
     except (OSError, ValueError, TypeError) as e:
         print(f"error: {args.from_json} is not a saved benchmark run: {e}", file=sys.stderr)
-        return 2
-    old = [r.name for r in results if r.error is None and not r.round_epoch_s]
-    if old:
-        print(
-            f"error: {args.from_json} was written by an earlier version of the benchmark (no "
-            f"whole-epoch rounds for {', '.join(old)}); it cannot be replayed by this one",
-            file=sys.stderr,
-        )
         return 2
     path = str(
         output_path(
@@ -128,21 +106,13 @@ def _describe(config: dict[str, Any]) -> str:
         f"shapebucket steps/sec benchmark: workload {config['workload']} ({config['samples']:,} samples, "
         f"mean length {config['mean_length']:.1f}, {config['clipped_to_max_len']} clipped to "
         f"{config['model']['max_len']}), batch {config['batch_size']}, buckets {config['buckets']}, "
-        f"{config['rounds']} rounds x {_round(config)}, model {config['model']}, "
+        f"{config['rounds']} rounds x one epoch of {config['timed_samples']:,} samples "
+        f"({config['timed_real_tokens']:,} real tokens), model {config['model']}, "
         f"torch {config['torch']}, {config['device']}"
         f"{', mode ' + str(config['mode']) if config['mode'] else ''}, {config['machine']}"
         f"{describe_profile(config)}\n"
         f"peers: {', '.join(n for n in config['strategies'] if n in PEERS)} "
-        f"({config.get('grouped_sampler', '?')})"
-    )
-
-
-def _round(config: dict[str, Any]) -> str:
-    if "timed_samples" not in config:  # a run saved before rounds were whole epochs
-        return f"{config.get('steps_per_round', '?')} steps"
-    return (
-        f"one epoch of {config['timed_samples']:,} samples "
-        f"({config['timed_real_tokens']:,} real tokens)"
+        f"({config['grouped_sampler']})"
     )
 
 
@@ -154,16 +124,15 @@ def _title(config: dict[str, Any]) -> str:
 
 
 def _resolve(args: argparse.Namespace) -> None:
-    """Fill the defaults that depend on --profile and --quick and check every number."""
+    """Fill the defaults that depend on --profile, --quick and the lengths (loaded here,
+    once, into ``args.workload_lengths``) and check every number."""
     apply_profile(args)
-    for key, (full, small) in _DEFAULTS.items():
-        if getattr(args, key) is None:
-            setattr(args, key, small if args.quick else full)
+    batch_from_tokens = args.batch_size is None and args.tokens_per_step is not None
+    fill_defaults(args, _DEFAULTS)
     for key in (
         "rounds",
         "epoch_samples",
         "batch_size",
-        "samples",
         "k",
         "model_dim",
         "depth",
@@ -176,11 +145,6 @@ def _resolve(args: argparse.Namespace) -> None:
     check_int("--max-len", args.max_len, minimum=8)
     check_int("--seed", args.seed, minimum=0)
     check_int("--background-nice", args.background_nice, minimum=0, maximum=19)
-    if args.bucket_tokens_per_batch is None:
-        args.bucket_tokens_per_batch = args.batch_size * 32
-    check_int("--bucket-tokens-per-batch", args.bucket_tokens_per_batch, minimum=args.max_len)
-    if args.packed_tokens_per_batch is not None:
-        check_int("--packed-tokens-per-batch", args.packed_tokens_per_batch, minimum=args.max_len)
     if args.model_dim % args.heads:
         raise ShapeBucketError(
             f"--model-dim {args.model_dim} must be a multiple of --heads {args.heads}"
@@ -188,8 +152,6 @@ def _resolve(args: argparse.Namespace) -> None:
     given = args.strategies
     args.strategies = _strategy_names(given)
     _check_device(args.device)
-    if args.lengths is not None:
-        read_lengths(args.lengths)  # refused here, before any strategy runs
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ShapeBucketError("--device cuda but torch.cuda.is_available() is False")
     args.strategies = for_device(args.strategies, args.device, everything=given == "all")
@@ -197,7 +159,25 @@ def _resolve(args: argparse.Namespace) -> None:
         raise ShapeBucketError(
             "--mode reduce-overhead captures CUDA graphs: it needs --device cuda"
         )
-    check_attention(args)
+    _check_attention(args)
+    args.workload_lengths = load_workload(
+        args.workload,
+        n=args.samples,
+        max_len=args.max_len,
+        seed=args.seed,
+        lengths_file=args.lengths,
+    )
+    lengths = args.workload_lengths[0]
+    if batch_from_tokens:  # the grouped peers' batch: as many samples as carry the tokens
+        args.batch_size = max(1, round(args.tokens_per_step / float(lengths.mean())))
+    if args.bucket_tokens_per_batch is None:
+        args.bucket_tokens_per_batch = args.batch_size * 32
+    check_int("--bucket-tokens-per-batch", args.bucket_tokens_per_batch, minimum=args.max_len)
+    if args.packed_tokens_per_batch is not None:
+        check_int("--packed-tokens-per-batch", args.packed_tokens_per_batch, minimum=args.max_len)
+    else:  # the real tokens of an average batch, rounded up to whole rows of the longest row
+        mean_batch = math.ceil(args.batch_size * float(lengths.mean()))
+        args.packed_tokens_per_batch = round_up(mean_batch, round_up(int(lengths.max()), 8))
     stem = f"results/steps_per_sec_{args.workload}{'_quick' if args.quick else ''}"
     if args.json is None:
         args.json = stem + ".json"
@@ -239,6 +219,26 @@ def _check_device(name: str) -> None:
             f"--device {name!r}: the benchmark times real steps on cpu or cuda, not on "
             f"a {device.type} device; pass cpu or cuda (cuda:0)"
         )
+
+
+def _check_attention(args: argparse.Namespace) -> None:
+    """Refuse ``--attention flex`` where one tiny ``flex_attention`` step cannot run
+    forward and backward on ``--device``, naming what torch said and the fix."""
+    if args.attention != "flex":
+        return
+    device = torch.device(args.device)
+    try:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        q = torch.randn(1, 1, 16, 8, device=device, requires_grad=True)
+        flex_attention(q, q, q).sum().backward()  # type: ignore[union-attr]
+    except (NotImplementedError, RuntimeError, ImportError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ShapeBucketError(
+            f"--attention flex cannot train on --device {args.device} with torch "
+            f"{torch.__version__}: {first}; run it with --device cuda, or leave --attention "
+            "sdpa (the dense document mask)"
+        ) from None
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
@@ -291,17 +291,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ShapeBucketError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    config, results, padding_problems, lengths = run(args)
-    config["grouped_sampler"] = grouped_source()
-    config["profile"], config["tokens_per_step"] = profile_config(args), args.tokens_per_step
-    config["attention"] = args.attention
+    config, results, padding_problems = run(args)
     print()
     print(_describe(config))
     print(format_table(results))
     for path in (args.json, args.plot):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-    advice = recommendation(results, lengths, config)
+    advice = recommendation(results, args.workload_lengths[0], config)
     print("\n".join(advice))
     if args.json:
         payload = run_payload(config, headline(results), advice, results)

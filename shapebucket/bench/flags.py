@@ -1,27 +1,61 @@
-"""The flags of ``python -m shapebucket bench``, by what they set: the workload and the
-strategies run on it, how each is timed, how batches are formed, the model, and the
-files a run writes (the profile's flags: :mod:`.profiles`; ``--attention``:
-:mod:`.attention`). :mod:`.cli` builds its parser from them and checks their values."""
+"""The flags of ``python -m shapebucket bench``, by what they set; :mod:`.cli` builds its
+parser from them, fills the defaults that depend on ``--quick`` and checks their values."""
 
 from __future__ import annotations
 
 import argparse
 
+from .profiles import PROFILES
 from .strategies import DEFAULT, STRATEGIES
 from .workloads import WORKLOADS
 
-__all__ = [
-    "add_batching_flags",
-    "add_model_flags",
-    "add_output_flags",
-    "add_timing_flags",
-    "add_workload_flags",
-]
+__all__ = ["add_flags"]
 
 
-def add_workload_flags(p: argparse.ArgumentParser) -> None:
-    """The lengths (``--workload``, ``--lengths``, ``--samples``) and the strategies run on
-    them (``--strategies``, ``--fixed-packer``)."""
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """Every flag of the benchmark, in ``--help``'s order."""
+    p.add_argument("--quick", action="store_true", help="a small smoke run (tiny model, k=2)")
+    for group in (
+        _profile_flags,
+        _workload_flags,
+        _timing_flags,
+        _batching_flags,
+        _model_flags,
+        _output_flags,
+    ):
+        group(p)
+
+
+def _profile_flags(p: argparse.ArgumentParser) -> None:
+    """A whole run's size, and every strategy at the same tokens a step."""
+    p.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default=None,
+        help="a named size: gpu = "
+        + PROFILES["gpu"].about
+        + " (with --quick: a reduced size a CPU runs)",
+    )
+    p.add_argument(
+        "--tokens-per-step",
+        type=int,
+        default=None,
+        help="every strategy at this many tokens a step: the bucket and packing budgets, "
+        "fixed packing's rows x max-len, and the grouped peers' batch of tokens / mean "
+        "length samples (the gpu profile: 16,384)",
+    )
+    p.add_argument(
+        "--rows-budget-mb",
+        type=float,
+        default=None,
+        help="shapebucket-calibrated's memory budget in MB: rows per row length from "
+        "calibrate_rows within it (without it: the peak shapebucket-packed's token budget "
+        "needs at its longest row length)",
+    )
+
+
+def _workload_flags(p: argparse.ArgumentParser) -> None:
+    """The lengths and the strategies run on them."""
     p.add_argument("--workload", choices=WORKLOADS, default="mixture")
     p.add_argument(
         "--lengths",
@@ -52,9 +86,8 @@ def add_workload_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_timing_flags(p: argparse.ArgumentParser) -> None:
-    """Where and how each strategy is timed: the device, the compile mode, the rounds and
-    their samples, the warm-up, the physical-limit row."""
+def _timing_flags(p: argparse.ArgumentParser) -> None:
+    """Where and how each strategy is timed."""
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda (bf16 autocast)")
     p.add_argument(
         "--mode",
@@ -86,8 +119,8 @@ def add_timing_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_batching_flags(p: argparse.ArgumentParser) -> None:
-    """How batches are formed: rows per batch, the token budgets, the fitted buckets."""
+def _batching_flags(p: argparse.ArgumentParser) -> None:
+    """How batches are formed and how packed rows attend."""
     p.add_argument("--batch-size", type=int, default=None, help="default 64, quick 16")
     p.add_argument(
         "--bucket-tokens-per-batch",
@@ -104,10 +137,18 @@ def add_batching_flags(p: argparse.ArgumentParser) -> None:
         "tokens of batch-size average samples, rounded up to whole rows of the longest row)",
     )
     p.add_argument("--k", type=int, default=None, help="fitted buckets (default 8, quick 2)")
+    p.add_argument(
+        "--attention",
+        choices=("sdpa", "flex"),
+        default="sdpa",
+        help="how packed rows attend: sdpa, a dense document mask (every masked pair "
+        "computed), or flex, flex_attention under the document BlockMask built from block "
+        "tensors the collator makes (needs flex_attention's backward on --device)",
+    )
 
 
-def add_model_flags(p: argparse.ArgumentParser) -> None:
-    """The benchmark's model: vocabulary, width, depth, heads, longest sample, seed."""
+def _model_flags(p: argparse.ArgumentParser) -> None:
+    """The benchmark's model."""
     p.add_argument("--vocab", type=int, default=512)
     p.add_argument(
         "--model-dim", type=int, default=None, help="model width (default 128, quick 32)"
@@ -118,7 +159,7 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
-def add_output_flags(p: argparse.ArgumentParser) -> None:
+def _output_flags(p: argparse.ArgumentParser) -> None:
     """The compile cache, the files a run writes, the checks' exit status, the replay."""
     p.add_argument(
         "--cache",

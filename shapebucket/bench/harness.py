@@ -1,31 +1,6 @@
-"""The benchmark harness: the run's setup, every strategy warmed up, then interleaved timing.
-
-How the figures are made to hold on a shared, noisy machine:
-
-* **Own code object per strategy.** Dynamo caches graphs per code object, and two
-  compiled instances of one model class share it (and its recompile limit). Each
-  strategy compiles its own copy of a two-line forward function
-  (:func:`~shapebucket.bench.runner.fresh_forward`), so no strategy is ever served
-  another's graphs.
-* **Own cold compile.** With ``--cache fresh`` (default) each strategy compiles
-  into its own empty inductor cache, so its warm-up is its own cold cost.
-* **Interleaved rounds.** Every strategy is warmed up first; then the timed
-  rounds run A B C ... A B C ..., each round every strategy's same timed
-  batches. Per strategy the report gives the median round and the min-max of
-  the rounds; two strategies whose ranges overlap are within noise.
-* **Whole epochs of the same samples.** Each timed round is one whole epoch of
-  a fixed random set of samples (``--epoch-samples``), the same samples for every
-  strategy, each batching them its own way: no strategy is timed on a luckier
-  sample of batches than another.
-* **The whole job.** A user pays the warm-up once per run: ``job_s`` is the
-  time to train one epoch of the whole dataset, warm-up and compiles seen while
-  timed included, the epoch at the median round's useful tokens/sec;
-  ``job10_s`` ten epochs with the warm-up paid once.
-
-The strategies and their records are in :mod:`shapebucket.bench.strategies`, one
-strategy's warm-up, timed round and summary in :mod:`shapebucket.bench.runner`,
-the batches in :mod:`shapebucket.bench.batching`.
-"""
+"""The benchmark run: its setup, every strategy warmed up (each in its own empty compile
+cache, with its own code object), then interleaved timed rounds of whole epochs of the same
+samples, and the padding-invariance check (docs/benchmarks.md says why each)."""
 
 from __future__ import annotations
 
@@ -40,71 +15,55 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-import numpy as np
 import torch
 
 from .. import _torch as compat
-from .._lengths import round_up
 from .._progress import progress
 from ..errors import ShapeBucketError
 from ..fit.bucket_fit import fit_buckets
-from .background import prepare_background
 from .batching import Family, Setup, build_family, epoch_batches, make_samples, timed_sample_set
 from .limit import add_limit, limit_runners
 from .model import GPT, CaptionConfig, Captioner, GPTConfig
-from .runner import Runner, finish, prepare, time_round
+from .peers import source as grouped_source
+from .profiles import profile_config
+from .runner import Runner, finish, prepare, prepare_background, time_round
 from .strategies import PEERS, STRATEGIES, StrategyResult
-from .workloads import load_workload
 
 __all__ = ["check_padding_invariance", "run"]
 
 
-# -- correctness --------------------------------------------------------------------------------
-
-
-def check_padding_invariance(
-    s: Setup, families: dict[str, Family] | None = None, batches: int = 3
-) -> list[str]:
-    """The same samples padded two ways, to their bucket (shapebucket's collator) and to the
-    longest rounded to 8 (the peers' collator), must give the same loss: the masks keep
-    padding out of the math. Eager, from the initial weights, on the first batches of the
-    bucket sampler's epoch. Plans already built for the run (``families``) are reused.
-    Returns one line per disagreement (empty when all agree)."""
-    built = families or {}
-    bucketed = built.get("buckets") or epoch_batches("buckets", s)
+def check_padding_invariance(s: Setup, families: dict[str, Family] | None = None) -> list[str]:
+    """The same samples padded to their bucket (or packed) and padded to the longest rounded
+    to 8 (the peers' collator) must give the same loss. Eager, from the initial weights, on
+    each family's first 3 batches; ``families`` already built are reused (the bucket family
+    is built when missing). Returns one line per disagreement (empty when all agree)."""
+    built = dict(families or {})
     grouped = built.get("grouped") or epoch_batches("grouped", s)
-    model = s.make_model().to(s.device)
-    model.load_state_dict(s.init_state)
+    checked = {"buckets": built.get("buckets") or epoch_batches("buckets", s)}
+    checked |= {name: built[name] for name in ("packed", "fixed") if name in built}
+    model = s.training_step()[1]
     problems = []
 
     def loss_of(fam: Family, samples: list[dict[str, torch.Tensor]], i: int = 0) -> float:
-        if fam.sizes is not None:  # fixed packing: its packer's rows
-            b: dict[str, Any] = dict(fam.collate(samples, fam.sizes[i]))  # type: ignore[call-arg, arg-type]
-        else:
-            b = dict(fam.collate(samples))  # type: ignore[arg-type]
+        b = fam.collate_batch(samples, i)
         if "attention_mask" not in b and "document_ids" not in b:
             b["attention_mask"] = torch.ones_like(b["input_ids"], dtype=torch.bool)
         return float(model(**{k: v.to(s.device) for k, v in b.items()}))
 
     with torch.no_grad():
-        for i, idx in enumerate(bucketed.epoch[:batches]):
-            samples = s.get_samples(idx.tolist())
-            ours, theirs = loss_of(bucketed, samples), loss_of(grouped, samples)
-            if not math.isclose(ours, theirs, rel_tol=1e-4, abs_tol=1e-5):
-                problems.append(
-                    f"batch {i}: loss {ours:.6f} padded to its bucket vs {theirs:.6f} padded to "
-                    "the longest: padding leaks into the loss (a mask is wrong)"
-                )
-        for name in ("packed", "fixed"):
-            fam = built.get(name)
-            for i, idx in enumerate(fam.epoch[:batches] if fam is not None else []):
+        for name, fam in checked.items():
+            how, why = (
+                ("padded to its bucket", "padding leaks into the loss (a mask is wrong)")
+                if name == "buckets"
+                else ("packed", "attention crosses samples (the document mask is wrong)")
+            )
+            for i, idx in enumerate(fam.epoch[:3]):
                 samples = s.get_samples(idx.tolist())
-                ours = loss_of(fam, samples, i)  # type: ignore[arg-type]  # not None here
-                theirs = loss_of(grouped, samples)
+                ours, theirs = loss_of(fam, samples, i), loss_of(grouped, samples)
                 if not math.isclose(ours, theirs, rel_tol=1e-4, abs_tol=1e-5):
                     problems.append(
-                        f"{name} batch {i}: loss {ours:.6f} packed vs {theirs:.6f} one sample "
-                        "per row: attention crosses samples (the document mask is wrong)"
+                        f"{name} batch {i}: loss {ours:.6f} {how} vs {theirs:.6f} padded to "
+                        f"the longest, one sample per row: {why}"
                     )
     return problems
 
@@ -114,38 +73,27 @@ def check_padding_invariance(
 
 def _setup(args: argparse.Namespace) -> Setup:
     device = torch.device(args.device)
-    lengths, clipped = load_workload(
-        args.workload,
-        n=args.samples,
+    lengths, clipped = args.workload_lengths  # loaded once, by the command line's checks
+    dims = dict(
+        vocab=args.vocab,
+        dim=args.model_dim,
+        layers=args.depth,
+        heads=args.heads,
         max_len=args.max_len,
-        seed=args.seed,
-        lengths_file=args.lengths,
     )
-    if args.packed_tokens_per_batch is None:
-        # packing's budget: the real tokens of an average batch of --batch-size samples,
-        # rounded up to whole rows of the longest row length
-        longest = round_up(int(lengths.max()), 8)
-        args.packed_tokens_per_batch = round_up(
-            math.ceil(args.batch_size * float(lengths.mean())), longest
-        )
-    image: tuple[int, ...] | None = None
+    # a partial pickles (compile-while-training builds the model in its own process)
     make_model: Callable[[], torch.nn.Module]
     cfg: GPTConfig
-    dims = {
-        "vocab": args.vocab,
-        "dim": args.model_dim,
-        "layers": args.depth,
-        "heads": args.heads,
-        "max_len": args.max_len,
-    }
+    image: tuple[int, ...] | None = None
     if args.workload == "captioning":
-        ccfg = CaptionConfig(**dims)
-        image, cfg = (ccfg.channels, ccfg.image, ccfg.image), ccfg
-        make_model = functools.partial(Captioner, ccfg)  # pickles: compile-while-training
+        cfg = ccfg = CaptionConfig(**dims)
+        image, make_model = (
+            (ccfg.channels, ccfg.image, ccfg.image),
+            functools.partial(Captioner, ccfg),
+        )
     else:
-        gcfg = GPTConfig(**dims)
-        cfg = gcfg
-        make_model = functools.partial(GPT, gcfg)
+        cfg = GPTConfig(**dims)
+        make_model = functools.partial(GPT, cfg)
     torch.manual_seed(args.seed)
     init_state = {k: v.clone() for k, v in make_model().state_dict().items()}
     buckets = fit_buckets(lengths, args.k, align=8, batching="bucketed", max_len=args.max_len)
@@ -163,15 +111,10 @@ def _setup(args: argparse.Namespace) -> Setup:
     )
 
 
-def run(
-    args: argparse.Namespace,
-) -> tuple[dict[str, Any], list[StrategyResult], list[str], np.ndarray]:
-    """Warm every strategy up (each its own cold compile), then time them in interleaved rounds.
-
-    Returns the run's configuration, one result per strategy (in ``args.strategies``
-    order), the padding-invariance problems (empty when the masks are right) and the
-    workload's lengths (loaded once, here).
-    """
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[StrategyResult], list[str]]:
+    """Warm every strategy up (each its own cold compile), then time them in interleaved
+    rounds. Returns the run's configuration, one result per strategy (in ``args.strategies``
+    order) and the padding-invariance problems (empty when the masks are right)."""
     s = _setup(args)
     names = [n for n in STRATEGIES if n in args.strategies]
     families, skipped = _build_families(s, names)
@@ -183,16 +126,16 @@ def run(
     names_run = [n for n in names if n not in results]
     with contextlib.ExitStack() as keep:  # compiled kernels live in these dirs until the end
         runners = _warm_up(names_run, s, families, results, keep)
-        limits = [] if getattr(args, "no_limit", False) else limit_runners(s)  # same rounds
+        limits = [] if args.no_limit else limit_runners(s)  # same rounds
         _timed_rounds([*runners, *limits], s.device, args.rounds)
         for runner in runners:
             if runner.result.error is None:
                 finish(runner, s.device)
             results[runner.name] = runner.result
     rows = [results[n] for n in names]
-    if not getattr(args, "no_limit", False):
+    if not args.no_limit:
         add_limit(s, families, rows, limits)  # the reference row, last
-    return _config(args, s, families, names), rows, problems, s.lengths
+    return _config(args, s, families, names), rows, problems
 
 
 def _build_families(s: Setup, names: list[str]) -> tuple[dict[str, Family], dict[str, str]]:
@@ -261,7 +204,7 @@ def _config(
     args: argparse.Namespace, s: Setup, families: dict[str, Family], names: list[str]
 ) -> dict[str, Any]:
     """The run's configuration, as the JSON output records it."""
-    packing = families["packed"].packing if "packed" in families else None
+    packing = s.packing
     return {
         "workload": args.workload if args.lengths is None else f"file:{args.lengths}",
         "samples": len(s.lengths),
@@ -307,4 +250,8 @@ def _config(
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus",
         "threads": torch.get_num_threads(),
         "strategies": {n: STRATEGIES[n].about for n in names},
+        "grouped_sampler": grouped_source(),
+        "profile": profile_config(args),
+        "tokens_per_step": args.tokens_per_step,
+        "attention": args.attention,
     }

@@ -1,29 +1,14 @@
-"""The physical limit: the rate this machine reaches on the benchmark's real tokens with
-no padding and no attention across samples at all, a reference row for the table.
-
-Each sample length's cost per token is measured on full batches of that exact length
-(every row one sample, no pad, attention over the sample only), eagerly and compiled
-(``dynamic=False``), the faster kept. Lengths are measured on a grid (geometric,
-multiples of 8, from the timed set's shortest to its longest sample) and a sample's
-cost per token is interpolated linearly between grid lengths (held at the nearest end
-outside them). The limit is the timed set's real tokens over the sum of each sample's
-tokens times its cost per token. Every batch holds the packed strategy's token budget
-(``rows = max(1, T // L)``), so a step's fixed costs are spread as thinly as packing's.
-
-Where a strategy falls short of it, :func:`gap` splits the difference using the same
-grid: ``padding`` (pad tokens at their batch length's cost), ``longer rows`` (real
-tokens at their row's length instead of their own: attention across a packed row's
-other samples, or a bucket's padded length) and ``per step`` (what is left: the
-measured time over what its batches would take at the limit's costs; smaller
-batches pay the optimizer and launch overheads more often).
-"""
+"""The physical limit, a reference row: the rate on the timed set's real tokens with no
+padding and no attention across samples (full batches at grid lengths, eager and compiled,
+the faster kept, interpolated), and :func:`gap`, where a strategy's time goes beyond it
+(docs/benchmarks.md, "The physical limit")."""
 
 from __future__ import annotations
 
 import contextlib
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -31,7 +16,7 @@ import torch
 
 from .._lengths import round_up
 from .batching import Family
-from .runner import Runner, fresh_forward, training_step
+from .runner import Runner, fresh_forward
 from .strategies import StrategyResult
 
 __all__ = [
@@ -106,15 +91,6 @@ def gap(
     }
 
 
-def _limit_step(how: str, s: Any) -> Callable[[dict[str, Any]], torch.Tensor]:
-    """One whole step (forward, backward, AdamW) of a fresh copy of the run's model, eager
-    or compiled (``dynamic=False``: one graph per grid length)."""
-    fwd: Any = fresh_forward(f"{LIMIT}_{how}")
-    if how == "compiled":
-        fwd = torch.compile(fwd, fullgraph=True, dynamic=False, mode=s.args.mode)
-    return training_step(s, fwd)[0]
-
-
 def _grid_batches(s: Any, grid: list[int], rows: dict[int, int]) -> list[dict[str, Any]]:
     """Full batches at each grid length, as many at each as hold about the timed set's
     tokens nearest that length (at least one), ordered by length."""
@@ -137,14 +113,12 @@ def _grid_batches(s: Any, grid: list[int], rows: dict[int, int]) -> list[dict[st
 
 
 def limit_runners(s: Any, hows: Sequence[str] = ("eager", "compiled")) -> list[Runner]:
-    """A runner per way of running (``hows``: eager and compiled) for the harness'
-    interleaved rounds, each timing
-    full batches of the packed strategy's token budget (``rows = max(1, T // L)``) at the
-    grid lengths: the limit is measured under the same load as the strategies. Warmed up
-    here (every grid length compiled). None for the captioning workload."""
+    """A runner per way of running (``hows``) for the harness' interleaved rounds, timing
+    full batches of the packed strategy's token budget at the grid lengths, warmed up here
+    (every grid length compiled); none for the captioning workload."""
     if s.args.workload == "captioning" and s.args.lengths is None:
         return []
-    grid = limit_grid(s.lengths[s.timed_ids], 3 if getattr(s.args, "quick", False) else 5)
+    grid = limit_grid(s.lengths[s.timed_ids], 3 if s.args.quick else 5)
     rows = {L: max(1, int(s.args.packed_tokens_per_batch) // L) for L in grid}
     runners = []
     for how in hows:
@@ -154,7 +128,10 @@ def limit_runners(s: Any, hows: Sequence[str] = ("eager", "compiled")) -> list[R
         family.timed_real = [int(b["input_ids"].numel()) for b in batches]
         result = StrategyResult(name=name, family=LIMIT)
         result.limit = {"grid": grid, "rows": rows}
-        step = _limit_step(how, s)
+        fwd: Any = fresh_forward(f"{LIMIT}_{how}")  # dynamic=False: a graph per grid length
+        if how == "compiled":
+            fwd = torch.compile(fwd, fullgraph=True, dynamic=False, mode=s.args.mode)
+        step = s.training_step(fwd)[0]
         t0 = time.perf_counter()
         for L in grid:  # compile each grid length before the rounds
             step(next(b for b in batches if b["input_ids"].shape[1] == L))
@@ -183,13 +160,10 @@ def _round_costs(r: Runner) -> list[dict[int, float]]:
 def add_limit(
     s: Any, families: dict[str, Any], results: list[StrategyResult], runners: list[Runner]
 ) -> None:
-    """Append the ``limit`` row, from ``runners`` (:func:`limit_runners`, timed in the
-    rounds), to ``results``: per round, each grid length's cost per token is the faster of
-    eager and compiled; the row's rate is :func:`limit_rate` over the timed set at each
-    length's median cost over the rounds (the costs :func:`gap` uses, so a strategy's
-    ``of_limit`` is its gap's ``limit`` share), and its min-max are the rounds' own rates.
-    Every strategy gets its share of it
-    (``of_limit``) and its :func:`gap`."""
+    """Append the ``limit`` row from the timed ``runners`` to ``results`` (each grid length
+    at the faster of eager and compiled, its median over the rounds; the min-max are the
+    rounds' own rates), and give every strategy its share of it (``of_limit``) and its
+    :func:`gap`, both at the same costs."""
     ok = [r for r in runners if r.result.error is None and r.result.step_times]
     if not ok:
         error = next((r.result.error for r in runners if r.result.error), None)

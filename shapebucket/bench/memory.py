@@ -1,20 +1,13 @@
-"""Device memory and synchronisation for the benchmark's timings: the peak since a
-reset (:func:`reset_peak_memory`, :func:`peak_memory_mb`), the peak tensor memory of
-one step (:func:`peak_step_memory_mb`), :func:`sync` and the steps' precision
-(:func:`step_autocast`). Shared by
-:mod:`shapebucket.bench.runner` and :mod:`shapebucket.bench.background`."""
+"""Device memory, synchronisation and precision of the benchmark's timed steps."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ..calibrate.memory import step_peak_bytes
-
-__all__ = ["peak_memory_mb", "peak_step_memory_mb", "reset_peak_memory", "step_autocast", "sync"]
+__all__ = ["peak_memory_mb", "reset_peak_memory", "step_autocast", "sync"]
 
 
 def step_autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
@@ -51,14 +44,3 @@ def peak_memory_mb(device: torch.device) -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def peak_step_memory_mb(step: Callable[[], Any], device: torch.device) -> float:
-    """Peak megabytes of tensor memory a call of ``step`` allocates on top of what was
-    live before it, measured by the calibration's owner of step peaks
-    (:func:`~shapebucket.calibrate.memory.step_peak_bytes`).
-
-    >>> peak_step_memory_mb(lambda: torch.zeros(2**18), torch.device("cpu"))  # 1 MiB
-    1.0
-    """
-    return step_peak_bytes(step, device) / 2**20

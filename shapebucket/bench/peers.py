@@ -1,36 +1,8 @@
-"""What users do instead: transformers' length-grouped batching (``group_by_length=True``),
-and fixed-length packing (torchtune's ``PackedDataset``, TRL's ``pack_dataset``).
-
-The benchmark's strongest peer is the recipe a Hugging Face ``Trainer`` user
-already has: ``LengthGroupedSampler`` (indices shuffled, cut into mega-batches
-of 50 batches, each sorted by length, the longest sample first), cut into
-batches of ``batch_size`` and padded to the longest sample rounded up to 8
-(``DataCollatorWithPadding(pad_to_multiple_of=8)``). When transformers is
-installed its own sampler is used; otherwise :func:`grouped_indices_reference`,
-a line-for-line re-implementation (``tests/test_bench.py`` checks the two agree
-whenever the ``hf`` extra is installed).
-
-The other peer packs whole samples into rows of the maximum length, one shape
-for the whole run, as the fine-tuning libraries do; its packers are written out
-here (neither library is imported):
-
-* ``"bfd"`` (default) mirrors TRL's ``pack_dataset(strategy="bfd")`` (the
-  ``SFTTrainer(packing=True)`` default): the dataset is packed in chunks of
-  1,000 samples (``datasets.map(batched=True)``'s default batch size); in a
-  chunk the samples are sorted longest first (stable) and each goes into the
-  open row whose free space is the smallest that holds it (first opened first
-  among equals), a new row when none does; rows keep their opening order.
-* ``"next-fit"`` mirrors torchtune's ``PackedDataset(split_across_pack=False)``:
-  samples in dataset order, each appended to the current row, a new row when
-  it does not fit.
-
-Then, as a ``Trainer``/torchtune ``DataLoader`` does, the rows are shuffled and
-cut into batches of ``rows`` rows, each row padded to the maximum length (pad
-token 0, label -100, positions restarting at 0 in each sample, and document ids
-for the same document mask shapebucket's packed batches use). The epoch's last
-batch is filled with empty rows to keep the one shape (torchtune's recipes drop
-it instead; nothing is dropped here).
-"""
+"""What users do instead: transformers' length-grouped batching (``group_by_length=True``;
+its own ``LengthGroupedSampler`` when installed, else :func:`grouped_indices_reference`,
+line for line), and fixed-length packing into rows of the maximum length, as TRL's
+``pack_dataset(strategy="bfd")`` or torchtune's ``PackedDataset`` (``"next-fit"``) packs,
+written out here (docs/benchmarks.md, "What the fixed-length peer mirrors, precisely")."""
 
 from __future__ import annotations
 
@@ -94,14 +66,9 @@ def source() -> str:
 def length_grouped_indices(
     lengths: np.ndarray, batch_size: int, *, seed: int, dataset_size: int | None = None
 ) -> np.ndarray:
-    """One epoch's index order, as ``Trainer(group_by_length=True)`` forms it
-    (``LengthGroupedSampler``, which calls ``get_length_grouped_indices``).
-
-    ``dataset_size``: the dataset these lengths are a sample of. transformers sizes its
-    mega-batches from the dataset (:func:`mega_batch_mult`); a sample of a larger dataset
-    is grouped in the mega-batches the whole dataset gets, so that the benchmark's timed
-    sample set is batched as well as a real epoch would be, not worse (a 6,000-sample set
-    would otherwise be sorted in mega-batches of 23 batches instead of 50).
+    """One epoch's index order, as ``Trainer(group_by_length=True)`` forms it. A sample
+    of a larger dataset (``dataset_size``) is grouped in the mega-batches the whole dataset
+    gets (:func:`mega_batch_mult`), so the timed set is batched as well as a real epoch.
 
     >>> order = length_grouped_indices(np.array([5, 1, 9, 3]), 2, seed=0)
     >>> sorted(order.tolist())
@@ -185,12 +152,11 @@ class FixedLengthCollator:
     (pad -100), ``position_ids`` (restarting at 0 in each sample, 0 on padding) and
     ``document_ids`` (0, 1, ... in each row, -1 on padding), always the same shape.
 
-    ``sizes`` gives the samples per row in order (the packer's rows); without it the
-    samples are laid in order, a new row when one does not fit.
+    ``sizes`` gives the samples per row in order (the packer's rows).
 
     >>> c = FixedLengthCollator(length=4, rows=2)
     >>> s = [{"input_ids": torch.tensor([1, 2]), "labels": torch.tensor([2, 3])}] * 3
-    >>> c(s)["document_ids"].tolist()
+    >>> c(s, [2, 1])["document_ids"].tolist()
     [[0, 0, 1, 1], [0, 0, -1, -1]]
     """
 
@@ -198,13 +164,10 @@ class FixedLengthCollator:
     rows: int
 
     def __call__(
-        self, samples: Sequence[dict[str, torch.Tensor]], sizes: Sequence[int] | None = None
+        self, samples: Sequence[dict[str, torch.Tensor]], sizes: Sequence[int]
     ) -> dict[str, Any]:
-        if sizes is None:
-            rows = _next_fit(_lens(samples), np.arange(len(samples)), self.length)
-        else:
-            edges = np.cumsum([0, *sizes])
-            rows = [list(range(a, b)) for a, b in itertools.pairwise(edges)]
+        edges = np.cumsum([0, *sizes])
+        rows = [list(range(a, b)) for a, b in itertools.pairwise(edges)]
         if len(rows) > self.rows:
             raise ValueError(f"{len(rows)} rows of samples > rows={self.rows}")
         shape = (self.rows, self.length)
@@ -224,7 +187,3 @@ class FixedLengthCollator:
                 out["document_ids"][r, at : at + n] = d
                 at += n
         return out
-
-
-def _lens(samples: Sequence[dict[str, torch.Tensor]]) -> np.ndarray:
-    return np.asarray([len(s["input_ids"]) for s in samples], dtype=np.int64)

@@ -9,15 +9,15 @@ from typing import Any
 
 import numpy as np
 
+from .._argparse import pyplot
 from .limit import LIMIT, limit_headline, limit_line
 from .strategies import StrategyResult
 
 __all__ = ["Headline", "check_losses", "format_table", "headline", "plot", "run_payload"]
 
 
-def _spread(values: Sequence[float]) -> tuple[float, float, float]:
-    v = np.asarray(values, dtype=float)
-    return float(np.median(v)), float(v.min()), float(v.max())
+def _span(values: Sequence[float]) -> tuple[float, float]:
+    return (min(values), max(values)) if values else (float("nan"), float("nan"))
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class Headline:
             if self.within_noise
             else ("faster" if self.ratio > 1 else "slower")
         )
-        lo, hi = _spread(self.speed_rounds())[1:]
+        lo, hi = _span(self.speed_rounds())
         j1, j10 = self.job_rounds(1), self.job_rounds(10)
         lines = [
             f"headline: {self.ours.name} {self.ours.useful_tokens_per_sec:,.0f} useful tok/s = "
@@ -106,7 +106,7 @@ class Headline:
         ceiling, g = self.ceiling, self.grouped
         if ceiling is not None and g is not None:
             ratio = self.ours.useful_tokens_per_sec / g.useful_tokens_per_sec
-            glo, ghi = _spread(self.speed_rounds(g))[1:]
+            glo, ghi = _span(self.speed_rounds(g))
             lines.append(
                 f"ceiling: real-token share {self.ours.token_efficiency:.1%} ({self.ours.name}) / "
                 f"{g.token_efficiency:.1%} ({g.name}, the fastest grouped peer) = {ceiling:.2f}x; "
@@ -119,7 +119,7 @@ def _job_line(
     what: str, ours: StrategyResult, peer: StrategyResult, ratio: float, rounds: list[float], n: int
 ) -> str:
     a, b = (ours.job_s, peer.job_s) if n == 1 else (ours.job10_s, peer.job10_s)
-    lo, hi = _spread(rounds)[1:] if rounds else (float("nan"), float("nan"))
+    lo, hi = _span(rounds)
     first = "shapebucket first" if ratio > 1 else "the peer first"
     return (
         f"whole job ({what}, warm-up included): {ours.name} {a:,.0f} s vs {peer.name} {b:,.0f} s "
@@ -157,11 +157,8 @@ def headline(results: Sequence[StrategyResult]) -> Headline | None:
 def check_losses(
     results: Sequence[StrategyResult], rtol: float = 2e-3, atol: float = 2e-3
 ) -> list[str]:
-    """Compare the per-step losses of strategies of one family (the same batches in the
-    same order): compiling, marking dims dynamic or specialising must not change the math.
-
-    Returns one line per disagreement (empty when all agree).
-    """
+    """One line per step loss on which strategies of one family (the same batches in the same
+    order) disagree: compiling, marking dims dynamic or specialising must not change it."""
     problems = []
     families: dict[str, list[StrategyResult]] = {}
     for r in results:
@@ -255,12 +252,9 @@ def format_table(results: Sequence[StrategyResult]) -> str:
 def plot(results: Sequence[StrategyResult], path: str | Path, title: str) -> None:
     """Two panels: useful tokens/sec (median, min-max bars, ratio to the best peer) and the
     whole job's seconds (warm-up and training stacked)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
+    plt = pyplot()
     ok = sorted(
         (r for r in results if r.error is None and r.round_tokens_per_sec),
         key=lambda r: -r.useful_tokens_per_sec,

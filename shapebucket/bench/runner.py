@@ -1,17 +1,14 @@
-"""One strategy's run: its model and compiled step, its warm-up, its timed rounds and
-the summary of its record.
-
-The harness (:mod:`shapebucket.bench.harness`) calls :func:`prepare` for every
-strategy first, then :func:`time_round` for each in interleaved rounds, then
-:func:`finish`.
-"""
+"""One strategy's run: its model and compiled step, its warm-up (:func:`prepare`, or
+:func:`prepare_background` for compile-while-training), its timed rounds
+(:func:`time_round`) and its summary (:func:`finish`)."""
 
 from __future__ import annotations
 
 import contextlib
 import time
+import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,6 +17,12 @@ import torch
 
 from .. import _torch as compat
 from .._torch import fresh_forward
+from ..calibrate.memory import step_peak_bytes
+from ..compile.background.handle import (
+    BackgroundCompile,
+    BackgroundOptions,
+    compile_in_background,
+)
 from ..compile.marks import mark_dynamic
 from ..compile.modes.run import CudaGraphs
 from ..compile.prewarm import prewarm
@@ -27,7 +30,7 @@ from ..compile.recompiles import CompileCounter, no_recompiles
 from ..fit.buckets import Buckets
 from ..plan.shapes import ShapePlan
 from .batching import SEQUENCE_KEYS, Family, Setup
-from .memory import peak_memory_mb, peak_step_memory_mb, reset_peak_memory, step_autocast, sync
+from .memory import peak_memory_mb, reset_peak_memory, sync
 from .strategies import PEERS, STRATEGIES, Strategy, StrategyResult
 
 __all__ = [
@@ -36,12 +39,9 @@ __all__ = [
     "fresh_forward",
     "new_result",
     "prepare",
+    "prepare_background",
     "time_round",
-    "training_step",
 ]
-
-
-# -- one strategy ---------------------------------------------------------------------------
 
 
 @dataclass
@@ -83,43 +83,14 @@ def _marker(strategy: Strategy, buckets: Buckets | None) -> Callable[[dict[str, 
     return None
 
 
-def training_step(
-    s: Setup,
-    fwd: Callable[[Any, dict[str, Any]], Any],
-    mark: Callable[[dict[str, Any]], None] | None = None,
-) -> tuple[Callable[[dict[str, Any]], torch.Tensor], torch.optim.Optimizer]:
-    """One whole step (forward through ``fwd``, backward, AdamW) of a fresh copy of the run's
-    model (seeded with ``--seed``, its initial weights), under bf16 autocast on CUDA;
-    ``mark``, if given, sees each batch first. The step returns the detached loss;
-    returned with its optimizer (for prewarm to restore)."""
-    torch.manual_seed(s.args.seed)
-    model = s.make_model().to(s.device)
-    model.load_state_dict(s.init_state)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    autocast = step_autocast(s.device)
-
-    def step(batch: dict[str, Any]) -> torch.Tensor:
-        if mark is not None:
-            mark(batch)
-        with autocast:
-            loss = fwd(model, batch)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        # a copy: under mode="reduce-overhead" the loss lives in the CUDA graph's output
-        # memory, which the next replay overwrites (the losses are compared at the end)
-        return loss.detach().clone()
-
-    return step, opt
-
-
 def new_result(name: str, s: Setup, fam: Family) -> StrategyResult:
     """The strategy's record with what its family's batches say (shapes, efficiencies)."""
     strategy = STRATEGIES[name]
     result = StrategyResult(name=name, family=strategy.family, peer=name in PEERS)
     result.buckets = list(fam.buckets) if fam.buckets is not None else None
     result.epoch_steps = len(fam.epoch)
-    result.token_efficiency = float(s.lengths.sum()) / float(sum(fam.padded))
+    padded = sum(rows * length for rows, length in fam.shapes)
+    result.token_efficiency = float(s.lengths.sum()) / float(padded)
     result.shapes = len(set(fam.shapes))
     computed = sum(int(b["input_ids"].numel()) for b in fam.timed)
     result.timed_token_efficiency = sum(fam.timed_real) / computed
@@ -127,8 +98,7 @@ def new_result(name: str, s: Setup, fam: Family) -> StrategyResult:
 
 
 def prepare(name: str, s: Setup, fam: Family) -> Runner:
-    """Build the model, compile, warm up (prewarm and/or the first steps); time it.
-    (Compile-while-training warms up in :func:`~shapebucket.bench.background.prepare_background`.)"""
+    """Build the model, compile, warm up (prewarm and/or the first steps); time it."""
     strategy = STRATEGIES[name]
     a = s.args
     result = new_result(name, s, fam)
@@ -136,15 +106,13 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
     mode = strategy.mode or a.mode
     if strategy.compile is not None:
         fwd = torch.compile(fwd, fullgraph=True, mode=mode, **strategy.compile)
-    step, opt = training_step(s, fwd, _marker(strategy, fam.buckets))
+    step, _, opt = s.training_step(fwd, _marker(strategy, fam.buckets))
     guard = (lambda: no_recompiles(fam.buckets)) if strategy.prewarm else contextlib.nullcontext
     # its own copies of the family's batches: marks (mark_dynamic) live on tensor objects,
     # and one strategy's marks must not change how another strategy's compiler sees them
     fam = replace(fam, warmup=[_copy(b) for b in fam.warmup], timed=[_copy(b) for b in fam.timed])
     runner = Runner(name, fam, step, guard, result, epoch_tokens=int(s.lengths.sum()))
-    reset_peak_memory(s.device)
-    with CompileCounter() as total:
-        t0 = time.perf_counter()
+    with _warming(runner, s.device) as t0:
         if strategy.prewarm and fam.buckets is not None:
             reserved = _reserved(s.device)
             prewarm(
@@ -164,14 +132,83 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
             if i == 0:
                 sync(s.device)
                 result.first_step_s = time.perf_counter() - t0
-        sync(s.device)
-        result.warmup_s = time.perf_counter() - t0
     result.warmup_steps = len(fam.warmup)
     result.warmup_epochs = sum(fam.warmup_real) / runner.epoch_tokens
+    return runner
+
+
+@contextlib.contextmanager
+def _warming(runner: Runner, device: torch.device) -> Iterator[float]:
+    """Time a warm-up (yields its start) and record its graphs and peak memory."""
+    result = runner.result
+    reset_peak_memory(device)
+    with CompileCounter() as total:
+        t0 = time.perf_counter()
+        yield t0
+        sync(device)
+        result.warmup_s = time.perf_counter() - t0
     result.graphs = total.graphs
     result.recompile_limit_hit = bool(total.limit_hits)
-    result.warmup_peak_mem_mb = peak_memory_mb(s.device)
+    result.warmup_peak_mem_mb = peak_memory_mb(device)
+
+
+def prepare_background(name: str, s: Setup, fam: Family) -> Runner:
+    """Warm up ``name`` by training eagerly on the timed batches while every shape compiles
+    in the background (:func:`~shapebucket.compile.compile_in_background`); the timed
+    rounds then run the switched, compiled shapes under ``no_recompiles``."""
+    if s.device.type != "cpu":
+        raise RuntimeError(f"{name} runs on CPU only in this benchmark (no autocast step)")
+    step, model, _ = s.training_step()
+    plan = ShapePlan.of(fam.collate)
+    options = {"fullgraph": True, "mode": s.args.mode, **(STRATEGIES[name].compile or {})}
+    options.pop("dynamic", None)
+    result = new_result(name, s, fam)
+    runner = Runner(name, fam, step, lambda: no_recompiles(plan), result, int(s.lengths.sum()))
+    lengths = [length for _, length in fam.shapes]  # the most frequent shapes compile first
+    with _warming(runner, s.device) as t0:
+        bg = compile_in_background(
+            s.make_model,
+            plan,
+            fam.warmup[0],
+            model=model,
+            sampler=types.SimpleNamespace(batch_buckets=lambda: lengths),
+            options=BackgroundOptions(compile_options=options, nice=s.args.background_nice),
+        )
+        with bg:
+            losses, tokens, steps = _train_until_switched(bg, runner, len(plan), t0)
+    runner.losses.extend(torch.tensor(losses).unbind())
+    result.warmup_epochs = tokens / runner.epoch_tokens
+    result.warmup_steps = steps
+    result.background = bg.report.to_dict()
     return runner
+
+
+def _train_until_switched(
+    bg: BackgroundCompile, runner: Runner, shapes: int, t0: float
+) -> tuple[list[float], int, int]:
+    """Eager steps on the timed batches, round after round, each on the warm-up curve, until
+    ``shapes`` shapes are switched; returns the losses, the real tokens and the steps."""
+    fam, result = runner.family, runner.result
+    # the warm-up's losses as floats: a loss tensor kept per step is a small native
+    # allocation between the step's freed activations, which then fragments the heap
+    # (the process grew by about 1 MB a step, 20 GB over a long warm-up)
+    losses: list[float] = []
+    tokens = 0
+    i, passes_after_done = 0, 0
+    while len(bg.report.switched_at) < shapes and passes_after_done < 2:
+        j = i % len(fam.timed)
+        losses.append(float(runner.step(fam.timed[j])))
+        tokens += fam.timed_real[j]
+        now = time.perf_counter() - t0
+        result.warmup_curve.append([now, tokens / runner.epoch_tokens])
+        if i == 0:
+            result.first_step_s = now
+        if bg.report.error is not None:
+            raise RuntimeError(f"the background compile failed: {bg.report.error}")
+        i += 1
+        if bg.done and j == len(fam.timed) - 1:
+            passes_after_done += 1  # a shape the timed set never has stays unswitched
+    return losses, tokens, i
 
 
 def _reserved(device: torch.device) -> int:
@@ -184,13 +221,9 @@ def _copy(batch: dict[str, Any]) -> dict[str, Any]:
 
 
 def time_round(r: Runner, device: torch.device) -> None:
-    """One timed epoch of the timed sample set in the strategy's batches, each step timed
-    on its own.
-
-    A step in which the compiler worked (a new graph, or any compile phase dynamo
-    timed, such as a backward compiled on its first call) is kept out of the round's
-    tokens/sec (the steady state) and counted in ``timed_compile_s`` instead, which the
-    whole-job time includes: a compile is paid once per run, not once per round."""
+    """One timed epoch of the timed sample set, each step timed on its own; a step in which
+    the compiler worked is kept out of the round's steady tokens/sec and counted in
+    ``timed_compile_s`` (the whole job pays it once)."""
     fam, res = r.family, r.result
     compile_s = steady_s = 0.0
     steady_tokens = 0
@@ -233,13 +266,10 @@ def finish(r: Runner, device: torch.device) -> None:
     # steady state: the seconds per step of each round without its compiling steps
     per_step = [float(t[~c].mean()) for t, c in zip(times, compiled, strict=True) if (~c).any()]
     res.steps_per_sec = 1.0 / float(np.median(per_step))
-    # a step that compiled counts its compile in the job (once), not in the steady state;
-    # the warm-up's training steps (a compile-while-training warm-up is mostly those) are
-    # taken off the epochs the job still has to run
     res.epoch_s = float(np.median(res.round_epoch_s))
     res.job_s, res.job10_s = res.job_seconds(1), res.job_seconds(10)
     res.losses = [float(x) for x in torch.stack(r.losses).float().cpu()]
     res.final_loss = res.losses[-1]
     heaviest = max(range(steps), key=lambda i: r.family.timed[i]["input_ids"].numel())
     with r.guard():
-        res.peak_mem_mb = peak_step_memory_mb(lambda: r.step(r.family.timed[heaviest]), device)
+        res.peak_mem_mb = step_peak_bytes(lambda: r.step(r.family.timed[heaviest]), device) / 2**20

@@ -1,10 +1,4 @@
-"""The benchmark's strategies and the record each one produces.
-
-A strategy names how it forms its batches (its family), how it compiles them
-and whether it prewarms; :data:`PEERS` are the strategies that do what users
-would do instead of shapebucket. :class:`StrategyResult` is one strategy's
-line in the table and its entry in the JSON output.
-"""
+"""The benchmark's strategies (:data:`PEERS`: what users do instead) and the record of each."""
 
 from __future__ import annotations
 
@@ -26,11 +20,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Strategy:
-    """How one strategy forms, pads and compiles its batches.
-
-    ``family`` names the batches: strategies of one family see the same
-    batches in the same order, so their per-step losses must agree.
-    """
+    """How one strategy forms (``family``: the same batches, so the same losses), pads and
+    compiles its batches."""
 
     family: str  # "grouped", "fixed", "buckets", "tokens", "packed" or "calibrated"
     compile: dict[str, Any] | None  # torch.compile kwargs; None runs eagerly
@@ -39,7 +30,7 @@ class Strategy:
     about: str = ""
     # How the compiled graphs are ready: "first" compiles (prewarm) before the first step;
     # "background" trains eagerly from the first second while a one-core process compiles
-    # every shape, each shape switching to its graph when ready (bench.background)
+    # every shape, each shape switching to its graph when ready (runner.prepare_background)
     ready: str = "first"
     # torch.compile's mode for this strategy (None: --mode); "reduce-overhead" records a CUDA
     # graph per planned shape at prewarm and needs --device cuda
@@ -158,12 +149,8 @@ def for_device(names: list[str], device: str, *, everything: bool = False) -> li
     return names
 
 
-#: The default run: every peer, and packing eager and compiled first. The bucket
-#: strategies (shapebucket, -specialized, -tokens) ran within noise of the peers in every
-#: earlier run and cost 95-135 s of warm-up each; compiling while training starves on 2
-#: cores (its background compile runs at nice 10 on a core the training threads share:
-#: 78 s for a shape the foreground compiles in 4 s, quick run of 2026-11-25). ``--strategies
-#: all`` adds them all.
+#: The default run: every peer, and packing eager and compiled (docs/benchmarks.md says why
+#: the other strategies are left to ``--strategies all``).
 DEFAULT = (*PEERS, "shapebucket-packed-eager", "shapebucket-packed")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .._validate import check_int
-from ..data import mixture_lengths
+from ..data import mixture_lengths, read_lengths
 
 __all__ = [
     "WORKLOADS",
@@ -27,13 +27,8 @@ _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
 def stdlib_docstring_paragraphs() -> list[str]:
-    """The paragraphs of the docstrings in Python's standard library (real text, offline).
-
-    Real English technical text that every Python installation has: the module,
-    class and function docstrings of the top-level ``*.py`` modules of the
-    running interpreter's stdlib, split into paragraphs at blank lines, in a
-    fixed order (files sorted by name).
-    """
+    """The paragraphs of the docstrings of the running interpreter's top-level stdlib
+    modules (real English text, offline), split at blank lines, files sorted by name."""
     root = Path(sysconfig.get_paths()["stdlib"])
     paragraphs: list[str] = []
     for path in sorted(root.glob("*.py")):
@@ -50,11 +45,8 @@ def stdlib_docstring_paragraphs() -> list[str]:
 
 
 def stdlib_docstring_lengths() -> np.ndarray:
-    """Token counts of :func:`stdlib_docstring_paragraphs`, tokenized into words and
-    punctuation marks (a rough stand-in for a subword tokenizer); paragraphs of
-    fewer than 2 tokens are skipped. About 8,000 paragraphs on CPython 3.11,
-    median 14 tokens, longest about 600.
-    """
+    """Token counts (words and punctuation marks) of :func:`stdlib_docstring_paragraphs` of
+    2 tokens or more: about 8,000 on CPython 3.11, median 14, longest about 600."""
     counts = (len(_TOKEN.findall(p)) for p in stdlib_docstring_paragraphs())
     return np.asarray([n for n in counts if n >= 2], dtype=np.int64)
 
@@ -95,14 +87,9 @@ def long_mixture_lengths(n: int, *, max_len: int, seed: int = 0) -> np.ndarray:
 def load_workload(
     name: str, *, n: int, max_len: int, seed: int, lengths_file: str | None = None
 ) -> tuple[np.ndarray, int]:
-    """``(lengths, clipped)``: the workload's lengths, clipped to ``max_len``, and how many were clipped.
-
-    ``mixture``, ``long-mixture`` (long-tailed up to ``max_len``) and ``captioning`` draw
-    ``n`` samples; ``text`` and ``file`` use all their lengths.
-    """
+    """``(lengths, clipped)``: the workload's (or ``lengths_file``'s) lengths clipped to
+    ``max_len`` and how many were; ``n`` is the samples drawn where a workload draws them."""
     if lengths_file is not None:
-        from ..data import read_lengths
-
         lengths = read_lengths(lengths_file).astype(np.int64)
     elif name == "mixture":
         lengths = mixture_lengths(n, seed=seed)

@@ -116,19 +116,6 @@ def optimal_boundaries(
     return sorted(out)
 
 
-def _check_max_len(arr: np.ndarray, max_len: int | None) -> int | None:
-    if max_len is None:
-        return None
-    max_len = check_int("max_len", max_len, minimum=2, maximum=MAX_BUCKET)
-    if int(arr.max()) > max_len:
-        i = int(np.argmax(arr > max_len))
-        raise ShapeBucketError(
-            f"sample {i} has length {int(arr[i])} > max_len {max_len}; such samples would be "
-            "truncated or rejected later: raise max_len, or drop/truncate them before fitting"
-        )
-    return max_len
-
-
 def optimal_buckets(
     lengths: Sequence[int] | np.ndarray,
     k: int,
@@ -149,9 +136,15 @@ def optimal_buckets(
     k = check_int("k", k, minimum=1)
     align = check_int("align", align, minimum=1, maximum=MAX_BUCKET)
     arr = check_lengths(lengths)
-    max_len = _check_max_len(arr, max_len)
     values, counts = histogram(arr)
     if max_len is not None:  # the largest bucket covers max_len: a candidate no sample weighs
+        max_len = check_int("max_len", max_len, minimum=2, maximum=MAX_BUCKET)
+        if int(values[-1]) > max_len:
+            i = int(np.argmax(arr > max_len))
+            raise ShapeBucketError(
+                f"sample {i} has length {int(arr[i])} > max_len {max_len}; such samples would be "
+                "truncated or rejected later: raise max_len, or drop/truncate them before fitting"
+            )
         values, counts = np.append(values, max_len), np.append(counts, 0.0)
     return Buckets(weighted_fit(values, counts, k, align, cost=cost, batching=(mode, batch_size)))
 

@@ -9,7 +9,6 @@ of dynamo or inductor: each function imports what it uses when called.
 """
 
 from .aot import AOT_MISS, aot_call, aot_compile_call, aot_deserialize, aot_serialize, has_hooks
-from .callbacks import on_compile_start
 from .counters import (
     cache_hit_counts,
     compile_events,
@@ -23,9 +22,12 @@ from .dynamo import (
     frame_callback_getter,
     fresh_forward,
     get_recompile_limit,
+    is_compiled_module,
     is_specialization_source_error,
+    on_compile_start,
     raised_recompile_limit,
     set_recompile_limit,
+    unwrap_compiled,
 )
 from .inductor import (
     clear_cache_artifacts,
@@ -43,7 +45,6 @@ from .marks import (
     not_compiled,
     skip_frame_only,
 )
-from .modules import is_compiled_module, unwrap_compiled
 from .profiler import cpu_allocation_peak_bytes
 from .tensors import copy_all
 from .version import recompile_limit_fix

@@ -8,8 +8,7 @@ import pickle
 from collections.abc import Sequence
 from typing import Any
 
-from .dynamo import dynamo_module
-from .modules import unwrap_compiled
+from .dynamo import dynamo_module, unwrap_compiled
 
 AOT_MISS = object()  # what aot_call returns when the function's guards reject the call
 

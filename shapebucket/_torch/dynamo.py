@@ -1,4 +1,6 @@
-"""Dynamo's configuration: the recompile limit and automatic dynamic shapes, and the loader of dynamo itself."""
+"""Dynamo: its configuration (the recompile limit, automatic dynamic shapes), its
+compile-start callbacks, what ``torch.compile`` returns for a module, and the loader of
+dynamo itself."""
 
 from __future__ import annotations
 
@@ -6,6 +8,8 @@ import contextlib
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
+
+import torch
 
 
 def dynamo_module() -> Any:
@@ -113,3 +117,41 @@ def fresh_forward(tag: str) -> Callable[[Any, dict[str, Any]], Any]:
     name = "forward_" + "".join(c if c.isalnum() else "_" for c in tag)
     code = forward.__code__.replace(co_name=name)  # a new code object, its own cache
     return types.FunctionType(code, forward.__globals__, name)
+
+
+@contextlib.contextmanager
+def on_compile_start(callback: Callable[[str, bool], None]) -> Iterator[None]:
+    """Call ``callback(compile_id, backward)`` whenever the compiler starts work inside the
+    block: a dynamo frame (``backward=False``) or the lazy compile of the backward graph of
+    the frame ``compile_id`` names (``backward=True``). An exception the callback raises
+    stops that compile and reaches the caller (of ``backward()`` for a backward graph).
+    The callback is removed on exit."""
+    from torch._dynamo.callback import CallbackTrigger, callback_handler
+
+    kinds = {CallbackTrigger.DYNAMO: False, CallbackTrigger.LAZY_BACKWARD: True}
+
+    def start(args: Any) -> None:
+        backward = kinds.get(args.callback_trigger)
+        if backward is not None:
+            callback(str(args.compile_id), backward)
+
+    callback_handler.register_start_callback(start)
+    try:
+        yield
+    finally:
+        callback_handler.remove_start_callback(start)
+
+
+def is_compiled_module(obj: Any) -> bool:
+    """Whether ``obj`` is what ``torch.compile(module)`` returns (an ``OptimizedModule``)."""
+    return isinstance(obj, torch.nn.Module) and hasattr(obj, "_orig_mod")
+
+
+def unwrap_compiled(obj: Any) -> Any:
+    """The module a ``torch.compile``'d module wraps (its ``_orig_mod``); anything else as it is.
+
+    >>> m = torch.nn.Linear(2, 2)
+    >>> unwrap_compiled(torch.compile(m)) is m, unwrap_compiled(m) is m
+    (True, True)
+    """
+    return getattr(obj, "_orig_mod", obj) if is_compiled_module(obj) else obj

@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .._lengths import MAX_BUCKET, round_up
+from .._lengths import MAX_BUCKET
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets
-from ..fit.optimal import DEFAULT_ALIGN, optimal_boundaries
+from ..fit.optimal import DEFAULT_ALIGN, weighted_fit
 from .calls import LEADS
 from .placement import rows_used
 
@@ -102,9 +102,9 @@ def fit_calls(
     real = sum(sum(c.real) for c in recorded)
     if packed_row_length is not None:
         return _fit_packed(recorded, packed_row_length, row_k, real)
-    row_buckets = _weighted_fit(rows, lengths.astype(np.float64), row_k, align=1, least=1)
+    row_buckets = weighted_fit(rows, lengths.astype(np.float64), row_k, align=1, least=1)
     padded_rows = np.array(row_buckets)[np.searchsorted(row_buckets, rows)]
-    buckets = Buckets(_weighted_fit(lengths, padded_rows.astype(np.float64), k, align))
+    buckets = Buckets(weighted_fit(lengths, padded_rows.astype(np.float64), k, align))
     run = int((padded_rows * buckets.bucket_for_many(lengths)).sum())
     return CallShapes(buckets, tuple(row_buckets), real / run, len(buckets) * len(row_buckets))
 
@@ -119,20 +119,9 @@ def _fit_packed(recorded: list[_Call], row_length: Any, row_k: int, real: int) -
             f"is never split across rows: pass packed_row_length >= {longest}"
         )
     packed = np.array([rows_used(c.real, R) for c in recorded], dtype=np.int64)
-    row_buckets = _weighted_fit(packed, np.ones(len(packed)), row_k, align=1, least=1)
+    row_buckets = weighted_fit(packed, np.ones(len(packed)), row_k, align=1, least=1)
     run = int(np.array(row_buckets)[np.searchsorted(row_buckets, packed)].sum()) * R
     return CallShapes(Buckets([R]), tuple(row_buckets), real / run, len(row_buckets), R)
-
-
-def _weighted_fit(
-    values: np.ndarray, weights: np.ndarray, k: int, align: int, least: int = 2
-) -> list[int]:
-    """The at-most-``k`` aligned boundaries (each >= ``least``) with the least
-    ``sum weight * boundary`` over ``values``, the largest covering ``max(values)``."""
-    rounded = np.maximum(round_up(values, align), round_up(least, align))
-    cands, group = np.unique(rounded, return_inverse=True)
-    group_weights = np.bincount(group, weights=weights, minlength=len(cands))
-    return optimal_boundaries(cands, group_weights, cands.astype(np.float64), k)
 
 
 def _read_calls(calls: Any) -> list[_Call]:

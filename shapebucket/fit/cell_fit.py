@@ -16,7 +16,7 @@ from .._lengths import MAX_BUCKET, check_lengths, round_up
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from .cells import Cells, check_weights
-from .optimal import DEFAULT_ALIGN, optimal_boundaries, optimal_buckets
+from .optimal import DEFAULT_ALIGN, optimal_boundaries, weighted_fit
 
 __all__ = ["CellsReport", "cells_lower_bound", "cells_report", "fit_cells"]
 
@@ -170,8 +170,8 @@ def cells_lower_bound(
     sa, ta, a_s, a_t = _aligned(sources, targets, align)
     total = 0
     for lens, a, w in zip((sa, ta), (a_s, a_t), check_weights(weights), strict=True):
-        table = optimal_buckets(lens, k, align=a)
-        total += w * int(table.bucket_for_many(lens).sum())
+        table = np.array(weighted_fit(lens, np.ones(len(lens)), k, a))
+        total += w * int(table[np.searchsorted(table, lens)].sum())
     return total
 
 

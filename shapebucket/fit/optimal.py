@@ -17,7 +17,7 @@ from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .padding import Batching, check_batching, group_weights, histogram
 
-__all__ = ["DEFAULT_ALIGN", "Cost", "optimal_boundaries", "optimal_buckets"]
+__all__ = ["DEFAULT_ALIGN", "Cost", "optimal_boundaries", "optimal_buckets", "weighted_fit"]
 
 #: The one default alignment of fitted buckets (``fit_buckets``, ``choose_k``,
 #: ``compare_policies`` and the CLI): multiples of 8 suit tensor cores and
@@ -116,19 +116,6 @@ def optimal_boundaries(
     return sorted(out)
 
 
-def _check_max_len(arr: np.ndarray, max_len: int | None) -> int | None:
-    if max_len is None:
-        return None
-    max_len = check_int("max_len", max_len, minimum=2, maximum=MAX_BUCKET)
-    if int(arr.max()) > max_len:
-        i = int(np.argmax(arr > max_len))
-        raise ShapeBucketError(
-            f"sample {i} has length {int(arr[i])} > max_len {max_len}; such samples would be "
-            "truncated or rejected later: raise max_len, or drop/truncate them before fitting"
-        )
-    return max_len
-
-
 def optimal_buckets(
     lengths: Sequence[int] | np.ndarray,
     k: int,
@@ -149,15 +136,33 @@ def optimal_buckets(
     k = check_int("k", k, minimum=1)
     align = check_int("align", align, minimum=1, maximum=MAX_BUCKET)
     arr = check_lengths(lengths)
-    max_len = _check_max_len(arr, max_len)
     values, counts = histogram(arr)
-    rounded = np.maximum(round_up(values, align), round_up(2, align))
+    if max_len is not None:  # the largest bucket covers max_len: a candidate no sample weighs
+        max_len = check_int("max_len", max_len, minimum=2, maximum=MAX_BUCKET)
+        if int(values[-1]) > max_len:
+            i = int(np.argmax(arr > max_len))
+            raise ShapeBucketError(
+                f"sample {i} has length {int(arr[i])} > max_len {max_len}; such samples would be "
+                "truncated or rejected later: raise max_len, or drop/truncate them before fitting"
+            )
+        values, counts = np.append(values, max_len), np.append(counts, 0.0)
+    return Buckets(weighted_fit(values, counts, k, align, cost=cost, batching=(mode, batch_size)))
+
+
+def weighted_fit(
+    values: np.ndarray,
+    weights: np.ndarray,
+    k: int,
+    align: int,
+    *,
+    least: int = 2,
+    cost: Cost = "tokens",
+    batching: tuple[Batching, int] = ("bucketed", 1),
+) -> list[int]:
+    """The at-most-``k`` boundaries, multiples of ``align`` and >= ``least``, with the
+    least ``sum cost(boundary) * weight`` over ``values`` (the solver's candidates and
+    weights, as ``batching`` weighs them); arguments already checked."""
+    rounded = np.maximum(round_up(values, align), round_up(least, align))
     cands, group = np.unique(rounded, return_inverse=True)
-    group_counts = np.bincount(group, weights=counts)
-    top = round_up(max(int(values[-1]), max_len or 0, 2), align)
-    if cands[-1] != top:
-        cands = np.append(cands, top)
-        group_counts = np.append(group_counts, 0.0)
-    weights = group_weights(group_counts, mode, batch_size)
-    costs = _cost_values(cost, cands)
-    return Buckets(optimal_boundaries(cands, weights, costs, k))
+    grouped = group_weights(np.bincount(group, weights=weights), *batching)
+    return optimal_boundaries(cands, grouped, _cost_values(cost, cands), k)

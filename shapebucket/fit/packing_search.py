@@ -19,10 +19,10 @@ from itertools import combinations
 
 import numpy as np
 
-from .._lengths import MIN_LENGTH, CheckedLengths, round_up
+from .._lengths import round_up
 from ._packer import Packer
 from .buckets import Buckets
-from .optimal import Cost, optimal_buckets
+from .optimal import Cost, weighted_fit
 from .packing import rows_for_tokens
 from .step_cost import StepCost, row_cost
 
@@ -156,10 +156,14 @@ def _alternate(ev: _Evaluator, seed_set: tuple[int, ...], k: int, align: int, to
         contents = contents[contents > 0]
         if not len(contents):
             return
-        # row contents of checked lengths (sums of them, >= 1): passed on checked
-        filled = CheckedLengths(contents.astype(np.int64), MIN_LENGTH)
-        fitted = optimal_buckets(filled, k, align=align, max_len=top, cost=ev.dp_cost)
-        values = tuple(int(b) for b in fitted)
+        values = _refit(contents, k, align, top, ev.dp_cost)
+
+
+def _refit(lengths: np.ndarray, k: int, align: int, top: int, cost: Cost) -> tuple[int, ...]:
+    """The exact best ``k`` row lengths for ``lengths`` (ints >= 1, <= ``top``), the
+    largest covering ``top`` (a candidate no length weighs)."""
+    weights = np.append(np.ones(len(lengths)), 0.0)
+    return tuple(weighted_fit(np.append(lengths, top), weights, k, align, cost=cost))
 
 
 def _climb(ev: _Evaluator, universe: list[int], top: int, k: int, budget: int) -> None:
@@ -223,8 +227,7 @@ def search_row_lengths(
                 ev((*inner, top))
         return best_sets(ev.scores, FINALISTS)
     seeds = [tuple(b) for b in halving_sets(top, k, align)]
-    checked = CheckedLengths(lengths, MIN_LENGTH)  # checked by the caller
-    seeds.append(tuple(optimal_buckets(checked, k, align=align, max_len=top, cost=ev.dp_cost)))
+    seeds.append(_refit(lengths, k, align, top, ev.dp_cost))
     for s in seeds:
         _alternate(ev, s, k, align, top)
     if k > 1 and len(universe) * len(probe) <= PAIR_SEED_WORK:  # every pair, when affordable

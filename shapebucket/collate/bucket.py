@@ -259,15 +259,7 @@ class BucketCollator(Collator):
                     "batch"
                 )
             return next(size for size in sizes if size >= n_real)
-        rows = self.rows_for(bucket)
-        if rows is None:
-            return n_real
-        if n_real > rows:
-            raise ShapeBucketError(
-                f"batch of {n_real} samples is larger than rows={rows} for bucket {bucket}; "
-                "raise rows or make the sampler's batches smaller"
-            )
-        return rows
+        return self._batch_rows(bucket, n_real)
 
 
 def _cut(value: Any, keep: slice, seq_dim: int) -> Any:

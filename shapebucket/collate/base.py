@@ -110,6 +110,20 @@ class TableCollator:
             )
         return rows
 
+    def _count(self, *layouts: Layout, cut: tuple[int, int] = (0, 0)) -> None:
+        """Count one batch: its layout (a CellCollator's: the source's and the target's)."""
+        real = sum(int(x.lengths.sum()) for x in layouts)
+        first = layouts[0]
+        self._counters.add(
+            first.length if len(layouts) == 1 else tuple(x.length for x in layouts),
+            num_samples=first.n,
+            real_tokens=real,
+            padded_tokens=sum(x.rows * x.length for x in layouts) - real,
+            pad_rows=first.rows - first.used_rows(),
+            truncated_samples=cut[0],
+            truncated_tokens=cut[1],
+        )
+
     def shapes(self, sampler: Any = None) -> frozenset[Shape]:
         """Every shape this collator makes for the batches of ``sampler``: with ``rows``,
         ``Shape(rows_for(b), b)`` at each bucket ``b`` the sampler's batches use; without,
@@ -330,15 +344,3 @@ class Collator(TableCollator):
             for k in cols.keys
             if k not in cols.seq_keys
         }
-
-    def _count(self, layout: Layout, cut: tuple[int, int] = (0, 0)) -> None:
-        real = int(layout.lengths.sum())
-        self._counters.add(
-            layout.length,
-            num_samples=layout.n,
-            real_tokens=real,
-            padded_tokens=layout.rows * layout.length - real,
-            pad_rows=layout.rows - layout.used_rows(),
-            truncated_samples=cut[0],
-            truncated_tokens=cut[1],
-        )

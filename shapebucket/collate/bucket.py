@@ -134,7 +134,7 @@ class BucketCollator(Collator):
                 f"a batch of {layout.rows} rows at bucket {layout.length} could not be allocated "
                 f"({e}); check the bucket table {self.buckets!r} and the batch size"
             ) from None
-        self._count(layout, cut)
+        self._count(layout, cut=cut)
         if cols.kind == "dict":
             return out
         result = tuple(out.values())
@@ -159,7 +159,7 @@ class BucketCollator(Collator):
                 f"BucketCollator.flat needs dict samples, got {type(samples[0]).__name__}; "
                 "call the collator itself for tuples and bare sequences"
             )
-        self._count(layout, cut)
+        self._count(layout, cut=cut)
         return self._flat(cols, layout)
 
     def _flat(self, cols: Columns, layout: Layout) -> FlatBatch:

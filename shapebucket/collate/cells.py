@@ -171,35 +171,27 @@ class CellCollator(TableCollator):
         src = self._source.read(src_samples)
         tgt = self._target.read(tgt_samples)
         cell = _batch_cell(self._table, src, tgt)
-        n = len(src.lengths)
-        rows = self._batch_rows(cell, n)
-        out = self._side(self._source, src, rows, cell[0], self.mask_key)
-        target = self._side(self._target, tgt, rows, cell[1], self.target_mask_key)
+        rows = self._batch_rows(cell, len(src.lengths))
+        out, src_layout = self._side(self._source, src, rows, cell[0], self.mask_key)
+        target, tgt_layout = self._side(self._target, tgt, rows, cell[1], self.target_mask_key)
         if self.target_mask_key is not None and self.target_mask_key in out:
             raise ShapeBucketError(
                 f"target_mask_key={self.target_mask_key!r} is also a source key of the samples "
                 f"(batch keys {list(out)}): the target mask would be dropped; name it differently"
             )
         out.update((k, v) for k, v in target.items() if k not in out)
-        real = int(src.lengths.sum()) + int(tgt.lengths.sum())
-        self._counters.add(
-            cell,
-            num_samples=n,
-            real_tokens=real,
-            padded_tokens=rows * (cell[0] + cell[1]) - real,
-            pad_rows=rows - n,
-        )
+        self._count(src_layout, tgt_layout)
         return out
 
     @staticmethod
     def _side(
         collator: BucketCollator, cols: Columns, rows: int, length: int, mask_key: str | None
-    ) -> dict[Key, Any]:
+    ) -> tuple[dict[Key, Any], Layout]:
         lengths = torch.from_numpy(np.ascontiguousarray(cols.lengths))
         layout = Layout(lengths, rows=rows, length=length, seq_dim=collator.seq_dim)
         values, pads = collator.sequences(cols)
         stacked = collator.stacked(cols, rows)
-        return assemble(cols.keys, values, pads, stacked, layout, mask_key=mask_key)
+        return assemble(cols.keys, values, pads, stacked, layout, mask_key=mask_key), layout
 
     # -- the collator protocol (shapebucket.plan.ShapedCollator) ---------------------------
 

@@ -1,6 +1,8 @@
-"""What the collators share: settings, counting, the public steps of collation
-(:meth:`Collator.read`, :meth:`Collator.sequences`, :meth:`Collator.stacked`) and the
-collator protocol (:meth:`Collator.shapes`, :meth:`Collator.repad`), implemented once."""
+"""What the collators share: a table of shapes with its rows and counters
+(:class:`TableCollator`, also the base of ``CellCollator``), the one-length settings, the
+public steps of collation (:meth:`Collator.read`, :meth:`Collator.sequences`,
+:meth:`Collator.stacked`) and the collator protocol (:meth:`TableCollator.shapes`,
+:meth:`Collator.repad`), implemented once."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from .._validate import check_batch_sizes, check_int
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
 from ..plan.contract import batch_items
-from ..plan.protocol import table_shapes
+from ..plan.protocol import sampler_shapes
 from ..plan.shapes import Shape, as_shape
 from .counters import CollateReport, SharedCounters
 from .engine import Key, Layout
@@ -24,7 +26,7 @@ from .repad import Rule, repad_batch
 from .samples import SCALARS, KeyRoles
 from .values import check_pad_fits, concat, stack_column
 
-__all__ = ["Collator", "check_key_list"]
+__all__ = ["Collator", "TableCollator", "check_key_list"]
 
 
 def check_key_list(name: str, value: Any) -> list[Key] | None:
@@ -46,8 +48,131 @@ def _untyped(column: list[Any]) -> bool:
     return all(isinstance(v, (list, tuple)) for v in column)
 
 
+class TableCollator:
+    """A collator that pads to the entries of a table (bucket lengths, or CellCollator's
+    ``(source, target)`` cells): it owns the rows per entry, the counters and the shapes."""
+
+    #: what an entry of the table is called in messages, and how many lengths it has
+    _word: ClassVar[str] = "bucket"
+    _axes: ClassVar[int] = 1
+    rows: Any
+    _counters: SharedCounters
+
+    @property
+    def _table(self) -> Any:
+        raise NotImplementedError
+
+    def _check_rows(self, rows: Any) -> Any:
+        return check_batch_sizes(rows, self._table)
+
+    def _start_table(self) -> None:
+        """Check ``rows`` against the table and start the counters (from ``__post_init__``)."""
+        self.rows = self._check_rows(self.rows)
+        self._counters = SharedCounters(tuple(self._table))
+
+    @property
+    def stats(self) -> CollateReport:
+        """What this collator (and its DataLoader workers' copies) did so far, as a snapshot."""
+        return self._counters.snapshot()
+
+    def reset_stats(self) -> None:
+        """Set every counter back to zero (also for the workers of a running DataLoader)."""
+        self._counters.reset()
+
+    def rows_for(self, bucket: Any) -> int | None:
+        """The rows a batch at ``bucket`` (a cell for ``CellCollator``) is padded to
+        (``None``: as many as it has samples).
+
+        >>> from shapebucket import BucketCollator
+        >>> BucketCollator([8, 16], rows={8: 4, 16: 2}).rows_for(16)
+        2
+        """
+        target = self.rows
+        if target is None or isinstance(target, int):
+            return target
+        entry = bucket if self._axes == 1 else tuple(bucket)
+        if entry not in target:
+            raise ShapeBucketError(
+                f"rows has no entry for {self._word} {bucket}; it has {sorted(target)}"
+            )
+        return cast(int, target[entry])
+
+    def _batch_rows(self, entry: Any, n: int) -> int:
+        """The rows of a batch of ``n`` samples at ``entry``, refusing more than ``rows``."""
+        rows = self.rows_for(entry)
+        if rows is None:
+            return n
+        if n > rows:
+            raise ShapeBucketError(
+                f"batch of {n} samples is larger than rows={rows} for {self._word} "
+                f"{entry}; raise rows (pass rows=sampler.rows of the sampler that made the "
+                "batches) or make the sampler's batches smaller"
+            )
+        return rows
+
+    def _count(self, *layouts: Layout, cut: tuple[int, int] = (0, 0)) -> None:
+        """Count one batch: its layout (a CellCollator's: the source's and the target's)."""
+        real = sum(int(x.lengths.sum()) for x in layouts)
+        first = layouts[0]
+        self._counters.add(
+            first.length if len(layouts) == 1 else tuple(x.length for x in layouts),
+            num_samples=first.n,
+            real_tokens=real,
+            padded_tokens=sum(x.rows * x.length for x in layouts) - real,
+            pad_rows=first.rows - first.used_rows(),
+            truncated_samples=cut[0],
+            truncated_tokens=cut[1],
+        )
+
+    def shapes(self, sampler: Any = None) -> frozenset[Shape]:
+        """Every shape this collator makes for the batches of ``sampler``: with ``rows``,
+        ``Shape(rows_for(b), b)`` at each bucket ``b`` the sampler's batches use; without,
+        the sampler's own shapes. Without a sampler: every bucket at ``rows_for``.
+
+        >>> from shapebucket import BucketCollator
+        >>> sorted(BucketCollator([8, 16], rows=4).shapes())
+        [Shape(rows=4, length=8), Shape(rows=4, length=16)]
+        """
+        table, word, axes = self._table, self._word, self._axes
+
+        def entry(lengths: tuple[int, ...]) -> Any:
+            return lengths[0] if axes == 1 else lengths
+
+        if sampler is None:
+            if self.rows is None:
+                raise ShapeBucketError(
+                    f"{type(self).__name__} pads no rows (no rows=), so a batch's row count "
+                    "comes from the sampler: pass ShapePlan.of(collator, sampler), give the "
+                    "collator rows=, or list the shapes: ShapePlan([(rows, *lengths), ...], "
+                    "collator)"
+                )
+            cells = [(e,) if axes == 1 else tuple(e) for e in table]
+            return frozenset(Shape(cast(int, self.rows_for(entry(c))), *c) for c in cells)
+        used = sampler_shapes(sampler, self, axes)
+        unknown = sorted({entry(s.lengths) for s in used} - set(table))
+        if unknown:
+            raise ShapeBucketError(
+                f"the sampler makes batches at {word}s {unknown}, which the collator ({table!r}) "
+                f"does not have (lengths {unknown} are not {word}s of it, so it never pads a "
+                f"batch to them); give the sampler and the collator the same {word}s"
+            )
+        if self.rows is None:
+            return used
+        out = set()
+        for s in used:
+            rows = cast(int, self.rows_for(entry(s.lengths)))
+            if s.rows > rows:
+                raise ShapeBucketError(
+                    f"the sampler makes batches of {s.rows} rows at {word} {entry(s.lengths)}, "
+                    f"more than the collator's rows={rows} there; pass "
+                    f"{type(self).__name__}(rows=sampler.rows)"
+                )
+            out.add(Shape(rows, *s.lengths))
+        return frozenset(out)
+
+
 @dataclass(repr=False, kw_only=True)
-class Collator:
+class Collator(TableCollator):
     """The shared settings of the collators (see :class:`~shapebucket.BucketCollator`)."""
 
     #: whether a row holds several samples (pairs the collator with a sampler that packs)
@@ -78,8 +203,7 @@ class Collator:
                 if isinstance(v, (torch.Tensor, np.ndarray)) or not isinstance(v, SCALARS):
                     raise ShapeBucketError(f"pad_values[{k!r}] must be a number, got {v!r}")
             self.pad_values = dict(self.pad_values)
-        self.rows = check_batch_sizes(self.rows, self._table)
-        self._counters = SharedCounters(tuple(self._table))
+        self._start_table()
 
     def __repr__(self) -> str:
         """The bucket table and every setting that differs from its default."""
@@ -96,31 +220,6 @@ class Collator:
         # __post_init__ turns any sequence of ints into Buckets
         return cast(Buckets, self.buckets)
 
-    @property
-    def stats(self) -> CollateReport:
-        """What this collator (and its DataLoader workers' copies) did so far, as a snapshot."""
-        return self._counters.snapshot()
-
-    def reset_stats(self) -> None:
-        """Set every counter back to zero (also for the workers of a running DataLoader)."""
-        self._counters.reset()
-
-    def rows_for(self, bucket: int) -> int | None:
-        """The rows a batch at ``bucket`` is padded to (``None``: as many as it has samples).
-
-        >>> from shapebucket import BucketCollator
-        >>> BucketCollator([8, 16], rows={8: 4, 16: 2}).rows_for(16)
-        2
-        """
-        target = self.rows
-        if target is None or isinstance(target, int):
-            return target
-        if bucket not in target:
-            raise ShapeBucketError(
-                f"rows has no entry for bucket {bucket}; it has {sorted(target)}"
-            )
-        return target[bucket]
-
     def pad_value(self, key: Key) -> Any:
         """The pad value used for ``key``: ``pad_values[key]``, else -100 for the label keys
         (``roles.labels``), else 0."""
@@ -133,17 +232,6 @@ class Collator:
         return None
 
     # -- the collator protocol (shapebucket.plan.ShapedCollator) ---------------------------
-
-    def shapes(self, sampler: Any = None) -> frozenset[Shape]:
-        """Every shape this collator makes for the batches of ``sampler``: with ``rows``,
-        ``Shape(rows_for(b), b)`` at each bucket ``b`` the sampler's batches use; without,
-        the sampler's own shapes. Without a sampler: every bucket at ``rows_for``.
-
-        >>> from shapebucket import BucketCollator
-        >>> sorted(BucketCollator([8, 16], rows=4).shapes())
-        [Shape(rows=4, length=8), Shape(rows=4, length=16)]
-        """
-        return table_shapes(self, sampler, self._table)
 
     def repad(self, batch: Any, shape: Shape) -> Any:
         """``batch`` (one this collator made) cut or padded to ``shape``: each row keeps the
@@ -256,15 +344,3 @@ class Collator:
             for k in cols.keys
             if k not in cols.seq_keys
         }
-
-    def _count(self, layout: Layout, cut: tuple[int, int] = (0, 0)) -> None:
-        real = int(layout.lengths.sum())
-        self._counters.add(
-            layout.length,
-            num_samples=layout.n,
-            real_tokens=real,
-            padded_tokens=layout.rows * layout.length - real,
-            pad_rows=layout.rows - layout.used_rows(),
-            truncated_samples=cut[0],
-            truncated_tokens=cut[1],
-        )

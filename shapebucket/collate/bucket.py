@@ -134,7 +134,7 @@ class BucketCollator(Collator):
                 f"a batch of {layout.rows} rows at bucket {layout.length} could not be allocated "
                 f"({e}); check the bucket table {self.buckets!r} and the batch size"
             ) from None
-        self._count(layout, cut)
+        self._count(layout, cut=cut)
         if cols.kind == "dict":
             return out
         result = tuple(out.values())
@@ -159,7 +159,7 @@ class BucketCollator(Collator):
                 f"BucketCollator.flat needs dict samples, got {type(samples[0]).__name__}; "
                 "call the collator itself for tuples and bare sequences"
             )
-        self._count(layout, cut)
+        self._count(layout, cut=cut)
         return self._flat(cols, layout)
 
     def _flat(self, cols: Columns, layout: Layout) -> FlatBatch:
@@ -259,15 +259,7 @@ class BucketCollator(Collator):
                     "batch"
                 )
             return next(size for size in sizes if size >= n_real)
-        rows = self.rows_for(bucket)
-        if rows is None:
-            return n_real
-        if n_real > rows:
-            raise ShapeBucketError(
-                f"batch of {n_real} samples is larger than rows={rows} for bucket {bucket}; "
-                "raise rows or make the sampler's batches smaller"
-            )
-        return rows
+        return self._batch_rows(bucket, n_real)
 
 
 def _cut(value: Any, keep: slice, seq_dim: int) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -16,10 +16,9 @@ import torch
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.cells import Cells
-from ..plan.protocol import table_shapes
 from ..plan.shapes import Shape, as_shape
+from .base import TableCollator
 from .bucket import BucketCollator
-from .counters import CollateReport, SharedCounters
 from .engine import Key, Layout, assemble
 from .reading import Columns
 from .repad import repad_batch
@@ -34,7 +33,7 @@ Cell = tuple[int, int]
 
 
 @dataclass(repr=False)
-class CellCollator:
+class CellCollator(TableCollator):
     """Collate dict samples into a batch padded to their ``(source, target)`` cell.
 
     Args:
@@ -83,10 +82,11 @@ class CellCollator:
     roles: KeyRoles = field(default_factory=KeyRoles)
     sequence_keys: Sequence[Key] | None = None
     seq_dim: int = 0
-    packs: ClassVar[bool] = False  # the collator protocol: one sample per row
+    packs = False  # the collator protocol: one sample per row
+    _word = "cell"  # a table of (source, target) cells
+    _axes = 2
     _source: BucketCollator = field(init=False, repr=False)
     _target: BucketCollator = field(init=False, repr=False)
-    _counters: SharedCounters = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.cells = self.cells if isinstance(self.cells, Cells) else Cells(self.cells)
@@ -94,7 +94,7 @@ class CellCollator:
             raise ShapeBucketError(f"target_keys must be a list of keys, got {self.target_keys!r}")
         self.target_keys = tuple(self.target_keys)
         self._check_mask_keys()
-        self.rows = self._check_rows(self.rows)
+        self._start_table()
         pads = self.pad_values
         self._source = BucketCollator(
             sorted({s for s, _ in self.cells}),
@@ -111,7 +111,6 @@ class CellCollator:
             pad_values=pads,
             roles=KeyRoles(index=self.roles.index, labels=self.roles.labels),
         )
-        self._counters = SharedCounters(tuple(self._table))
 
     def _check_mask_keys(self) -> None:
         """A mask named like a target key or like the other mask would replace it."""
@@ -158,23 +157,6 @@ class CellCollator:
     def _table(self) -> Cells:
         return self.cells  # type: ignore[return-value]
 
-    def rows_for(self, cell: tuple[int, ...]) -> int | None:
-        """The rows a batch in ``cell`` is padded to (``None``: as many as it has samples)."""
-        if self.rows is None or isinstance(self.rows, int):
-            return self.rows
-        if tuple(cell) not in self.rows:
-            raise ShapeBucketError(f"rows has no entry for cell {cell}; it has {sorted(self.rows)}")
-        return self.rows[tuple(cell)]  # type: ignore[index]
-
-    @property
-    def stats(self) -> CollateReport:
-        """What this collator (and its DataLoader workers' copies) did so far, as a snapshot."""
-        return self._counters.snapshot()
-
-    def reset_stats(self) -> None:
-        """Set every counter back to zero (also for the workers of a running DataLoader)."""
-        self._counters.reset()
-
     def __repr__(self) -> str:
         return (
             f"CellCollator({self.cells!r}, rows={self.rows!r}, target_keys={list(self.target_keys)}, "
@@ -189,42 +171,27 @@ class CellCollator:
         src = self._source.read(src_samples)
         tgt = self._target.read(tgt_samples)
         cell = _batch_cell(self._table, src, tgt)
-        n = len(src.lengths)
-        rows = self.rows_for(cell)
-        if rows is None:
-            rows = n
-        elif n > rows:
-            raise ShapeBucketError(
-                f"batch of {n} samples is larger than rows={rows} for cell {cell}; "
-                "pass rows=sampler.rows of the sampler that made the batches"
-            )
-        out = self._side(self._source, src, rows, cell[0], self.mask_key)
-        target = self._side(self._target, tgt, rows, cell[1], self.target_mask_key)
+        rows = self._batch_rows(cell, len(src.lengths))
+        out, src_layout = self._side(self._source, src, rows, cell[0], self.mask_key)
+        target, tgt_layout = self._side(self._target, tgt, rows, cell[1], self.target_mask_key)
         if self.target_mask_key is not None and self.target_mask_key in out:
             raise ShapeBucketError(
                 f"target_mask_key={self.target_mask_key!r} is also a source key of the samples "
                 f"(batch keys {list(out)}): the target mask would be dropped; name it differently"
             )
         out.update((k, v) for k, v in target.items() if k not in out)
-        real = int(src.lengths.sum()) + int(tgt.lengths.sum())
-        self._counters.add(
-            cell,
-            num_samples=n,
-            real_tokens=real,
-            padded_tokens=rows * (cell[0] + cell[1]) - real,
-            pad_rows=rows - n,
-        )
+        self._count(src_layout, tgt_layout)
         return out
 
     @staticmethod
     def _side(
         collator: BucketCollator, cols: Columns, rows: int, length: int, mask_key: str | None
-    ) -> dict[Key, Any]:
+    ) -> tuple[dict[Key, Any], Layout]:
         lengths = torch.from_numpy(np.ascontiguousarray(cols.lengths))
         layout = Layout(lengths, rows=rows, length=length, seq_dim=collator.seq_dim)
         values, pads = collator.sequences(cols)
         stacked = collator.stacked(cols, rows)
-        return assemble(cols.keys, values, pads, stacked, layout, mask_key=mask_key)
+        return assemble(cols.keys, values, pads, stacked, layout, mask_key=mask_key), layout
 
     # -- the collator protocol (shapebucket.plan.ShapedCollator) ---------------------------
 
@@ -252,7 +219,7 @@ class CellCollator:
                 "another cell than the sampler planned (a shape the plan lacks); build both "
                 "from one table: CellCollator(sampler.cells, rows=sampler.rows)"
             )
-        return table_shapes(self, sampler, table, axes=2)
+        return super().shapes(sampler)
 
     def repad(self, batch: Any, shape: Shape) -> dict[Key, Any]:
         """Re-pad a batch this collator made to ``shape`` (``Shape(rows, source, target)``

@@ -13,7 +13,7 @@ from typing import Any
 __all__ = ["BucketKey", "CollateReport", "SharedCounters"]
 
 #: What a batch is counted under: its bucket length, or a ``(source, target)`` cell.
-BucketKey = int | tuple[int, int]
+BucketKey = int | tuple[int, ...]
 
 
 @dataclass

@@ -120,14 +120,6 @@ class PackedCollator(Collator):
         if len(set(names)) != len(names):
             raise ShapeBucketError(f"the keys the collator adds must differ, got {names}")
 
-    def rows_for(self, bucket: int) -> int:
-        """The rows of a batch at row length ``bucket``.
-
-        >>> PackedCollator([8, 16], rows={8: 4, 16: 2}).rows_for(16)
-        2
-        """
-        return cast(int, super().rows_for(bucket))
-
     def __call__(self, samples: Sequence[Any]) -> dict[Key, Any]:
         cols = self.read(samples)
         index_key = self._check(cols)
@@ -141,7 +133,7 @@ class PackedCollator(Collator):
                 f"add a row length >= {int(lens[i])}"
             )
         L = self._table.bucket_for(longest)
-        R = self.rows_for(L)
+        R = cast(int, self.rows_for(L))  # rows= is required
         row, start = pack_rows(lens, L)
         used = int(row[-1]) + 1
         if used > R:

@@ -149,7 +149,8 @@ def from_python(key: Key, flat: list[Any], column: list[Any], where: Where) -> t
         return torch.empty(0, dtype=torch.int64)
 
     def culprit(test: Callable[[Any], bool]) -> tuple[int, Any]:
-        return _culprit(column, flat, test)
+        """The first sample and value that ``test`` flags (for error messages)."""
+        return next(((i, v) for i, s in enumerate(column) for v in s if test(v)), (0, flat[0]))
 
     if type(flat[0]) is int:
         # the common case, token ids: array("q") takes ints only (TypeError on a float, a
@@ -178,30 +179,15 @@ def from_python(key: Key, flat: list[Any], column: list[Any], where: Where) -> t
             "ints become int64, so pass this sample as a numpy array or tensor of the dtype you "
             "mean (np.uint64), or check how the value was computed"
         )
-    if arr.dtype == object:
-        i, v = culprit(_not_a_number)
-        raise ShapeBucketError(
-            f"{where(i)}: {key!r} holds {short(v)} ({type(v).__name__}); sequence values must be "
-            "ints, floats or bools"
-        )
     if arr.dtype.kind == "f":
         return _to_float32(key, arr, suspects, culprit, where)
-    if arr.dtype.kind not in "iub":
+    if arr.dtype.kind not in "iub":  # objects, strings
         i, v = culprit(_not_a_number)
         raise ShapeBucketError(
             f"{where(i)}: {key!r} holds {short(v)} ({type(v).__name__}); sequence values must be "
             "ints, floats or bools"
         )
     return torch.from_numpy(arr.astype(np.int64, copy=False) if arr.dtype.kind in "iu" else arr)
-
-
-def _culprit(column: list[Any], flat: list[Any], test: Callable[[Any], bool]) -> tuple[int, Any]:
-    """The first sample and value of ``column`` that ``test`` flags (for error messages)."""
-    for i, sample in enumerate(column):
-        for v in sample:
-            if test(v):
-                return i, v
-    return 0, flat[0]
 
 
 def _not_a_number(v: Any) -> bool:

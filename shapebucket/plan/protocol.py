@@ -17,7 +17,7 @@ from ..errors import ShapeBucketError
 from .contract import check_pairing
 from .shapes import Shape, as_shape
 
-__all__ = ["ShapedCollator", "ShapedSampler", "sampler_shapes", "table_shapes"]
+__all__ = ["ShapedCollator", "ShapedSampler", "sampler_shapes"]
 
 
 @runtime_checkable
@@ -90,45 +90,3 @@ def sampler_shapes(sampler: Any, collator: Any, axes: int = 1) -> frozenset[Shap
             "samplers with BucketCollator or PackedCollator"
         )
     return frozenset(shapes)
-
-
-def table_shapes(collator: Any, sampler: Any, table: Any, axes: int = 1) -> frozenset[Shape]:
-    """The shapes of a collator that pads to the entries of ``table`` (bucket lengths; with
-    ``axes=2``, ``(source, target)`` cells), at ``collator.rows_for(entry)`` rows when it
-    has ``rows``: without a sampler every entry (refused without ``rows``); with one, the
-    sampler's shapes (:func:`sampler_shapes`), refusing an entry the table lacks and a
-    batch of more rows than ``rows_for``."""
-    name, word = type(collator).__name__, ("bucket", "cell")[axes - 1]
-
-    def entry(lengths: tuple[int, ...]) -> Any:
-        return lengths[0] if axes == 1 else lengths
-
-    if sampler is None:
-        if collator.rows is None:
-            raise ShapeBucketError(
-                f"{name} pads no rows (no rows=), so a batch's row count comes from the "
-                "sampler: pass ShapePlan.of(collator, sampler), give the collator rows=, or "
-                "list the shapes: ShapePlan([(rows, *lengths), ...], collator)"
-            )
-        cells = [(e,) if axes == 1 else tuple(e) for e in table]
-        return frozenset(Shape(collator.rows_for(entry(c)), *c) for c in cells)
-    used = sampler_shapes(sampler, collator, axes)
-    unknown = sorted({entry(s.lengths) for s in used} - set(table))
-    if unknown:
-        raise ShapeBucketError(
-            f"the sampler makes batches at {word}s {unknown}, which the collator ({table!r}) "
-            f"does not have (lengths {unknown} are not {word}s of it, so it never pads a batch "
-            f"to them); give the sampler and the collator the same {word}s"
-        )
-    if collator.rows is None:
-        return used
-    out = set()
-    for s in used:
-        rows = collator.rows_for(entry(s.lengths))
-        if s.rows > rows:
-            raise ShapeBucketError(
-                f"the sampler makes batches of {s.rows} rows at {word} {entry(s.lengths)}, "
-                f"more than the collator's rows={rows} there; pass {name}(rows=sampler.rows)"
-            )
-        out.add(Shape(rows, *s.lengths))
-    return frozenset(out)

@@ -86,6 +86,40 @@ def record(path: str) -> object:
     return getattr(importlib.import_module(module_name), name)
 
 
+def _documented() -> set[object]:
+    """Every class and function this page gives an entry of its own."""
+    objs = {getattr(shapebucket, n) for n in shapebucket.__all__}
+    for module_name in MODULES:
+        module = importlib.import_module(module_name)
+        objs |= {getattr(module, n) for n in module.__all__}
+    return objs | {record(p) for paths in RECORDS.values() for p in paths}
+
+
+def _members(cls: type) -> tuple[dict[str, object], dict[str, list[str]]]:
+    """``cls``'s public members to document here (its own, and those of a package base
+    class that has no entry of its own, such as the collators' shared base), and, per
+    documented base class, the public members ``cls`` inherits from it."""
+    documented, own, inherited = _documented(), {}, {}
+    for klass in cls.__mro__:
+        if klass is not cls and not klass.__module__.startswith("shapebucket."):
+            continue
+        names = [a for a in vars(klass) if not a.startswith("_") and a not in own]
+        if klass is cls or klass not in documented:
+            own.update({a: vars(klass)[a] for a in names})
+        else:
+            inherited[klass.__name__] = sorted(a for a in names if _doc(vars(klass)[a]))
+            own.update({a: None for a in names})  # documented at the base
+    return {a: m for a, m in own.items() if m is not None}, inherited
+
+
+def _doc(member: object) -> str | None:
+    if not (inspect.isfunction(member) or isinstance(member, (property, classmethod))):
+        return None
+    target = member.__func__ if isinstance(member, classmethod) else member
+    target = target.fget if isinstance(target, property) else target
+    return inspect.getdoc(target)
+
+
 def _entry(name: str, obj: object, level: str) -> list[str]:
     """The heading, signature and docstring of ``obj``, then its documented methods."""
     kind = "class" if inspect.isclass(obj) else "function"
@@ -93,18 +127,17 @@ def _entry(name: str, obj: object, level: str) -> list[str]:
     parts = [f"{level} `{name}`", "", f"```python\n{kind} {_signature(obj, short)}\n```", ""]
     parts += [_as_markdown(inspect.getdoc(obj) or ""), ""]
     if inspect.isclass(obj):
-        for attr, member in sorted(vars(obj).items()):
-            if attr.startswith("_") or not (
-                inspect.isfunction(member) or isinstance(member, (property, classmethod))
-            ):
-                continue
-            target = member.__func__ if isinstance(member, classmethod) else member
-            target = target.fget if isinstance(target, property) else target
-            mdoc = inspect.getdoc(target)
+        own, inherited = _members(obj)
+        for attr, member in sorted(own.items()):
+            mdoc = _doc(member)
             if not mdoc:
                 continue
+            target = member.__func__ if isinstance(member, classmethod) else member
             sig = attr if isinstance(member, property) else _signature(target, attr)
             parts += [f"{level}# `{short}.{sig}`", "", _as_markdown(mdoc), ""]
+        for base, names in inherited.items():
+            if names:
+                parts += [f"From `{base}`: " + ", ".join(f"`{n}`" for n in names) + ".", ""]
     return parts
 
 

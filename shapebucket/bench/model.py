@@ -88,9 +88,9 @@ class GPT(nn.Module):
     A packed batch (``position_ids`` and ``document_ids`` from
     :class:`~shapebucket.PackedCollator`) gets each sample's own positions and a
     block-diagonal causal mask (:func:`~shapebucket.document_causal_mask`); with its
-    ``document_blocks`` too (:class:`~shapebucket.WithDocumentBlocks`, made in the
+    ``document_blocks`` too (:class:`~shapebucket.collate.WithDocumentBlocks`, made in the
     DataLoader worker) it attends through ``flex_attention`` under the document
-    ``BlockMask`` (:func:`~shapebucket.block_mask_from_blocks`), computing only the blocks
+    ``BlockMask`` (:func:`~shapebucket.collate.block_mask_from_blocks`), computing only the blocks
     the mask keeps.
 
     >>> model = GPT(GPTConfig(vocab=16, dim=8, layers=1, heads=2, max_len=8))

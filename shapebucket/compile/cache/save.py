@@ -71,7 +71,7 @@ def save_compile_cache(
     Only a cache is replaced: a file at ``path``, or a directory holding anything a cache
     does not, is refused with :class:`ShapeBucketError` (nothing is moved or deleted).
     The save holds the cache's lock, waiting for another process's save or prewarm on
-    ``path`` (:func:`~shapebucket.compile.lock.cache_lock`, at most ``WAIT_S`` seconds).
+    ``path`` (:func:`~shapebucket.compile.cache.lock.cache_lock`, at most ``WAIT_S`` seconds).
 
     >>> sizes = save_compile_cache("compile-cache")  # doctest: +SKIP
     >>> sorted(sizes)  # doctest: +SKIP
@@ -90,7 +90,7 @@ def save_held_compile_cache(
     path: str | Path, extra: Mapping[str, bytes] | None = None
 ) -> dict[str, int]:
     """:func:`save_compile_cache` for a caller that already holds ``path``'s
-    :func:`~shapebucket.compile.lock.cache_lock` (prewarm's ``Cache``): a second lock on
+    :func:`~shapebucket.compile.cache.lock.cache_lock` (prewarm's ``Cache``): a second lock on
     the same file in one process would wait for itself."""
     return _save(Path(path), None, _check_extra(extra))
 

@@ -4,6 +4,7 @@ collator, a few warm-up batches, and one whole epoch of the timed sample set."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,6 @@ from ..fit.packing_fit import PackingFitReport, fit_packing
 from ..plan.shapes import Shape
 from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
-from .memory import step_autocast
 from .model import FLEX_BLOCK_SIZE
 from .peers import FixedLengthCollator, fixed_length_packs, length_grouped_indices
 
@@ -34,6 +34,7 @@ __all__ = [
     "build_family",
     "epoch_batches",
     "make_samples",
+    "step_autocast",
     "timed_sample_set",
 ]
 
@@ -284,3 +285,11 @@ def build_family(family: str, s: Setup) -> Family:
     fam.timed = [collated(timed, i) for i in range(len(timed.epoch))]
     fam.timed_real = [int(s.lengths[b].sum()) for b in timed.epoch]
     return fam
+
+
+def step_autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """The precision of every bench step on ``device``: bf16 autocast on CUDA, none on a
+    CPU. The memory calibration measures under the same context as the timed steps."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()

@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from shapebucket.bench.memory import step_autocast
+from shapebucket.bench.batching import step_autocast
 from shapebucket.bench.model import GPT, GPTConfig
 from shapebucket.bench.workloads import load_workload
 from shapebucket.calibrate import calibrate_rows, steady_peak_bytes

@@ -20,7 +20,7 @@ from .collate.packed import PackedCollator
 from .compile.prewarm import prewarm
 from .compile.recompiles import no_recompiles
 from .errors import ShapeBucketError
-from .fit.bucket_fit import fit_buckets
+from .fit.optimal import fit_buckets
 from .fit.packing_fit import fit_packing
 from .plan.shapes import ShapePlan
 from .sampling.bucket import BucketBatchSampler

@@ -40,11 +40,10 @@ class CheckedLengths(Sequence[int]):
     (True, 3, 5)
     """
 
-    __slots__ = ("array", "minimum")
+    __slots__ = ("array",)
 
-    def __init__(self, array: np.ndarray, minimum: int) -> None:
+    def __init__(self, array: np.ndarray) -> None:
         self.array = array
-        self.minimum = minimum
 
     @classmethod
     def of(cls, lengths: Any, *, name: str = "lengths") -> CheckedLengths:
@@ -53,7 +52,7 @@ class CheckedLengths(Sequence[int]):
             return lengths
         array = np.array(check_lengths(lengths, name=name), dtype=np.int64)
         array.flags.writeable = False
-        return cls(array, MIN_LENGTH)
+        return cls(array)
 
     def __len__(self) -> int:
         return len(self.array)
@@ -88,7 +87,7 @@ def check_lengths(
     ...
     shapebucket.errors.ShapeBucketError: lengths must be integers, got dtype float64 (index 0 is 3.0); convert with np.asarray(lengths).astype(np.int64) if the values are whole numbers
     """
-    if isinstance(lengths, CheckedLengths) and lengths.minimum >= minimum:
+    if isinstance(lengths, CheckedLengths) and minimum <= MIN_LENGTH:
         return lengths.array
     arr = _as_array(lengths, name)
     if arr.size == 0:

@@ -119,10 +119,10 @@ def _bound(
 
 
 def check_batch_sizes(
-    value: Any, buckets: Iterable[Any], name: str = "rows"
+    value: Any, buckets: Iterable[Any], name: str = "rows", word: str = "bucket"
 ) -> int | dict[Any, int] | None:
-    """Rows per bucket (or per key, such as a cell), checked: ``None``, an int >= 1, or a
-    mapping with an int >= 1 for exactly the buckets (in their order).
+    """Rows per bucket (or per key, such as a cell: ``word`` names it), checked: ``None``,
+    an int >= 1, or a mapping with an int >= 1 for exactly the buckets (in their order).
 
     >>> check_batch_sizes({16: 2, 8: 4}, [8, 16])
     {8: 4, 16: 2}
@@ -132,21 +132,21 @@ def check_batch_sizes(
     if not isinstance(value, Mapping):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
             raise ShapeBucketError(
-                f"{name} must be an int >= 1 or a mapping bucket -> rows, got {value!r}"
+                f"{name} must be an int >= 1 or a mapping {word} -> rows, got {value!r}"
             )
         return check_int(name, value, minimum=1)
     keys = list(buckets)
     missing = [b for b in keys if b not in value]
     if missing:
         raise ShapeBucketError(
-            f"{name} has no batch size for buckets {missing}; give one for every bucket "
+            f"{name} has no batch size for {word}s {missing}; give one for every {word} "
             f"{keys} (the sampler's rows has them all)"
         )
     extra = [b for b in value if b not in keys]
     if extra:  # a typo'd bucket, or a sampler with other buckets: never silently unused
         raise ShapeBucketError(
-            f"{name} names {extra}, which are not buckets of {keys}; give rows for "
-            "exactly those buckets (pass the sampler's rows, built from the same buckets)"
+            f"{name} names {extra}, which are not {word}s of {keys}; give rows for "
+            f"exactly those {word}s (pass the sampler's rows, built from the same {word}s)"
         )
     return {b: check_int(f"{name}[{b}]", value[b], minimum=1) for b in keys}
 

@@ -5,7 +5,7 @@ from shapebucket.__main__ import main
 from shapebucket.advise.kchoice import choose_k
 from shapebucket.data import mixture_lengths, read_lengths
 from shapebucket.errors import ShapeBucketError
-from shapebucket.fit.bucket_fit import fit_buckets
+from shapebucket.fit.optimal import fit_buckets
 
 
 def test_suggest_text_file_prints_table_and_paste_line(tmp_path, capsys):

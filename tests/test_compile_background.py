@@ -108,7 +108,7 @@ def test_shapes_run_eagerly_until_published_then_compiled_without_recompiles(
     with _start(build, collate, short(0)) as bg:
         bg.model.load_state_dict(reference.state_dict())
         a, b = bg._spec.order
-        assert bg.ready == () and not bg.done
+        assert bg.poll() == () and not bg.done
 
         def loss(batch):
             out = bg.model(**batch)
@@ -122,7 +122,7 @@ def test_shapes_run_eagerly_until_published_then_compiled_without_recompiles(
         assert bg.report.eager_calls[a] == 1 and bg.report.num_switched == 0
         publish(bg, a, tmp_path=tmp_path)
         assert torch.allclose(loss(short(2)), eager(short(2)), atol=1e-5)  # the switch
-        assert bg.ready == (a,) and a in bg.report.switched_at
+        assert bg.poll() == (a,) and a in bg.report.switched_at
         assert bg.report.how[a] == "traced"  # the eager backend: nothing in a cache
         loss(long(3))
         assert bg.report.eager_calls[b] == 1  # not published yet: eager
@@ -195,7 +195,7 @@ def test_a_cache_dir_keeps_the_shapes_for_the_next_run(no_launch, fresh_compiler
         publish(bg, *bg._spec.order, tmp_path=tmp_path)
     compat.reset_compiler()
     with _start(build_gpt, collate, example, cache_dir=tmp_path / "c") as again:
-        assert again.done and len(again.ready) == 2  # loaded at the start, nothing to compile
+        assert again.done and len(again.poll()) == 2  # loaded at the start, nothing to compile
 
 
 def _local_build():  # pragma: no cover - refused before it is called
@@ -516,7 +516,7 @@ def test_a_model_that_sets_its_own_state_on_its_first_call_does_not_recompile(
 
     with _start(build_bert_classifier, collate, batch(5, 0)) as bg:
         publish(bg, *bg._spec.order, tmp_path=tmp_path)
-        assert len(bg.ready) == 2 and bg.model.config.problem_type is None
+        assert len(bg.poll()) == 2 and bg.model.config.problem_type is None
         for i in range(3):
             bg.model(**batch(5, i)).loss.backward()
             bg.model(**batch(12, i)).loss.backward()

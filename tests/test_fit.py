@@ -10,8 +10,8 @@ from shapebucket.advise.kchoice import choose_k
 from shapebucket.advise.policies import compare_policies
 from shapebucket.data import mixture_lengths
 from shapebucket.errors import ShapeBucketError
-from shapebucket.fit.bucket_fit import fit_buckets
 from shapebucket.fit.buckets import Buckets
+from shapebucket.fit.optimal import fit_buckets
 from shapebucket.fit.packing_fit import PackingTrial, fit_packing, packing_report
 from shapebucket.fit.padding import efficiency, padding_report
 

@@ -9,7 +9,7 @@ from shapebucket.__main__ import main
 from shapebucket.advise.kchoice import choose_k
 from shapebucket.data import mixture_lengths
 from shapebucket.errors import ShapeBucketError
-from shapebucket.fit.bucket_fit import fit_buckets
+from shapebucket.fit.optimal import fit_buckets
 
 # measured on this project's CPU (docs/benchmarks.md, mixture): 8 buckets of the bench
 # GPT compile in 89-119 s, and the step computes about 41,700 tokens/s

@@ -15,7 +15,7 @@ from .._lengths import CheckedLengths
 from .._torch.version import recompile_limit_fix
 from .._validate import check_int, check_number
 from ..fit.buckets import Buckets
-from ..fit.optimal import DEFAULT_ALIGN, optimal_buckets
+from ..fit.optimal import DEFAULT_ALIGN, fit_buckets
 from ..fit.padding import Batching, check_batching, padding_report
 from .jobtime import Rates, fitted_sets, job_seconds
 
@@ -172,7 +172,7 @@ def choose_k(
     mode, batch_size = check_batching(batching, batch_size)
 
     def fit(k: int) -> Buckets:
-        return optimal_buckets(checked, k, align=align, batch_size=batch_size, batching=mode)
+        return fit_buckets(checked, k, align=align, batch_size=batch_size, batching=mode)
 
     rates = Rates(1.0 / rate, 1.0 / rate)  # one unit per computed token
     sets, exhausted = fitted_sets(fit, max_k)

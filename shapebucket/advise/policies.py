@@ -12,7 +12,7 @@ import numpy as np
 from .._lengths import CheckedLengths, round_up
 from .._validate import check_int
 from ..fit.buckets import Buckets
-from ..fit.optimal import DEFAULT_ALIGN, Cost, optimal_buckets
+from ..fit.optimal import DEFAULT_ALIGN, Cost, fit_buckets
 from ..fit.padding import Batching, PaddingReport, check_batching, padding_report
 from .kchoice import recompile_limit
 
@@ -123,9 +123,7 @@ def compare_policies(
     k = check_int("k", k, minimum=1)
     if limit is not None:
         limit = check_int("limit", limit, minimum=1)
-    fitted = optimal_buckets(
-        checked, k, align=align, batch_size=batch_size, batching=mode, cost=cost
-    )
+    fitted = fit_buckets(checked, k, align=align, batch_size=batch_size, batching=mode, cost=cost)
     top = max(int(arr.max()), 2)
     policies: list[tuple[str, Buckets]] = [
         ("multiples of 8", _used_multiples(arr, 8)),

@@ -8,7 +8,7 @@ import numpy as np
 
 from .._lengths import CheckedLengths, round_up
 from ..fit.buckets import Buckets
-from ..fit.optimal import optimal_buckets
+from ..fit.optimal import fit_buckets
 from ..fit.packing_fit import fit_packing
 from ..fit.padding import padding_report
 from .jobtime import Rates, ShapeLoad, fitted_sets, unit_cost
@@ -29,7 +29,7 @@ def bucket_sets(
     def cost(b: int) -> float:  # one row of length b
         return unit_cost(1, b, rates.model_dim)
 
-    sets, _ = fitted_sets(lambda K: optimal_buckets(lengths, K, align=align, cost=cost), k)
+    sets, _ = fitted_sets(lambda K: fit_buckets(lengths, K, align=align, cost=cost), k)
     for buckets in sets:
         report = padding_report(lengths, buckets)  # share: of samples, per bucket
         loads = [

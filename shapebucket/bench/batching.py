@@ -4,6 +4,7 @@ collator, a few warm-up batches, and one whole epoch of the timed sample set."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,13 +17,13 @@ from ..calibrate import calibrate_rows, steady_peak_bytes
 from ..calibrate.report import RowsReport
 from ..collate.blocks import WithDocumentBlocks
 from ..collate.bucket import BucketCollator
+from ..collate.device import to_device
 from ..collate.packed import PackedCollator
 from ..fit.buckets import Buckets
 from ..fit.packing_fit import PackingFitReport, fit_packing
 from ..plan.shapes import Shape
 from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
-from .memory import step_autocast
 from .model import FLEX_BLOCK_SIZE
 from .peers import FixedLengthCollator, fixed_length_packs, length_grouped_indices
 
@@ -33,6 +34,7 @@ __all__ = [
     "build_family",
     "epoch_batches",
     "make_samples",
+    "step_autocast",
     "timed_sample_set",
 ]
 
@@ -230,7 +232,9 @@ def _calibrated_rows(s: Setup, fit: PackingFitReport) -> RowsReport:
         # however a row is filled
         ids = torch.randint(0, vocab, (shape.length,))
         collate = PackedCollator([shape.length], rows=shape.rows, mask_key=None, label_shift="none")
-        return _to_device(collate([{"input_ids": ids, "labels": ids}] * shape.rows), s.device)
+        return to_device(
+            collate([{"input_ids": ids, "labels": ids}] * shape.rows), s.device, non_blocking=True
+        )
 
     longest = max(fit.buckets)
     stated = s.args.rows_budget_mb
@@ -260,18 +264,6 @@ def timed_sample_set(n: int, size: int, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed + 1).choice(n, size=size, replace=False))
 
 
-def _to_device(batch: dict[Any, Any], to: torch.device) -> dict[Any, Any]:
-    """The batch's tensors on ``to``, those of a nested dict (document blocks) too."""
-    return {
-        k: v.to(to, non_blocking=True)
-        if isinstance(v, torch.Tensor)
-        else _to_device(v, to)
-        if isinstance(v, dict)
-        else v
-        for k, v in batch.items()
-    }
-
-
 def build_family(family: str, s: Setup) -> Family:
     """The family's epoch over the whole dataset (its shapes and token efficiency), its
     warm-up batches (the first of that epoch) and its timed batches: one epoch of the timed
@@ -282,10 +274,22 @@ def build_family(family: str, s: Setup) -> Family:
     to = s.device
 
     def collated(batches: Family, i: int) -> dict[str, Any]:
-        return _to_device(batches.collate_batch(s.get_samples(batches.epoch[i].tolist()), i), to)
+        return to_device(
+            batches.collate_batch(s.get_samples(batches.epoch[i].tolist()), i),
+            to,
+            non_blocking=True,
+        )
 
     fam.warmup = [collated(fam, i) for i in range(min(a.warmup_steps, len(fam.epoch)))]
     fam.warmup_real = [int(s.lengths[b].sum()) for b in fam.epoch[: len(fam.warmup)]]
     fam.timed = [collated(timed, i) for i in range(len(timed.epoch))]
     fam.timed_real = [int(s.lengths[b].sum()) for b in timed.epoch]
     return fam
+
+
+def step_autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """The precision of every bench step on ``device``: bf16 autocast on CUDA, none on a
+    CPU. The memory calibration measures under the same context as the timed steps."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()

@@ -20,7 +20,7 @@ import torch
 from .. import _torch as compat
 from .._progress import progress
 from ..errors import ShapeBucketError
-from ..fit.bucket_fit import fit_buckets
+from ..fit.optimal import fit_buckets
 from .batching import Family, Setup, build_family, epoch_batches, make_samples, timed_sample_set
 from .limit import add_limit, limit_runners
 from .model import GPT, CaptionConfig, Captioner, GPTConfig

@@ -30,7 +30,6 @@ from ..compile.recompiles import CompileCounter, no_recompiles
 from ..fit.buckets import Buckets
 from ..plan.shapes import ShapePlan
 from .batching import SEQUENCE_KEYS, Family, Setup
-from .memory import peak_memory_mb, reset_peak_memory, sync
 from .strategies import PEERS, STRATEGIES, Strategy, StrategyResult
 
 __all__ = [
@@ -273,3 +272,31 @@ def finish(r: Runner, device: torch.device) -> None:
     heaviest = max(range(steps), key=lambda i: r.family.timed[i]["input_ids"].numel())
     with r.guard():
         res.peak_mem_mb = step_peak_bytes(lambda: r.step(r.family.timed[heaviest]), device) / 2**20
+
+
+def sync(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (CUDA); nothing on a CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    """Start a new peak: the CUDA allocator's, or this process's resident set (Linux)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # Linux: reset the peak resident set size (VmHWM) of this process
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """The peak since :func:`reset_peak_memory`, in MiB (CPU: the process's VmHWM)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    with contextlib.suppress(OSError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -62,12 +62,9 @@ class TableCollator:
     def _table(self) -> Any:
         raise NotImplementedError
 
-    def _check_rows(self, rows: Any) -> Any:
-        return check_batch_sizes(rows, self._table)
-
     def _start_table(self) -> None:
         """Check ``rows`` against the table and start the counters (from ``__post_init__``)."""
-        self.rows = self._check_rows(self.rows)
+        self.rows = check_batch_sizes(self.rows, self._table, word=self._word)
         self._counters = SharedCounters(tuple(self._table))
 
     @property

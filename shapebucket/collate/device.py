@@ -11,6 +11,7 @@ values are (a triton kernel on CUDA), equal to ``collator(samples)``::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -19,7 +20,7 @@ import torch
 from ..errors import ShapeBucketError
 from .engine import SIGNED, Key, Layout, assemble
 
-__all__ = ["FlatBatch"]
+__all__ = ["FlatBatch", "to_device"]
 
 
 @dataclass
@@ -115,3 +116,15 @@ class FlatBatch:
             row_mask_key=self.sample_mask_key,
             use_triton=use_triton,
         )
+
+
+def to_device(batch: Any, device: Any, non_blocking: bool = False) -> Any:
+    """``batch`` with every tensor on ``device``, those in nested mappings, lists and
+    tuples too (document blocks, a model's positional inputs)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, Mapping):
+        return type(batch)({k: to_device(v, device, non_blocking) for k, v in batch.items()})  # type: ignore[call-arg]
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device, non_blocking) for v in batch)
+    return batch

@@ -11,10 +11,10 @@ cells for encoder-decoders (:func:`fit_cells`).
 Buckets([16, 32])
 """
 
-from .bucket_fit import fit_buckets
 from .buckets import Buckets
 from .cell_fit import cells_report, fit_cells
 from .cells import Cells
+from .optimal import fit_buckets
 from .packing_fit import PackingTrial, fit_packing, packing_report
 from .padding import padding_report
 from .step_cost import StepCost

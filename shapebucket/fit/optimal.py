@@ -1,5 +1,5 @@
-"""The exact optimal buckets for a given K: :func:`optimal_buckets`, the solver under
-:func:`~shapebucket.fit_buckets` and :func:`~shapebucket.advise.kchoice.choose_k`: a
+"""The exact optimal buckets for a given K: :func:`fit_buckets` (K from the job is
+:func:`shapebucket.advise.choose_k`), solved by a
 divide-and-conquer dynamic programme over the distinct aligned lengths, exact because the
 cost of a bucket range is Monge (``docs/fit.md``).
 """
@@ -17,7 +17,7 @@ from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .padding import Batching, check_batching, group_weights, histogram
 
-__all__ = ["DEFAULT_ALIGN", "Cost", "optimal_boundaries", "optimal_buckets", "weighted_fit"]
+__all__ = ["DEFAULT_ALIGN", "Cost", "fit_buckets", "optimal_boundaries", "weighted_fit"]
 
 #: The one default alignment of fitted buckets (``fit_buckets``, ``choose_k``,
 #: ``compare_policies`` and the CLI): multiples of 8 suit tensor cores and
@@ -92,7 +92,7 @@ def optimal_boundaries(
 ) -> list[int]:
     """The at-most-``k`` boundaries among ``cands`` (ascending, the last always kept)
     with the least ``sum cost(boundary) * weight(lengths it covers)``: the solver
-    itself, on candidates, weights and costs already checked (:func:`optimal_buckets`
+    itself, on candidates, weights and costs already checked (:func:`fit_buckets`
     prepares them from lengths; :func:`~shapebucket.fit.fit_cells` from each column).
 
     >>> optimal_boundaries(np.array([8, 16, 32]), np.array([5.0, 1.0, 1.0]), np.array([8.0, 16.0, 32.0]), 2)
@@ -116,9 +116,9 @@ def optimal_boundaries(
     return sorted(out)
 
 
-def optimal_buckets(
+def fit_buckets(
     lengths: Sequence[int] | np.ndarray,
-    k: int,
+    k: int = 8,
     *,
     align: int = DEFAULT_ALIGN,
     max_len: int | None = None,
@@ -126,12 +126,36 @@ def optimal_buckets(
     batching: Batching = "bucketed",
     cost: Cost = "tokens",
 ) -> Buckets:
-    """The at-most-``k`` aligned buckets with the lowest objective (arguments as for
-    :func:`~shapebucket.fit_buckets`, with ``k`` an int).
+    """The at-most-``k`` aligned buckets that minimise the expected padded cost.
 
-    >>> optimal_buckets([3, 3, 5, 9, 30], 2)
+    Args:
+        lengths: sample lengths, ints >= 1 (a sequence or 1-D array, up to tens of millions).
+        k: the most buckets to return (keep it <= the recompile limit, 8; to choose it
+            from the job, :func:`shapebucket.advise.choose_k`).
+        align: every bucket is a multiple of this (default 8, which suits tensor
+            cores; 1 fits the lengths exactly).
+        max_len: the largest bucket covers ``max_len`` instead of ``max(lengths)``;
+            lengths above it raise.
+        batch_size: batch size, used by ``batching="random"`` only.
+        batching: ``"bucketed"`` (default) if batches are formed inside a bucket
+            (:class:`BucketBatchSampler`), ``"random"`` for plain shuffled batches.
+        cost: ``"tokens"`` (padded length), ``"attention"`` (its square) or a
+            non-decreasing callable ``length -> cost``.
+
+    The result is exact: no aligned set of at most ``k`` boundaries covering the
+    longest length has a lower objective.
+
+    >>> fit_buckets([3, 3, 5, 9, 30], k=2)
     Buckets([8, 32])
+    >>> fit_buckets([4, 4, 5, 9, 30], k=3, align=1)
+    Buckets([5, 9, 30])
     """
+    if isinstance(k, str):
+        raise ShapeBucketError(
+            f"k must be an int >= 1, got {k!r}; to choose k from the job use "
+            "shapebucket.advise.choose_k(lengths, compile_seconds=, job_samples=, "
+            "tokens_per_second=).chosen.k"
+        )
     mode, batch_size = check_batching(batching, batch_size)
     k = check_int("k", k, minimum=1)
     align = check_int("align", align, minimum=1, maximum=MAX_BUCKET)

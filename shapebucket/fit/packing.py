@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .._lengths import check_lengths
-from .._validate import check_batch_sizes, check_int
+from .._validate import check_int, rows_per_key
 from ..errors import ShapeBucketError
 from ._packer import Packer
 from .batches import check_longest
@@ -28,7 +29,6 @@ __all__ = [
     "PackingReport",
     "pack_epoch",
     "pack_rows",
-    "rows_by_length",
     "rows_for_tokens",
 ]
 
@@ -98,36 +98,38 @@ class PackedEpoch:
         return len(self.row_length)
 
 
-def rows_for_tokens(buckets: Buckets | Sequence[int], tokens: int) -> dict[int, int]:
-    """Rows per row length for a token budget: ``tokens // row_length`` rows (at least one).
+def rows_for_tokens(
+    keys: Buckets | Sequence[Any],
+    tokens: int,
+    *,
+    widths: Sequence[int] | None = None,
+    multiple: int = 1,
+    what: str = "longest row length",
+) -> dict[Any, int]:
+    """Rows per key for a token budget: a key of row width ``w`` gets ``tokens // w`` rows,
+    rounded down to a multiple of ``multiple`` (``batch_multiple``); the widest key (named
+    ``what`` in the error) must get at least that many. Without ``widths`` the keys are row
+    lengths (buckets), each its own width.
 
     >>> rows_for_tokens([64, 128, 256], 1536)
     {64: 24, 128: 12, 256: 6}
+    >>> rows_for_tokens([(8, 8), (8, 24)], 64, widths=[16, 32], multiple=2, what="widest cell")
+    {(8, 8): 4, (8, 24): 2}
     """
-    table = as_buckets(buckets)
-    tokens = check_int("tokens_per_batch", tokens, minimum=1)
-    if tokens < table.max_len:
+    if widths is None:
+        keys = widths = as_buckets(keys).lengths
+    budget = check_int("tokens_per_batch", tokens, minimum=1)
+    multiple = check_int("batch_multiple", multiple, minimum=1)
+    w = int(np.argmax(widths))
+    if budget // widths[w] < multiple:
+        need, rows = widths[w] * multiple, "one row" if multiple == 1 else f"{multiple} rows"
         raise ShapeBucketError(
-            f"tokens_per_batch={tokens} is less than the longest row length {table.max_len}: "
-            f"a batch must hold at least one row; use tokens_per_batch >= {table.max_len}"
+            f"tokens_per_batch={budget} is less than {need}, the tokens of {rows} of the "
+            f"{what} {keys[w]!r} ({widths[w]} tokens a row); use tokens_per_batch >= {need}"
         )
-    return {L: tokens // L for L in table}
-
-
-def rows_by_length(
-    buckets: Buckets | Sequence[int], rows: int | Mapping[int, int]
-) -> dict[int, int]:
-    """``rows`` (an int, or a mapping with an entry for every row length and no other;
-    checked by :func:`~shapebucket._validate.check_batch_sizes`) as ``{row length: rows}``.
-
-    >>> rows_by_length([8, 16], 2), rows_by_length([8], {8: 3})
-    ({8: 2, 16: 2}, {8: 3})
-    """
-    table = as_buckets(buckets)
-    checked = check_batch_sizes(rows, table.lengths)
-    if checked is None:
-        raise ShapeBucketError("rows must be an int >= 1 or a mapping row length -> rows, got None")
-    return {L: checked if isinstance(checked, int) else checked[L] for L in table}
+    return {
+        k: budget // width // multiple * multiple for k, width in zip(keys, widths, strict=True)
+    }
 
 
 def pack_epoch(
@@ -150,7 +152,7 @@ def pack_epoch(
     table = as_buckets(buckets)
     arr = check_lengths(lengths)
     check_longest(arr, table, limit="longest row length", fix=_TOO_LONG)
-    per = rows_by_length(table, rows)
+    per = rows_per_key(rows, table.lengths)
     W = check_int("num_replicas", num_replicas, minimum=1)
     window = check_int("window", window, minimum=1)
     n = len(arr)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._lengths import MAX_BUCKET, MIN_LENGTH, CheckedLengths, round_up
+from .._lengths import MAX_BUCKET, CheckedLengths, round_up
 from .._validate import check_int, check_number
 from ..errors import ShapeBucketError
 from .buckets import Buckets
@@ -251,7 +251,7 @@ def _trial_lengths(checked: CheckedLengths, trial: PackingTrial) -> CheckedLengt
     if len(arr) <= trial.max_samples:
         return checked
     drawn = np.random.default_rng(trial.seed).choice(arr, size=trial.max_samples, replace=False)
-    return CheckedLengths(drawn, MIN_LENGTH)  # a sample of checked lengths: passed on checked
+    return CheckedLengths(drawn)  # a sample of checked lengths: passed on checked
 
 
 def _candidates(

@@ -11,7 +11,7 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from .._lengths import MIN_LENGTH, CheckedLengths, check_lengths
+from .._lengths import CheckedLengths, check_lengths
 from .._validate import check_int
 from ..errors import ShapeBucketError
 from .buckets import Buckets, as_buckets
@@ -126,7 +126,7 @@ def padding_report(
     mode, batch_size = check_batching(batching, batch_size)
     buckets = as_buckets(buckets)
     values, counts = histogram(check_lengths(lengths))
-    idx = buckets.index_for_many(CheckedLengths(values, MIN_LENGTH))  # checked above
+    idx = buckets.index_for_many(CheckedLengths(values))  # checked above
     bl = np.asarray(buckets.lengths, dtype=np.float64)
     n = float(counts.sum())
     real1 = float((values * counts).sum())

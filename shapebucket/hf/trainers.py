@@ -11,13 +11,13 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
-from .._validate import check_int
+from .._validate import check_int, rows_per_key
 from ..collate.bucket import BucketCollator
 from ..collate.packed import PackedCollator
 from ..compile.calls import refuse_cached_decoder
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
-from ..fit.packing import rows_by_length, rows_for_tokens
+from ..fit.packing import rows_for_tokens
 from ..fit.packing_fit import PackingFitReport, fit_packing
 from ..sampling.bucket import BucketBatchSampler
 from ..sampling.packed import PackedBatchSampler
@@ -118,7 +118,7 @@ class Packing:
         if self.tokens_per_batch is not None:
             check_int("tokens_per_batch", self.tokens_per_batch, minimum=1)
         if self.rows is not None and self.buckets is not None:
-            rows_by_length(self.buckets, self.rows)
+            rows_per_key(self.rows, as_buckets(self.buckets).lengths)
 
     def resolve(self, lengths: Any) -> tuple[Buckets, Any]:
         """``(buckets, rows)`` for the sampler, fitting the row lengths to ``lengths`` when

@@ -12,8 +12,9 @@ import numpy as np
 from ..errors import ShapeBucketError
 from ..fit.batches import GlobalSteps, Leftovers
 from ..fit.buckets import Buckets, as_buckets
+from ..fit.packing import rows_for_tokens
 from .common import Setting, refuse_both
-from .grouped import GroupedBatchSampler, rows_for_budget
+from .grouped import GroupedBatchSampler
 
 __all__ = ["BucketBatchSampler"]
 
@@ -102,8 +103,8 @@ class BucketBatchSampler(GroupedBatchSampler[int]):
         """
         refuse_both(options, "rows")
         table = as_buckets(buckets)
-        rows = rows_for_budget(
-            table.lengths, table.lengths, tokens_per_batch, batch_multiple, "largest bucket"
+        rows = rows_for_tokens(
+            table.lengths, tokens_per_batch, multiple=batch_multiple, what="largest bucket"
         )
         return cls(lengths, table, rows=rows, **options)
 

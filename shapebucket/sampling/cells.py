@@ -12,8 +12,9 @@ import numpy as np
 from .._lengths import check_lengths
 from ..fit.buckets import Buckets
 from ..fit.cells import Cells
+from ..fit.packing import rows_for_tokens
 from .common import Setting, refuse_both
-from .grouped import GroupedBatchSampler, rows_for_budget
+from .grouped import GroupedBatchSampler
 
 __all__ = ["CellBatchSampler"]
 
@@ -108,5 +109,11 @@ class CellBatchSampler(GroupedBatchSampler[Cell]):
         refuse_both(options, "rows")
         table = cells if isinstance(cells, Cells) else Cells(cells)
         widths = [s + t for s, t in table]
-        rows = rows_for_budget(list(table), widths, tokens_per_batch, batch_multiple, "widest cell")
+        rows = rows_for_tokens(
+            list(table),
+            tokens_per_batch,
+            widths=widths,
+            multiple=batch_multiple,
+            what="widest cell",
+        )
         return cls(sources, targets, table, rows=rows, **options)

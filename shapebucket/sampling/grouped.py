@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from .._validate import check_flag, check_int, rows_per_key
-from ..errors import ShapeBucketError
 from ..fit.batches import (
     EpochBatches,
     GlobalSteps,
@@ -24,7 +23,7 @@ from ..plan.shapes import Shape
 from .base import K, ResumableBatchSampler
 from .common import Setting
 
-__all__ = ["GroupedBatchSampler", "rows_for_budget"]
+__all__ = ["GroupedBatchSampler"]
 
 
 class GroupedBatchSampler(ResumableBatchSampler[K]):
@@ -107,27 +106,3 @@ class GroupedBatchSampler(ResumableBatchSampler[K]):
         return frozenset(
             Shape(rows, *axes) for rows, axes in zip(ordered.sizes.tolist(), lengths, strict=True)
         )
-
-
-def rows_for_budget(
-    keys: Sequence[K], widths: Sequence[int], tokens_per_batch: int, batch_multiple: int, what: str
-) -> dict[K, int]:
-    """Samples per batch for a token budget: key ``k`` of row width ``w`` gets
-    ``tokens_per_batch // w``, rounded down to a multiple of ``batch_multiple``; ``what``
-    names the widest key in the error.
-
-    >>> rows_for_budget([8, 16], [8, 16], 64, 2, "largest bucket")
-    {8: 8, 16: 4}
-    """
-    budget = check_int("tokens_per_batch", tokens_per_batch, minimum=1)
-    multiple = check_int("batch_multiple", batch_multiple, minimum=1)
-    w = int(np.argmax(widths))
-    if budget // widths[w] < multiple:
-        raise ShapeBucketError(
-            f"tokens_per_batch={budget} gives the {what} {keys[w]!r} ({widths[w]} tokens a "
-            f"row) fewer than batch_multiple={multiple} samples; use tokens_per_batch >= "
-            f"{widths[w] * multiple}"
-        )
-    return {
-        k: (budget // width) // multiple * multiple for k, width in zip(keys, widths, strict=True)
-    }

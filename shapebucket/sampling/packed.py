@@ -9,10 +9,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .._validate import check_int
+from .._validate import check_int, rows_per_key
 from ..fit.batches import SamplerReport
 from ..fit.buckets import Buckets
-from ..fit.packing import PackedEpoch, pack_epoch, rows_by_length, rows_for_tokens
+from ..fit.packing import PackedEpoch, pack_epoch, rows_for_tokens
 from ..plan.shapes import Shape
 from .base import ResumableBatchSampler
 from .common import Setting, refuse_both
@@ -77,7 +77,7 @@ class PackedBatchSampler(ResumableBatchSampler[int]):
         super().__init__(
             lengths, buckets, shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank
         )
-        self._rows = rows_by_length(self._buckets, rows)
+        self._rows = rows_per_key(rows, self._buckets.lengths)
         self._window = check_int("window", window, minimum=1)
         self._cache = {}
 

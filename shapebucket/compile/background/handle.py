@@ -44,7 +44,7 @@ def _contains(big: tuple[tuple[int, ...], ...], small: tuple[tuple[int, ...], ..
 
 
 class BackgroundCompile:
-    """The handle :func:`compile_in_background` returns: ``.model`` to train, ``.ready`` (the
+    """The handle :func:`compile_in_background` returns: ``.model`` to train, ``.poll()`` (the
     shapes switched to compiled code so far), ``.done``, ``.wait()``, ``.report`` and
     ``.close()`` (also a context manager). See :func:`compile_in_background`."""
 
@@ -159,7 +159,8 @@ class BackgroundCompile:
 
     def poll(self) -> tuple[Shape, ...]:
         """Load every shape the background has published since the last poll; returns
-        the shapes loaded so far. Called by the model's forward every ``poll_seconds``."""
+        the shapes loaded so far, in the order they became ready. Called by the model's
+        forward every ``poll_seconds``."""
         self._next_poll = time.perf_counter() + self._poll_seconds
         look = self._background.look()
         for published in look.published:
@@ -188,11 +189,6 @@ class BackgroundCompile:
         if self.done and self.report.all_ready_seconds is None:
             self.report.all_ready_seconds = time.perf_counter() - self._start
         return tuple(self._loaded)
-
-    @property
-    def ready(self) -> tuple[Shape, ...]:
-        """The shapes whose compiled code is loaded, in the order they became ready."""
-        return self.poll()
 
     @property
     def done(self) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ... import _torch as compat
+from ...collate.device import to_device
 from ...plan.shapes import Shape, ShapePlan
 from ..cache.load import MANIFEST, load_compile_cache
 from ..cache.save import save_new_compile_cache
@@ -65,16 +66,6 @@ def compiled_forward(model: torch.nn.Module, options: Mapping[str, Any]) -> Call
     return torch.compile(type(model).forward, dynamic=False, **options)  # type: ignore[no-any-return]
 
 
-def _to(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device)
-    if isinstance(batch, Mapping):
-        return type(batch)({k: _to(v, device) for k, v in batch.items()})  # type: ignore[call-arg]
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_to(v, device) for v in batch)
-    return batch
-
-
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
@@ -112,7 +103,7 @@ def _settle(spec: Spec, model: torch.nn.Module, device: torch.device) -> None:
     """One eager run of the first shape before anything compiles, as prewarm's ``_settle``."""
     shape = spec.order[0]
     with torch.compiler.set_stance("force_eager"):
-        _run(spec, model, _to(spec.plan.batch(spec.example, shape), device))
+        _run(spec, model, to_device(spec.plan.batch(spec.example, shape), device))
 
 
 def _compile_each(spec: Spec, model: torch.nn.Module, device: torch.device) -> None:
@@ -123,7 +114,7 @@ def _compile_each(spec: Spec, model: torch.nn.Module, device: torch.device) -> N
         if shape in spec.skip:
             continue
         t0 = time.perf_counter()
-        batch = _to(spec.plan.batch(spec.example, shape), device)
+        batch = to_device(spec.plan.batch(spec.example, shape), device)
         graphs = compat.unique_graphs()
         _run(spec, model, batch)
         seconds = time.perf_counter() - t0

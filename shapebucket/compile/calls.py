@@ -16,7 +16,7 @@ from ..plan.shapes import ShapePlan
 __all__ = [
     "backward_outputs",
     "check_callables",
-    "packs",
+    "packed_plan",
     "refuse_cached_decoder",
     "run_batch",
 ]
@@ -126,7 +126,7 @@ def refuse_cached_decoder(model: Any, who: str) -> None:
         )
 
 
-def packs(plan: ShapePlan) -> bool:
+def packed_plan(plan: ShapePlan) -> bool:
     """Whether ``plan``'s batches are packed rows (its collator says so with ``packs``, the
     collator protocol's marker, so a user's collator that packs is asked too)."""
     return plan.collator is not None and bool(plan.collator.packs)

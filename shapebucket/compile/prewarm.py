@@ -20,7 +20,7 @@ from ..collate.bucket import BucketCollator
 from ..errors import ShapeBucketError
 from ..plan.coerce import as_plan
 from ..plan.shapes import ShapePlan
-from .calls import check_callables, packs, refuse_cached_decoder, run_batch
+from .calls import check_callables, packed_plan, refuse_cached_decoder, run_batch
 from .modes.base import Job, Mode
 from .modes.run import CudaGraphs, RecompileLimit, Repeat
 from .recompiles import CompileCounter, no_recompiles
@@ -243,7 +243,7 @@ def prewarm(
     check_callables(model, step, "prewarm")
     check_flag("verify", verify)
     check_flag("progress", progress)
-    if packs(plan):
+    if packed_plan(plan):
         refuse_cached_decoder(model, "prewarm")
     restore = restore_objects(restore, "prewarm")
     job = Job(model, step, plan, example, PrewarmReport(plan.shapes), _check_modes(modes))

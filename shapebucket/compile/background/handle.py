@@ -20,7 +20,7 @@ from ...errors import ShapeBucketError
 from ...plan.coerce import as_plan
 from ...plan.contract import walk_batch
 from ...plan.shapes import Shape, ShapePlan
-from ..calls import packs, refuse_cached_decoder
+from ..calls import packed_plan, refuse_cached_decoder
 from ..recompiles import CompileCounter
 from .process import BackgroundProcess, Spec, compiled_forward, published_shapes
 from .report import BackgroundReport
@@ -282,7 +282,7 @@ def compile_in_background(
         )
     check_picklable(build=build, step=step, plan=plan, example=example)
     model = check_model(model, build)
-    if packs(plan):
+    if packed_plan(plan):
         refuse_cached_decoder(model, "compile_in_background")
     order = order_shapes(plan, sampler)
     out = output_dir(options, model, step, (plan, example, order))

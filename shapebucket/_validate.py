@@ -137,18 +137,24 @@ def check_batch_sizes(
         return check_int(name, value, minimum=1)
     keys = list(buckets)
     missing = [b for b in keys if b not in value]
-    if missing:
+    # a typo'd bucket, or a sampler with other buckets: never silently unused; a float or
+    # bool key (8.0, True) equals a bucket but is a computation gone wrong: named too
+    extra = [b for b in value if b not in keys or not _is_int_key(b)]
+    if missing or extra:
+        lacks = [f"has no batch size for buckets {missing}"] if missing else []
+        names = [f"names {extra}, which are not buckets of {keys}"] if extra else []
         raise ShapeBucketError(
-            f"{name} has no batch size for buckets {missing}; give one for every bucket "
-            f"{keys} (the sampler's rows has them all)"
-        )
-    extra = [b for b in value if b not in keys]
-    if extra:  # a typo'd bucket, or a sampler with other buckets: never silently unused
-        raise ShapeBucketError(
-            f"{name} names {extra}, which are not buckets of {keys}; give rows for "
-            "exactly those buckets (pass the sampler's rows, built from the same buckets)"
+            f"{name} {' and '.join(lacks + names)}; give rows for exactly the buckets "
+            f"{keys} (pass the sampler's rows, built from the same buckets)"
         )
     return {b: check_int(f"{name}[{b}]", value[b], minimum=1) for b in keys}
+
+
+def _is_int_key(key: Any) -> bool:
+    """Whether ``key`` is an int (not a bool) or a tuple of them, as a bucket or cell is."""
+    if isinstance(key, tuple):
+        return all(_is_int_key(k) for k in key)
+    return isinstance(key, numbers.Integral) and not isinstance(key, (bool, np.bool_))
 
 
 def rows_per_key(value: Any, keys: Iterable[Any], name: str = "rows") -> dict[Any, int]:

@@ -90,7 +90,7 @@ class TableCollator:
         target = self.rows
         if target is None or isinstance(target, int):
             return target
-        entry = bucket if self._axes == 1 else tuple(bucket)
+        entry = tuple(bucket) if self._axes > 1 and isinstance(bucket, Sequence) else bucket
         if entry not in target:
             raise ShapeBucketError(
                 f"rows has no entry for {self._word} {bucket}; it has {sorted(target)}"

@@ -13,7 +13,6 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from .._validate import check_int
 from ..errors import ShapeBucketError
 from ..fit.cells import Cells
 from ..plan.shapes import Shape, as_shape
@@ -131,27 +130,6 @@ class CellCollator(TableCollator):
                 f"mask_key and target_mask_key are both {self.mask_key!r}: one mask would "
                 "replace the other; give them different names"
             )
-
-    def _check_rows(self, rows: Any) -> int | dict[Cell, int] | None:
-        if rows is None:
-            return None
-        if not isinstance(rows, Mapping):
-            return check_int("rows", rows, minimum=1)
-        table: Cells = self.cells  # type: ignore[assignment]
-        out = {}
-        for cell, n in rows.items():
-            if tuple(cell) not in table:
-                raise ShapeBucketError(
-                    f"rows has an entry for {cell}, which is not a cell of {table!r}"
-                )
-            out[tuple(cell)] = check_int(f"rows[{cell}]", n, minimum=1)
-        missing = [c for c in table if c not in out]
-        if missing:
-            raise ShapeBucketError(
-                f"rows has no batch size for cells {missing}; give one for every cell "
-                "(pass rows=sampler.rows)"
-            )
-        return out
 
     @property
     def _table(self) -> Cells:

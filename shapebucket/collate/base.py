@@ -93,7 +93,7 @@ class TableCollator:
         entry = tuple(bucket) if self._axes > 1 and isinstance(bucket, Sequence) else bucket
         if entry not in target:
             raise ShapeBucketError(
-                f"rows has no entry for {self._word} {bucket}; it has {sorted(target)}"
+                f"rows has no entry for {self._word} {bucket!r}; it has {sorted(target)}"
             )
         return cast(int, target[entry])
 

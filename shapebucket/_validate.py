@@ -119,36 +119,44 @@ def _bound(
 
 
 def check_batch_sizes(
-    value: Any, buckets: Iterable[Any], name: str = "rows", word: str = "bucket"
+    value: Any, buckets: Iterable[Any], name: str = "rows"
 ) -> int | dict[Any, int] | None:
-    """Rows per bucket (or per key, such as a cell: ``word`` names it), checked: ``None``,
-    an int >= 1, or a mapping with an int >= 1 for exactly the buckets (in their order).
+    """Rows per bucket (or per cell, a tuple key; the messages say which), checked:
+    ``None``, an int >= 1, or a mapping with an int >= 1 for exactly the buckets (in their
+    order).
 
     >>> check_batch_sizes({16: 2, 8: 4}, [8, 16])
     {8: 4, 16: 2}
     """
     if value is None:
         return None
+    keys = list(buckets)
+    word = "cell" if keys and isinstance(keys[0], tuple) else "bucket"
     if not isinstance(value, Mapping):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
             raise ShapeBucketError(
                 f"{name} must be an int >= 1 or a mapping {word} -> rows, got {value!r}"
             )
         return check_int(name, value, minimum=1)
-    keys = list(buckets)
     missing = [b for b in keys if b not in value]
-    if missing:
+    # a typo'd bucket, or a sampler with other buckets: never silently unused; a float or
+    # bool key (8.0, True) equals a bucket but is a computation gone wrong: named too
+    extra = [b for b in value if b not in keys or not _is_int_key(b)]
+    if missing or extra:
+        lacks = [f"has no batch size for {word}s {missing}"] if missing else []
+        names = [f"names {extra}, which are not {word}s of {keys}"] if extra else []
         raise ShapeBucketError(
-            f"{name} has no batch size for {word}s {missing}; give one for every {word} "
-            f"{keys} (the sampler's rows has them all)"
-        )
-    extra = [b for b in value if b not in keys]
-    if extra:  # a typo'd bucket, or a sampler with other buckets: never silently unused
-        raise ShapeBucketError(
-            f"{name} names {extra}, which are not {word}s of {keys}; give rows for "
-            f"exactly those {word}s (pass the sampler's rows, built from the same {word}s)"
+            f"{name} {' and '.join(lacks + names)}; give rows for exactly the {word}s "
+            f"{keys} (pass the sampler's rows, built from the same {word}s)"
         )
     return {b: check_int(f"{name}[{b}]", value[b], minimum=1) for b in keys}
+
+
+def _is_int_key(key: Any) -> bool:
+    """Whether ``key`` is an int (not a bool) or a tuple of them, as a bucket or cell is."""
+    if isinstance(key, tuple):
+        return all(_is_int_key(k) for k in key)
+    return isinstance(key, numbers.Integral) and not isinstance(key, (bool, np.bool_))
 
 
 def rows_per_key(value: Any, keys: Iterable[Any], name: str = "rows") -> dict[Any, int]:
@@ -160,7 +168,8 @@ def rows_per_key(value: Any, keys: Iterable[Any], name: str = "rows") -> dict[An
     keys = list(keys)
     rows = check_batch_sizes(value, keys, name)
     if rows is None:
-        raise ShapeBucketError(f"{name} must be an int >= 1 or a mapping bucket -> rows, got None")
+        word = "cell" if keys and isinstance(keys[0], tuple) else "bucket"
+        raise ShapeBucketError(f"{name} must be an int >= 1 or a mapping {word} -> rows, got None")
     return rows if isinstance(rows, dict) else dict.fromkeys(keys, rows)
 
 

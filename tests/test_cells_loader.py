@@ -101,7 +101,7 @@ def test_tokens_per_batch_counts_source_plus_target():
         CellBatchSampler.for_tokens([3], [3], [(8, 32)], 79, batch_multiple=2)
     with pytest.raises(ShapeBucketError, match="rows must be an int"):
         CellBatchSampler([3], [3], [(8, 32)], rows=None)  # type: ignore[arg-type]
-    with pytest.raises(ShapeBucketError, match=r"no batch size for buckets \[\(32, 8\)\]"):
+    with pytest.raises(ShapeBucketError, match=r"no batch size for cells \[\(32, 8\)\]"):
         CellBatchSampler([3], [3], [(8, 32), (32, 8)], rows={(8, 32): 2})
 
 
@@ -251,12 +251,40 @@ def test_collator_errors_name_key_sample_value_limit_and_fix():
         collate([[1, 2]])
     with pytest.raises(ShapeBucketError, match="larger than rows=1"):
         CellCollator([(8, 4)], rows=1)([{"input_ids": [1], "labels": [1]}] * 2)
-    with pytest.raises(ShapeBucketError, match="no batch size for cells"):
+    with pytest.raises(ShapeBucketError, match=r"no batch size for cells \[\(16, 2\)\]"):
         CellCollator([(8, 4), (16, 2)], rows={(8, 4): 2})
     with pytest.raises(ShapeBucketError, match="does not fit"):
         CellCollator([(8, 4)], pad_values={"labels": -100})(
             [{"input_ids": [1], "labels": np.array([1], dtype=np.uint8)}]
         )
+
+
+@pytest.mark.parametrize(
+    "rows, needle",
+    [
+        ({8: 2, (16, 2): 1}, r"no batch size for cells \[\(8, 4\)\] and names \[8\]"),
+        ({None: 1}, r"names \[None\], which are not cells of \[\(8, 4\), \(16, 2\)\]"),
+        ({(8.0, 4): 1, (16, 2): 1}, r"names \[\(8\.0, 4\)\]"),
+    ],
+)
+def test_cell_collator_rows_mapping_is_checked_like_the_samplers(rows, needle):
+    """A key that is not a cell (a bucket length, None) is named, as CellBatchSampler
+    names it; it was a raw TypeError (``tuple(8)``)."""
+    for make in (
+        lambda: CellCollator([(8, 4), (16, 2)], rows=rows),
+        lambda: CellBatchSampler([3], [1], [(8, 4), (16, 2)], rows=rows),
+    ):
+        with pytest.raises(ShapeBucketError, match=needle):
+            make()
+
+
+def test_cell_collator_rows_for_a_bucket_length_names_the_cells():
+    collate = CellCollator([(8, 4), (16, 2)], rows={(8, 4): 2, (16, 2): 1})
+    assert collate.rows_for((16, 2)) == collate.rows_for([16, 2]) == 1
+    with pytest.raises(
+        ShapeBucketError, match=r"no entry for cell 8; it has \[\(8, 4\), \(16, 2\)\]"
+    ):
+        collate.rows_for(8)
 
 
 def test_repad_makes_each_cell_shape():

@@ -627,6 +627,33 @@ def test_rows_naming_a_bucket_the_collator_lacks_is_refused():
         BucketCollator([8, 16], rows={8: 2, 16: 2, 32: 1})
 
 
+def test_rows_for_a_bucket_it_lacks_shows_the_value_as_given():
+    """rows_for('8') said "no entry for bucket 8" beside "it has [8, 16]": the str was shown
+    as the int it is not."""
+    collate = BucketCollator([8, 16], rows={8: 2, 16: 1})
+    with pytest.raises(ShapeBucketError, match=r"no entry for bucket '8'; it has \[8, 16\]"):
+        collate.rows_for("8")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "samples, needle",
+    [
+        ([{"input_ids": np.array([1, None], dtype=object)}], r"sample 0: 'input_ids' is"),
+        (
+            [{"input_ids": np.array([1])}, {"input_ids": np.array(["a", "b"])}],
+            r"sample 1: 'input_ids' is a numpy array of dtype <U1",
+        ),
+        ([{"input_ids": [1], "y": np.array(None, dtype=object)}], r"sample 0: 'y' is"),
+        ([{"input_ids": [1], "y": np.array([None], dtype=object)}], r"sample 0: 'y' is"),
+    ],
+)
+def test_a_numpy_array_of_objects_or_strings_is_refused_naming_the_sample(samples, needle):
+    """They were blamed on "non-sequence dims disagree" (sequence keys) or reached the
+    caller as torch's raw TypeError (stacked keys)."""
+    with pytest.raises(ShapeBucketError, match="^" + needle + r".*dtype.*np\.asarray"):
+        BucketCollator([8])(samples)
+
+
 def test_row_buckets_may_be_an_array():
     collate = BucketCollator.with_row_buckets([8, 16], np.array([1, 4]))
     assert collate.row_buckets == [1, 4]

@@ -264,3 +264,22 @@ def test_checked_lengths_cannot_change_after_the_check():
     assert CheckedLengths.of(checked) is checked
     with pytest.raises(ShapeBucketError, match="sample 0 has length 0"):
         CheckedLengths.of([0, 3])
+
+
+@pytest.mark.parametrize(
+    "rows, needle",
+    [
+        ({"8": 2, 16: 1}, r"has no batch size for buckets \[8\] and names \['8'\]"),
+        ({8.0: 2, 16: 1}, r"names \[8\.0\], which are not buckets of \[8, 16\]"),
+        ({(8, 16): 2, 16: 1}, r"has no batch size for buckets \[8\] and names \[\(8, 16\)\]"),
+    ],
+)
+def test_rows_mapping_names_the_wrong_key(rows, needle):
+    """A typo'd key (a string, a float, a cell for a bucket) is named, never accepted as
+    the bucket it equals, for the samplers and the collators alike."""
+    for make in (
+        lambda: BucketBatchSampler([3, 9], [8, 16], rows=rows),
+        lambda: BucketCollator([8, 16], rows=rows),
+    ):
+        with pytest.raises(ShapeBucketError, match=needle):
+            make()

@@ -64,7 +64,7 @@ class TableCollator:
 
     def _start_table(self) -> None:
         """Check ``rows`` against the table and start the counters (from ``__post_init__``)."""
-        self.rows = check_batch_sizes(self.rows, self._table, word=self._word)
+        self.rows = check_batch_sizes(self.rows, self._table)
         self._counters = SharedCounters(tuple(self._table))
 
     @property
@@ -87,10 +87,10 @@ class TableCollator:
         target = self.rows
         if target is None or isinstance(target, int):
             return target
-        entry = bucket if self._axes == 1 else tuple(bucket)
+        entry = tuple(bucket) if self._axes > 1 and isinstance(bucket, Sequence) else bucket
         if entry not in target:
             raise ShapeBucketError(
-                f"rows has no entry for {self._word} {bucket}; it has {sorted(target)}"
+                f"rows has no entry for {self._word} {bucket!r}; it has {sorted(target)}"
             )
         return cast(int, target[entry])
 

@@ -83,6 +83,7 @@ def concat(key: Key, column: list[Any], seq_dim: int, where: Where = at) -> torc
         return from_python(key, list(chain.from_iterable(column)), column, where)
     try:
         if kinds == {np.ndarray} and len({v.dtype for v in column}) == 1:
+            _numeric(key, column[0], 0, where)  # one dtype: the first names it
             arr = np.concatenate(
                 [np.moveaxis(v, seq_dim, 0) for v in column] if seq_dim else column
             )
@@ -94,6 +95,8 @@ def concat(key: Key, column: list[Any], seq_dim: int, where: Where = at) -> torc
         if seq_dim:
             parts = [p.movedim(seq_dim, 0) for p in parts]
         return torch.cat(same_dtype(key, parts, where))
+    except ShapeBucketError:  # a sample's own refusal names it already
+        raise
     except (ValueError, RuntimeError, TypeError) as e:
         shapes = [
             tuple(np.shape(v)) if not isinstance(v, (list, tuple)) else (len(v),) for v in column
@@ -237,10 +240,29 @@ def _to_tensor(key: Key, value: Any, i: int, where: Where) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, np.ndarray):
-        return torch.from_numpy(value)
+        return torch.from_numpy(_numeric(key, value, i, where))
     if isinstance(value, (list, tuple)):
         return from_python(key, list(value), [value], lambda _: where(i))
     raise ShapeBucketError(f"{where(i)}: {key!r} holds {short(value)}, not a sequence")
+
+
+def _numeric(key: Key, value: np.ndarray, i: int, where: Where) -> np.ndarray:
+    """``value``, a numpy array of numbers or bools, or the refusal naming the sample (an
+    array of objects or strings has no tensor)."""
+    if value.dtype.kind not in "biufc":
+        raise ShapeBucketError(
+            f"{where(i)}: {key!r} is a numpy array of dtype {value.dtype} ({short(value)}), "
+            "which no tensor holds; give numbers (np.asarray(value, dtype=np.int64) for "
+            "ids), or leave the key out of the samples"
+        )
+    return value
+
+
+def _as_tensor(key: Key, value: Any, i: int, where: Where) -> torch.Tensor:
+    """A stacked value (tensor, array or number) as a tensor (arrays checked first)."""
+    if isinstance(value, np.ndarray):
+        value = _numeric(key, value, i, where)
+    return torch.as_tensor(value)
 
 
 def stack_column(key: Key, column: list[Any], rows: int, pad: Any, where: Where = at) -> Any:
@@ -253,10 +275,10 @@ def stack_column(key: Key, column: list[Any], rows: int, pad: Any, where: Where 
         if all(type(v) in (int, float, bool) for v in column):
             values = from_python(key, column, [[v] for v in column], where)
         else:
-            parts = [torch.as_tensor(v).reshape(1) for v in column]
+            parts = [_as_tensor(key, v, i, where).reshape(1) for i, v in enumerate(column)]
             values = torch.cat(same_dtype(key, parts, where))
     elif all(isinstance(v, (torch.Tensor, np.ndarray)) for v in column):
-        tensors = [torch.as_tensor(v) for v in column]
+        tensors = [_as_tensor(key, v, i, where) for i, v in enumerate(column)]
         shapes = {tuple(t.shape) for t in tensors}
         if len(shapes) > 1:
             i = next(i for i, t in enumerate(tensors) if tuple(t.shape) != tuple(tensors[0].shape))

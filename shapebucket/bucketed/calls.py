@@ -127,7 +127,7 @@ class Call:
     left: bool = False
     planned: bool = True  # False: past the largest bucket, run eagerly at its own shape
     outputs: Any = None  # the output roles of its route (outputs.OutputRoles)
-    packed: Any = None  # a packed call's packed.PackedCall (None: padded)
+    packed: Any = None  # a packed call's placement.PackedCall (None: padded)
 
     @property
     def pads(self) -> bool:

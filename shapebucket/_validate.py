@@ -19,6 +19,7 @@ __all__ = [
     "check_int",
     "check_number",
     "check_row_buckets",
+    "is_int_key",
     "rows_per_key",
 ]
 
@@ -141,7 +142,7 @@ def check_batch_sizes(
     missing = [b for b in keys if b not in value]
     # a typo'd bucket, or a sampler with other buckets: never silently unused; a float or
     # bool key (8.0, True) equals a bucket but is a computation gone wrong: named too
-    extra = [b for b in value if b not in keys or not _is_int_key(b)]
+    extra = [b for b in value if b not in keys or not is_int_key(b)]
     if missing or extra:
         lacks = [f"has no batch size for {word}s {missing}"] if missing else []
         names = [f"names {extra}, which are not {word}s of {keys}"] if extra else []
@@ -152,10 +153,10 @@ def check_batch_sizes(
     return {b: check_int(f"{name}[{b}]", value[b], minimum=1) for b in keys}
 
 
-def _is_int_key(key: Any) -> bool:
+def is_int_key(key: Any) -> bool:
     """Whether ``key`` is an int (not a bool) or a tuple of them, as a bucket or cell is."""
     if isinstance(key, tuple):
-        return all(_is_int_key(k) for k in key)
+        return all(is_int_key(k) for k in key)
     return isinstance(key, numbers.Integral) and not isinstance(key, (bool, np.bool_))
 
 

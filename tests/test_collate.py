@@ -633,6 +633,10 @@ def test_rows_for_a_bucket_it_lacks_shows_the_value_as_given():
     collate = BucketCollator([8, 16], rows={8: 2, 16: 1})
     with pytest.raises(ShapeBucketError, match=r"no entry for bucket '8'; it has \[8, 16\]"):
         collate.rows_for("8")  # type: ignore[arg-type]
+    # a float equal to a bucket is refused as rows={8.0: 2} is; a list was a raw TypeError
+    for bucket in (8.0, [8], True):
+        with pytest.raises(ShapeBucketError, match=r"no entry for bucket .*; it has \[8, 16\]"):
+            collate.rows_for(bucket)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 import torch
 
-from .._validate import check_batch_sizes, check_int
+from .._validate import check_batch_sizes, check_int, is_int_key
 from ..errors import ShapeBucketError
 from ..fit.buckets import Buckets, as_buckets
 from ..plan.contract import batch_items
@@ -88,7 +88,7 @@ class TableCollator:
         if target is None or isinstance(target, int):
             return target
         entry = tuple(bucket) if self._axes > 1 and isinstance(bucket, Sequence) else bucket
-        if entry not in target:
+        if not is_int_key(entry) or entry not in target:  # 8.0 == 8, a list is unhashable
             raise ShapeBucketError(
                 f"rows has no entry for {self._word} {bucket!r}; it has {sorted(target)}"
             )

@@ -16,7 +16,6 @@ from .._argparse import MAX_DRAWN, Parser, output_path, plot_formats
 from .._lengths import round_up
 from .._validate import check_int
 from ..errors import ShapeBucketError
-from .advice import recommendation
 from .flags import add_flags
 from .harness import run
 from .profiles import apply_profile, describe_profile, fill_defaults
@@ -298,10 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for path in (args.json, args.plot):
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-    advice = recommendation(results, args.workload_lengths[0], config)
-    print("\n".join(advice))
     if args.json:
-        payload = run_payload(config, headline(results), advice, results)
+        payload = run_payload(config, headline(results), results)
         Path(args.json).write_text(json.dumps(payload, indent=2))
         print(f"wrote {args.json}")
     if args.plot:

@@ -334,10 +334,9 @@ def _suptitle(title: str, head_: Headline | None) -> str:
 def run_payload(
     config: dict[str, Any],
     head: Headline | None,
-    advice: list[str],
     results: Sequence[StrategyResult],
 ) -> dict[str, Any]:
-    """What ``--json`` saves: the configuration, the headline, the advice and every result."""
+    """What ``--json`` saves: the configuration, the headline and every result."""
     headline_ = None
     if head is not None:
         headline_ = {
@@ -361,6 +360,5 @@ def run_payload(
     return {
         "config": config,
         "headline": headline_,
-        "advice": advice,
         "results": [asdict(r) for r in results],
     }

@@ -56,8 +56,6 @@ RECORDS = {
         "shapebucket.advise.kchoice.KChoiceReport",
         "shapebucket.advise.kchoice.KEstimate",
         "shapebucket.advise.policies.PolicyReport",
-        "shapebucket.advise.strategy.StrategyReport",
-        "shapebucket.advise.strategy.StrategyEstimate",
     ],
     "shapebucket.sampling": ["shapebucket.fit.batches.SamplerReport"],
     "shapebucket.collate": [

@@ -4,7 +4,7 @@ Pad each batch to one of a few bucket lengths (or pack whole samples into rows o
 few lengths), compile every shape before training, and prove nothing recompiles
 after. The top level holds the pipeline of the README; the rest lives by concern in
 :mod:`shapebucket.fit` (buckets, fits, reports), :mod:`shapebucket.plan` (the shape plan),
-:mod:`shapebucket.advise` (job estimates),
+:mod:`shapebucket.advise` (K from the job, policies side by side),
 :mod:`shapebucket.sampling`, :mod:`shapebucket.collate` and :mod:`shapebucket.compile`;
 :class:`BucketedModel` (:mod:`shapebucket.bucketed`) pads any loop's calls instead.
 

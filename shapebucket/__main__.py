@@ -1,8 +1,8 @@
 """Command line: ``python -m shapebucket {suggest,bench,demo}``.
 
 * ``suggest LENGTHS_FILE``: compare bucket policies on your lengths and print the
-  ``Buckets(...)`` line to paste; with ``--model-dim`` and a timed step, recommend the
-  whole strategy (buckets or packing; eager, compile-first or compile-while-training).
+  ``Buckets(...)`` line to paste; with ``--k auto`` and the job, choose the number of
+  buckets first.
 * ``bench``: the steps/sec benchmark (``benchmarks/steps_per_sec.py``).
 * ``demo``: ``suggest`` on the built-in length mixture.
 """
@@ -20,7 +20,6 @@ import numpy as np
 from ._argparse import (
     MAX_DRAWN,
     Parser,
-    non_negative_float,
     output_path,
     plot_formats,
     positive_float,
@@ -30,8 +29,6 @@ from ._argparse import (
 from ._validate import check_int
 from .advise.kchoice import choose_k
 from .advise.policies import compare_policies
-from .advise.strategy import choose_strategy
-from .advise.timing import StepTiming
 from .data import mixture_lengths, read_lengths
 from .errors import ShapeBucketError
 from .fit.optimal import DEFAULT_ALIGN
@@ -93,74 +90,6 @@ def _choose_k(args: argparse.Namespace, lengths: np.ndarray) -> int:
     return choice.chosen.k
 
 
-def _step_shape(text: str) -> tuple[int, int]:
-    rows, sep, length = text.lower().partition("x")
-    if not sep or not rows.strip().isdigit() or not length.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not ROWSxLENGTH (e.g. 48x32)")
-    if int(rows) < 1 or int(length) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: rows and length must be >= 1")
-    return int(rows), int(length)
-
-
-_step_shape.__name__ = "ROWSxLENGTH"
-
-
-def _check_strategy_flags(args: argparse.Namespace) -> None:
-    """``--model-dim`` asks for the strategy; refuse what it would ignore or lacks."""
-    if args.model_dim is None:
-        strategy = _given(args, _STEP_FLAGS)
-        if strategy:
-            raise ShapeBucketError(
-                f"{', '.join(strategy)} describe the timed step for the strategy; pass --model-dim "
-                "(the model's width) with them, or leave them out"
-            )
-        return
-    if args.k == "auto" or args.tokens_per_second is not None or args.max_k is not None:
-        raise ShapeBucketError(
-            "--model-dim chooses the shapes from the job (--k is the most shapes tried, an int): "
-            "--k auto, --tokens-per-second and --max-k belong to the K table without --model-dim; "
-            "leave them out"
-        )
-    needs = ["--job-samples", "--compile-seconds", *_STEP_FLAGS[:3]]
-    missing = [f for f in needs if f not in _given(args, needs)]
-    if missing:
-        raise ShapeBucketError(
-            "--model-dim needs the job and one timed step: --job-samples (samples to train on), "
-            "--compile-seconds (one shape's compile), --step-seconds and --compiled-step-seconds "
-            f"(one step eager and compiled) and --step-shape (its ROWSxLENGTH); missing: "
-            f"{', '.join(missing)}"
-        )
-
-
-def _strategy(args: argparse.Namespace, lengths: np.ndarray) -> list[int]:
-    """``--model-dim``: print the strategy report and the lines to paste; return the buckets."""
-    rows, length = args.step_shape
-    timing = StepTiming(
-        compile_seconds=args.compile_seconds,
-        eager_seconds=args.step_seconds,
-        compiled_seconds=args.compiled_step_seconds,
-        rows=rows,
-        length=length,
-        background_compile_seconds=args.background_compile_seconds,
-        contention=1.0 if args.contention is None else args.contention,
-        load_seconds=0.0 if args.load_seconds is None else args.load_seconds,
-    )
-    report = choose_strategy(
-        lengths,
-        timing,
-        model_dim=args.model_dim,
-        job_samples=args.job_samples,
-        batch_size=args.batch_size,
-        tokens_per_batch=args.tokens_per_batch,
-        k=args.k,
-        align=args.align,
-    )
-    _print_suggested(report, report.chosen.buckets)
-    if report.chosen.layout == "packing":
-        print(f"    rows = {report.chosen.rows}  # PackedBatchSampler / PackedCollator(rows=rows)")
-    return list(report.chosen.buckets)
-
-
 def _print_suggested(report: object, buckets: object) -> None:
     """Print ``report``, then the ``Buckets(...)`` line to paste."""
     print(report)
@@ -170,27 +99,23 @@ def _print_suggested(report: object, buckets: object) -> None:
 
 
 def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int:
-    _check_strategy_flags(args)
     given = _given(args, _K_AUTO)
-    if args.model_dim is None and args.k != "auto" and given:
+    if args.k != "auto" and given:
         verb, pronoun = ("describes", "it") if len(given) == 1 else ("describe", "they")
         raise ShapeBucketError(
             f"{' and '.join(given)} {verb} the job for --k auto; with a fixed number of "
             f"buckets (--k {args.k}; 8 unless given) {pronoun} would be ignored: pass --k auto, "
-            "or --model-dim for the strategy from the job, or leave them out"
+            "or leave them out"
         )
     plot = None if args.plot is None else output_path("--plot", args.plot, formats=plot_formats())
     if lengths is None:
         lengths = read_lengths(args.lengths_file)
-    if args.model_dim is not None:
-        buckets, title = _strategy(args, lengths), "the recommended buckets (row lengths)"
-    else:
-        k = _choose_k(args, lengths) if args.k == "auto" else args.k
-        table = compare_policies(
-            lengths, k, align=args.align, batch_size=args.batch_size, batching=args.batching
-        )
-        _print_suggested(table, table.fitted)
-        buckets, title = list(table.fitted), f"fitted buckets (k={k}, align={args.align})"
+    k = _choose_k(args, lengths) if args.k == "auto" else args.k
+    table = compare_policies(
+        lengths, k, align=args.align, batch_size=args.batch_size, batching=args.batching
+    )
+    _print_suggested(table, table.fitted)
+    buckets, title = list(table.fitted), f"fitted buckets (k={k}, align={args.align})"
     if plot is not None:
         _plot_lengths(lengths, buckets, plot, title)
         print(f"wrote {plot}")
@@ -216,37 +141,8 @@ _K_AUTO_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
     ("--tokens-per-second", positive_float, "--k auto: computed tokens/s of the step"),
     ("--max-k", positive_int, "--k auto: the largest K tried (default 32)"),
 ]
-_MODEL_DIM_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
-    ("--model-dim", positive_int, "the model's width (hidden size): recommend the whole strategy"),
-    ("--step-seconds", positive_float, "--model-dim: one eager training step, s"),
-    ("--compiled-step-seconds", positive_float, "--model-dim: the same step compiled, s"),
-    ("--step-shape", _step_shape, "--model-dim: ROWSxLENGTH of the timed step"),
-    (
-        "--tokens-per-batch",
-        positive_int,
-        "--model-dim: a packed batch's tokens (default: auto)",
-    ),
-    (
-        "--contention",
-        positive_float,
-        "--model-dim: training slowdown while a background compile runs (default 1)",
-    ),
-    (
-        "--background-compile-seconds",
-        positive_float,
-        "--model-dim: one shape's compile in the background (default --compile-seconds)",
-    ),
-    (
-        "--load-seconds",
-        non_negative_float,
-        "--model-dim: pause to switch a shape to its compiled graph (default 0)",
-    ),
-]
-
-
-#: the flags of ``--k auto`` (the first three required) and of the timed step of ``--model-dim``
+#: the flags of ``--k auto`` (the first three required)
 _K_AUTO = [flag for flag, _, _ in _K_AUTO_FLAGS]
-_STEP_FLAGS = [flag for flag, _, _ in _MODEL_DIM_FLAGS[1:]]
 
 
 def _fit_flags(p: argparse.ArgumentParser) -> None:
@@ -273,8 +169,6 @@ def _fit_flags(p: argparse.ArgumentParser) -> None:
         default="bucketed",
         help="how batches are formed: inside buckets (BucketBatchSampler) or at random",
     )
-    for flag, kind, text in _MODEL_DIM_FLAGS:
-        p.add_argument(flag, type=kind, help=text)
     p.add_argument(
         "--plot",
         metavar="FILE",

@@ -21,7 +21,6 @@ MAX_DRAWN = 100_000_000
 __all__ = [
     "MAX_DRAWN",
     "Parser",
-    "non_negative_float",
     "output_path",
     "plot_formats",
     "positive_float",
@@ -59,17 +58,8 @@ def positive_float(text: str) -> float:
     return value
 
 
-def non_negative_float(text: str) -> float:
-    """An argparse type: a finite number >= 0."""
-    value = _number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
 positive_int.__name__ = "int >= 1"
 positive_float.__name__ = "number > 0"
-non_negative_float.__name__ = "number >= 0"
 
 
 class Parser(argparse.ArgumentParser):

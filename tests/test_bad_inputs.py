@@ -51,26 +51,6 @@ def _auto(compile_s, samples, rate):
     return ["suggest", "{good}", "--k", "auto", *(x for kv in job.items() for x in kv)]
 
 
-def _strategy():
-    """``suggest --model-dim`` with every flag it needs."""
-    return [
-        "suggest",
-        "{good}",
-        "--model-dim",
-        "64",
-        "--job-samples",
-        "1000",
-        "--compile-seconds",
-        "5",
-        "--step-seconds",
-        "0.1",
-        "--compiled-step-seconds",
-        "0.08",
-        "--step-shape",
-        "8x128",
-    ]
-
-
 CASES = [
     (["suggest", "{empty}"], "is empty"),
     (["suggest", "{blank}"], "is empty"),
@@ -106,14 +86,6 @@ CASES = [
     (["suggest", "{good}", "--compile-seconds", "5"], "describes the job for --k auto"),
     (["suggest", "{good}", "--k", "3", "--job-samples", "9"], "(--k 3; 8 unless given) it would be ignored"),
     ([*_auto("3", "9", "5"), "--max-k", "0"], "argument --max-k: must be >= 1, got 0"),
-    ([*_strategy(), "--model-dim", "0"], "argument --model-dim: must be >= 1, got 0"),
-    ([*_strategy(), "--step-seconds", "-1"], "argument --step-seconds: must be > 0"),
-    ([*_strategy(), "--compiled-step-seconds", "inf"], "--compiled-step-seconds: must be a finite"),
-    ([*_strategy(), "--contention", "0"], "argument --contention: must be > 0"),
-    ([*_strategy(), "--load-seconds", "-1"], "argument --load-seconds: must be >= 0"),
-    ([*_strategy(), "--tokens-per-batch", "x"], "argument --tokens-per-batch: 'x' is not an int"),
-    ([*_strategy(), "--step-shape", "0x8"], "'0x8': rows and length must be >= 1"),
-    ([*_strategy(), "--align", "0"], "align must be >= 1, got 0"),
     (["suggest", "{good}", "--k", "auto", "--compile-seconds", "3"], "missing: --job-samples"),
     (["demo", "--samples", "0"], "--samples must be >= 1"),
     (["demo", "--samples", "-5"], "--samples must be >= 1"),

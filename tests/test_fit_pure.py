@@ -9,8 +9,8 @@ The fitting layer takes lengths and numbers and returns records. It
    function (typed ``Callable``/``Cost``/``Any``, or untyped), except ``cost``, the
    objective's price of a length (``fit_buckets(cost=...)``), which is a number-valued
    function of an int and part of the question asked, not a training step or a model.
-   Timing a step (``time_steps``) and reading the compiler's limit
-   belong to ``shapebucket.advise`` and ``shapebucket.compile``.
+   Reading the compiler's limit belongs to ``shapebucket.advise`` and
+   ``shapebucket.compile``.
 
 The check is static (the AST), so it holds for every path, also the ones no test runs.
 """

@@ -78,7 +78,7 @@ def test_bad_job_arguments(kwargs, needle):
 
 
 def test_fit_buckets_takes_an_int_k_and_names_choose_k_for_the_job():
-    # k="auto" was a third route to K (beside choose_k and choose_strategy); it is gone
+    # k="auto" was a second route to K (beside choose_k); it is gone
     for k in ("auto", "eight"):
         with pytest.raises(ShapeBucketError, match=r"k must be an int >= 1.*advise\.choose_k"):
             fit_buckets([3, 5, 9], k)

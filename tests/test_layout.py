@@ -192,7 +192,7 @@ ALLOWED = {  # concern -> what it may import besides itself and the core
     "sampling": {"fit", "plan"},
     "collate": {"fit", "plan"},
     "compile": {"fit", "plan", "collate"},
-    "advise": {"fit", "plan", "compile"},
+    "advise": {"fit"},
     "calibrate": {"fit", "plan", "compile"},
     "bucketed": {"fit", "plan", "collate", "compile"},
 }

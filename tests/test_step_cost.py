@@ -110,19 +110,15 @@ def test_a_step_cost_hashes_and_pickles():
 def test_a_row_never_costs_less_than_a_shorter_one():
     """Probe 2: step times dominated by a fixed overhead (32 x 64 in 10 ms, 32 x 512 in
     12 ms) make the per-token cost fall steeply, and its linear interpolation made a row of
-    296 dearer than one of 304: ``choose_strategy`` then failed in the bucket solver with
-    "cost must not decrease with length", naming a ``cost`` the caller never passed."""
-    from shapebucket.advise import choose_strategy
-    from shapebucket.advise.timing import StepTiming
-
+    296 dearer than one of 304: the bucket solver then failed with "cost must not
+    decrease with length", naming a ``cost`` the caller never passed."""
     cost = StepCost.from_steps({(32, 64): 0.010, (32, 512): 0.012})
     rows = [cost.row(L) for L in range(1, 700)]
     assert all(a <= b for a, b in itertools.pairwise(rows))
     assert cost.row(64) == 64 and cost.row(512) == pytest.approx(512 * 0.012 / 0.010 / 8)
     assert cost.row(288) == pytest.approx(64 + (76.8 - 64) / 2)  # a row's seconds linear
-    timing = StepTiming(20, 0.05, 0.03, rows=32, length=64)
-    lengths = list(range(20, 500, 7)) * 4
-    assert choose_strategy(lengths, timing, model_dim=cost, job_samples=10**5).chosen
+    lengths = list(range(20, 500, 7)) * 4  # the bucket solver takes the cost as it is
+    assert fit_packing(lengths, k=3, tokens_per_batch=2048, model_dim=cost).model_dim == cost
     with pytest.raises(ShapeBucketError, match="a row of 16 is measured cheaper than a row of 8"):
         StepCost({8: 4e-6, 16: 1e-6})
 
@@ -139,12 +135,3 @@ def test_a_length_that_is_not_a_finite_number_is_refused(length):
     garbage; every length goes through the one number check now."""
     with pytest.raises(ShapeBucketError, match=r"length must be a .*number >= 0"):
         StepCost({64: 2e-6, 256: 3e-6}).per_token(length)
-
-
-def test_one_row_cost_model_serves_packing_and_the_job_time():
-    from shapebucket.advise.jobtime import unit_cost
-    from shapebucket.fit.step_cost import row_cost
-
-    measured = StepCost({48: 1e-6, 96: 2e-6})
-    for model_dim in (16, None, measured):
-        assert unit_cost(3, 96, model_dim) == pytest.approx(3 * row_cost(model_dim)(96))

@@ -221,23 +221,16 @@ def test_every_container_of_the_same_lengths_gives_the_same_answer(lengths, k, b
 
 def test_lengths_are_checked_once_at_the_public_edge(monkeypatch):
     """An entry point checks the lengths once and passes them on checked
-    (:class:`CheckedLengths`): one ``choose_strategy`` call checked the same lengths 40
-    times before (every K's fit and padding report, every packing trial), ``choose_k``
-    97 times."""
+    (:class:`CheckedLengths`): ``choose_k`` checked the same lengths 97 times before
+    (every K's fit and padding report)."""
     from shapebucket import _lengths
-    from shapebucket.advise import StepTiming, choose_k, choose_strategy
+    from shapebucket.advise import choose_k
 
     calls = []
     real = _lengths._as_array
     monkeypatch.setattr(_lengths, "_as_array", lambda x, name: calls.append(1) or real(x, name))
     lengths = np.random.default_rng(0).integers(1, 300, 2_000).tolist()
-    timing = StepTiming(
-        compile_seconds=20, eager_seconds=0.05, compiled_seconds=0.03, rows=48, length=32
-    )
     entry_points = {
-        "choose_strategy": lambda: choose_strategy(
-            lengths, timing, model_dim=128, job_samples=10**6
-        ),
         "choose_k": lambda: choose_k(
             lengths, compile_seconds=10, job_samples=10**6, tokens_per_second=4e4
         ),

@@ -1,10 +1,9 @@
-"""K from the job (:func:`choose_k`, :class:`KChoiceReport`): the job-time model's
-(:mod:`.jobtime`) "compile first, buckets only" case, one cost unit per computed token
-(``docs/fit.md``, "K from the job")."""
+"""K from the job (:func:`choose_k`, :class:`KChoiceReport`): every bucket compiled
+before training, each computed token at the step's rate (``docs/fit.md``, "K from the job")."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -17,7 +16,6 @@ from .._validate import check_int, check_number
 from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN, fit_buckets
 from ..fit.padding import Batching, check_batching, padding_report
-from .jobtime import Rates, fitted_sets, job_seconds
 
 __all__ = ["KChoiceReport", "KEstimate", "choose_k", "recompile_limit"]
 
@@ -174,16 +172,21 @@ def choose_k(
     def fit(k: int) -> Buckets:
         return fit_buckets(checked, k, align=align, batch_size=batch_size, batching=mode)
 
-    rates = Rates(1.0 / rate, 1.0 / rate)  # one unit per computed token
+    per_token = 1.0 / rate  # seconds per computed token
     sets, exhausted = fitted_sets(fit, max_k)
     candidates = []
     for buckets in sets:
         report = padding_report(checked, buckets, batch_size=batch_size, batching=mode)
         # one row of each bucket per sample (or per batch's longest, batching="random")
-        loads = [rates.load(1, b, job_samples * report.share.get(b, 0.0)) for b in buckets]
-        prewarm_s, train_s, _ = job_seconds("compile-first", loads, compile_s)
+        train_s = sum(job_samples * report.share.get(b, 0.0) * b * per_token for b in buckets)
         candidates.append(
-            KEstimate(len(buckets), buckets, report.token_efficiency, prewarm_s, train_s)
+            KEstimate(
+                len(buckets),
+                buckets,
+                report.token_efficiency,
+                prewarm_seconds=len(buckets) * compile_s,
+                train_seconds=train_s,
+            )
         )
     chosen = min(candidates, key=lambda r: (r.job_seconds, r.k))
     # the search stopped at max_k: would one more bucket still change the set?
@@ -191,3 +194,19 @@ def choose_k(
     return KChoiceReport(
         candidates, chosen, len(checked), compile_s, job_samples, rate, max_k=max_k, capped=capped
     )
+
+
+def fitted_sets(fit: Callable[[int], Buckets], max_k: int) -> tuple[list[Buckets], bool]:
+    """The bucket sets ``fit(K)`` for ``K = 1..max_k``, and whether the loop stopped early
+    because one more bucket changed nothing (every distinct aligned length has its bucket).
+
+    >>> fitted_sets(lambda k: Buckets([8, 16][-k:]), 5)
+    ([Buckets([16]), Buckets([8, 16])], True)
+    """
+    sets: list[Buckets] = []
+    for k in range(1, max_k + 1):
+        buckets = fit(k)
+        if sets and buckets == sets[-1]:
+            return sets, True
+        sets.append(buckets)
+    return sets, False

@@ -1,6 +1,6 @@
 """The one step-cost model: :func:`row_cost`, a row's estimated cost from a model width
 (the ``1 + L / (6 * model_dim)`` formula) or from :class:`StepCost`, seconds per token of a
-whole step measured by row length (``advise.time_steps``, the benchmark, your own timer).
+whole step measured by row length (the benchmark, your own timer: :meth:`StepCost.from_steps`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import torch
 
 from shapebucket import ShapeBucketError, no_recompiles, prewarm
 from shapebucket import _torch as compat
-from shapebucket.compile import AotCache, Cache, CompileCounter, Specialize
+from shapebucket.compile import AotCache, Cache, CompileCounter, CudaGraphs
 from shapebucket.compile.cache.aot import AOT_FILE, installed
 from shapebucket.plan import Shape, ShapePlan
 
@@ -187,7 +187,7 @@ def test_refusals_before_anything_compiles(tmp_path):
     with pytest.raises(ShapeBucketError, match="forward or backward hooks"):
         prewarm(torch.compile(backward), plan, modes=[AotCache(tmp_path)], progress=False)
     compiled = torch.compile(Tiny(), dynamic=False)
-    for other in (Specialize(), Cache(tmp_path / "other")):
+    for other in (CudaGraphs(), Cache(tmp_path / "other")):
         with pytest.raises(ShapeBucketError, match="AotCache cannot be combined with"):
             prewarm(compiled, plan, modes=[AotCache(tmp_path), other], progress=False)
         assert installed(compiled) is None  # a refused prewarm leaves the module as it was

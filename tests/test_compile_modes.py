@@ -8,7 +8,7 @@ import torch
 from _helpers import compile_with_limit
 from torch import nn
 
-from shapebucket import BucketCollator, ShapeBucketError
+from shapebucket import ShapeBucketError
 from shapebucket import _torch as compat
 from shapebucket.compile import (
     Cache,
@@ -17,14 +17,12 @@ from shapebucket.compile import (
     Inference,
     RecompileLimit,
     Repeat,
-    Specialize,
     no_recompiles,
     prewarm,
 )
 from shapebucket.compile.modes.base import Job
-from shapebucket.compile.modes.specialize import length_dims
 from shapebucket.compile.report import PrewarmReport
-from shapebucket.plan.shapes import Shape, ShapePlan
+from shapebucket.plan.shapes import ShapePlan
 
 EAGER = {"backend": "eager", "dynamic": False}
 
@@ -34,58 +32,6 @@ pytestmark = pytest.mark.usefixtures("fresh_compiler")
 
 def job_of(plan, example=None, model=None, step=None, modes=()):
     return Job(model, step, plan, example, PrewarmReport(plan.shapes), tuple(modes))
-
-
-SEQ1 = BucketCollator([8, 16, 24], seq_dim=1)
-
-
-def seq1_batch(lengths, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return SEQ1([{"x": torch.randn(3, n, generator=g)} for n in lengths])
-
-
-def masked_sum(x, attention_mask):
-    return (x * attention_mask[:, None]).sum()
-
-
-# -- Specialize (issue 22 item 6: the [B, L] mask of a seq_dim=1 batch is marked too) -----
-
-
-def test_length_dims_follow_the_length_in_every_tensor():
-    plan = ShapePlan([(2, b) for b in (8, 16, 24)], SEQ1)
-    dims = length_dims(plan, lambda s: plan.batch(seq1_batch([5, 7]), s))
-    assert dims == {"x": [2], "attention_mask": [1]}
-
-
-def test_specialize_marks_the_value_and_its_mask():
-    plan = ShapePlan([(2, b) for b in (8, 16, 24)], SEQ1)
-    job = job_of(plan, seq1_batch([5, 7]))
-    mode = Specialize()
-    mode.setup(job)
-    batch = mode.prepare(job.batch(Shape(2, 16)), Shape(2, 16), job)
-    assert 2 in batch["x"]._dynamo_dynamic_indices
-    assert 1 in batch["attention_mask"]._dynamo_dynamic_indices
-
-
-def test_specialize_with_seq_dim_1_compiles_once_and_never_recompiles():
-    cf = torch.compile(masked_sum, fullgraph=True, **EAGER)
-    plan = ShapePlan([(2, b) for b in (8, 16, 24)], SEQ1)
-    report = prewarm(cf, plan, seq1_batch([5, 7]), modes=[Specialize()], progress=False)
-    assert set(report.how.values()) == {"specialised"} and report.total_graphs == 1
-    with CompileCounter() as cc, no_recompiles(plan):
-        for lengths in ([3, 8], [9, 16], [24, 17]):
-            cf(**seq1_batch(lengths, seed=1))
-    odd = BucketCollator([12], seq_dim=1)  # a length no bucket covers: the generic kernel
-    with CompileCounter() as cc2:
-        cf(**odd([{"x": torch.randn(3, 11)}, {"x": torch.randn(3, 4)}]))
-    assert cc.graphs == 0 and cc2.graphs == 0
-
-
-def test_specialize_refuses_batches_without_the_length():
-    plan = ShapePlan.from_function([(2, 8), (2, 16)], lambda s: {"x": torch.ones(2, 3)})
-    # the plan refuses such a make_batch itself now (ShapePlan.batch checks each batch's shape)
-    with pytest.raises(ShapeBucketError, match=r"make_batch\(\(2, 8\)\) returned .* \[\(2, 3\)\]"):
-        Specialize().setup(job_of(plan))
 
 
 # -- the other modes -------------------------------------------------------------------
@@ -256,7 +202,7 @@ def test_restore_refuses_what_it_cannot_snapshot():
     [
         ({"restore": 5}, "restore must be a list of objects to snapshot"),
         ({"restore": None}, "restore must be a list of objects to snapshot"),
-        ({"modes": Specialize}, "instances, not classes"),
+        ({"modes": Inference}, "instances, not classes"),
         ({"modes": None}, "modes must be a list"),
         ({"modes": 3}, "modes must be a list"),
         ({"modes": "Inference"}, "modes must be a list"),
@@ -299,14 +245,3 @@ def test_prewarm_flags_must_be_bools():
             prewarm(None, plan, step=lambda b: None, **kwargs)
     with pytest.raises(ShapeBucketError, match=r"RecompileLimit\(raise_limit\) must be True or"):
         RecompileLimit("no")  # type: ignore[arg-type]
-
-
-def test_specialize_refuses_a_plan_of_one_length():
-    """Probe: a one-length plan whose length equals a feature dim crashed inside dynamo."""
-    from shapebucket import ShapeBucketError, ShapePlan, prewarm
-    from shapebucket.compile import Specialize
-
-    model = torch.compile(torch.nn.Linear(8, 2), backend="eager")
-    plan = ShapePlan.from_function([(2, 8)], lambda s: torch.ones(s.rows, s.length))
-    with pytest.raises(ShapeBucketError, match="one length"):
-        prewarm(model, plan, modes=[Specialize()], progress=False)

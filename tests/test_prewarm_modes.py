@@ -1,6 +1,6 @@
 """No recompile after prewarm, in every way of compiling, and the model state put back
-bitwise: static graphs per bucket, one specialised dynamic graph (specialize=True),
-regional compilation, packed batches; each mode also alone."""
+bitwise: static graphs per bucket, regional compilation, packed batches; each mode also
+alone."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from shapebucket.compile import (
     CudaGraphs,
     Inference,
     Repeat,
-    Specialize,
     compile_regions,
     no_recompiles,
     prewarm,
@@ -76,7 +75,7 @@ def train_step(fwd, model, opt):
     return step
 
 
-MODES = ["static", "regional", "packed", "specialize"]
+MODES = ["static", "regional", "packed"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -106,29 +105,13 @@ def test_no_recompile_after_prewarm_and_state_restored_bitwise(mode):
         padded(collate, lengths_per_batch[0]),
         step=step,
         restore=[opt],
-        modes=[Specialize()] if mode == "specialize" else [],
         progress=False,
     )
     assert_same_state(before, state_of(model, opt))
     assert report.total_graphs >= 1
-    if mode == "specialize":
-        assert set(report.how.values()) == {"specialised"}
     with CompileCounter() as cc, no_recompiles(plan):
         for i, lengths in enumerate(lengths_per_batch * 2):
             step(padded(collate, lengths, seed=i))
-    assert cc.graphs == 0
-
-
-def test_specialised_prewarm_runs_an_unprewarmed_length_without_recompiling():
-    """The generic fallback: a length no bucket covers still runs the one dynamic graph."""
-    model = tiny_gpt()
-    fwd = torch.compile(model, dynamic=False, backend="eager", fullgraph=True)
-    collate = BucketCollator(BUCKETS, sequence_keys=["input_ids", "labels"])
-    plan = ShapePlan([(2, b) for b in BUCKETS], collate)
-    prewarm(fwd, plan, padded(collate, [3, 4]), modes=[Specialize()], progress=False)
-    odd = BucketCollator(Buckets([12]), sequence_keys=["input_ids", "labels"])
-    with CompileCounter() as cc:
-        fwd(**padded(odd, [5, 11])).backward()
     assert cc.graphs == 0
 
 

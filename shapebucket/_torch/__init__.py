@@ -23,7 +23,6 @@ from .dynamo import (
     fresh_forward,
     get_recompile_limit,
     is_compiled_module,
-    is_specialization_source_error,
     on_compile_start,
     raised_recompile_limit,
     set_recompile_limit,
@@ -41,7 +40,6 @@ from .logs import add_limit_handler, add_recompile_handler
 from .marks import (
     apply_compiler_marks,
     mark_dynamic_dim,
-    mark_dynamic_specialized,
     not_compiled,
     skip_frame_only,
 )
@@ -72,10 +70,8 @@ __all__ = [
     "inductor_cache_counts",
     "inductor_cache_dir",
     "is_compiled_module",
-    "is_specialization_source_error",
     "load_cache_artifacts",
     "mark_dynamic_dim",
-    "mark_dynamic_specialized",
     "not_compiled",
     "on_compile_start",
     "raised_recompile_limit",

@@ -73,21 +73,6 @@ def automatic_dynamic(enabled: bool) -> Iterator[None]:
         config.automatic_dynamic_shapes = old
 
 
-def is_specialization_source_error(error: BaseException) -> bool:
-    """Whether ``error`` is dynamo failing to find a ``specialize_on`` dim among its graph
-    inputs (``TensorPropertySource(...) is not in list``): torch keeps one source of equal
-    dynamic sizes as the graph's input, and which one depends on the model (a ``[B, L]``
-    mask's for ``x * mask[:, None]``, a ``[B, F, L]`` value's behind a transpose and a
-    ``Linear``); a specialisation on the other source is not found."""
-    from torch._dynamo.exc import InternalTorchDynamoError
-
-    text = str(error)
-    return (
-        isinstance(error, InternalTorchDynamoError)
-        and "TensorPropertySource" in text
-        and "is not in list" in text
-    )
-
 
 def frame_callback_getter() -> Any:
     """The C function that returns dynamo's frame callback: set (not ``None`` or ``False``)

@@ -1,9 +1,7 @@
-"""Marks on tensors and functions that steer dynamo: dynamic dims, specialisations, skipped frames."""
+"""Marks on tensors and functions that steer dynamo: dynamic dims and skipped frames."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -62,14 +60,3 @@ def apply_compiler_marks(*owners: Any) -> None:
                 setattr(owner, name, torch.compiler.disable(value))
         setattr(owner, _APPLIED, True)
 
-
-@functools.lru_cache(maxsize=64)
-def _size_predicates(sizes: tuple[int, ...]) -> list[Any]:
-    return [lambda s, n=n: s == n for n in sizes]
-
-
-def mark_dynamic_specialized(t: torch.Tensor, dim: int, sizes: Sequence[int]) -> None:
-    """Mark ``dim`` dynamic with one specialisation per size in ``sizes``: one dynamic trace,
-    a kernel compiled for each listed size, and the generic kernel for any other size.
-    The predicates are made once per set of sizes, so every batch carries the same ones."""
-    dynamo_module().mark_dynamic(t, dim, specialize_on=_size_predicates(tuple(sizes)))

@@ -158,7 +158,7 @@ def check_losses(
     results: Sequence[StrategyResult], rtol: float = 2e-3, atol: float = 2e-3
 ) -> list[str]:
     """One line per step loss on which strategies of one family (the same batches in the same
-    order) disagree: compiling, marking dims dynamic or specialising must not change it."""
+    order) disagree: compiling, or marking dims dynamic must not change it."""
     problems = []
     families: dict[str, list[StrategyResult]] = {}
     for r in results:

@@ -27,7 +27,6 @@ from ..compile.marks import mark_dynamic
 from ..compile.modes.run import CudaGraphs
 from ..compile.prewarm import prewarm
 from ..compile.recompiles import CompileCounter, no_recompiles
-from ..fit.buckets import Buckets
 from ..plan.shapes import ShapePlan
 from .batching import SEQUENCE_KEYS, Family, Setup
 from .strategies import PEERS, STRATEGIES, Strategy, StrategyResult
@@ -57,7 +56,7 @@ class Runner:
     losses: list[torch.Tensor] = field(default_factory=list)
 
 
-def _marker(strategy: Strategy, buckets: Buckets | None) -> Callable[[dict[str, Any]], None] | None:
+def _marker(strategy: Strategy) -> Callable[[dict[str, Any]], None] | None:
     if strategy.mark == "maybe":
 
         def maybe(batch: dict[str, Any]) -> None:
@@ -68,17 +67,6 @@ def _marker(strategy: Strategy, buckets: Buckets | None) -> Callable[[dict[str, 
                 mark_dynamic(batch, dim=1, sequence_keys=[*SEQUENCE_KEYS, "attention_mask"])
 
         return maybe
-    if strategy.mark == "specialize":
-        sizes = list(buckets or [])
-
-        def specialize(batch: dict[str, Any]) -> None:
-            # specialize_on on one tensor (torch builds no cross product of specialisations);
-            # the others share its length symbol through plain mark_dynamic
-            compat.mark_dynamic_specialized(batch["input_ids"], 1, sizes)
-            for key in ("labels", "attention_mask"):
-                compat.mark_dynamic_dim(batch[key], 1, strict=True, min=None, max=None)
-
-        return specialize
     return None
 
 
@@ -105,7 +93,7 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
     mode = strategy.mode or a.mode
     if strategy.compile is not None:
         fwd = torch.compile(fwd, fullgraph=True, mode=mode, **strategy.compile)
-    step, _, opt = s.training_step(fwd, _marker(strategy, fam.buckets))
+    step, _, opt = s.training_step(fwd, _marker(strategy))
     guard = (lambda: no_recompiles(fam.buckets)) if strategy.prewarm else contextlib.nullcontext
     # its own copies of the family's batches: marks (mark_dynamic) live on tensor objects,
     # and one strategy's marks must not change how another strategy's compiler sees them

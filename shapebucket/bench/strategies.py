@@ -25,7 +25,7 @@ class Strategy:
 
     family: str  # "grouped", "fixed", "buckets", "tokens", "packed" or "calibrated"
     compile: dict[str, Any] | None  # torch.compile kwargs; None runs eagerly
-    mark: str | None = None  # "maybe" (maybe_mark_dynamic) or "specialize" (specialize_on)
+    mark: str | None = None  # "maybe": maybe_mark_dynamic
     prewarm: bool = False
     about: str = ""
     # How the compiled graphs are ready: "first" compiles (prewarm) before the first step;
@@ -65,13 +65,6 @@ STRATEGIES: dict[str, Strategy] = {
         {"dynamic": False},
         prewarm=True,
         about="fitted buckets, BucketBatchSampler, rows rows, prewarmed, dynamic=False",
-    ),
-    "shapebucket-specialized": Strategy(
-        "buckets",
-        {"dynamic": False},
-        mark="specialize",
-        prewarm=True,
-        about="same batches, mark_dynamic(specialize_on=one predicate per bucket)",
     ),
     "shapebucket-tokens": Strategy(
         "tokens",

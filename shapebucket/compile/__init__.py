@@ -13,7 +13,6 @@ from .marks import mark_dynamic
 from .modes.base import Mode
 from .modes.cached import Cache
 from .modes.run import CudaGraphs, Inference, RecompileLimit, Repeat
-from .modes.specialize import Specialize
 from .prewarm import prewarm
 from .recompiles import CompileCounter, check_recompile_limit, no_recompiles
 from .regions import compile_regions
@@ -28,7 +27,6 @@ __all__ = [
     "Mode",
     "RecompileLimit",
     "Repeat",
-    "Specialize",
     "check_recompile_limit",
     "compile_in_background",
     "compile_regions",

@@ -31,7 +31,7 @@ from .state import restore as restore_state
 __all__ = ["prewarm"]
 
 
-_MODES = "Specialize(), Cache(dir), Inference(), CudaGraphs(), Repeat(n), RecompileLimit()"
+_MODES = "Cache(dir), AotCache(dir), Inference(), CudaGraphs(), Repeat(n), RecompileLimit()"
 
 
 def _check_modes(modes: Iterable[Mode]) -> tuple[Mode, ...]:
@@ -40,7 +40,7 @@ def _check_modes(modes: Iterable[Mode]) -> tuple[Mode, ...]:
     if isinstance(modes, (str, bytes, type)) or not isinstance(modes, Iterable):
         raise ShapeBucketError(
             f"modes must be a list of shapebucket.compile modes ({_MODES}), got {modes!r}; "
-            "pass () for none and instances, not classes: modes=[Specialize()]"
+            "pass () for none and instances, not classes: modes=[Inference()]"
         )
     checked = tuple(modes)
     for m in checked:
@@ -89,19 +89,12 @@ def _compile_shapes(job: Job, run: Callable[[Any], None], progress: bool) -> Non
 
 
 def _run_prepared(job: Job, shape: Any, run: Callable[[Any], None], runs: int) -> None:
-    """Run a batch of ``shape`` that every mode prepared ``runs`` times; when it raises and
-    a mode asks for it (:meth:`Mode.retry`), prepare a fresh batch and run it again."""
-    while True:
-        batch = job.batch(shape)
-        for m in job.modes:
-            batch = m.prepare(batch, shape, job)
-        try:
-            for _ in range(runs):
-                run(_own(batch))
-            return
-        except Exception as error:
-            if not any(m.retry(error, job) for m in job.modes):
-                raise
+    """Run a batch of ``shape`` that every mode prepared ``runs`` times."""
+    batch = job.batch(shape)
+    for m in job.modes:
+        batch = m.prepare(batch, shape, job)
+    for _ in range(runs):
+        run(_own(batch))
 
 
 def _own(batch: Any) -> Any:
@@ -225,7 +218,7 @@ def prewarm(
     runs once more under :func:`no_recompiles` and is restored again.
 
     ``modes`` change how graphs are made (:mod:`shapebucket.compile.modes`):
-    ``Specialize()``, ``Cache(dir)``, ``Inference()``, ``CudaGraphs()``,
+    ``Cache(dir)``, ``AotCache(dir)``, ``Inference()``, ``CudaGraphs()``,
     ``Repeat(n)``, ``RecompileLimit(raise_limit=False)``. By default the
     recompile limit is raised to the number of shapes when it is lower, for the
     prewarm, and put back afterwards (the graphs stay usable: the limit caps new

@@ -31,8 +31,7 @@ class PrewarmReport:
     Per shape (``rows``, ``length``): ``seconds``, ``graphs`` (dynamo graphs
     compiled, backward graphs not counted), ``backward_graphs`` (backward graphs
     AOT autograd compiled: the ``aot_eager`` and ``inductor`` backends), ``how`` (``"compiled"``, loaded from
-    the ``"cache"``, ``"none"`` when nothing new compiled, ``"specialised"``
-    under :class:`~shapebucket.compile.Specialize`) and, on CUDA,
+    the ``"cache"``, ``"none"`` when nothing new compiled) and, on CUDA,
     ``memory_mb`` (device memory the shape kept). A ``Shape`` is a tuple, so
     ``report.graphs[(4, 128)]`` works. :meth:`by_length` sums graphs per length.
 

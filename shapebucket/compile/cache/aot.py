@@ -19,7 +19,6 @@ from ..messages import is_recompile_error
 from ..modes.base import Job
 from ..modes.cached import Cache
 from ..modes.run import CudaGraphs
-from ..modes.specialize import Specialize
 
 __all__ = ["AotCache", "AotForward", "installed"]
 
@@ -137,15 +136,15 @@ class AotCache(Cache):
 
     ``report.how[shape]`` is ``"aot-cache"`` (loaded, or held from an earlier prewarm of
     the module), ``"aot"`` (compiled ahead of time now) or, for a shape whose calls went
-    through dynamo, what ``Cache`` says. Refused with ``Specialize`` (dynamic dims) and
-    ``CudaGraphs``, and beside another ``Cache``.
+    through dynamo, what ``Cache`` says. Refused with ``CudaGraphs``, and beside another
+    ``Cache``.
     """
 
     def setup(self, job: Job) -> None:
         others = [
             type(m).__name__
             for m in job.modes
-            if isinstance(m, (Cache, Specialize, CudaGraphs)) and m is not self
+            if isinstance(m, (Cache, CudaGraphs)) and m is not self
         ]
         if others:
             raise ShapeBucketError(

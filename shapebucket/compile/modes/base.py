@@ -62,8 +62,3 @@ class Mode:
 
     def finish(self, job: Job) -> None:
         """Called once after every shape compiled (not after an error)."""
-
-    def retry(self, error: BaseException, job: Job) -> bool:
-        """A run of a batch this mode prepared raised ``error``: True to prepare the batch
-        again and rerun it, False to let the error through."""
-        return False

@@ -66,8 +66,6 @@ RECORDS = {
     ],
     "shapebucket.compile": [
         "shapebucket.compile.report.PrewarmReport",
-        "shapebucket.compile.background.handle.BackgroundCompile",
-        "shapebucket.compile.background.report.BackgroundReport",
     ],
     "shapebucket.bucketed": [
         "shapebucket.bucketed.stats.BucketedReport",

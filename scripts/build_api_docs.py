@@ -64,8 +64,6 @@ RECORDS = {
     ],
     "shapebucket.compile": [
         "shapebucket.compile.report.PrewarmReport",
-        "shapebucket.compile.background.handle.BackgroundCompile",
-        "shapebucket.compile.background.report.BackgroundReport",
     ],
     "shapebucket.bucketed": [
         "shapebucket.bucketed.stats.BucketedReport",

@@ -117,14 +117,13 @@ def compile_with_limit(fn: Any, limit: int, **kwargs: Any) -> Any:
     return torch.compile(fn, recompile_limit=limit, **kwargs)
 
 
-def bench(*args, timeout=1500):  # a cold compile-while-training run took 357-600+ s in CI
+def bench(*args, timeout=1500):  # set for a compile-while-training run (gone), not re-measured
     """The bench CLI in its own interpreter; ``timeout`` is the limit on a quiet machine,
     scaled by the load (``tests/_helpers.py``: a timeout names the load).
 
     One torch thread, as tests/test_examples.py runs the examples: on 2 shared cores two
-    OpenMP threads spin against each other and against the pinned background compile (an
-    eager epoch of the compile-while-training run: 137-148 s with two threads at load 5-7,
-    8 s with one at load 7-10); what the tests check does not depend on the thread count."""
+    OpenMP threads spin against each other; what the tests check does not depend on the
+    thread count."""
     return run_scaled(
         [sys.executable, "-m", "shapebucket", "bench", *args],
         timeout,

@@ -43,3 +43,16 @@ def test_readme_commands_are_what_ci_runs():
     readme = (ROOT / "README.md").read_text()
     assert "bash scripts/test.sh" in readme and "bash scripts/bench.sh" in readme
     assert "bash scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_saved_benchmark_runs_replay(tmp_path, capsys):
+    """docs/benchmarks.md: ``--from-json FILE`` prints a run saved in docs/img/ again. A
+    field the benchmark drops must leave them readable (dropping compile-while-training's
+    ``background`` and ``warmup_curve`` made every one of them fail to load)."""
+    from shapebucket.bench import cli
+
+    for name in ("steps_per_sec_text.json", "gpu_h200_bench_w256.json"):
+        path = ROOT / "docs" / "img" / name
+        assert cli.main(["--from-json", str(path), "--plot", str(tmp_path / "r.png")]) == 0, (
+            capsys.readouterr().err
+        )

@@ -10,7 +10,6 @@ of dynamo or inductor: each function imports what it uses when called.
 
 from .aot import AOT_MISS, aot_call, aot_compile_call, aot_deserialize, aot_serialize, has_hooks
 from .counters import (
-    cache_hit_counts,
     compile_events,
     inductor_cache_counts,
     recompile_limit_hits,
@@ -29,12 +28,10 @@ from .dynamo import (
     unwrap_compiled,
 )
 from .inductor import (
-    clear_cache_artifacts,
     fresh_inductor_cache,
     inductor_cache_dir,
     load_cache_artifacts,
     save_cache_artifacts,
-    set_compile_threads,
 )
 from .logs import add_limit_handler, add_recompile_handler
 from .marks import (
@@ -57,8 +54,6 @@ __all__ = [
     "aot_serialize",
     "apply_compiler_marks",
     "automatic_dynamic",
-    "cache_hit_counts",
-    "clear_cache_artifacts",
     "compile_events",
     "copy_all",
     "cpu_allocation_peak_bytes",
@@ -79,7 +74,6 @@ __all__ = [
     "recompile_limit_hits",
     "reset_compiler",
     "save_cache_artifacts",
-    "set_compile_threads",
     "set_recompile_limit",
     "skip_frame_only",
     "unique_graphs",

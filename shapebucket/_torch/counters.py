@@ -21,24 +21,12 @@ def compile_events() -> int:
     return sum(len(v) for v in compilation_time_metrics.values())
 
 
-def cache_hit_counts() -> dict[str, int]:
-    """AOTAutograd and FX-graph cache hits and misses in this process so far: a graph whose
-    compiled code came from a loaded cache counts an ``aot_hit`` (forward and backward)."""
-    from torch._dynamo.utils import counters
-
-    aot, ind = counters["aot_autograd"], counters["inductor"]
-    return {
-        "aot_hit": int(aot["autograd_cache_hit"]),
-        "aot_miss": int(aot["autograd_cache_miss"]),
-        "fx_hit": int(ind["fxgraph_cache_hit"]),
-        "fx_miss": int(ind["fxgraph_cache_miss"]),
-    }
-
-
 def inductor_cache_counts() -> tuple[int, int]:
     """Inductor's FX-graph cache hits and misses in this process so far."""
-    counts = cache_hit_counts()
-    return counts["fx_hit"], counts["fx_miss"]
+    from torch._dynamo.utils import counters
+
+    ind = counters["inductor"]
+    return int(ind["fxgraph_cache_hit"]), int(ind["fxgraph_cache_miss"])
 
 
 _LIMIT_HIT = "Dynamo recompile limit exceeded"

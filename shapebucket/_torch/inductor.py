@@ -1,4 +1,4 @@
-"""Inductor's caches: where they live, their portable artifacts, a fresh one, compile threads."""
+"""Inductor's caches: where they live, their portable artifacts, a fresh one."""
 
 from __future__ import annotations
 
@@ -35,21 +35,6 @@ def load_cache_artifacts(data: bytes) -> bool:
         return torch.compiler.load_cache_artifacts(data) is not None
     finally:
         logger.disabled = old
-
-
-def clear_cache_artifacts() -> None:
-    """Forget the cache artifacts recorded so far, so the next :func:`save_cache_artifacts`
-    holds only what was compiled after this call (one shape's artifacts at a time)."""
-    from torch.compiler._cache import CacheArtifactManager
-
-    CacheArtifactManager.clear()
-
-
-def set_compile_threads(n: int) -> None:
-    """Inductor's pool of compile workers (not part of its cache key): 1 compiles in-process."""
-    import torch._inductor.config as inductor_config
-
-    inductor_config.compile_threads = int(n)
 
 
 @contextlib.contextmanager

@@ -143,7 +143,6 @@ def _resolve(args: argparse.Namespace) -> None:
     check_int("--warmup-steps", args.warmup_steps, minimum=1)
     check_int("--max-len", args.max_len, minimum=8)
     check_int("--seed", args.seed, minimum=0)
-    check_int("--background-nice", args.background_nice, minimum=0, maximum=19)
     if args.model_dim % args.heads:
         raise ShapeBucketError(
             f"--model-dim {args.model_dim} must be a multiple of --heads {args.heads}"

@@ -110,13 +110,6 @@ def _timing_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--warmup-steps", type=int, default=None, help="steps after compiling (default 3, quick 1)"
     )
-    p.add_argument(
-        "--background-nice",
-        type=int,
-        default=10,
-        help="the niceness of the compile-while-training strategies' background compile "
-        "(default 10, as the library's; 0 shares its core equally with training)",
-    )
 
 
 def _batching_flags(p: argparse.ArgumentParser) -> None:

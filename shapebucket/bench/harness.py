@@ -26,7 +26,7 @@ from .limit import add_limit, limit_runners
 from .model import GPT, CaptionConfig, Captioner, GPTConfig
 from .peers import source as grouped_source
 from .profiles import profile_config
-from .runner import Runner, finish, prepare, prepare_background, time_round
+from .runner import Runner, finish, prepare, time_round
 from .strategies import PEERS, STRATEGIES, StrategyResult
 
 __all__ = ["check_padding_invariance", "run"]
@@ -81,7 +81,6 @@ def _setup(args: argparse.Namespace) -> Setup:
         heads=args.heads,
         max_len=args.max_len,
     )
-    # a partial pickles (compile-while-training builds the model in its own process)
     make_model: Callable[[], torch.nn.Module]
     cfg: GPTConfig
     image: tuple[int, ...] | None = None
@@ -179,8 +178,7 @@ def _warm_up(
             cache = compat.fresh_inductor_cache(tmp)
         try:
             with cache:
-                warm_up = prepare_background if STRATEGIES[name].ready == "background" else prepare
-                runners.append(warm_up(name, s, families[STRATEGIES[name].family]))
+                runners.append(prepare(name, s, families[STRATEGIES[name].family]))
         except Exception as e:  # one strategy failing must not hide the others
             results[name] = _failed(name, _error(e))
     return runners

@@ -162,8 +162,7 @@ def check_losses(
     problems = []
     families: dict[str, list[StrategyResult]] = {}
     for r in results:
-        # compile-while-training trains inside its warm-up: its steps are not the family's
-        if r.error is None and r.losses and r.background is None:
+        if r.error is None and r.losses:
             families.setdefault(r.family, []).append(r)
     for same in families.values():
         ref = same[0]
@@ -233,7 +232,7 @@ def format_table(results: Sequence[StrategyResult]) -> str:
         "timed set); vs peer: relative to the best strategy without shapebucket; peak MB: tensor "
         "memory one step of its largest batch allocates (torch.profiler); 1st step s: from the "
         "start (compile and prewarm included) to the end of the first training step; warm-up s: "
-        "until every shape is compiled (compile-while-training trains through it); epoch s: one "
+        "until every shape is compiled; epoch s: one "
         "epoch of the whole dataset at the median speed; job 1/10 s: warm-up + the 1/10 epochs "
         "its training steps have not covered yet; timed re: "
         "graphs compiled while timed; tok eff and shapes: over the whole dataset's epoch; timed: "

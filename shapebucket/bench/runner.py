@@ -1,12 +1,10 @@
-"""One strategy's run: its model and compiled step, its warm-up (:func:`prepare`, or
-:func:`prepare_background` for compile-while-training), its timed rounds
-(:func:`time_round`) and its summary (:func:`finish`)."""
+"""One strategy's run: its model and compiled step, its warm-up (:func:`prepare`), its timed
+rounds (:func:`time_round`) and its summary (:func:`finish`)."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-import types
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -18,11 +16,6 @@ import torch
 from .. import _torch as compat
 from .._torch import fresh_forward
 from ..calibrate.memory import step_peak_bytes
-from ..compile.background.handle import (
-    BackgroundCompile,
-    BackgroundOptions,
-    compile_in_background,
-)
 from ..compile.marks import mark_dynamic
 from ..compile.modes.run import CudaGraphs
 from ..compile.prewarm import prewarm
@@ -37,7 +30,6 @@ __all__ = [
     "fresh_forward",
     "new_result",
     "prepare",
-    "prepare_background",
     "time_round",
 ]
 
@@ -137,65 +129,6 @@ def _warming(runner: Runner, device: torch.device) -> Iterator[float]:
     result.graphs = total.graphs
     result.recompile_limit_hit = bool(total.limit_hits)
     result.warmup_peak_mem_mb = peak_memory_mb(device)
-
-
-def prepare_background(name: str, s: Setup, fam: Family) -> Runner:
-    """Warm up ``name`` by training eagerly on the timed batches while every shape compiles
-    in the background (:func:`~shapebucket.compile.compile_in_background`); the timed
-    rounds then run the switched, compiled shapes under ``no_recompiles``."""
-    if s.device.type != "cpu":
-        raise RuntimeError(f"{name} runs on CPU only in this benchmark (no autocast step)")
-    step, model, _ = s.training_step()
-    plan = ShapePlan.of(fam.collate)
-    options = {"fullgraph": True, "mode": s.args.mode, **(STRATEGIES[name].compile or {})}
-    options.pop("dynamic", None)
-    result = new_result(name, s, fam)
-    runner = Runner(name, fam, step, lambda: no_recompiles(plan), result, int(s.lengths.sum()))
-    lengths = [length for _, length in fam.shapes]  # the most frequent shapes compile first
-    with _warming(runner, s.device) as t0:
-        bg = compile_in_background(
-            s.make_model,
-            plan,
-            fam.warmup[0],
-            model=model,
-            sampler=types.SimpleNamespace(batch_buckets=lambda: lengths),
-            options=BackgroundOptions(compile_options=options, nice=s.args.background_nice),
-        )
-        with bg:
-            losses, tokens, steps = _train_until_switched(bg, runner, len(plan), t0)
-    runner.losses.extend(torch.tensor(losses).unbind())
-    result.warmup_epochs = tokens / runner.epoch_tokens
-    result.warmup_steps = steps
-    result.background = bg.report.to_dict()
-    return runner
-
-
-def _train_until_switched(
-    bg: BackgroundCompile, runner: Runner, shapes: int, t0: float
-) -> tuple[list[float], int, int]:
-    """Eager steps on the timed batches, round after round, each on the warm-up curve, until
-    ``shapes`` shapes are switched; returns the losses, the real tokens and the steps."""
-    fam, result = runner.family, runner.result
-    # the warm-up's losses as floats: a loss tensor kept per step is a small native
-    # allocation between the step's freed activations, which then fragments the heap
-    # (the process grew by about 1 MB a step, 20 GB over a long warm-up)
-    losses: list[float] = []
-    tokens = 0
-    i, passes_after_done = 0, 0
-    while len(bg.report.switched_at) < shapes and passes_after_done < 2:
-        j = i % len(fam.timed)
-        losses.append(float(runner.step(fam.timed[j])))
-        tokens += fam.timed_real[j]
-        now = time.perf_counter() - t0
-        result.warmup_curve.append([now, tokens / runner.epoch_tokens])
-        if i == 0:
-            result.first_step_s = now
-        if bg.report.error is not None:
-            raise RuntimeError(f"the background compile failed: {bg.report.error}")
-        i += 1
-        if bg.done and j == len(fam.timed) - 1:
-            passes_after_done += 1  # a shape the timed set never has stays unswitched
-    return losses, tokens, i
 
 
 def _reserved(device: torch.device) -> int:

@@ -28,10 +28,6 @@ class Strategy:
     mark: str | None = None  # "maybe": maybe_mark_dynamic
     prewarm: bool = False
     about: str = ""
-    # How the compiled graphs are ready: "first" compiles (prewarm) before the first step;
-    # "background" trains eagerly from the first second while a one-core process compiles
-    # every shape, each shape switching to its graph when ready (runner.prepare_background)
-    ready: str = "first"
     # torch.compile's mode for this strategy (None: --mode); "reduce-overhead" records a CUDA
     # graph per planned shape at prewarm and needs --device cuda
     mode: str | None = None
@@ -108,13 +104,6 @@ STRATEGIES: dict[str, Strategy] = {
         about="same batches as shapebucket-packed, CUDA graphs (mode=reduce-overhead) "
         "recorded at prewarm for the plan's shapes only; CUDA only",
     ),
-    "shapebucket-packed-background": Strategy(
-        "packed",
-        {"dynamic": False},
-        ready="background",
-        about="same packed batches, compile_in_background: trains eagerly at once while a "
-        "one-core process compiles every shape, each switching when ready",
-    ),
 }
 PEERS = tuple(n for n in STRATEGIES if not n.startswith("shapebucket"))
 #: strategies that record CUDA graphs: refused without --device cuda
@@ -159,8 +148,6 @@ class StrategyResult:
     first_step_s: float = 0.0  # from the strategy's start to the end of its first step
     warmup_steps: int = 0  # training steps inside the warm-up
     warmup_epochs: float = 0.0  # epochs of the whole dataset trained inside the warm-up
-    # compile-while-training: [seconds since its start, epochs trained] after each warm-up step
-    warmup_curve: list[list[float]] = field(default_factory=list)
     graphs: int = 0
     timed_recompiles: int = 0
     timed_compile_s: float = 0.0
@@ -185,7 +172,6 @@ class StrategyResult:
     step_times: list[float] = field(default_factory=list)
     compiled_steps: list[int] = field(default_factory=list)  # indices into step_times
     losses: list[float] = field(default_factory=list)
-    background: dict[str, Any] | None = None  # compile_in_background's report, per shape
     # the physical limit (bench.limit): its own row's grid and costs; a strategy's share of
     # it and where the rest of its time goes
     limit: dict[str, Any] | None = None
@@ -201,19 +187,10 @@ class StrategyResult:
         warm-up, the steps that compiled while timed, and the epochs the warm-up's own
         training steps have not covered yet at ``epoch_s`` (default: the median round's).
 
-        A compile-while-training warm-up trains eagerly for as long as it lasts; when its
-        steps alone reach ``epochs``, the job ends at the step that reached them.
-
         >>> r = StrategyResult("x", warmup_s=10.0, warmup_epochs=0.5)
         >>> r.job_seconds(1, epoch_s=100.0), r.job_seconds(10, epoch_s=100.0)
         (60.0, 960.0)
-        >>> r = StrategyResult("y", warmup_s=30.0, warmup_epochs=2.0,
-        ...                    warmup_curve=[[10.0, 0.5], [20.0, 1.0], [30.0, 2.0]])
-        >>> r.job_seconds(1, epoch_s=5.0)
-        20.0
         """
         per_epoch = self.epoch_s if epoch_s is None else epoch_s
-        if self.warmup_curve and self.warmup_curve[-1][1] >= epochs:
-            return next(t for t, done in self.warmup_curve if done >= epochs)
         left = max(0.0, epochs - self.warmup_epochs)
         return self.warmup_s + self.timed_compile_s + per_epoch * left

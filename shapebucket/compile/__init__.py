@@ -5,7 +5,6 @@
 True
 """
 
-from .background.handle import BackgroundOptions, compile_in_background
 from .cache.aot import AotCache
 from .cache.load import load_compile_cache
 from .cache.save import save_compile_cache
@@ -19,7 +18,6 @@ from .regions import compile_regions
 
 __all__ = [
     "AotCache",
-    "BackgroundOptions",
     "Cache",
     "CompileCounter",
     "CudaGraphs",
@@ -28,7 +26,6 @@ __all__ = [
     "RecompileLimit",
     "Repeat",
     "check_recompile_limit",
-    "compile_in_background",
     "compile_regions",
     "load_compile_cache",
     "mark_dynamic",

@@ -1,5 +1,5 @@
-"""One batch through the model or the step (:func:`run_batch`, for prewarm, ``calibrate_rows``
-and the background compile), and the checks before a first run."""
+"""One batch through the model or the step (:func:`run_batch`, for prewarm and
+``calibrate_rows``), and the checks before a first run."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def _call_with_keys(model: Any, batch: Mapping[str, Any], who: str) -> Any:
 
 def refuse_cached_decoder(model: Any, who: str) -> None:
     """Refuse a Hugging Face decoder that keeps a cache, for packed batches: the one
-    ``use_cache`` check of prewarm, compile_in_background and the Trainers.
+    ``use_cache`` check of prewarm and the Trainers.
 
     transformers finds packed samples from ``position_ids`` only when the model has no
     cache, and a decoder whose config says ``use_cache=True`` (Llama's default) makes

@@ -12,7 +12,7 @@ __all__ = ["PrewarmReport", "report_dict"]
 
 def report_dict(report: Any) -> dict[str, Any]:
     """A report dataclass's fields, JSON-ready: a dict keyed by shape gets ``"RxL"`` keys and
-    a tuple of shapes becomes lists (``PrewarmReport`` and ``BackgroundReport``)."""
+    a tuple of shapes becomes lists (``PrewarmReport``)."""
     out = {}
     for f in fields(report):
         value = getattr(report, f.name)

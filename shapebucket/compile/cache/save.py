@@ -38,11 +38,7 @@ STALE_S = 3600.0
 #: them; one machine's came to 3.6 GB (51 files), which a save copied into every cache
 UNSAVED_DIRS = frozenset({"precompiled_headers"})
 
-__all__ = [
-    "save_compile_cache",
-    "save_held_compile_cache",
-    "save_new_compile_cache",
-]
+__all__ = ["save_compile_cache", "save_held_compile_cache"]
 
 
 def _copy_file(src: str, dst: str) -> None:
@@ -83,7 +79,7 @@ def save_compile_cache(
     extra = _check_extra(extra)
     _check_replaceable(Path(path))  # before waiting on the lock; again under it
     with cache_lock(path):
-        return _save(Path(path), None, extra)
+        return _save(Path(path), extra)
 
 
 def save_held_compile_cache(
@@ -92,29 +88,18 @@ def save_held_compile_cache(
     """:func:`save_compile_cache` for a caller that already holds ``path``'s
     :func:`~shapebucket.compile.cache.lock.cache_lock` (prewarm's ``Cache``): a second lock on
     the same file in one process would wait for itself."""
-    return _save(Path(path), None, _check_extra(extra))
+    return _save(Path(path), _check_extra(extra))
 
 
-def save_new_compile_cache(path: str | Path, exported: set[str]) -> dict[str, int]:
-    """Like :func:`save_compile_cache`, with only what is new: the artifacts recorded since
-    the last save (cleared after each) and the inductor files not in ``exported`` (their
-    paths relative to inductor's cache directory; the ones saved now are added to it).
-    Used by the background compile to publish one shape at a time."""
-    return _save(Path(path), exported, {})
-
-
-def _save(path: Path, exported: set[str] | None, extra: dict[str, bytes]) -> dict[str, int]:
-    """Build the cache beside ``path``, then rename it into place; with ``exported`` (the
-    background's one-shape publishing, which holds no lock) only what is new."""
+def _save(path: Path, extra: dict[str, bytes]) -> dict[str, int]:
+    """Build the cache beside ``path``, then rename it into place."""
     _check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_leftovers(path, locked=LOCKS and exported is None)
+    _remove_leftovers(path, locked=LOCKS)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.saving-", dir=path.parent))
     try:
-        intact = exported is None and check_compile_cache(path) is None
-        sizes = _build(tmp, path if intact else None, exported, extra)
-        if exported is not None:
-            compat.clear_cache_artifacts()
+        intact = check_compile_cache(path) is None
+        sizes = _build(tmp, path if intact else None, extra)
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}-{tmp.name[-8:]}")
@@ -178,9 +163,7 @@ def _remove(old: Path) -> None:
             old.unlink()
 
 
-def _build(
-    tmp: Path, previous: Path | None, exported: set[str] | None, extra: dict[str, bytes]
-) -> dict[str, int]:
+def _build(tmp: Path, previous: Path | None, extra: dict[str, bytes]) -> dict[str, int]:
     """Write a complete cache into the empty directory ``tmp``, its manifest last."""
     sizes = {"artifacts_bytes": 0, "inductor_bytes": 0}
     _write_extra(tmp, previous, extra)
@@ -191,7 +174,7 @@ def _build(
     elif previous is not None and (previous / ARTIFACTS).is_file():
         _copy_file(str(previous / ARTIFACTS), str(tmp / ARTIFACTS))
     dst = tmp / INDUCTOR
-    _copy_inductor(Path(compat.inductor_cache_dir()), dst, exported)
+    _copy_inductor(Path(compat.inductor_cache_dir()), dst)
     if previous is not None:
         _copy_inductor(previous / INDUCTOR, dst)
     if dst.is_dir():
@@ -244,20 +227,17 @@ def _write_extra(tmp: Path, previous: Path | None, extra: dict[str, bytes]) -> N
             _copy_file(str(f), str(tmp / f.name))
 
 
-def _copy_inductor(src: Path, dst: Path, exported: set[str] | None = None) -> None:
+def _copy_inductor(src: Path, dst: Path) -> None:
     """Copy inductor's files from ``src`` into ``dst`` (keeping a file ``dst`` has) but its
-    locks, temporary files and :data:`UNSAVED_DIRS`; with ``exported``, only the files not in
-    it (paths relative to ``src``), which are then added to it."""
+    locks, temporary files and :data:`UNSAVED_DIRS`."""
     if not src.is_dir():
         return
     for f in sorted(src.rglob("*")):
         rel = f.relative_to(src)
-        if not f.is_file() or (exported is not None and rel.as_posix() in exported):
+        if not f.is_file():
             continue
         if any(p.endswith(".lock") or ".tmp" in p or p in UNSAVED_DIRS for p in rel.parts):
             continue
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)
         if not (dst / rel).exists():  # kept, as load_compile_cache keeps it
             _copy_file(str(f), str(dst / rel))
-        if exported is not None:
-            exported.add(rel.as_posix())

@@ -1,2 +1,0 @@
-"""Compile while training: train eagerly while a spawned process compiles each shape of the
-plan (:func:`~shapebucket.compile.compile_in_background`)."""

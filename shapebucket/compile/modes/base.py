@@ -36,7 +36,7 @@ class Mode:
     """A part of prewarm; every hook does nothing by default.
 
     Order: ``scope`` (around everything), ``setup``, then per shape ``prepare`` and
-    ``runs`` runs inside ``context``, ``retry`` when one raises; ``finish`` at the end.
+    ``runs`` runs inside ``context``; ``finish`` at the end.
     """
 
     @property

@@ -180,15 +180,8 @@ def choose_k(
         report = padding_report(checked, buckets, batch_size=batch_size, batching=mode)
         # one row of each bucket per sample (or per batch's longest, batching="random")
         train_s = sum(job_samples * report.share.get(b, 0.0) * b * per_token for b in buckets)
-        candidates.append(
-            KEstimate(
-                len(buckets),
-                buckets,
-                report.token_efficiency,
-                prewarm_seconds=len(buckets) * compile_s,
-                train_seconds=train_s,
-            )
-        )
+        n = len(buckets)  # prewarm: one compile per bucket
+        candidates.append(KEstimate(n, buckets, report.token_efficiency, n * compile_s, train_s))
     chosen = min(candidates, key=lambda r: (r.job_seconds, r.k))
     # the search stopped at max_k: would one more bucket still change the set?
     last = len(candidates) == max_k and chosen is candidates[-1]

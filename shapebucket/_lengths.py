@@ -46,11 +46,11 @@ class CheckedLengths(Sequence[int]):
         self.array = array
 
     @classmethod
-    def of(cls, lengths: Any, *, name: str = "lengths") -> CheckedLengths:
+    def of(cls, lengths: Any) -> CheckedLengths:
         """``lengths`` checked by :func:`check_lengths` (ints >= 1, not empty)."""
         if isinstance(lengths, CheckedLengths):
             return lengths
-        array = np.array(check_lengths(lengths, name=name), dtype=np.int64)
+        array = np.array(check_lengths(lengths), dtype=np.int64)
         array.flags.writeable = False
         return cls(array)
 

@@ -119,9 +119,7 @@ def _bound(
     return " and ".join(parts)
 
 
-def check_batch_sizes(
-    value: Any, buckets: Iterable[Any], name: str = "rows"
-) -> int | dict[Any, int] | None:
+def check_batch_sizes(value: Any, buckets: Iterable[Any]) -> int | dict[Any, int] | None:
     """Rows per bucket (or per cell, a tuple key; the messages say which), checked:
     ``None``, an int >= 1, or a mapping with an int >= 1 for exactly the buckets (in their
     order).
@@ -136,9 +134,9 @@ def check_batch_sizes(
     if not isinstance(value, Mapping):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
             raise ShapeBucketError(
-                f"{name} must be an int >= 1 or a mapping {word} -> rows, got {value!r}"
+                f"rows must be an int >= 1 or a mapping {word} -> rows, got {value!r}"
             )
-        return check_int(name, value, minimum=1)
+        return check_int("rows", value, minimum=1)
     missing = [b for b in keys if b not in value]
     # a typo'd bucket, or a sampler with other buckets: never silently unused; a float or
     # bool key (8.0, True) equals a bucket but is a computation gone wrong: named too
@@ -147,10 +145,10 @@ def check_batch_sizes(
         lacks = [f"has no batch size for {word}s {missing}"] if missing else []
         names = [f"names {extra}, which are not {word}s of {keys}"] if extra else []
         raise ShapeBucketError(
-            f"{name} {' and '.join(lacks + names)}; give rows for exactly the {word}s "
+            f"rows {' and '.join(lacks + names)}; give rows for exactly the {word}s "
             f"{keys} (pass the sampler's rows, built from the same {word}s)"
         )
-    return {b: check_int(f"{name}[{b}]", value[b], minimum=1) for b in keys}
+    return {b: check_int(f"rows[{b}]", value[b], minimum=1) for b in keys}
 
 
 def is_int_key(key: Any) -> bool:
@@ -160,17 +158,17 @@ def is_int_key(key: Any) -> bool:
     return isinstance(key, numbers.Integral) and not isinstance(key, (bool, np.bool_))
 
 
-def rows_per_key(value: Any, keys: Iterable[Any], name: str = "rows") -> dict[Any, int]:
+def rows_per_key(value: Any, keys: Iterable[Any]) -> dict[Any, int]:
     """:func:`check_batch_sizes` of ``value`` (not ``None``) as ``{key: rows}``.
 
     >>> rows_per_key(4, [8, 16]), rows_per_key({(8, 4): 2}, [(8, 4)])
     ({8: 4, 16: 4}, {(8, 4): 2})
     """
     keys = list(keys)
-    rows = check_batch_sizes(value, keys, name)
+    rows = check_batch_sizes(value, keys)
     if rows is None:
         word = "cell" if keys and isinstance(keys[0], tuple) else "bucket"
-        raise ShapeBucketError(f"{name} must be an int >= 1 or a mapping {word} -> rows, got None")
+        raise ShapeBucketError(f"rows must be an int >= 1 or a mapping {word} -> rows, got None")
     return rows if isinstance(rows, dict) else dict.fromkeys(keys, rows)
 
 

@@ -201,6 +201,7 @@ def _auto(**kw):
         (lambda: _packing(align=HUGE), "align must be <= 2147483648"),
         (lambda: _packing(tokens_per_batch=HUGE), "tokens_per_batch must be <= 1099511627776"),
         (lambda: _packing(model_dim=0), "model_dim must be >= 1"),
+        (lambda: _packing(model_dim="64"), r"model_dim must be an int \(the .* or a StepCost"),
         (lambda: _packing(max_len=HUGE), "max_len must be <= 2147483648"),
         (lambda: packing_report(LENGTHS, [32], rows=2, seed=-1), "seed must be >= 0"),
         (lambda: fit_buckets(LENGTHS, 2, align=HUGE), "align must be <= 2147483648"),

@@ -3,7 +3,7 @@ before training, each computed token at the step's rate (``docs/fit.md``, "K fro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -11,7 +11,6 @@ import numpy as np
 
 from .. import _torch as compat
 from .._lengths import CheckedLengths
-from .._torch.version import recompile_limit_fix
 from .._validate import check_int, check_number
 from ..fit.buckets import Buckets
 from ..fit.optimal import DEFAULT_ALIGN, fit_buckets
@@ -91,7 +90,7 @@ class KChoiceReport:
             out.append(
                 f"K={self.chosen.k} is above the recompile limit ({limit}): shapebucket.prewarm "
                 f"raises the limit for you; with torch.compile alone use "
-                f"{recompile_limit_fix(self.chosen.k)}"
+                f"{compat.recompile_limit_fix(self.chosen.k)}"
             )
         if self.capped:
             out.append(
@@ -173,40 +172,20 @@ def choose_k(
         return fit_buckets(checked, k, align=align, batch_size=batch_size, batching=mode)
 
     per_token = 1.0 / rate  # seconds per computed token
-    sets, exhausted = fitted_sets(fit, max_k)
-    candidates = []
-    for buckets in sets:
+    candidates: list[KEstimate] = []
+    for k in range(1, max_k + 1):
+        buckets = fit(k)
+        if candidates and buckets == candidates[-1].buckets:
+            break  # one more bucket changes nothing: every distinct aligned length has one
         report = padding_report(checked, buckets, batch_size=batch_size, batching=mode)
         # one row of each bucket per sample (or per batch's longest, batching="random")
         train_s = sum(job_samples * report.share.get(b, 0.0) * b * per_token for b in buckets)
-        candidates.append(
-            KEstimate(
-                len(buckets),
-                buckets,
-                report.token_efficiency,
-                prewarm_seconds=len(buckets) * compile_s,
-                train_seconds=train_s,
-            )
-        )
+        n = len(buckets)  # prewarm: one compile per bucket
+        candidates.append(KEstimate(n, buckets, report.token_efficiency, n * compile_s, train_s))
     chosen = min(candidates, key=lambda r: (r.job_seconds, r.k))
     # the search stopped at max_k: would one more bucket still change the set?
-    capped = chosen is candidates[-1] and not exhausted and fit(max_k + 1) != chosen.buckets
+    last = len(candidates) == max_k and chosen is candidates[-1]
+    capped = last and fit(max_k + 1) != chosen.buckets
     return KChoiceReport(
         candidates, chosen, len(checked), compile_s, job_samples, rate, max_k=max_k, capped=capped
     )
-
-
-def fitted_sets(fit: Callable[[int], Buckets], max_k: int) -> tuple[list[Buckets], bool]:
-    """The bucket sets ``fit(K)`` for ``K = 1..max_k``, and whether the loop stopped early
-    because one more bucket changed nothing (every distinct aligned length has its bucket).
-
-    >>> fitted_sets(lambda k: Buckets([8, 16][-k:]), 5)
-    ([Buckets([16]), Buckets([8, 16])], True)
-    """
-    sets: list[Buckets] = []
-    for k in range(1, max_k + 1):
-        buckets = fit(k)
-        if sets and buckets == sets[-1]:
-            return sets, True
-        sets.append(buckets)
-    return sets, False

@@ -15,7 +15,7 @@ import numpy as np
 from .._lengths import MAX_BUCKET, check_lengths, round_up
 from .._validate import check_int
 from ..errors import ShapeBucketError
-from .cells import Cells, check_weights
+from .cells import Cells, check_pair, check_weights
 from .optimal import DEFAULT_ALIGN, optimal_boundaries, weighted_fit
 
 __all__ = ["CellsReport", "cells_lower_bound", "cells_report", "fit_cells"]
@@ -30,10 +30,7 @@ def _aligned(
             f"{len(s)} source lengths and {len(t)} target lengths; give both lengths of every sample"
         )
     pair = align if isinstance(align, tuple) else (align, align)
-    if len(pair) != 2:
-        raise ShapeBucketError(f"align must be an int or a (source, target) pair, got {align!r}")
-    a_s = check_int("source align", pair[0], minimum=1, maximum=MAX_BUCKET)
-    a_t = check_int("target align", pair[1], minimum=1, maximum=MAX_BUCKET)
+    a_s, a_t = check_pair(pair, "align", ("source align", "target align"), 1, MAX_BUCKET)
     sa = np.maximum(round_up(s, a_s), round_up(2, a_s))
     ta = np.maximum(round_up(t, a_t), round_up(2, a_t))
     return sa, ta, a_s, a_t

@@ -26,14 +26,16 @@ from .._lengths import MAX_BUCKET, check_lengths
 from .._validate import check_int
 from ..errors import ShapeBucketError
 
-__all__ = ["MAX_WEIGHT", "Cells", "check_weights"]
+__all__ = ["MAX_WEIGHT", "Cells", "check_pair", "check_weights"]
 
 _CHUNK = 1 << 16  # samples per vectorised containment test (x cells bools)
 #: The largest weight of a side: the cost ``ws * S + wt * T`` stays far inside int64.
 MAX_WEIGHT = 2**30
 
 
-def _pair(value: Any, what: str, sides: tuple[str, str], low: int, high: int) -> tuple[int, int]:
+def check_pair(
+    value: Any, what: str, sides: tuple[str, str], low: int, high: int
+) -> tuple[int, int]:
     """``value`` as a ``(source, target)`` pair of ints in ``[low, high]``; ``sides`` name them."""
     pair = (
         tuple(value) if isinstance(value, Iterable) and not isinstance(value, (str, bytes)) else ()
@@ -50,7 +52,7 @@ def _pair(value: Any, what: str, sides: tuple[str, str], low: int, high: int) ->
 
 def check_weights(weights: Any) -> tuple[int, int]:
     """``weights`` as a ``(source, target)`` pair of ints in ``[1, MAX_WEIGHT]``."""
-    return _pair(weights, "weights", ("source weight", "target weight"), 1, MAX_WEIGHT)
+    return check_pair(weights, "weights", ("source weight", "target weight"), 1, MAX_WEIGHT)
 
 
 class Cells:
@@ -90,7 +92,7 @@ class Cells:
                     f"Cells takes (source, target) pairs, got {cells!r}; e.g. Cells([(64, 16)])"
                 )
             pairs = [
-                _pair(c, f"cell {i}", (f"cell {i} source", f"cell {i} target"), 2, MAX_BUCKET)
+                check_pair(c, f"cell {i}", (f"cell {i} source", f"cell {i} target"), 2, MAX_BUCKET)
                 for i, c in enumerate(cells)
             ]
         if not pairs:

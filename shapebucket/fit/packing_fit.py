@@ -3,8 +3,10 @@ batch: :func:`fit_packing`, :class:`PackingFitReport`, :func:`packing_report`.""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +16,7 @@ from ..errors import ShapeBucketError
 from .buckets import Buckets
 from .packing import PackingReport, pack_epoch, rows_for_tokens
 from .packing_search import halving_sets, search_row_lengths
-from .step_cost import StepCost, check_model_dim, row_cost
+from .step_cost import StepCost, row_cost
 
 __all__ = [
     "MAX_TOKENS_PER_BATCH",
@@ -214,8 +216,7 @@ def fit_packing(
         "tokens_per_batch", tokens_per_batch, minimum=1, maximum=MAX_TOKENS_PER_BATCH
     )
     tolerance = check_number("tolerance", tolerance, at_least=0, below=1, hint=_TOLERANCE_HINT)
-    if model_dim is not None:
-        model_dim = check_model_dim(model_dim)
+    model_dim = _check_model_dim(model_dim)
     if not isinstance(trial, PackingTrial):
         raise ShapeBucketError(
             f"trial must be a PackingTrial(window=, max_samples=, seed=), got {trial!r}"
@@ -228,6 +229,18 @@ def fit_packing(
     chosen, report = _choose(candidates, tokens_per_batch, model_dim, tolerance)
     rows = rows_for_tokens(chosen, tokens_per_batch)
     return PackingFitReport(chosen, rows, report, candidates, tokens_per_batch, model_dim)
+
+
+def _check_model_dim(value: Any) -> int | StepCost | None:
+    """``model_dim``: ``None``, an int width >= 1 or a :class:`StepCost`."""
+    if value is None or isinstance(value, StepCost):
+        return value
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise ShapeBucketError(
+            "model_dim must be an int (the model's width, its hidden size) or a StepCost (step "
+            f"times measured per length), got {value!r} ({type(value).__name__})"
+        )
+    return check_int("model_dim", value, minimum=1)
 
 
 def _longest_row(longest: int, max_len: int | None, align: int) -> int:

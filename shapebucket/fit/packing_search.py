@@ -1,15 +1,6 @@
 """The search behind :func:`~shapebucket.fit.packing_fit.fit_packing`: which row-length
-sets to plan for real (how it searches, and how close it comes: ``docs/fit.md``,
-"Packed row lengths").
-
-The space: every set of at most ``k`` row lengths, multiples of ``align`` (at least
-``round_up(2, align)``), whose largest is ``top``; the objective: computed tokens (or,
-with ``model_dim``, estimated compute) per real token of the plan the packer makes, pad
-rows of short batches included (left out on a probe smaller than the data, which has
-proportionally fewer of them). Exhaustive when the space is small; otherwise exact refits
-alternating with re-packing from several seeds, every pair ``(b, top)`` when affordable,
-a hill climb, then pruning.
-"""
+sets to plan for real (the space, the objective and the steps: ``docs/fit.md``, "Packed
+row lengths")."""
 
 from __future__ import annotations
 
@@ -113,7 +104,7 @@ class _Evaluator:
         row_len = Ls[cls]
         costs = np.asarray([self.cost(int(L)) for L in values])
         work = float(costs[cls].sum())
-        if self.pad_rows:  # empty rows that keep a short batch's shape
+        if self.pad_rows:  # a short batch's empty rows; not on a probe (it has fewer)
             steps = np.asarray(packer.step_cls, dtype=np.int64)
             filled = np.bincount(rows.step[: rows.n], minlength=len(steps))
             work += float(((R[steps] - filled) * costs[steps]).sum())

@@ -6,19 +6,15 @@ whole step measured by row length (the benchmark, your own timer: :meth:`StepCos
 from __future__ import annotations
 
 import math
-import numbers
 from bisect import bisect_right
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
 
 from .._lengths import MAX_BUCKET
 from .._validate import check_int, check_number
 from ..errors import ShapeBucketError
 
-__all__ = ["StepCost", "check_model_dim", "row_cost"]
+__all__ = ["StepCost", "row_cost"]
 
 
 @dataclass(frozen=True)
@@ -120,8 +116,7 @@ def row_cost(model_dim: int | StepCost | None) -> Callable[[int], float]:
     """The estimated cost of one row of length ``L`` in token units: ``L`` (``model_dim=None``),
     or with a model width ``L * (1 + L / (6 * model_dim))`` (a transformer block's linear
     layers do about ``24 d^2`` multiply-adds per token, its dense attention ``4 L d``), or
-    measured (:meth:`StepCost.row`). ``model_dim`` is checked by the caller
-    (:func:`check_model_dim`).
+    measured (:meth:`StepCost.row`); ``model_dim`` already checked.
 
     >>> row_cost(16)(96), row_cost(None)(96)  # attention doubles a token's cost at L = 6 d
     (192.0, 96.0)
@@ -131,27 +126,6 @@ def row_cost(model_dim: int | StepCost | None) -> Callable[[int], float]:
     if isinstance(model_dim, StepCost):
         return model_dim.row
     return lambda L: L * (1 + L / (6 * model_dim))
-
-
-def check_model_dim(value: Any) -> int | StepCost:
-    """``value`` as an int model width >= 1, or the :class:`StepCost` it is; anything else
-    is a :class:`~shapebucket.errors.ShapeBucketError` naming both forms.
-
-    >>> check_model_dim(64)
-    64
-    >>> check_model_dim("64")
-    Traceback (most recent call last):
-    ...
-    shapebucket.errors.ShapeBucketError: model_dim must be an int (the model's width, its hidden size) or a StepCost (step times measured per length), got '64' (str)
-    """
-    if isinstance(value, StepCost):
-        return value
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise ShapeBucketError(
-            "model_dim must be an int (the model's width, its hidden size) or a StepCost (step "
-            f"times measured per length), got {value!r} ({type(value).__name__})"
-        )
-    return check_int("model_dim", value, minimum=1)
 
 
 def _check_rows_grow(grid: tuple[int, ...], values: tuple[float, ...]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ __all__ = ["main"]
 
 
 def _plot_lengths(
-    lengths: np.ndarray, boundaries: Sequence[int], path: str | Path, title: str
+    lengths: np.ndarray, boundaries: Iterable[int], path: str | Path, title: str
 ) -> None:
     """A histogram of ``lengths`` with the bucket boundaries drawn on it, written to ``path``."""
     plt = pyplot()
@@ -90,14 +90,6 @@ def _choose_k(args: argparse.Namespace, lengths: np.ndarray) -> int:
     return choice.chosen.k
 
 
-def _print_suggested(report: object, buckets: object) -> None:
-    """Print ``report``, then the ``Buckets(...)`` line to paste."""
-    print(report)
-    print()
-    print("Suggested (paste into your code):")
-    print(f"    buckets = shapebucket.fit.{buckets!r}")
-
-
 def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int:
     given = _given(args, _K_AUTO)
     if args.k != "auto" and given:
@@ -114,10 +106,12 @@ def _suggest(args: argparse.Namespace, lengths: np.ndarray | None = None) -> int
     table = compare_policies(
         lengths, k, align=args.align, batch_size=args.batch_size, batching=args.batching
     )
-    _print_suggested(table, table.fitted)
-    buckets, title = list(table.fitted), f"fitted buckets (k={k}, align={args.align})"
+    print(table)
+    print()
+    print("Suggested (paste into your code):")
+    print(f"    buckets = shapebucket.fit.{table.fitted!r}")
     if plot is not None:
-        _plot_lengths(lengths, buckets, plot, title)
+        _plot_lengths(lengths, table.fitted, plot, f"fitted buckets (k={k}, align={args.align})")
         print(f"wrote {plot}")
     return 0
 

@@ -61,33 +61,28 @@ def _parser() -> argparse.ArgumentParser:
 def _replay(args: argparse.Namespace) -> int:
     """The table, headline and plot of a saved run, as measured then."""
     if not args.from_json:
-        print(
-            "error: --from-json needs the path of a saved run (a .json it wrote)", file=sys.stderr
-        )
-        return 2
+        raise ShapeBucketError("--from-json needs the path of a saved run (a .json it wrote)")
     try:
         data = json.loads(Path(args.from_json).read_text())
         results = [StrategyResult(**r) for r in data["results"]]
         old = [r.name for r in results if r.error is None and not r.round_epoch_s]
         if old:
-            print(
-                f"error: {args.from_json} was written by an earlier version of the benchmark "
-                f"(no whole-epoch rounds for {', '.join(old)}); it cannot be replayed by this one",
-                file=sys.stderr,
+            raise ShapeBucketError(
+                f"{args.from_json} was written by an earlier version of the benchmark "
+                f"(no whole-epoch rounds for {', '.join(old)}); it cannot be replayed by this one"
             )
-            return 2
         config = data["config"]
         described = _describe(config)
         table = format_table(results)  # a wrongly typed field fails here, not mid-print
         title = _title(config)
     except KeyError as e:
-        print(
-            f"error: {args.from_json} is not a saved benchmark run: no {e} entry", file=sys.stderr
-        )
-        return 2
+        raise ShapeBucketError(
+            f"{args.from_json} is not a saved benchmark run: no {e} entry"
+        ) from None
+    except ShapeBucketError:
+        raise
     except (OSError, ValueError, TypeError) as e:
-        print(f"error: {args.from_json} is not a saved benchmark run: {e}", file=sys.stderr)
-        return 2
+        raise ShapeBucketError(f"{args.from_json} is not a saved benchmark run: {e}") from None
     path = str(
         output_path(
             "--plot", args.plot or Path(args.from_json).with_suffix(".png"), formats=plot_formats()

@@ -81,15 +81,12 @@ def _setup(args: argparse.Namespace) -> Setup:
         heads=args.heads,
         max_len=args.max_len,
     )
-    make_model: Callable[[], torch.nn.Module]
     cfg: GPTConfig
     image: tuple[int, ...] | None = None
     if args.workload == "captioning":
-        cfg = ccfg = CaptionConfig(**dims)
-        image, make_model = (
-            (ccfg.channels, ccfg.image, ccfg.image),
-            functools.partial(Captioner, ccfg),
-        )
+        cfg = caption = CaptionConfig(**dims)
+        image = (caption.channels, caption.image, caption.image)
+        make_model: Callable[[], torch.nn.Module] = functools.partial(Captioner, caption)
     else:
         cfg = GPTConfig(**dims)
         make_model = functools.partial(GPT, cfg)

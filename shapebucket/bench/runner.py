@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,13 +22,12 @@ from ..compile.prewarm import prewarm
 from ..compile.recompiles import CompileCounter, no_recompiles
 from ..plan.shapes import ShapePlan
 from .batching import SEQUENCE_KEYS, Family, Setup
-from .strategies import PEERS, STRATEGIES, Strategy, StrategyResult
+from .strategies import PEERS, STRATEGIES, StrategyResult
 
 __all__ = [
     "Runner",
     "finish",
     "fresh_forward",
-    "new_result",
     "prepare",
     "time_round",
 ]
@@ -48,24 +47,17 @@ class Runner:
     losses: list[torch.Tensor] = field(default_factory=list)
 
 
-def _marker(strategy: Strategy) -> Callable[[dict[str, Any]], None] | None:
-    if strategy.mark == "maybe":
-
-        def maybe(batch: dict[str, Any]) -> None:
-            # strict=False: with strict=True this model raises ConstraintViolationError on CPU
-            # (inductor's kernels guard on 65 <= length), see docs/guide.md
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                mark_dynamic(batch, dim=1, sequence_keys=[*SEQUENCE_KEYS, "attention_mask"])
-
-        return maybe
-    return None
+def _maybe_mark(batch: dict[str, Any]) -> None:
+    """``maybe_mark_dynamic`` on the length; strict=False: with strict=True this model raises
+    ConstraintViolationError on CPU (inductor's kernels guard on 65 <= length), docs/guide.md."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        mark_dynamic(batch, dim=1, sequence_keys=[*SEQUENCE_KEYS, "attention_mask"])
 
 
-def new_result(name: str, s: Setup, fam: Family) -> StrategyResult:
+def _new_result(name: str, s: Setup, fam: Family) -> StrategyResult:
     """The strategy's record with what its family's batches say (shapes, efficiencies)."""
-    strategy = STRATEGIES[name]
-    result = StrategyResult(name=name, family=strategy.family, peer=name in PEERS)
+    result = StrategyResult(name=name, family=STRATEGIES[name].family, peer=name in PEERS)
     result.buckets = list(fam.buckets) if fam.buckets is not None else None
     result.epoch_steps = len(fam.epoch)
     padded = sum(rows * length for rows, length in fam.shapes)
@@ -77,21 +69,23 @@ def new_result(name: str, s: Setup, fam: Family) -> StrategyResult:
 
 
 def prepare(name: str, s: Setup, fam: Family) -> Runner:
-    """Build the model, compile, warm up (prewarm and/or the first steps); time it."""
+    """Build the model, compile, warm up (prewarm and/or the first steps); time it and
+    record its graphs and peak memory."""
     strategy = STRATEGIES[name]
-    a = s.args
-    result = new_result(name, s, fam)
+    result = _new_result(name, s, fam)
     fwd: Any = fresh_forward(name)
-    mode = strategy.mode or a.mode
+    mode = strategy.mode or s.args.mode
     if strategy.compile is not None:
         fwd = torch.compile(fwd, fullgraph=True, mode=mode, **strategy.compile)
-    step, _, opt = s.training_step(fwd, _marker(strategy))
+    step, _, opt = s.training_step(fwd, _maybe_mark if strategy.maybe_mark else None)
     guard = (lambda: no_recompiles(fam.buckets)) if strategy.prewarm else contextlib.nullcontext
     # its own copies of the family's batches: marks (mark_dynamic) live on tensor objects,
     # and one strategy's marks must not change how another strategy's compiler sees them
     fam = replace(fam, warmup=[_copy(b) for b in fam.warmup], timed=[_copy(b) for b in fam.timed])
     runner = Runner(name, fam, step, guard, result, epoch_tokens=int(s.lengths.sum()))
-    with _warming(runner, s.device) as t0:
+    reset_peak_memory(s.device)
+    with CompileCounter() as total:
+        t0 = time.perf_counter()
         if strategy.prewarm and fam.buckets is not None:
             reserved = _reserved(s.device)
             prewarm(
@@ -111,24 +105,14 @@ def prepare(name: str, s: Setup, fam: Family) -> Runner:
             if i == 0:
                 sync(s.device)
                 result.first_step_s = time.perf_counter() - t0
-    result.warmup_steps = len(fam.warmup)
-    result.warmup_epochs = sum(fam.warmup_real) / runner.epoch_tokens
-    return runner
-
-
-@contextlib.contextmanager
-def _warming(runner: Runner, device: torch.device) -> Iterator[float]:
-    """Time a warm-up (yields its start) and record its graphs and peak memory."""
-    result = runner.result
-    reset_peak_memory(device)
-    with CompileCounter() as total:
-        t0 = time.perf_counter()
-        yield t0
-        sync(device)
+        sync(s.device)
         result.warmup_s = time.perf_counter() - t0
     result.graphs = total.graphs
     result.recompile_limit_hit = bool(total.limit_hits)
-    result.warmup_peak_mem_mb = peak_memory_mb(device)
+    result.warmup_peak_mem_mb = peak_memory_mb(s.device)
+    result.warmup_steps = len(fam.warmup)
+    result.warmup_epochs = sum(fam.warmup_real) / runner.epoch_tokens
+    return runner
 
 
 def _reserved(device: torch.device) -> int:

@@ -25,7 +25,7 @@ class Strategy:
 
     family: str  # "grouped", "fixed", "buckets", "tokens", "packed" or "calibrated"
     compile: dict[str, Any] | None  # torch.compile kwargs; None runs eagerly
-    mark: str | None = None  # "maybe": maybe_mark_dynamic
+    maybe_mark: bool = False  # maybe_mark_dynamic on the length
     prewarm: bool = False
     about: str = ""
     # torch.compile's mode for this strategy (None: --mode); "reduce-overhead" records a CUDA
@@ -43,7 +43,7 @@ STRATEGIES: dict[str, Strategy] = {
     "grouped-mark-dynamic": Strategy(
         "grouped",
         {"dynamic": False},
-        mark="maybe",
+        maybe_mark=True,
         about="same batches, dynamic=False + maybe_mark_dynamic on the length",
     ),
     "grouped-dynamic": Strategy("grouped", {"dynamic": True}, about="same batches, dynamic=True"),

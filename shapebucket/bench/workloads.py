@@ -60,11 +60,7 @@ def caption_lengths(n: int, seed: int = 0) -> np.ndarray:
     >>> int(lengths.min()) >= 5 and int(lengths.max()) <= 255
     True
     """
-    rng = np.random.default_rng(seed)
-    part = rng.choice(3, size=n, p=[0.90, 0.09, 0.01])
-    lo = np.array([5, 33, 65])[part]
-    hi = np.array([31, 63, 255])[part]
-    return rng.integers(lo, hi + 1).astype(np.int64)
+    return mixture_lengths(n, seed=seed) - 1  # the same draws: the mixture is L + 1
 
 
 def long_mixture_lengths(n: int, *, max_len: int, seed: int = 0) -> np.ndarray:

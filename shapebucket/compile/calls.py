@@ -11,12 +11,10 @@ import torch
 
 from .. import _torch as compat
 from ..errors import ShapeBucketError
-from ..plan.shapes import ShapePlan
 
 __all__ = [
     "backward_outputs",
     "check_callables",
-    "packed_plan",
     "refuse_cached_decoder",
     "run_batch",
 ]
@@ -124,12 +122,6 @@ def refuse_cached_decoder(model: Any, who: str) -> None:
             "model.config.use_cache = False before training (a Trainer: pass "
             "TrainingArguments(use_cache=False), the default, which it copies into model.config)"
         )
-
-
-def packed_plan(plan: ShapePlan) -> bool:
-    """Whether ``plan``'s batches are packed rows (its collator says so with ``packs``, the
-    collator protocol's marker, so a user's collator that packs is asked too)."""
-    return plan.collator is not None and bool(plan.collator.packs)
 
 
 def check_callables(model: Any, step: Any, who: str) -> None:

@@ -126,7 +126,8 @@ def _verify(job: Job, run: Callable[[Any], None]) -> None:
 
 
 def _prewarm_job(job: Job, extra: list[Any], verify: bool, progress: bool) -> None:
-    """Snapshot, set the modes up, compile every shape, restore; verify and restore again."""
+    """Snapshot; inside the modes' scopes set up, compile every shape, restore, check the
+    recompile limit, verify and restore again; then the modes finish."""
 
     def run(batch: Any) -> None:
         with contextlib.ExitStack() as stack:
@@ -134,28 +135,18 @@ def _prewarm_job(job: Job, extra: list[Any], verify: bool, progress: bool) -> No
                 stack.enter_context(m.context())
             run_batch(job.model, job.step, batch)
 
-    snap = snapshot(job.model, *extra)  # first: batches made from here on draw no lasting RNG
-    with contextlib.ExitStack() as scopes:  # the recompile limit, put back also on error
-        for m in job.modes:
-            scopes.enter_context(m.scope(job))
-        _run_job(job, run, snap, extra, (verify, progress))
-    for m in job.modes:
-        m.finish(job)
-
-
-def _run_job(
-    job: Job, run: Callable[[Any], None], snap: Snapshot, extra: list[Any], flags: tuple[bool, bool]
-) -> None:
-    """Inside the modes' scopes: set up, compile, restore; check the limit; verify, restore."""
-    verify, progress = flags
-
     def put_back(found: dict[torch.optim.Optimizer, Snapshot]) -> None:
         for other in found.values():
             restore_state(other)
         restore_state(snap)  # last: its RNG states and parameters are from before prewarm
 
+    snap = snapshot(job.model, *extra)  # first: batches made from here on draw no lasting RNG
     hits_before = compat.recompile_limit_hits()
-    with optimizers_stepped(o for o in extra if isinstance(o, torch.optim.Optimizer)) as found:
+    with contextlib.ExitStack() as scopes:  # the recompile limit, put back also on error
+        for m in job.modes:
+            scopes.enter_context(m.scope(job))
+        optimizers = (o for o in extra if isinstance(o, torch.optim.Optimizer))
+        found = scopes.enter_context(optimizers_stepped(optimizers))
         try:
             _settle(job, run)
             for m in job.modes:
@@ -181,6 +172,8 @@ def _run_job(
             finally:
                 put_back(found)
     job.report.optimizers_found = len(found)
+    for m in job.modes:
+        m.finish(job)
 
 
 def prewarm(

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from .. import _torch as compat
 from ..errors import ShapeBucketError
+from ..plan.contract import walk_batch
 
 __all__ = [
     "backward_outputs",
@@ -61,27 +61,10 @@ def backward_outputs(out: Any) -> None:
     if isinstance(loss, torch.Tensor) and loss.ndim == 0 and loss.requires_grad:
         loss.backward()
         return
-    tensors = [t for t in _tensors_in(out) if t.requires_grad]
+    found = {id(v): v for _, v in walk_batch(out) if isinstance(v, torch.Tensor)}  # each once
+    tensors = [t for t in found.values() if t.requires_grad]
     if tensors:
         torch.autograd.backward(tensors, [torch.ones_like(t) for t in tensors])
-
-
-def _tensors_in(out: Any) -> Iterator[torch.Tensor]:
-    """Every tensor in a model's output, each once (a tuple may hold one twice)."""
-    seen: set[int] = set()
-    stack = [out]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, torch.Tensor):
-            if id(value) not in seen:
-                seen.add(id(value))
-                yield value
-        elif isinstance(value, Mapping):
-            stack.extend(value.values())
-        elif isinstance(value, (list, tuple)):
-            stack.extend(value)
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            stack.extend(getattr(value, f.name) for f in dataclasses.fields(value))
 
 
 def _call_with_keys(model: Any, batch: Mapping[str, Any], who: str) -> Any:

@@ -1,11 +1,5 @@
-"""Every use of torch's private compiler APIs, one module per torch area.
-
-shapebucket supports torch >= 2.11 (:mod:`.version` holds the floor and the features
-that need a newer torch); nothing here falls back to older releases. A torch upgrade that moves one of these
-names touches this package only (the wording of its recompile messages, which is not a
-public API either: :mod:`shapebucket.compile.messages`). Callers import the package
-(``from .. import _torch as compat``) and use the names below. Importing it loads no part
-of dynamo or inductor: each function imports what it uses when called.
+"""Every use of torch's private compiler APIs, one module per torch area, for torch >= 2.11
+(:mod:`.version`); importing it loads no part of dynamo or inductor (``docs/architecture.md``).
 """
 
 from .aot import AOT_MISS, aot_call, aot_compile_call, aot_deserialize, aot_serialize, has_hooks

@@ -8,7 +8,7 @@ import pickle
 from collections.abc import Sequence
 from typing import Any
 
-from .dynamo import dynamo_module, unwrap_compiled
+from .dynamo import automatic_dynamic, unwrap_compiled
 
 AOT_MISS = object()  # what aot_call returns when the function's guards reject the call
 
@@ -49,7 +49,7 @@ def aot_compile_call(compiled: Any, args: tuple[Any, ...], kwargs: dict[str, Any
     try:
         for p in grads:
             p.grad = None
-        with dynamo_module().config.patch(automatic_dynamic_shapes=False):
+        with automatic_dynamic(False):
             fn = aot_compile_fullgraph(
                 module.forward, (args, kwargs), hooks, backend, dynamic=False
             )

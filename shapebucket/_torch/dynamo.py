@@ -48,30 +48,19 @@ def raised_recompile_limit(at_least: int) -> Iterator[int | None]:
     True
     """
     config = dynamo_module().config
-    old, old_accumulated = int(config.recompile_limit), int(config.accumulated_recompile_limit)
+    old = int(config.recompile_limit)
     if at_least <= old:
         yield None
         return
-    set_recompile_limit(at_least)
-    try:
+    accumulated = max(at_least, int(config.accumulated_recompile_limit))
+    with config.patch(recompile_limit=at_least, accumulated_recompile_limit=accumulated):
         yield old
-    finally:
-        config.recompile_limit = old
-        config.accumulated_recompile_limit = old_accumulated
 
 
-@contextlib.contextmanager
-def automatic_dynamic(enabled: bool) -> Iterator[None]:
+def automatic_dynamic(enabled: bool) -> contextlib.AbstractContextManager[None]:
     """Switch dynamo's automatic dynamic shapes (what ``dynamic=None`` does after a
     recompile) on or off for the block."""
-    config = dynamo_module().config
-    old = config.automatic_dynamic_shapes
-    config.automatic_dynamic_shapes = enabled
-    try:
-        yield
-    finally:
-        config.automatic_dynamic_shapes = old
-
+    return dynamo_module().config.patch(automatic_dynamic_shapes=enabled)
 
 
 def frame_callback_getter() -> Any:

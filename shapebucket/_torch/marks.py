@@ -59,4 +59,3 @@ def apply_compiler_marks(*owners: Any) -> None:
             elif getattr(value, _NOT_COMPILED, False):
                 setattr(owner, name, torch.compiler.disable(value))
         setattr(owner, _APPLIED, True)
-

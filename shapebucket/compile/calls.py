@@ -3,20 +3,18 @@
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from .. import _torch as compat
 from ..errors import ShapeBucketError
-from ..plan.shapes import ShapePlan
+from ..plan.contract import walk_batch
 
 __all__ = [
     "backward_outputs",
     "check_callables",
-    "packed_plan",
     "refuse_cached_decoder",
     "run_batch",
 ]
@@ -63,27 +61,10 @@ def backward_outputs(out: Any) -> None:
     if isinstance(loss, torch.Tensor) and loss.ndim == 0 and loss.requires_grad:
         loss.backward()
         return
-    tensors = [t for t in _tensors_in(out) if t.requires_grad]
+    found = {id(v): v for _, v in walk_batch(out) if isinstance(v, torch.Tensor)}  # each once
+    tensors = [t for t in found.values() if t.requires_grad]
     if tensors:
         torch.autograd.backward(tensors, [torch.ones_like(t) for t in tensors])
-
-
-def _tensors_in(out: Any) -> Iterator[torch.Tensor]:
-    """Every tensor in a model's output, each once (a tuple may hold one twice)."""
-    seen: set[int] = set()
-    stack = [out]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, torch.Tensor):
-            if id(value) not in seen:
-                seen.add(id(value))
-                yield value
-        elif isinstance(value, Mapping):
-            stack.extend(value.values())
-        elif isinstance(value, (list, tuple)):
-            stack.extend(value)
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            stack.extend(getattr(value, f.name) for f in dataclasses.fields(value))
 
 
 def _call_with_keys(model: Any, batch: Mapping[str, Any], who: str) -> Any:
@@ -124,12 +105,6 @@ def refuse_cached_decoder(model: Any, who: str) -> None:
             "model.config.use_cache = False before training (a Trainer: pass "
             "TrainingArguments(use_cache=False), the default, which it copies into model.config)"
         )
-
-
-def packed_plan(plan: ShapePlan) -> bool:
-    """Whether ``plan``'s batches are packed rows (its collator says so with ``packs``, the
-    collator protocol's marker, so a user's collator that packs is asked too)."""
-    return plan.collator is not None and bool(plan.collator.packs)
 
 
 def check_callables(model: Any, step: Any, who: str) -> None:

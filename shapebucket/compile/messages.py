@@ -152,5 +152,4 @@ def changes_keywords(guard: str) -> bool:
     >>> changes_keywords("tensor 'x' stride mismatch at index 0")
     False
     """
-    head = re.sub(r"^- \d+/\d+: ", "", guard.split("#", 1)[0].strip())
-    return bool(_KEYWORD_GUARD.search(head))
+    return bool(_KEYWORD_GUARD.search(guard.split("#", 1)[0].strip()))

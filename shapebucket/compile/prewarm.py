@@ -20,8 +20,10 @@ from ..collate.bucket import BucketCollator
 from ..errors import ShapeBucketError
 from ..plan.coerce import as_plan
 from ..plan.shapes import ShapePlan
-from .calls import check_callables, packed_plan, refuse_cached_decoder, run_batch
+from .cache.aot import AotCache
+from .calls import check_callables, refuse_cached_decoder, run_batch
 from .modes.base import Job, Mode
+from .modes.cached import Cache
 from .modes.run import CudaGraphs, RecompileLimit, Repeat
 from .recompiles import CompileCounter, no_recompiles
 from .report import PrewarmReport
@@ -50,6 +52,14 @@ def _check_modes(modes: Iterable[Mode]) -> tuple[Mode, ...]:
     repeats = sum(isinstance(m, (Repeat, CudaGraphs)) for m in checked)
     if len({type(m) for m in checked}) != len(checked) or repeats > 1:
         raise ShapeBucketError(f"pass each mode once (and one of Repeat, CudaGraphs), got {kinds}")
+    aot = [m for m in checked if isinstance(m, AotCache)]
+    others = [type(m).__name__ for m in checked if isinstance(m, (Cache, CudaGraphs))]
+    if aot and len(others) > 1:
+        others.remove(type(aot[0]).__name__)
+        raise ShapeBucketError(
+            f"AotCache cannot be combined with {', '.join(others)} (static whole graphs, one "
+            "cache directory); pass Cache(dir) instead of AotCache for those"
+        )
     if not any(isinstance(m, RecompileLimit) for m in checked):
         checked = (RecompileLimit(), *checked)
     return checked
@@ -75,8 +85,11 @@ def _compile_shapes(job: Job, run: Callable[[Any], None], progress: bool) -> Non
         hits0, misses0 = compat.inductor_cache_counts()
         on_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         mem0 = torch.cuda.memory_allocated() if on_cuda else 0
+        job.shape = shape
         with CompileCounter() as cc:
-            _run_prepared(job, shape, run, runs)
+            batch = job.batch(shape)
+            for _ in range(runs):
+                run(_own(batch))
         if on_cuda:
             torch.cuda.synchronize()
             report.memory_mb[shape] = (torch.cuda.memory_allocated() - mem0) / 2**20
@@ -86,15 +99,6 @@ def _compile_shapes(job: Job, run: Callable[[Any], None], progress: bool) -> Non
         report.backward_graphs[shape] = cc.backward_graphs
         report.how[shape] = _how(cc.graphs, hits - hits0, misses - misses0)
     report.total_seconds = time.perf_counter() - start
-
-
-def _run_prepared(job: Job, shape: Any, run: Callable[[Any], None], runs: int) -> None:
-    """Run a batch of ``shape`` that every mode prepared ``runs`` times."""
-    batch = job.batch(shape)
-    for m in job.modes:
-        batch = m.prepare(batch, shape, job)
-    for _ in range(runs):
-        run(_own(batch))
 
 
 def _own(batch: Any) -> Any:
@@ -112,9 +116,9 @@ def _settle(job: Job, run: Callable[[Any], None]) -> None:
 
 
 def _verify(job: Job, run: Callable[[Any], None]) -> None:
-    """Every shape once more, from the restored state, unmarked, under no_recompiles."""
+    """Every shape once more, from the restored state, under no_recompiles."""
     t0 = time.perf_counter()
-    job.phase = "verify"
+    job.shape = None
     with no_recompiles(job.plan):
         for shape in job.plan:
             run(job.batch(shape))
@@ -122,7 +126,8 @@ def _verify(job: Job, run: Callable[[Any], None]) -> None:
 
 
 def _prewarm_job(job: Job, extra: list[Any], verify: bool, progress: bool) -> None:
-    """Snapshot, set the modes up, compile every shape, restore; verify and restore again."""
+    """Snapshot; inside the modes' scopes set up, compile every shape, restore, check the
+    recompile limit, verify and restore again; then the modes finish."""
 
     def run(batch: Any) -> None:
         with contextlib.ExitStack() as stack:
@@ -130,28 +135,18 @@ def _prewarm_job(job: Job, extra: list[Any], verify: bool, progress: bool) -> No
                 stack.enter_context(m.context())
             run_batch(job.model, job.step, batch)
 
-    snap = snapshot(job.model, *extra)  # first: batches made from here on draw no lasting RNG
-    with contextlib.ExitStack() as scopes:  # the recompile limit, put back also on error
-        for m in job.modes:
-            scopes.enter_context(m.scope(job))
-        _run_job(job, run, snap, extra, (verify, progress))
-    for m in job.modes:
-        m.finish(job)
-
-
-def _run_job(
-    job: Job, run: Callable[[Any], None], snap: Snapshot, extra: list[Any], flags: tuple[bool, bool]
-) -> None:
-    """Inside the modes' scopes: set up, compile, restore; check the limit; verify, restore."""
-    verify, progress = flags
-
     def put_back(found: dict[torch.optim.Optimizer, Snapshot]) -> None:
         for other in found.values():
             restore_state(other)
         restore_state(snap)  # last: its RNG states and parameters are from before prewarm
 
+    snap = snapshot(job.model, *extra)  # first: batches made from here on draw no lasting RNG
     hits_before = compat.recompile_limit_hits()
-    with optimizers_stepped(o for o in extra if isinstance(o, torch.optim.Optimizer)) as found:
+    with contextlib.ExitStack() as scopes:  # the recompile limit, put back also on error
+        for m in job.modes:
+            scopes.enter_context(m.scope(job))
+        optimizers = (o for o in extra if isinstance(o, torch.optim.Optimizer))
+        found = scopes.enter_context(optimizers_stepped(optimizers))
         try:
             _settle(job, run)
             for m in job.modes:
@@ -177,6 +172,8 @@ def _run_job(
             finally:
                 put_back(found)
     job.report.optimizers_found = len(found)
+    for m in job.modes:
+        m.finish(job)
 
 
 def prewarm(
@@ -236,7 +233,7 @@ def prewarm(
     check_callables(model, step, "prewarm")
     check_flag("verify", verify)
     check_flag("progress", progress)
-    if packed_plan(plan):
+    if plan.collator is not None and plan.collator.packs:  # the protocol's marker
         refuse_cached_decoder(model, "prewarm")
     restore = restore_objects(restore, "prewarm")
     job = Job(model, step, plan, example, PrewarmReport(plan.shapes), _check_modes(modes))

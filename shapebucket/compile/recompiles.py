@@ -13,7 +13,7 @@ import collections
 import contextlib
 import logging
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -210,13 +210,18 @@ def no_recompiles(
     recompile inside no_recompiles(): input 'x' has size 16 at dim 1, a shape that w
     """
     table = None if plan is None else _table_of(plan, "no_recompiles")
+    where = ""
+    if isinstance(table, ShapePlan):
+        where = f"the plan's shapes (rows, length) are {[tuple(s) for s in table]}"
+    elif table is not None:
+        where = f"buckets are {table!r}"
     hits = compat.recompile_limit_hits()
     if hits:
         _warn_past_limit(hits)
     try:
         with (
             torch.compiler.set_stance("fail_on_recompile"),
-            compat.on_compile_start(_LazyBackwards(table)),
+            compat.on_compile_start(_lazy_backwards(f" ({where})" if where else "")),
         ):
             yield
     except RuntimeError as e:
@@ -224,36 +229,27 @@ def no_recompiles(
             raise
         text = str(e)
         what, fix = _cause(text)
-        where = ""
-        if isinstance(table, ShapePlan):
-            where = f"; the plan's shapes (rows, length) are {[tuple(s) for s in table]}"
-        elif table is not None:
-            where = f"; buckets are {table!r}"
         raise ShapeBucketError(
-            f"recompile inside no_recompiles(): {what}{where}.{fix}\ncompiler said: {text}"
+            f"recompile inside no_recompiles(): {what}{'; ' + where if where else ''}.{fix}\n"
+            f"compiler said: {text}"
         ) from e
 
 
-class _LazyBackwards:
+def _lazy_backwards(where: str) -> Callable[[str, bool], None]:
     """Inside :func:`no_recompiles`: a backward graph compiled in the block is refused as it
     starts (torch's ``fail_on_recompile`` stance cannot see it: no dynamo frame runs)."""
 
-    def __init__(self, table: ShapePlan | Buckets | None) -> None:
-        self.table = table
+    def start(compile_id: str, backward: bool) -> None:
+        if backward:  # a dynamo frame is the stance's to judge
+            raise ShapeBucketError(
+                f"backward graph compiled inside no_recompiles(): the forward graph {compile_id} "
+                "was compiled before, but never its backward (AOT autograd compiles a backward "
+                "at the first backward() through its graph). Prewarm the backward the loop runs"
+                f"{where}: prewarm(model, plan) runs backward() on every output that requires "
+                "grad; a step= must call backward() itself; Inference() prewarms forward only"
+            )
 
-    def __call__(self, compile_id: str, backward: bool) -> None:
-        if not backward:
-            return  # a dynamo frame: the stance's to judge
-        shapes = ""
-        if isinstance(self.table, ShapePlan):
-            shapes = f" (the plan's shapes are {[tuple(s) for s in self.table]})"
-        raise ShapeBucketError(
-            f"backward graph compiled inside no_recompiles(): the forward graph {compile_id} "
-            "was compiled before, but never its backward (AOT autograd compiles a backward at "
-            "the first backward() through its graph). Prewarm the backward the loop runs"
-            f"{shapes}: prewarm(model, plan) runs backward() on every output that requires "
-            "grad; a step= must call backward() itself; Inference() prewarms forward only"
-        )
+    return start
 
 
 def _warn_past_limit(hits: int) -> None:

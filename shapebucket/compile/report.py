@@ -1,4 +1,4 @@
-"""``PrewarmReport`` (what prewarm compiled, per shape) and the compile reports' JSON form."""
+"""``PrewarmReport``: what prewarm compiled, per shape."""
 
 from __future__ import annotations
 
@@ -7,21 +7,7 @@ from typing import Any
 
 from ..plan.shapes import Shape
 
-__all__ = ["PrewarmReport", "report_dict"]
-
-
-def report_dict(report: Any) -> dict[str, Any]:
-    """A report dataclass's fields, JSON-ready: a dict keyed by shape gets ``"RxL"`` keys and
-    a tuple of shapes becomes lists (``PrewarmReport``)."""
-    out = {}
-    for f in fields(report):
-        value = getattr(report, f.name)
-        if isinstance(value, dict):
-            value = {f"{s.rows}x{s.length}": v for s, v in value.items()}
-        elif isinstance(value, tuple):
-            value = [list(s) for s in value]
-        out[f.name] = value
-    return out
+__all__ = ["PrewarmReport"]
 
 
 @dataclass
@@ -77,11 +63,16 @@ class PrewarmReport:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            **report_dict(self),
-            "num_shapes": self.num_shapes,
-            "total_graphs": self.total_graphs,
-        }
+        """The fields, JSON-ready: a dict keyed by shape gets ``"RxL"`` keys, the shapes lists."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, dict):
+                value = {f"{s.rows}x{s.length}": v for s, v in value.items()}
+            elif isinstance(value, tuple):
+                value = [list(s) for s in value]
+            out[f.name] = value
+        return out | {"num_shapes": self.num_shapes, "total_graphs": self.total_graphs}
 
     def __str__(self) -> str:
         lines = [f"{'rows':>6s} {'length':>7s} {'seconds':>8s} {'graphs':>6s}  how"]

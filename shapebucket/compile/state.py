@@ -8,7 +8,7 @@ import contextlib
 import copy
 import random
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,12 +44,10 @@ class Snapshot:
     optimizers: list[_Optimizer]
     rng: tuple[Any, ...]
     training: list[tuple[torch.nn.Module, bool]]
-    attributes: list[tuple[torch.nn.Module, str, torch.Tensor, torch.Tensor, bool]] = field(
-        default_factory=list
-    )
-    tensors: list[tuple[torch.Tensor, torch.Tensor, bool]] = field(default_factory=list)
-    stateful: list[tuple[Any, Any]] = field(default_factory=list)
-    names: list[tuple[torch.nn.Module, str, Any]] = field(default_factory=list)
+    attributes: list[tuple[torch.nn.Module, str, torch.Tensor, torch.Tensor, bool]]
+    tensors: list[tuple[torch.Tensor, torch.Tensor, bool]]
+    stateful: list[tuple[Any, Any]]
+    names: list[tuple[torch.nn.Module, str, Any]]
 
 
 def _clone(value: Any) -> Any:

@@ -4,6 +4,7 @@ shape asked for; :func:`walk_batch` is the one walk over a nested batch."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -24,7 +25,8 @@ __all__ = [
 
 
 def walk_batch(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
-    """``(path, leaf)`` for every leaf of a nested batch of dicts, lists and tuples.
+    """``(path, leaf)`` for every leaf of a nested batch (or a model's output) of dicts,
+    lists, tuples and dataclasses.
 
     >>> list(walk_batch({"a": 1, "b": (2, 3)}))
     [('a', 1), ('b[0]', 2), ('b[1]', 3)]
@@ -35,6 +37,9 @@ def walk_batch(obj: Any, path: str = "") -> Iterator[tuple[str, Any]]:
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
             yield from walk_batch(v, f"{path}[{i}]")
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from walk_batch(getattr(obj, f.name), f"{path}.{f.name}" if path else f.name)
     else:
         yield path, obj
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,6 @@ from ...errors import ShapeBucketError
 from ..messages import is_recompile_error
 from ..modes.base import Job
 from ..modes.cached import Cache
-from ..modes.run import CudaGraphs
 
 __all__ = ["AotCache", "AotForward", "installed"]
 
@@ -29,21 +28,20 @@ class AotForward:
     """The ``forward`` of a ``torch.compile``'d module under :class:`AotCache`.
 
     ``functions``: ahead-of-time compiled functions (the first ``loaded`` of them read
-    from a cache); ``compiling()`` says whether a call no function accepts is compiled
-    now. While it is, ``used[shape]`` collects what ran each call of ``shape``: a kind
+    from a cache); ``job``: the prewarm that installed or reused it, until it finishes.
+    While ``compiling()``, ``used[shape]`` collects what ran each call of ``shape``: a kind
     (``"aot-cache"``, ``"aot"``, ``"dynamo"``) and the function's index.
     """
 
-    def __init__(self, compiled: Any, functions: list[Any], compiling: Callable[[], bool]):
+    def __init__(self, compiled: Any, functions: list[Any]):
         self.compiled = compiled
         self.module = compat.unwrap_compiled(compiled)
         self.original = compiled.forward  # the module's own dynamo forward
         self.functions = list(functions)
         self.loaded = len(functions)
-        self.compiling = compiling
+        self.job: Job | None = None
         self.failed: str | None = None
         self.used: dict[Any, set[tuple[str, int]]] = {}  # shape -> (kind, function) that ran
-        self.shape: Any = None  # the plan shape prewarm runs now (AotCache.prepare)
         self._last: dict[Any, int] = {}  # a call's tensor shapes -> the function that ran it
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -96,14 +94,15 @@ class AotForward:
             "sampler)), or make this call outside no_recompiles()"
         )
 
-    def _count(self, kind: str, index: int, out: Any) -> Any:
-        if self.compiling():
-            self.used.setdefault(self.shape, set()).add((kind, index))
-        return out
+    def compiling(self) -> bool:
+        """Whether a call no function accepts is compiled ahead of time now: while prewarm
+        compiles its shapes (not in its verify pass, nor after it)."""
+        return self.job is not None and self.job.shape is not None
 
-    def new_functions(self) -> int:
-        """How many functions were compiled in this process (not loaded)."""
-        return len(self.functions) - self.loaded
+    def _count(self, kind: str, index: int, out: Any) -> Any:
+        if self.job is not None and self.job.shape is not None:
+            self.used.setdefault(self.job.shape, set()).add((kind, index))
+        return out
 
 
 def _shapes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
@@ -141,16 +140,6 @@ class AotCache(Cache):
     """
 
     def setup(self, job: Job) -> None:
-        others = [
-            type(m).__name__
-            for m in job.modes
-            if isinstance(m, (Cache, CudaGraphs)) and m is not self
-        ]
-        if others:
-            raise ShapeBucketError(
-                f"AotCache cannot be combined with {', '.join(others)} (static whole graphs, one "
-                "cache directory); pass Cache(dir) instead of AotCache for those"
-            )
         if not compat.is_compiled_module(job.model):  # before the lock and the load
             raise ShapeBucketError(
                 f"AotCache needs the torch.compile'd module itself as prewarm's model, got "
@@ -166,17 +155,13 @@ class AotCache(Cache):
         functions = _load(Path(job.memo["cache_path"]), bool(job.report.cache_loaded))
         forward = installed(job.model)
         job.memo["aot_new"] = forward is None  # a failure takes only ours back (scope)
-
-        def compiling() -> bool:
-            return job.phase == "compile"
-
         if forward is None:
-            forward = job.model.forward = AotForward(job.model, functions, compiling)
+            forward = job.model.forward = AotForward(job.model, functions)
         elif not forward.functions:
             forward.functions, forward.loaded = list(functions), len(functions)
         else:  # a later prewarm of this module: what it holds counts as ready, like a load
             forward.loaded = len(forward.functions)
-        forward.compiling, forward.used = compiling, {}
+        forward.job, forward.used = job, {}
         job.memo["aot"] = forward
 
     @contextlib.contextmanager
@@ -188,13 +173,9 @@ class AotCache(Cache):
                 job.model.forward = job.memo["aot"].original
             raise
 
-    def prepare(self, batch: Any, shape: Any, job: Job) -> Any:
-        job.memo["aot"].shape = shape
-        return batch
-
     def finish(self, job: Job) -> None:
         forward: AotForward = job.memo["aot"]
-        forward.compiling = lambda: False  # from here on, a call no function accepts: dynamo
+        forward.job = None  # from here on, a call no function accepts: dynamo
         for shape, ran in forward.used.items():
             kinds = {kind for kind, _ in ran}
             functions = {i for kind, i in ran if kind != "dynamo"}
@@ -205,7 +186,7 @@ class AotCache(Cache):
 
     def extra_files(self, job: Job) -> dict[str, bytes]:
         forward: AotForward = job.memo["aot"]
-        if not forward.new_functions():
+        if len(forward.functions) == forward.loaded:  # nothing compiled in this process
             return {}
         return {AOT_FILE: compat.aot_serialize(forward.functions)}
 

@@ -24,7 +24,7 @@ class Job:
     report: PrewarmReport
     modes: tuple[Mode, ...] = ()
     memo: dict[str, Any] = field(default_factory=dict)
-    phase: str = "compile"  # then "verify": the verify pass's runs (prewarm sets it)
+    shape: Shape | None = None  # the shape prewarm compiles now (None in the verify pass)
 
     def batch(self, shape: Shape) -> Any:
         """A fresh batch of ``shape`` (``plan.batch(example, shape)``)."""
@@ -35,8 +35,8 @@ class Job:
 class Mode:
     """A part of prewarm; every hook does nothing by default.
 
-    Order: ``scope`` (around everything), ``setup``, then per shape ``prepare`` and
-    ``runs`` runs inside ``context``; ``finish`` at the end.
+    Order: ``scope`` (around everything), ``setup``, then per shape ``runs`` runs
+    inside ``context``; ``finish`` at the end.
     """
 
     @property
@@ -51,10 +51,6 @@ class Mode:
 
     def setup(self, job: Job) -> None:
         """Called once before the first shape."""
-
-    def prepare(self, batch: Any, shape: Shape, job: Job) -> Any:
-        """Called on each prewarm batch before it runs; returns the batch to run."""
-        return batch
 
     def context(self) -> contextlib.AbstractContextManager[Any]:
         """The block every run (prewarm's and the verify pass's) happens in."""

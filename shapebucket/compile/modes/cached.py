@@ -20,7 +20,7 @@ from .base import Job, Mode
 __all__ = ["Cache"]
 
 
-_TIMEOUT_HINT = "; pass seconds (the default is 1800), or None to wait as long as the builder takes"
+_TIMEOUT_HINT = f"; pass seconds (the default is {WAIT_S:g}), or None to wait as long as it takes"
 
 
 @dataclass(frozen=True)
@@ -67,10 +67,8 @@ class Cache(Mode):
         return job_key(job.model, job.step, batches, self.extra + "".join(others))
 
     def _check_dir(self, path: Path) -> bool:
-        """Whether the cache directory is one prewarm can write, checked before compiling
-        anything (a save after every shape compiled would fail at the end). One it cannot
-        write is used read-only when it holds an intact cache at ``path`` (the job's key),
-        else refused."""
+        """Whether prewarm can write the cache directory, checked before compiling anything;
+        one it cannot write is used read-only when it holds an intact cache at ``path``."""
         where = Path(self.dir)
         try:
             where.mkdir(parents=True, exist_ok=True)
@@ -105,9 +103,8 @@ class Cache(Mode):
         job.memo["cache_counts"] = compat.inductor_cache_counts()
         job.memo["cache_writable"] = writable
         job.report.cache_path = str(path)
-        # one builder per cache: other processes wait here, then load what it saved (the
-        # lock goes when the job does, also after an error; see compile.cache.lock). A
-        # read-only directory (a shared, finished cache) has no builder and no lock file
+        # one builder per cache, the others wait here (the lock goes with the job, also on
+        # error); a read-only directory (a shared, finished cache) has no builder and no lock
         lock = contextlib.ExitStack()
         job.memo["cache_lock"] = lock
         if writable:

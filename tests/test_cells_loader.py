@@ -387,6 +387,7 @@ def test_prewarm_compiles_one_graph_per_cell_and_training_compiles_none(fresh_co
         ({"mask_key": "labels"}, "mask_key='labels' is one of the target keys"),
         ({"target_mask_key": "labels"}, "target_mask_key='labels' is one of the target keys"),
         ({"target_mask_key": "attention_mask"}, "mask_key and target_mask_key are both"),
+        ({"target_mask_key": 3}, "target_mask_key must be a str or None, got 3"),
     ],
 )
 def test_collator_refuses_a_mask_named_like_another_key(settings, needle):

@@ -84,6 +84,7 @@ class CellCollator(TableCollator):
     packs = False  # the collator protocol: one sample per row
     _word = "cell"  # a table of (source, target) cells
     _axes = 2
+    _ADDS = ("mask_key", "target_mask_key")
     _source: BucketCollator = field(init=False, repr=False)
     _target: BucketCollator = field(init=False, repr=False)
 
@@ -92,6 +93,7 @@ class CellCollator(TableCollator):
         if isinstance(self.target_keys, (str, bytes)) or not isinstance(self.target_keys, Sequence):
             raise ShapeBucketError(f"target_keys must be a list of keys, got {self.target_keys!r}")
         self.target_keys = tuple(self.target_keys)
+        self._check_added_keys()
         self._check_mask_keys()
         self._start_table()
         pads = self.pad_values
@@ -112,7 +114,7 @@ class CellCollator(TableCollator):
         )
 
     def _check_mask_keys(self) -> None:
-        """A mask named like a target key or like the other mask would replace it."""
+        """A mask named like a target key would replace it."""
         target_mask = self.target_mask_key
         for name, key in (("mask_key", self.mask_key), ("target_mask_key", target_mask)):
             # a target key may be the target mask (Hugging Face's decoder_attention_mask:
@@ -125,11 +127,6 @@ class CellCollator(TableCollator):
                     "batch would hold the mask or the values under it, not both; name the mask "
                     "differently"
                 )
-        if self.mask_key is not None and self.mask_key == self.target_mask_key:
-            raise ShapeBucketError(
-                f"mask_key and target_mask_key are both {self.mask_key!r}: one mask would "
-                "replace the other; give them different names"
-            )
 
     @property
     def _table(self) -> Cells:

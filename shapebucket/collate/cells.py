@@ -147,8 +147,8 @@ class CellCollator(TableCollator):
         tgt = self._target.read(tgt_samples)
         cell = _batch_cell(self._table, src, tgt)
         rows = self._batch_rows(cell, len(src.lengths))
-        out, src_layout = self._side(self._source, src, rows, cell[0], self.mask_key)
-        target, tgt_layout = self._side(self._target, tgt, rows, cell[1], self.target_mask_key)
+        out, src_layout = self._side(self._source, src, rows, cell[0])
+        target, tgt_layout = self._side(self._target, tgt, rows, cell[1])
         if self.target_mask_key is not None and self.target_mask_key in out:
             raise ShapeBucketError(
                 f"target_mask_key={self.target_mask_key!r} is also a source key of the samples "
@@ -159,14 +159,12 @@ class CellCollator(TableCollator):
         return out
 
     @staticmethod
-    def _side(
-        collator: BucketCollator, cols: Columns, rows: int, length: int, mask_key: str | None
-    ) -> tuple[dict[Key, Any], Layout]:
+    def _side(c: BucketCollator, cols: Columns, rows: int, length: int) -> tuple[dict, Layout]:
         lengths = torch.from_numpy(np.ascontiguousarray(cols.lengths))
-        layout = Layout(lengths, rows=rows, length=length, seq_dim=collator.seq_dim)
-        values, pads = collator.sequences(cols)
-        stacked = collator.stacked(cols, rows)
-        return assemble(cols.keys, values, pads, stacked, layout, mask_key=mask_key), layout
+        layout = Layout(lengths, rows=rows, length=length, seq_dim=c.seq_dim)
+        values, pads = c.sequences(cols)
+        out = assemble(cols.keys, values, pads, c.stacked(cols, rows), layout, mask_key=c.mask_key)
+        return out, layout
 
     # -- the collator protocol (shapebucket.plan.ShapedCollator) ---------------------------
 

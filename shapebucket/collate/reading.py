@@ -48,14 +48,7 @@ def read_columns(
     kind, keys, columns = to_columns(samples)
     where = namer(kind, columns, roles.index)
     seq_keys = _sequence_keys(kind, keys, columns, chosen, mask_key)
-    check_collisions(
-        kind,
-        keys,
-        seq_keys,
-        columns,
-        mask_key=mask_key,
-        sample_mask_key=row_mask_key,
-    )
+    check_collisions(seq_keys, columns, mask_key, row_mask_key)  # str keys: dict samples only
     length_key = roles.length if roles.length is not None else seq_keys[0]
     if length_key not in seq_keys:
         raise ShapeBucketError(

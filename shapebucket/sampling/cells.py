@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,6 +14,7 @@ from ..fit.cells import Cells
 from ..fit.packing import rows_for_tokens
 from .common import Setting, refuse_both
 from .grouped import GroupedBatchSampler
+from .state import fingerprint
 
 __all__ = ["CellBatchSampler"]
 
@@ -83,7 +83,7 @@ class CellBatchSampler(GroupedBatchSampler[Cell]):
         )
         tgt.flags.writeable = False
         self._cells, self._targets = table, tgt
-        self._targets_digest = hashlib.sha1(tgt.tobytes() + repr(table).encode()).hexdigest()
+        self._targets_digest = fingerprint(tgt, (table,))
         self._cut(index, list(table), rows, drop_last)
         self._cell_index = self._group
 

@@ -400,3 +400,8 @@ def test_collator_refuses_a_target_mask_named_like_a_source_key():
     collate = CellCollator([(8, 4), (16, 8)], target_mask_key="input_ids")
     with pytest.raises(ShapeBucketError, match="target_mask_key='input_ids' is also a source key"):
         collate([{"input_ids": [1, 2, 3], "labels": [7, 8]}])
+
+
+def test_collator_repr_shows_the_cells_and_the_settings_off_their_default():
+    assert repr(CellCollator(CELLS, rows=2)) == f"CellCollator(cells={CELLS!r}, rows=2)"
+    assert "target_mask_key='dm'" in repr(CellCollator(CELLS, target_mask_key="dm"))

@@ -85,6 +85,16 @@ class TableCollator:
             if key is not None:
                 named[key] = name
 
+    def __repr__(self) -> str:
+        """The table (the first field, no default) and every setting off its default."""
+        shown = []
+        for f in fields(cast(Any, self)):  # the collators are dataclasses
+            value = getattr(self, f.name)
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
+            if f.repr and value != default:
+                shown.append(f"{f.name}={value!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
+
     @property
     def stats(self) -> CollateReport:
         """What this collator (and its DataLoader workers' copies) did so far, as a snapshot."""
@@ -218,16 +228,6 @@ class Collator(TableCollator):
                     raise ShapeBucketError(f"pad_values[{k!r}] must be a number, got {v!r}")
             self.pad_values = dict(self.pad_values)
         self._start_table()
-
-    def __repr__(self) -> str:
-        """The bucket table and every setting that differs from its default."""
-        shown = [f"buckets={self.buckets!r}"]
-        for f in fields(self):
-            value = getattr(self, f.name)
-            default = f.default_factory() if f.default_factory is not MISSING else f.default
-            if f.name != "buckets" and value != default:
-                shown.append(f"{f.name}={value!r}")
-        return f"{type(self).__name__}({', '.join(shown)})"
 
     @property
     def _table(self) -> Buckets:

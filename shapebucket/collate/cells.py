@@ -132,13 +132,6 @@ class CellCollator(TableCollator):
     def _table(self) -> Cells:
         return self.cells  # type: ignore[return-value]
 
-    def __repr__(self) -> str:
-        return (
-            f"CellCollator({self.cells!r}, rows={self.rows!r}, target_keys={list(self.target_keys)}, "
-            f"mask_key={self.mask_key!r}, target_mask_key={self.target_mask_key!r}"
-            + (f", seq_dim={self.seq_dim})" if self.seq_dim else ")")
-        )
-
     # -- collation ---------------------------------------------------------------------------
 
     def __call__(self, samples: Sequence[Any]) -> dict[Key, Any]:

@@ -1,12 +1,5 @@
-"""Sample values as tensors, exactly: the dtype rules of the collators.
-
-Python ints become int64, Python floats float32, bools bool; numpy arrays and
-tensors keep their dtype. Nothing is converted with loss: values that do not
-fit the batch's dtype, and pad values that do not fit a key's dtype, raise a
-ShapeBucketError naming the key, the sample, the value and the fix. The checks
-look at each batch once (the set of types and dtypes, one numpy conversion),
-not at each sample.
-"""
+"""Sample values as tensors, exactly: the collators' dtype rules (``docs/collate.md``),
+checked once per batch, not per sample."""
 
 from __future__ import annotations
 
@@ -34,8 +27,6 @@ _INT64 = (-(2**63), 2**63 - 1)
 def check_pad_fits(key: Key, pad: Any, dtype: torch.dtype) -> None:
     """Refuse a pad value the key's dtype cannot hold exactly (-100 in uint8, 0.5 in int64,
     5 in bool, 1e5 in float16), naming the key, the dtype, the value, the limit and the fix."""
-    if isinstance(pad, torch.Tensor):
-        pad = pad.item()
     value = pad.item() if isinstance(pad, np.generic) else pad
     if isinstance(value, bool) and dtype != torch.bool:
         raise ShapeBucketError(

@@ -1,10 +1,5 @@
-"""Reading a list of samples into columns, for the collators.
-
-Samples are dicts (one column per key), tuples or lists of fields (one column
-per position), or bare sequences (one column). This module checks their
-structure (same keys, sequence values, lengths along ``seq_dim``) and says how
-errors name a sample; :mod:`.values` turns the columns into tensors.
-"""
+"""Samples (dicts, tuples of fields, bare sequences) read into columns: their structure
+checked (keys, sequence values, lengths along ``seq_dim``), and how errors name a sample."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from .._lengths import check_lengths
 from ..fit.buckets import Buckets
 from ..fit.cells import Cells
 from ..fit.packing import rows_for_tokens
-from .common import Setting, refuse_both
+from .common import Setting, refuse_rows
 from .grouped import GroupedBatchSampler
 from .state import fingerprint
 
@@ -106,7 +106,7 @@ class CellBatchSampler(GroupedBatchSampler[Cell]):
         >>> CellBatchSampler.for_tokens([3], [9], [(8, 16), (32, 32)], 96).rows
         {(8, 16): 4, (32, 32): 1}
         """
-        refuse_both(options, "rows")
+        refuse_rows(options)
         table = cells if isinstance(cells, Cells) else Cells(cells)
         widths = [s + t for s, t in table]
         rows = rows_for_tokens(

@@ -94,7 +94,17 @@ class CellCollator(TableCollator):
             raise ShapeBucketError(f"target_keys must be a list of keys, got {self.target_keys!r}")
         self.target_keys = tuple(self.target_keys)
         self._check_added_keys()
-        self._check_mask_keys()
+        for name in ("mask_key", "target_mask_key"):
+            key = getattr(self, name)
+            # a target key may be the target mask (Hugging Face's decoder_attention_mask:
+            # the samples' own is padded, else one is made), never a value such as labels
+            allowed = name == "target_mask_key" and key not in self.roles.labels
+            if key is not None and key in self.target_keys and not allowed:
+                raise ShapeBucketError(
+                    f"{name}={key!r} is one of the target keys {list(self.target_keys)}: the "
+                    "batch would hold the mask or the values under it, not both; name the mask "
+                    "differently"
+                )
         self._start_table()
         pads = self.pad_values
         self._source = BucketCollator(
@@ -112,21 +122,6 @@ class CellCollator(TableCollator):
             pad_values=pads,
             roles=KeyRoles(index=self.roles.index, labels=self.roles.labels),
         )
-
-    def _check_mask_keys(self) -> None:
-        """A mask named like a target key would replace it."""
-        target_mask = self.target_mask_key
-        for name, key in (("mask_key", self.mask_key), ("target_mask_key", target_mask)):
-            # a target key may be the target mask (Hugging Face's decoder_attention_mask:
-            # the samples' own is padded, else one is made), never a value such as labels
-            if name == "target_mask_key" and key not in self.roles.labels:
-                continue
-            if key is not None and key in self.target_keys:
-                raise ShapeBucketError(
-                    f"{name}={key!r} is one of the target keys {list(self.target_keys)}: the "
-                    "batch would hold the mask or the values under it, not both; name the mask "
-                    "differently"
-                )
 
     @property
     def _table(self) -> Cells:

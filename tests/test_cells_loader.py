@@ -387,6 +387,7 @@ def test_prewarm_compiles_one_graph_per_cell_and_training_compiles_none(fresh_co
         ({"mask_key": "labels"}, "mask_key='labels' is one of the target keys"),
         ({"target_mask_key": "labels"}, "target_mask_key='labels' is one of the target keys"),
         ({"target_mask_key": "attention_mask"}, "mask_key and target_mask_key are both"),
+        ({"target_mask_key": 3}, "target_mask_key must be a str or None, got 3"),
     ],
 )
 def test_collator_refuses_a_mask_named_like_another_key(settings, needle):
@@ -399,3 +400,8 @@ def test_collator_refuses_a_target_mask_named_like_a_source_key():
     collate = CellCollator([(8, 4), (16, 8)], target_mask_key="input_ids")
     with pytest.raises(ShapeBucketError, match="target_mask_key='input_ids' is also a source key"):
         collate([{"input_ids": [1, 2, 3], "labels": [7, 8]}])
+
+
+def test_collator_repr_shows_the_cells_and_the_settings_off_their_default():
+    assert repr(CellCollator(CELLS, rows=2)) == f"CellCollator(cells={CELLS!r}, rows=2)"
+    assert "target_mask_key='dm'" in repr(CellCollator(CELLS, target_mask_key="dm"))

@@ -71,7 +71,7 @@ def test_kernel_offsets_past_2_32_are_exact(monkeypatch, left):
 
 
 def test_mask_key_equal_to_sample_mask_key_is_refused():
-    with pytest.raises(ShapeBucketError, match="row mask would replace the token mask"):
+    with pytest.raises(ShapeBucketError, match="mask_key and sample_mask_key are both"):
         BucketCollator([8], mask_key="m", sample_mask_key="m", rows=3)
 
 

@@ -1,11 +1,5 @@
-"""Attention masks for packed batches: no token attends across samples.
-
-Both helpers read the per-token document numbers :class:`~shapebucket.PackedCollator`
-adds (``document_ids``: 0, 1, ... per row, ``-1`` on padding). A real token
-attends to the tokens of its own document (and, when causal, only to earlier
-ones); a pad token attends only to itself, so no softmax row is empty (which
-would give NaN) and nothing real reads a pad.
-"""
+"""Attention masks for packed batches from their ``document_ids``: no token attends across
+samples, and a pad token only to itself (no empty softmax row, so no NaN)."""
 
 from __future__ import annotations
 

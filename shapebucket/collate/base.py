@@ -55,6 +55,8 @@ class TableCollator:
     #: what an entry of the table is called in messages, and how many lengths it has
     _word: ClassVar[str] = "bucket"
     _axes: ClassVar[int] = 1
+    #: the settings that name a key the collator adds to a batch
+    _ADDS: ClassVar[tuple[str, ...]] = ("mask_key",)
     rows: Any
     _counters: SharedCounters
 
@@ -66,6 +68,32 @@ class TableCollator:
         """Check ``rows`` against the table and start the counters (from ``__post_init__``)."""
         self.rows = check_batch_sizes(self.rows, self._table)
         self._counters = SharedCounters(tuple(self._table))
+
+    def _check_added_keys(self) -> None:
+        """Each key the collator adds (:attr:`_ADDS`) is a str or None, no two alike."""
+        named: dict[str, str] = {}
+        for name in self._ADDS:
+            key = getattr(self, name)
+            if key is not None and not isinstance(key, str):
+                raise ShapeBucketError(f"{name} must be a str or None, got {key!r}")
+            if key in named:
+                raise ShapeBucketError(
+                    f"{named[key]} and {name} are both {key!r}: the collator adds a value under "
+                    "each, so one would replace the other; give them different names (or "
+                    f"{name}=None)"
+                )
+            if key is not None:
+                named[key] = name
+
+    def __repr__(self) -> str:
+        """The table (the first field, no default) and every setting off its default."""
+        shown = []
+        for f in fields(cast(Any, self)):  # the collators are dataclasses
+            value = getattr(self, f.name)
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
+            if f.repr and value != default:
+                shown.append(f"{f.name}={value!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     @property
     def stats(self) -> CollateReport:
@@ -189,8 +217,7 @@ class Collator(TableCollator):
                 f"roles must be a KeyRoles(length=..., index=..., labels=...), got {self.roles!r}"
             )
         self.seq_dim = check_int("seq_dim", self.seq_dim, minimum=0)
-        if self.mask_key is not None and not isinstance(self.mask_key, str):
-            raise ShapeBucketError(f"mask_key must be a str or None, got {self.mask_key!r}")
+        self._check_added_keys()
         if self.pad_values is not None:
             if not isinstance(self.pad_values, Mapping):
                 raise ShapeBucketError(
@@ -201,16 +228,6 @@ class Collator(TableCollator):
                     raise ShapeBucketError(f"pad_values[{k!r}] must be a number, got {v!r}")
             self.pad_values = dict(self.pad_values)
         self._start_table()
-
-    def __repr__(self) -> str:
-        """The bucket table and every setting that differs from its default."""
-        shown = [f"buckets={self.buckets!r}"]
-        for f in fields(self):
-            value = getattr(self, f.name)
-            default = f.default_factory() if f.default_factory is not MISSING else f.default
-            if f.name != "buckets" and value != default:
-                shown.append(f"{f.name}={value!r}")
-        return f"{type(self).__name__}({', '.join(shown)})"
 
     @property
     def _table(self) -> Buckets:

@@ -73,6 +73,7 @@ class BucketCollator(Collator):
     overflow: Literal["error", "truncate"] = "error"
     sample_mask_key: str | None = None
     row_buckets: list[int] | None = field(default=None, init=False)
+    _ADDS = ("mask_key", "sample_mask_key")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -83,15 +84,6 @@ class BucketCollator(Collator):
             )
         if self.overflow not in ("error", "truncate"):
             raise ShapeBucketError(f"overflow must be 'error' or 'truncate', got {self.overflow!r}")
-        if self.sample_mask_key is not None and not isinstance(self.sample_mask_key, str):
-            raise ShapeBucketError(
-                f"sample_mask_key must be a str or None, got {self.sample_mask_key!r}"
-            )
-        if self.mask_key is not None and self.mask_key == self.sample_mask_key:
-            raise ShapeBucketError(
-                f"mask_key and sample_mask_key are both {self.mask_key!r}: the row mask would "
-                "replace the token mask; give them different names (or sample_mask_key=None)"
-            )
 
     @classmethod
     def with_row_buckets(

@@ -84,6 +84,7 @@ class CellCollator(TableCollator):
     packs = False  # the collator protocol: one sample per row
     _word = "cell"  # a table of (source, target) cells
     _axes = 2
+    _ADDS = ("mask_key", "target_mask_key")
     _source: BucketCollator = field(init=False, repr=False)
     _target: BucketCollator = field(init=False, repr=False)
 
@@ -92,7 +93,18 @@ class CellCollator(TableCollator):
         if isinstance(self.target_keys, (str, bytes)) or not isinstance(self.target_keys, Sequence):
             raise ShapeBucketError(f"target_keys must be a list of keys, got {self.target_keys!r}")
         self.target_keys = tuple(self.target_keys)
-        self._check_mask_keys()
+        self._check_added_keys()
+        for name in ("mask_key", "target_mask_key"):
+            key = getattr(self, name)
+            # a target key may be the target mask (Hugging Face's decoder_attention_mask:
+            # the samples' own is padded, else one is made), never a value such as labels
+            allowed = name == "target_mask_key" and key not in self.roles.labels
+            if key is not None and key in self.target_keys and not allowed:
+                raise ShapeBucketError(
+                    f"{name}={key!r} is one of the target keys {list(self.target_keys)}: the "
+                    "batch would hold the mask or the values under it, not both; name the mask "
+                    "differently"
+                )
         self._start_table()
         pads = self.pad_values
         self._source = BucketCollator(
@@ -111,36 +123,9 @@ class CellCollator(TableCollator):
             roles=KeyRoles(index=self.roles.index, labels=self.roles.labels),
         )
 
-    def _check_mask_keys(self) -> None:
-        """A mask named like a target key or like the other mask would replace it."""
-        target_mask = self.target_mask_key
-        for name, key in (("mask_key", self.mask_key), ("target_mask_key", target_mask)):
-            # a target key may be the target mask (Hugging Face's decoder_attention_mask:
-            # the samples' own is padded, else one is made), never a value such as labels
-            if name == "target_mask_key" and key not in self.roles.labels:
-                continue
-            if key is not None and key in self.target_keys:
-                raise ShapeBucketError(
-                    f"{name}={key!r} is one of the target keys {list(self.target_keys)}: the "
-                    "batch would hold the mask or the values under it, not both; name the mask "
-                    "differently"
-                )
-        if self.mask_key is not None and self.mask_key == self.target_mask_key:
-            raise ShapeBucketError(
-                f"mask_key and target_mask_key are both {self.mask_key!r}: one mask would "
-                "replace the other; give them different names"
-            )
-
     @property
     def _table(self) -> Cells:
         return self.cells  # type: ignore[return-value]
-
-    def __repr__(self) -> str:
-        return (
-            f"CellCollator({self.cells!r}, rows={self.rows!r}, target_keys={list(self.target_keys)}, "
-            f"mask_key={self.mask_key!r}, target_mask_key={self.target_mask_key!r}"
-            + (f", seq_dim={self.seq_dim})" if self.seq_dim else ")")
-        )
 
     # -- collation ---------------------------------------------------------------------------
 
@@ -150,8 +135,8 @@ class CellCollator(TableCollator):
         tgt = self._target.read(tgt_samples)
         cell = _batch_cell(self._table, src, tgt)
         rows = self._batch_rows(cell, len(src.lengths))
-        out, src_layout = self._side(self._source, src, rows, cell[0], self.mask_key)
-        target, tgt_layout = self._side(self._target, tgt, rows, cell[1], self.target_mask_key)
+        out, src_layout = self._side(self._source, src, rows, cell[0])
+        target, tgt_layout = self._side(self._target, tgt, rows, cell[1])
         if self.target_mask_key is not None and self.target_mask_key in out:
             raise ShapeBucketError(
                 f"target_mask_key={self.target_mask_key!r} is also a source key of the samples "
@@ -162,14 +147,12 @@ class CellCollator(TableCollator):
         return out
 
     @staticmethod
-    def _side(
-        collator: BucketCollator, cols: Columns, rows: int, length: int, mask_key: str | None
-    ) -> tuple[dict[Key, Any], Layout]:
+    def _side(c: BucketCollator, cols: Columns, rows: int, length: int) -> tuple[dict, Layout]:
         lengths = torch.from_numpy(np.ascontiguousarray(cols.lengths))
-        layout = Layout(lengths, rows=rows, length=length, seq_dim=collator.seq_dim)
-        values, pads = collator.sequences(cols)
-        stacked = collator.stacked(cols, rows)
-        return assemble(cols.keys, values, pads, stacked, layout, mask_key=mask_key), layout
+        layout = Layout(lengths, rows=rows, length=length, seq_dim=c.seq_dim)
+        values, pads = c.sequences(cols)
+        out = assemble(cols.keys, values, pads, c.stacked(cols, rows), layout, mask_key=c.mask_key)
+        return out, layout
 
     # -- the collator protocol (shapebucket.plan.ShapedCollator) ---------------------------
 

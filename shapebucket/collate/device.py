@@ -1,13 +1,5 @@
-"""Device-side padding: workers send flat values, the device writes the padded batch.
-
-``BucketCollator.flat(samples)`` does all a collator does but the padding; the
-:class:`FlatBatch` crosses the bus unpadded and :meth:`FlatBatch.finish` pads where the
-values are (a triton kernel on CUDA), equal to ``collator(samples)``::
-
-    loader = DataLoader(ds, batch_sampler=sampler, collate_fn=collate.flat, pin_memory=True)
-    for flat in loader:
-        batch = flat.to("cuda", non_blocking=True).finish()
-"""
+"""Device-side padding: workers send a :class:`FlatBatch`, the device pads it
+(``docs/collate.md``, "Device-side padding")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""The padding engine: flat values plus a :class:`Layout` become padded tensors and masks.
-
-Every padded batch (bucket, packed, cells, :meth:`~.device.FlatBatch.finish`, re-padding
-by :mod:`.repad`) is a :class:`Layout` (where each sample goes) and each key's values
-concatenated along the sequence dim, handed to :func:`assemble`. Every mask derives
-from the same layout, so host and device batches agree bit for bit.
-"""
+"""The padding engine: flat values plus a :class:`Layout` become padded tensors and masks,
+for every path (``docs/collate.md``, "One padding engine")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The engine's triton kernel: one-sample-per-row padding on the device.
-
-One program per row and block of :data:`BLOCK` values, all on grid axis 0 (CUDA allows
-2**31 - 1 there, 65,535 on the others), launched in chunks (:func:`launches`); every
-offset is int64, since one key of one batch can exceed 2**31 elements. :func:`offsets`
-runs the kernel's own offset arithmetic for chosen elements, so a test checks it at any
-size without allocating the batch. Runs on CUDA, or anywhere under ``TRITON_INTERPRET=1``.
-"""
+"""The engine's triton kernel: one-sample-per-row padding on CUDA (anywhere under
+``TRITON_INTERPRET=1``), int64 offsets, launches within CUDA's grid (:func:`launches`);
+:func:`offsets` runs its offset arithmetic alone, so a test checks it at any size."""
 
 from __future__ import annotations
 

@@ -87,6 +87,7 @@ class PackedCollator(Collator):
     """
 
     packs = True  # a row holds several samples: paired with PackedBatchSampler
+    _ADDS = ("mask_key", "position_key", "document_key", "cu_seqlens_key")
 
     rows: int | Mapping[int, int]  # type: ignore[assignment]
     mask_key: str | None = None
@@ -112,13 +113,6 @@ class PackedCollator(Collator):
                 "position_ids; other models mask with document_causal_mask(batch['document_ids'])), "
                 "or name the real-token mask otherwise (mask_key='token_mask')"
             )
-        for name in ("position_key", "document_key", "cu_seqlens_key"):  # mask_key: checked
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
-                raise ShapeBucketError(f"{name} must be a str or None, got {getattr(self, name)!r}")
-        added = [self.mask_key, self.position_key, self.document_key, self.cu_seqlens_key]
-        names = [v for v in added if v is not None]
-        if len(set(names)) != len(names):
-            raise ShapeBucketError(f"the keys the collator adds must differ, got {names}")
 
     def __call__(self, samples: Sequence[Any]) -> dict[Key, Any]:
         cols = self.read(samples)

@@ -47,15 +47,8 @@ def read_columns(
         raise ShapeBucketError(f"{who} needs a non-empty list of samples, got {samples!r}")
     kind, keys, columns = to_columns(samples)
     where = namer(kind, columns, roles.index)
-    seq_keys = _sequence_keys(kind, keys, columns, chosen, mask_key)
-    check_collisions(
-        kind,
-        keys,
-        seq_keys,
-        columns,
-        mask_key=mask_key,
-        sample_mask_key=row_mask_key,
-    )
+    seq_keys = _sequence_keys(keys, columns, chosen, mask_key)
+    check_collisions(seq_keys, columns, mask_key, row_mask_key)  # str keys: dict samples only
     length_key = roles.length if roles.length is not None else seq_keys[0]
     if length_key not in seq_keys:
         raise ShapeBucketError(
@@ -99,11 +92,7 @@ def _disagree(
 
 
 def _sequence_keys(
-    kind: str,
-    keys: list[Key],
-    columns: dict[Key, list[Any]],
-    chosen: Sequence[Key] | None,
-    mask_key: str | None,
+    keys: list[Key], columns: dict[Key, list[Any]], chosen: Sequence[Key] | None, mask_key: Key
 ) -> list[Key]:
     """The sequence keys: ``chosen`` (each in the samples), else every key whose value in
     sample 0 is a sequence, an existing mask last."""
@@ -120,7 +109,7 @@ def _sequence_keys(
             f"sample 0 has no sequence value (keys {keys}); sequences are lists, tuples, arrays "
             "or tensors with ndim >= 1"
         )
-    if kind == "dict" and mask_key in seq and len(seq) > 1:
+    if mask_key in seq and len(seq) > 1:  # a str: only dict samples have it
         seq.remove(mask_key)  # an existing mask is padded, but never defines the length
         seq.append(mask_key)
     return seq

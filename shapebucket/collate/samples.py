@@ -1,10 +1,5 @@
-"""Reading a list of samples into columns, for the collators.
-
-Samples are dicts (one column per key), tuples or lists of fields (one column
-per position), or bare sequences (one column). This module checks their
-structure (same keys, sequence values, lengths along ``seq_dim``) and says how
-errors name a sample; :mod:`.values` turns the columns into tensors.
-"""
+"""Samples (dicts, tuples of fields, bare sequences) read into columns: their structure
+checked (keys, sequence values, lengths along ``seq_dim``), and how errors name a sample."""
 
 from __future__ import annotations
 
@@ -112,25 +107,17 @@ def namer(kind: str, columns: dict[Key, list[Any]], index_key: Key | None) -> Wh
 
 
 def check_collisions(
-    kind: str,
-    keys: list[Key],
-    seq_keys: list[Key],
-    columns: dict[Key, list[Any]],
-    *,
-    mask_key: str | None,
-    sample_mask_key: str | None,
+    seq_keys: list[Key], columns: dict[Key, list[Any]], mask_key: Key | None, row_mask: Key | None
 ) -> None:
     """Refuse sample keys that would collide with the keys a collator adds: its token
-    mask (``mask_key``) and its row mask (``sample_mask_key``, None when it adds none)."""
-    if kind != "dict":
-        return
-    if sample_mask_key is not None and sample_mask_key in keys:
+    mask (``mask_key``) and its row mask (``row_mask``, None when it adds none)."""
+    if row_mask is not None and row_mask in columns:
         raise ShapeBucketError(
-            f"the samples have a key {sample_mask_key!r}, which is where the collator puts "
+            f"the samples have a key {row_mask!r}, which is where the collator puts "
             "its row mask (rows is set), so yours would be overwritten; rename your key, "
             "or pass sample_mask_key='...' (or None) to put the row mask elsewhere"
         )
-    if mask_key is not None and mask_key in keys and mask_key not in seq_keys:
+    if mask_key is not None and mask_key in columns and mask_key not in seq_keys:
         v = columns[mask_key][0]
         raise ShapeBucketError(
             f"the samples have a key {mask_key!r} holding {type(v).__name__} {short(v)}, "

@@ -1,12 +1,5 @@
-"""Sample values as tensors, exactly: the dtype rules of the collators.
-
-Python ints become int64, Python floats float32, bools bool; numpy arrays and
-tensors keep their dtype. Nothing is converted with loss: values that do not
-fit the batch's dtype, and pad values that do not fit a key's dtype, raise a
-ShapeBucketError naming the key, the sample, the value and the fix. The checks
-look at each batch once (the set of types and dtypes, one numpy conversion),
-not at each sample.
-"""
+"""Sample values as tensors, exactly: the collators' dtype rules (``docs/collate.md``),
+checked once per batch, not per sample."""
 
 from __future__ import annotations
 
@@ -34,8 +27,6 @@ _INT64 = (-(2**63), 2**63 - 1)
 def check_pad_fits(key: Key, pad: Any, dtype: torch.dtype) -> None:
     """Refuse a pad value the key's dtype cannot hold exactly (-100 in uint8, 0.5 in int64,
     5 in bool, 1e5 in float16), naming the key, the dtype, the value, the limit and the fix."""
-    if isinstance(pad, torch.Tensor):
-        pad = pad.item()
     value = pad.item() if isinstance(pad, np.generic) else pad
     if isinstance(value, bool) and dtype != torch.bool:
         raise ShapeBucketError(
@@ -237,12 +228,15 @@ def _to_float32(
 
 
 def _to_tensor(key: Key, value: Any, i: int, where: Where) -> torch.Tensor:
+    """Sample ``i``'s value (a tensor, array, list or number) as a tensor, arrays checked."""
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, np.ndarray):
         return torch.from_numpy(_numeric(key, value, i, where))
     if isinstance(value, (list, tuple)):
         return from_python(key, list(value), [value], lambda _: where(i))
+    if is_scalar(value):
+        return torch.as_tensor(value)
     raise ShapeBucketError(f"{where(i)}: {key!r} holds {short(value)}, not a sequence")
 
 
@@ -258,13 +252,6 @@ def _numeric(key: Key, value: np.ndarray, i: int, where: Where) -> np.ndarray:
     return value
 
 
-def _as_tensor(key: Key, value: Any, i: int, where: Where) -> torch.Tensor:
-    """A stacked value (tensor, array or number) as a tensor (arrays checked first)."""
-    if isinstance(value, np.ndarray):
-        value = _numeric(key, value, i, where)
-    return torch.as_tensor(value)
-
-
 def stack_column(key: Key, column: list[Any], rows: int, pad: Any, where: Where = at) -> Any:
     """The values of a key that is not padded, as one batch value of ``rows`` rows (the
     engine's :func:`~.engine.pad_rows` adds them): numbers into a ``[rows]`` tensor,
@@ -275,10 +262,10 @@ def stack_column(key: Key, column: list[Any], rows: int, pad: Any, where: Where 
         if all(type(v) in (int, float, bool) for v in column):
             values = from_python(key, column, [[v] for v in column], where)
         else:
-            parts = [_as_tensor(key, v, i, where).reshape(1) for i, v in enumerate(column)]
+            parts = [_to_tensor(key, v, i, where).reshape(1) for i, v in enumerate(column)]
             values = torch.cat(same_dtype(key, parts, where))
     elif all(isinstance(v, (torch.Tensor, np.ndarray)) for v in column):
-        tensors = [_as_tensor(key, v, i, where) for i, v in enumerate(column)]
+        tensors = [_to_tensor(key, v, i, where) for i, v in enumerate(column)]
         shapes = {tuple(t.shape) for t in tensors}
         if len(shapes) > 1:
             i = next(i for i, t in enumerate(tensors) if tuple(t.shape) != tuple(tensors[0].shape))

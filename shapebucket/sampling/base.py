@@ -1,10 +1,5 @@
-"""``ResumableBatchSampler``: what every shapebucket batch sampler shares: read-only
-settings, the lengths check, world size and rank, passes and epochs, and the
-``state_dict`` (written and read by :mod:`.state`). An epoch's batches are a pure function
-of the settings and ``(seed, epoch)``, so the state is only where a sampler stands. The
-rules of passes, epochs and resume (what a prefetching ``DataLoader`` changes, what
-``set_epoch`` pins) are in ``docs/sampler.md``.
-"""
+"""``ResumableBatchSampler``: what every batch sampler shares, passes, epochs and the
+``state_dict`` included (the rules: ``docs/sampler.md``)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from ..errors import ShapeBucketError
 from ..fit.batches import GlobalSteps, Leftovers
 from ..fit.buckets import Buckets, as_buckets
 from ..fit.packing import rows_for_tokens
-from .common import Setting, refuse_both
+from .common import Setting, refuse_rows
 from .grouped import GroupedBatchSampler
 
 __all__ = ["BucketBatchSampler"]
@@ -101,7 +101,7 @@ class BucketBatchSampler(GroupedBatchSampler[int]):
         >>> BucketBatchSampler.for_tokens([3, 9], [8, 16], 64, batch_multiple=4).rows
         {8: 8, 16: 4}
         """
-        refuse_both(options, "rows")
+        refuse_rows(options)
         table = as_buckets(buckets)
         rows = rows_for_tokens(
             table.lengths, tokens_per_batch, multiple=batch_multiple, what="largest bucket"

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,8 +12,9 @@ from .._lengths import check_lengths
 from ..fit.buckets import Buckets
 from ..fit.cells import Cells
 from ..fit.packing import rows_for_tokens
-from .common import Setting, refuse_both
+from .common import Setting, refuse_rows
 from .grouped import GroupedBatchSampler
+from .state import fingerprint
 
 __all__ = ["CellBatchSampler"]
 
@@ -83,7 +83,7 @@ class CellBatchSampler(GroupedBatchSampler[Cell]):
         )
         tgt.flags.writeable = False
         self._cells, self._targets = table, tgt
-        self._targets_digest = hashlib.sha1(tgt.tobytes() + repr(table).encode()).hexdigest()
+        self._targets_digest = fingerprint(tgt, (table,))
         self._cut(index, list(table), rows, drop_last)
         self._cell_index = self._group
 
@@ -106,7 +106,7 @@ class CellBatchSampler(GroupedBatchSampler[Cell]):
         >>> CellBatchSampler.for_tokens([3], [9], [(8, 16), (32, 32)], 96).rows
         {(8, 16): 4, (32, 32): 1}
         """
-        refuse_both(options, "rows")
+        refuse_rows(options)
         table = cells if isinstance(cells, Cells) else Cells(cells)
         widths = [s + t for s, t in table]
         rows = rows_for_tokens(

@@ -9,7 +9,7 @@ from typing import Any, Generic, NoReturn, TypeVar, overload
 from .._validate import check_int
 from ..errors import ShapeBucketError
 
-__all__ = ["Setting", "refuse_both", "resolve_world"]
+__all__ = ["Setting", "refuse_rows", "resolve_world"]
 
 T = TypeVar("T")
 
@@ -70,14 +70,14 @@ def resolve_world(num_replicas: int | None, rank: int | None) -> tuple[int, int]
     return num_replicas, rank
 
 
-def refuse_both(options: Mapping[str, Any], name: str) -> None:
-    """Refuse ``name`` among a ``for_tokens`` constructor's ``options`` (it computes it).
+def refuse_rows(options: Mapping[str, Any]) -> None:
+    """Refuse ``rows`` among a ``for_tokens`` constructor's ``options`` (it computes them).
 
-    >>> refuse_both({"shuffle": False}, "rows")
+    >>> refuse_rows({"shuffle": False})
     """
-    if name in options:
+    if "rows" in options:
         raise ShapeBucketError(
-            f"for_tokens computes {name} from tokens_per_batch, so {name}={options[name]!r} "
-            f"cannot be passed too; give tokens_per_batch (for_tokens) or {name} (the "
+            f"for_tokens computes rows from tokens_per_batch, so rows={options['rows']!r} "
+            "cannot be passed too; give tokens_per_batch (for_tokens) or rows (the "
             "constructor), not both"
         )

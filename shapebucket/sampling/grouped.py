@@ -62,7 +62,7 @@ class GroupedBatchSampler(ResumableBatchSampler[K]):
         )
         return counts
 
-    def _epoch_batches(self, epoch: int, *, shuffle: bool | None = None) -> EpochBatches:
+    def _batches(self, epoch: int, *, shuffle: bool | None = None) -> EpochBatches:
         return epoch_batches(
             self._steps,
             self._group,
@@ -71,9 +71,6 @@ class GroupedBatchSampler(ResumableBatchSampler[K]):
             shuffle=self._shuffle if shuffle is None else shuffle,
             num_replicas=self._num_replicas,
         )
-
-    def _batches(self, epoch: int) -> EpochBatches:
-        return self._epoch_batches(epoch)
 
     def _count_for(self, seed: int, epoch: int) -> int:
         return self._steps.stats.batches
@@ -87,7 +84,7 @@ class GroupedBatchSampler(ResumableBatchSampler[K]):
         """The key of every batch of ``epoch`` (default: the current one), in order: a bucket
         length each (``[batches]``), or a cell each (``[batches, 2]`` of ``(source, target)``)."""
         e = self.epoch if epoch is None else check_int("epoch", epoch, minimum=0)
-        return self._key_array[self._epoch_batches(e).buckets]
+        return self._key_array[self._batches(e).buckets]
 
     def shapes(self) -> frozenset[Shape]:
         """Every :class:`~shapebucket.plan.Shape` this rank's batches have, in every epoch:
@@ -95,7 +92,7 @@ class GroupedBatchSampler(ResumableBatchSampler[K]):
         those of the smallest group that fits its longest sample. Epoch 0 unshuffled
         has the shapes of any epoch: a shuffle moves samples, never groups.
         """
-        ordered = self._epoch_batches(0, shuffle=False)
+        ordered = self._batches(0, shuffle=False)
         if not len(ordered):
             return frozenset()
         top = np.append(self._group[ordered.flat], 0)  # a sentinel past the end

@@ -15,7 +15,7 @@ from ..fit.buckets import Buckets
 from ..fit.packing import PackedEpoch, pack_epoch, rows_for_tokens
 from ..plan.shapes import Shape
 from .base import ResumableBatchSampler
-from .common import Setting, refuse_both
+from .common import Setting, refuse_rows
 
 __all__ = ["PackedBatchSampler"]
 
@@ -96,7 +96,7 @@ class PackedBatchSampler(ResumableBatchSampler[int]):
         >>> PackedBatchSampler.for_tokens([3, 9], [8, 16], 64).rows
         {8: 8, 16: 4}
         """
-        refuse_both(options, "rows")
+        refuse_rows(options)
         return cls(lengths, buckets, rows=rows_for_tokens(buckets, tokens_per_batch), **options)
 
     def packing(self, epoch: int | None = None) -> PackedEpoch:

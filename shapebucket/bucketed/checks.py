@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from .. import _torch as compat
 from ..errors import ShapeBucketError
 from ..fit.step_cost import StepCost
 from .calls import Call, Route, Side, takes
@@ -35,9 +36,10 @@ _BATCH_NORMS = (
 
 
 def check_settings(
-    model: Any, overflow: Any, padding_side: Any, params: Mapping[str, inspect.Parameter], name: str
+    model: Any, overflow: Any, padding_side: Any, params: Mapping[str, inspect.Parameter]
 ) -> None:
     """Refuse a wrapper's settings that cannot work for ``model``."""
+    name = type(compat.unwrap_compiled(model)).__name__
     if not callable(model):
         raise ShapeBucketError(
             f"BucketedModel wraps a model (a module or function), got {type(model).__name__}"
@@ -88,10 +90,9 @@ def check_pad_values(pad_values: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Packing:
-    """How a model takes packed calls: ``document_ids`` (the bench GPT) or positions
+    """How a model takes packed calls: ``document_ids`` (the bench GPT), else positions
     only with labels it shifts itself (a Hugging Face decoder)."""
 
-    shifted_labels: bool
     document_ids: bool
 
 
@@ -120,8 +121,7 @@ def packing_of(
         )
     if not can or row_buckets is None:
         return None
-    document_ids = "document_ids" in params
-    return Packing(shifted_labels=not document_ids, document_ids=document_ids)
+    return Packing(document_ids="document_ids" in params)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from .calls import Call
 from .outputs import cloned, cut_outputs, leaves, numbers
 from .stats import BucketedReport
 
-__all__ = ["Graphs", "capture", "compiled_wrapper_refused", "emulated_capture"]
+__all__ = ["Graphs", "capture", "emulated_capture"]
 
 #: runs of the model on the static buffers before its capture, on a side stream: the
 #: first compiles a compiled model, the next finds its lazy set-up done
@@ -90,15 +90,6 @@ def emulated_capture(
                 s.copy_(t)
 
     return replay, static_out
-
-
-def compiled_wrapper_refused() -> ShapeBucketError:
-    """The refusal of ``graphs=True`` on a wrapper that is compiled itself."""
-    return ShapeBucketError(
-        "BucketedModel(graphs=True) is compiled itself (torch.compile(BucketedModel(...))), "
-        "so its graphs would be captured inside a compiled frame; compile the model inside "
-        "it instead: BucketedModel(torch.compile(model), graphs=True)"
-    )
 
 
 @dataclass

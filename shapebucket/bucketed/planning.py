@@ -29,10 +29,8 @@ def learn(
     route: Route,
     sides: dict[str, Side],
 ) -> None:
-    """Learn ``route``'s output roles from two probe calls of ``kwargs`` (run with the
-    compiler off), and whether its calls pack: the wrapper packs, pads right, the call
-    has one side and no per-row or position keys, and every output is per-token or
-    fixed."""
+    """Learn ``route``'s output roles from two probe calls of ``kwargs`` (compiler off),
+    and whether its calls pack."""
     left = wrapper.padding_side == "left"
     shapes = probe_shapes(list(wrapper.buckets), list(sides))
     have = int(kwargs[next(iter(sides.values())).keys[0]].shape[0])
@@ -88,10 +86,9 @@ def plan_call(
                 "the input, or pass overflow='eager' or 'dynamic' to run such calls at "
                 "their own shape"
             )
-        largest = row_buckets[-1] if row_buckets else rows
         raise ShapeBucketError(
             f"BucketedModel: the call has {rows} rows > largest row bucket "
-            f"{largest} (row_buckets {row_buckets}); add a row bucket >= {rows}, "
+            f"{row_buckets[-1]} (row_buckets {row_buckets}); add a row bucket >= {rows}, "  # type: ignore[index]
             "split the batch, or pass overflow='eager' or 'dynamic'"
         )
     padded_rows = (  # a packed call past the row buckets: its packed rows decide
@@ -127,8 +124,7 @@ def plan_of(wrapper: Any, example: Mapping[str, Any]) -> ShapePlan:
 
 
 class ExampleAt:
-    """A plan's maker of a shape's batch: the example padded (or cut, keeping its first
-    rows and tokens) to the shape. A class, so that the plan pickles."""
+    """A plan's maker of a shape's batch: the example padded (or cut) to it; pickles."""
 
     def __init__(self, wrapper: Any, example: dict[str, Any]) -> None:
         self.wrapper, self.example = wrapper, example
@@ -137,7 +133,7 @@ class ExampleAt:
         route = self.wrapper.route(self.example)
         rows, sides = read_call(self.example, route)
         if route.outputs is None:  # a packed plan needs to know whether calls pack
-            self.wrapper.learn(self.example, route, sides)
+            learn(self.wrapper, self.example, route, sides)
         if route.packer is not None:
             return self._packed(route, shape)  # a call, packed by the wrapper when run
         lengths = {"source": shape[1], "target": shape[-1]}

@@ -111,7 +111,6 @@ def takes(params: Mapping[str, inspect.Parameter], name: str) -> bool:
 class Side:
     """One length of a call: its keys, its length, and the bucket it is padded to."""
 
-    name: str  # "source" or "target"
     keys: list[str]
     length: int
     bucket: int = 0
@@ -344,5 +343,5 @@ def read_call(kwargs: Mapping[str, Any], route: Route) -> tuple[int, dict[str, S
                     "rows and its length; fix the call, or name the keys padded along the "
                     "length with sequence_keys=[...]"
                 )
-        sides[name] = Side(name, keys, length)
+        sides[name] = Side(keys, length)
     return rows, sides

@@ -99,9 +99,7 @@ class Packing:
 def packing_of(
     model: Any, packing: Any, row_buckets: list[int] | None, params: Mapping[str, Any]
 ) -> Packing | None:
-    """The packing of a wrapper's calls: ``None`` (the default) packs when the model
-    takes packed input (:func:`~.packed.packs`) and calls have ``row_buckets``;
-    ``True`` insists (refused, naming why, when it cannot); ``False`` never packs."""
+    """The packing of a wrapper's calls (``BucketedModel``'s ``packing=``), or ``None``."""
     if packing is not None and not isinstance(packing, bool):  # 0 == False would pack
         raise ShapeBucketError(f"packing must be None, True or False, got {packing!r}")
     if packing is False:
@@ -141,8 +139,7 @@ class Costs:
 
 
 def check_costs(costs: Any, overflow: str) -> Costs | None:
-    """``costs`` as :class:`Costs` (``None`` stays ``None``); refused unless a pair of
-    ``StepCost`` with ``overflow="dynamic"``."""
+    """``costs`` as :class:`Costs` (``None`` stays ``None``)."""
     if costs is None:
         return None
     if (

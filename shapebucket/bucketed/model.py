@@ -137,7 +137,6 @@ class BucketedModel(torch.nn.Module):
         self.sequence_keys = check_sequence_keys(sequence_keys)
         self.stats = BucketedReport()
         self._table = Buckets(buckets)
-        self._lengths = list(self._table)
         self._rows = None if row_buckets is None else check_row_buckets(row_buckets)
         self._left = padding_side == "left"
         config = getattr(model, "config", None)
@@ -258,7 +257,7 @@ class BucketedModel(torch.nn.Module):
         return plan_call(
             rows,
             sides,
-            lengths=self._lengths,
+            lengths=self._table.lengths,
             row_buckets=self._rows,
             overflow=self.overflow,
             costs=self._costs,
@@ -271,7 +270,7 @@ class BucketedModel(torch.nn.Module):
     ) -> tuple[dict[str, Any], Call]:
         """The call as it came, to run at its own shape (counted, warned once)."""
         self.stats.count_unplanned(rows, sides, why, self.overflow)
-        same = {k: Side(k, s.keys, s.length, s.length) for k, s in sides.items()}
+        same = {k: Side(s.keys, s.length, s.length) for k, s in sides.items()}
         return self.with_cache_off(kwargs), Call(rows, rows, same, planned=False)
 
     def route(self, kwargs: Mapping[str, Any]) -> Route:

@@ -70,10 +70,8 @@ def numbers(out: Any) -> Iterator[tuple[str, Any]]:
 
 
 def _refuse_shape_numbers(outs: list[Any], shapes: list[tuple[int, dict[str, int]]]) -> None:
-    """An int in the outputs (not a tensor) that follows the rows or a length between the
-    probe shapes, as a dim would (``input_ids.shape[1]``), would come back as the padded
-    call's number, not the caller's: refused by name. Other numbers (a loss's
-    ``.item()``) pass as they are."""
+    """Refuse an int output that follows the probe shapes' rows or a length, as a dim would
+    (other numbers, a loss's ``.item()``, pass)."""
     patterns = {pair for _, pair in _patterns(shapes)}
     (r0, l0), (r1, l1) = shapes
     second = dict(_values(outs[1]))
@@ -213,8 +211,7 @@ def packs_outputs(roles: OutputRoles) -> bool:
 
 
 def _with_roles(out: Any, roles: OutputRoles) -> list[tuple[torch.Tensor, tuple[Role | None, ...]]]:
-    """Each tensor of ``out`` with its learned roles; refused when the model returned
-    another number of tensors than its kind of call did when the roles were learned."""
+    """Each tensor of ``out`` with its learned roles (refused when their numbers differ)."""
     tensors = [t for _, t in leaves(out)]
     if len(tensors) != len(roles.leaves):
         raise ShapeBucketError(
@@ -229,7 +226,7 @@ def cut_outputs(out: Any, roles: OutputRoles, call: Call) -> Any:
     """Every tensor of ``out`` cut back to the call's shape along its learned roles.
 
     >>> from shapebucket.bucketed.calls import Side
-    >>> call = Call(rows=2, padded_rows=4, sides={"source": Side("source", ["input_ids"], 5, 8)})
+    >>> call = Call(rows=2, padded_rows=4, sides={"source": Side(["input_ids"], 5, 8)})
     >>> roles = OutputRoles(((("rows",), ("length", "source", 0), None), ()))
     >>> out = cut_outputs({"logits": torch.zeros(4, 8, 8), "loss": torch.tensor(1.0)}, roles, call)
     >>> out["logits"].shape, out["loss"].shape

@@ -280,7 +280,7 @@ def pack(
         kwargs, packer.keys, layout, packer.pad_values, shifted_labels=packer.shifted_labels
     )
     rest = {k: v for k, v in kwargs.items() if k not in packer.source}
-    sides = {"source": Side("source", packer.keys, side.length, row_length)}
+    sides = {"source": Side(packer.keys, side.length, row_length)}
     done = Call(call.rows, packed.packed_rows, sides, outputs=call.outputs, packed=packed)
     return wrapper.with_cache_off({**rest, **batch}), done
 

@@ -36,7 +36,7 @@ def learn(
     have = int(kwargs[next(iter(sides.values())).keys[0]].shape[0])
     batches = []
     for rows, lengths in shapes:
-        at = {n: Side(n, s.keys, min(s.length, lengths[n]), lengths[n]) for n, s in sides.items()}
+        at = {n: Side(s.keys, min(s.length, lengths[n]), lengths[n]) for n, s in sides.items()}
         call = Call(min(rows, have), rows, at, left=left)
         batches.append(wrapper.with_cache_off(pad_call(kwargs, route, call)))
     inner = compat.unwrap_compiled(wrapper.model)

@@ -72,8 +72,7 @@ def _dataset_lengths(dataset: Any) -> np.ndarray:
 
 
 class ShapeTrainer(CheckpointHook, Trainer):
-    """What both trainers share: the DataLoader, checkpoints, resume, static shapes and
-    the prewarm (a subclass sets ``self.sampler`` and ``self.collator``)."""
+    """What both trainers share (this module's docstring)."""
 
     sampler: ResumableBatchSampler
     collator: BucketCollator | PackedCollator

@@ -122,24 +122,8 @@ def packing_of(
     return Packing(document_ids="document_ids" in params)
 
 
-@dataclass(frozen=True)
-class Costs:
-    """Measured step costs of a model's calls on static (planned) and dynamic graphs."""
-
-    static: StepCost
-    dynamic: StepCost
-
-    def dynamic_cheaper(self, rows: int, padded_rows: int, sides: Mapping[str, Side]) -> bool:
-        """Whether the call costs less at its own shape on the dynamic graph than padded."""
-        padded = sum(
-            padded_rows * s.bucket * self.static.per_token(s.bucket) for s in sides.values()
-        )
-        own = sum(rows * s.length * self.dynamic.per_token(s.length) for s in sides.values())
-        return own < padded
-
-
-def check_costs(costs: Any, overflow: str) -> Costs | None:
-    """``costs`` as :class:`Costs` (``None`` stays ``None``)."""
+def check_costs(costs: Any, overflow: str) -> tuple[StepCost, StepCost] | None:
+    """``costs``, the measured ``(static, dynamic)`` step costs, checked."""
     if costs is None:
         return None
     if (
@@ -156,7 +140,7 @@ def check_costs(costs: Any, overflow: str) -> Costs | None:
             f"costs=(static, dynamic) decides which calls run on the dynamic graph, but "
             f"overflow={overflow!r} has none; pass overflow='dynamic'"
         )
-    return Costs(*costs)
+    return costs
 
 
 def batch_norms(model: Any) -> list[str]:

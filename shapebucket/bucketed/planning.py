@@ -12,9 +12,10 @@ import torch
 
 from .. import _torch as compat
 from ..errors import ShapeBucketError
+from ..fit.step_cost import StepCost
 from ..plan import Shape, ShapePlan
 from .calls import Call, Route, Side, read_call
-from .checks import Costs, refuse_empty
+from .checks import refuse_empty
 from .outputs import learn_roles, packs_outputs, probe, probe_shapes
 from .packed import Packer, host_lengths
 from .pad import pad_call
@@ -59,7 +60,7 @@ def plan_call(
     lengths: Sequence[int],
     row_buckets: Sequence[int] | None,
     overflow: str,
-    costs: Costs | None,
+    costs: tuple[StepCost, StepCost] | None,
     left: bool,
     packed: bool = False,
 ) -> Call | str:
@@ -98,9 +99,19 @@ def plan_call(
     )
     for s in sides.values():
         s.bucket = lengths[bisect.bisect_left(lengths, s.length)]
-    if costs is not None and costs.dynamic_cheaper(rows, padded_rows, sides):
+    if costs is not None and _dynamic_cheaper(costs, rows, padded_rows, sides):
         return "cheaper on the dynamic graph than padded, by costs="
     return Call(rows, padded_rows, sides, left=left)
+
+
+def _dynamic_cheaper(
+    costs: tuple[StepCost, StepCost], rows: int, padded_rows: int, sides: dict[str, Side]
+) -> bool:
+    """Whether the call costs less at its own shape on the dynamic graph than padded."""
+    static, dynamic = costs
+    padded = sum(padded_rows * s.bucket * static.per_token(s.bucket) for s in sides.values())
+    own = sum(rows * s.length * dynamic.per_token(s.length) for s in sides.values())
+    return own < padded
 
 
 def plan_of(wrapper: Any, example: Mapping[str, Any]) -> ShapePlan:

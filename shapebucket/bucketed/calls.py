@@ -172,10 +172,6 @@ def _side_of(key: str, enc_dec: bool) -> str | None:
     return "target" if key.startswith("decoder_") else None
 
 
-def _is_token_labels(v: Any) -> bool:
-    return isinstance(v, torch.Tensor) and v.ndim == 2 and not v.is_floating_point()
-
-
 def route_of(
     kwargs: Mapping[str, Any],
     *,
@@ -239,7 +235,7 @@ def _sequence_sides(
         if sequence_keys is not None:
             named = k in sequence_keys
             side = (side or "source") if named else None
-        elif k == "labels" and not _is_token_labels(v):
+        elif k == "labels" and (v.ndim != 2 or v.is_floating_point()):  # not token labels
             side = None
         if side is None:
             continue

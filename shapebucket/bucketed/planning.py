@@ -5,6 +5,7 @@ refusal), and ``BucketedModel.plan(example)``, every shape a wrapper runs."""
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -131,58 +132,53 @@ def plan_of(wrapper: Any, example: Mapping[str, Any]) -> ShapePlan:
         shapes: Any = [(r, s, t) for r in row_counts for s in table for t in table]
     else:
         shapes = [(r, b) for r in row_counts for b in table]
-    return ShapePlan.from_function(shapes, ExampleAt(wrapper, example))
+    return ShapePlan.from_function(shapes, functools.partial(_example_at, wrapper, example))
 
 
-class ExampleAt:
-    """A plan's maker of a shape's batch: the example padded (or cut) to it; pickles."""
+def _example_at(wrapper: Any, example: dict[str, Any], shape: Shape) -> dict[str, Any]:
+    """A plan's batch: ``example`` padded (or cut) to ``shape`` (a partial of it pickles)."""
+    route = wrapper.route(example)
+    rows, sides = read_call(example, route)
+    if route.outputs is None:  # a packed plan needs to know whether calls pack
+        learn(wrapper, example, route, sides)
+    if route.packer is not None:
+        return _packed_example(example, route, shape)  # packed by the wrapper when run
+    lengths = {"source": shape[1], "target": shape[-1]}
+    for name, side in sides.items():
+        side.bucket = lengths[name]
+        side.length = min(side.length, side.bucket)
+    left = wrapper.padding_side == "left"
+    call = Call(min(rows, shape.rows), shape.rows, sides, left=left)
+    return wrapper.with_cache_off(pad_call(example, route, call))
 
-    def __init__(self, wrapper: Any, example: dict[str, Any]) -> None:
-        self.wrapper, self.example = wrapper, example
 
-    def __call__(self, shape: Shape) -> dict[str, Any]:
-        route = self.wrapper.route(self.example)
-        rows, sides = read_call(self.example, route)
-        if route.outputs is None:  # a packed plan needs to know whether calls pack
-            learn(self.wrapper, self.example, route, sides)
-        if route.packer is not None:
-            return self._packed(route, shape)  # a call, packed by the wrapper when run
-        lengths = {"source": shape[1], "target": shape[-1]}
-        for name, side in sides.items():
-            side.bucket = lengths[name]
-            side.length = min(side.length, side.bucket)
-        left = self.wrapper.padding_side == "left"
-        call = Call(min(rows, shape.rows), shape.rows, sides, left=left)
-        return self.wrapper.with_cache_off(pad_call(self.example, route, call))
-
-    def _packed(self, route: Any, shape: Shape) -> dict[str, Any]:
-        """A call that packs into exactly ``shape``: ``shape.rows`` samples, each the
-        example's longest sample repeated to ``shape.length`` real tokens (so each fills
-        one packed row), with the example's keys: passed through the wrapper, as
-        prewarm does, it runs the packed shape with the inputs real calls give it."""
-        example = self.example
-        keys = route.sides["source"]
-        if example[keys[0]].shape[1] == 0:
-            raise ShapeBucketError(
-                f"plan(example): {keys[0]!r} has shape {tuple(example[keys[0]].shape)}, no "
-                "token to grow into a packed shape's samples; pass an example call with "
-                "at least one token"
-            )
-        mask = example.get("attention_mask")
-        try:
-            lengths = host_lengths(mask)[0] if mask is not None else None
-        except ShapeBucketError as e:
-            raise ShapeBucketError(
-                f"plan(example): {e}. A left-padded loop's calls are padded, not packed: "
-                "pass BucketedModel(..., packing=False) and a left-padded example, or pad "
-                "the loop's calls on the right"
-            ) from None
-        row = lengths.index(max(lengths)) if lengths is not None else 0
-        real = lengths[row] if lengths is not None else int(example[keys[0]].shape[1])
-        at = torch.arange(shape.length) % max(real, 1)
-        call = {k: v for k, v in example.items() if k not in keys}
-        for k in keys:
-            v = example[k]
-            grown = v[row, at] if k != "attention_mask" else torch.ones_like(v[row, at])
-            call[k] = grown.expand(shape.rows, *grown.shape).contiguous()
-        return call
+def _packed_example(example: dict[str, Any], route: Any, shape: Shape) -> dict[str, Any]:
+    """A call that packs into exactly ``shape``: ``shape.rows`` samples, each the
+    example's longest sample repeated to ``shape.length`` real tokens (so each fills
+    one packed row), with the example's keys: passed through the wrapper, as
+    prewarm does, it runs the packed shape with the inputs real calls give it."""
+    keys = route.sides["source"]
+    if example[keys[0]].shape[1] == 0:
+        raise ShapeBucketError(
+            f"plan(example): {keys[0]!r} has shape {tuple(example[keys[0]].shape)}, no "
+            "token to grow into a packed shape's samples; pass an example call with "
+            "at least one token"
+        )
+    mask = example.get("attention_mask")
+    try:
+        lengths = host_lengths(mask)[0] if mask is not None else None
+    except ShapeBucketError as e:
+        raise ShapeBucketError(
+            f"plan(example): {e}. A left-padded loop's calls are padded, not packed: "
+            "pass BucketedModel(..., packing=False) and a left-padded example, or pad "
+            "the loop's calls on the right"
+        ) from None
+    row = lengths.index(max(lengths)) if lengths is not None else 0
+    real = lengths[row] if lengths is not None else int(example[keys[0]].shape[1])
+    at = torch.arange(shape.length) % max(real, 1)
+    call = {k: v for k, v in example.items() if k not in keys}
+    for k in keys:
+        v = example[k]
+        grown = v[row, at] if k != "attention_mask" else torch.ones_like(v[row, at])
+        call[k] = grown.expand(shape.rows, *grown.shape).contiguous()
+    return call

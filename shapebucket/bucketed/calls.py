@@ -111,7 +111,6 @@ def takes(params: Mapping[str, inspect.Parameter], name: str) -> bool:
 class Side:
     """One length of a call: its keys, its length, and the bucket it is padded to."""
 
-    name: str  # "source" or "target"
     keys: list[str]
     length: int
     bucket: int = 0
@@ -173,10 +172,6 @@ def _side_of(key: str, enc_dec: bool) -> str | None:
     return "target" if key.startswith("decoder_") else None
 
 
-def _is_token_labels(v: Any) -> bool:
-    return isinstance(v, torch.Tensor) and v.ndim == 2 and not v.is_floating_point()
-
-
 def route_of(
     kwargs: Mapping[str, Any],
     *,
@@ -233,15 +228,14 @@ def _sequence_sides(
     enc_dec: bool,
     sequence_keys: Sequence[str] | None,
 ) -> dict[str, list[str]]:
-    """The call's sequence keys by side, lead first (the name rule), refused when
-    there is none or one cannot be padded along dim 1; ``keys`` are all the call's keys."""
+    """The call's sequence keys by side, lead first (the name rule); ``keys``: all its keys."""
     sides: dict[str, list[str]] = {}
     for k, v in tensors.items():
         side = _side_of(k, enc_dec)
         if sequence_keys is not None:
             named = k in sequence_keys
             side = (side or "source") if named else None
-        elif k == "labels" and not _is_token_labels(v):
+        elif k == "labels" and (v.ndim != 2 or v.is_floating_point()):  # not token labels
             side = None
         if side is None:
             continue
@@ -272,9 +266,7 @@ def _refuse_left_out(
     sequence_keys: Sequence[str],
     enc_dec: bool,
 ) -> None:
-    """A key the rule names a sequence key (``attention_mask``) left out of
-    ``sequence_keys`` beside one that is padded would reach the model at the caller's
-    length next to keys at the bucket's."""
+    """Refuse a key the rule names a sequence key but ``sequence_keys`` leaves out."""
     padded = [k for keys in sides.values() for k in keys]
     for k in tensors:
         if padded and k not in padded and k != "labels" and _side_of(k, enc_dec) is not None:
@@ -287,8 +279,7 @@ def _refuse_left_out(
 
 
 def _pad_value(key: str, v: torch.Tensor, pad_values: Mapping[str, Any]) -> Any:
-    """A key's pad value: the user's, else -100 for labels, True for torch's True-means-pad
-    masks, else 0; refused when the tensor's dtype cannot hold it."""
+    """A key's pad value (the user's, else by its name), refused when its dtype cannot hold it."""
     if key in pad_values:
         value = pad_values[key]
     elif key.startswith("labels") or key.endswith("labels"):
@@ -313,8 +304,7 @@ def _pad_value(key: str, v: torch.Tensor, pad_values: Mapping[str, Any]) -> Any:
 
 
 def _refuse_square_masks(tensors: Mapping[str, torch.Tensor], sides: dict[str, list[str]]) -> None:
-    """A mask of more than 2 dims (``[rows, 1, L, L]``) has the length at dims the
-    padding does not reach; it would reach the model with its old size."""
+    """Refuse a mask of more than 2 dims (``[rows, 1, L, L]``): padding reaches dim 1 only."""
     for side, keys in sides.items():
         for k in keys:
             if tensors[k].ndim > 2 and "mask" in k:
@@ -349,5 +339,5 @@ def read_call(kwargs: Mapping[str, Any], route: Route) -> tuple[int, dict[str, S
                     "rows and its length; fix the call, or name the keys padded along the "
                     "length with sequence_keys=[...]"
                 )
-        sides[name] = Side(name, keys, length)
+        sides[name] = Side(keys, length)
     return rows, sides

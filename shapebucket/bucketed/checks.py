@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from .. import _torch as compat
 from ..errors import ShapeBucketError
 from ..fit.step_cost import StepCost
 from .calls import Call, Route, Side, takes
@@ -35,9 +36,10 @@ _BATCH_NORMS = (
 
 
 def check_settings(
-    model: Any, overflow: Any, padding_side: Any, params: Mapping[str, inspect.Parameter], name: str
+    model: Any, overflow: Any, padding_side: Any, params: Mapping[str, inspect.Parameter]
 ) -> None:
     """Refuse a wrapper's settings that cannot work for ``model``."""
+    name = type(compat.unwrap_compiled(model)).__name__
     if not callable(model):
         raise ShapeBucketError(
             f"BucketedModel wraps a model (a module or function), got {type(model).__name__}"
@@ -88,19 +90,16 @@ def check_pad_values(pad_values: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Packing:
-    """How a model takes packed calls: ``document_ids`` (the bench GPT) or positions
+    """How a model takes packed calls: ``document_ids`` (the bench GPT), else positions
     only with labels it shifts itself (a Hugging Face decoder)."""
 
-    shifted_labels: bool
     document_ids: bool
 
 
 def packing_of(
     model: Any, packing: Any, row_buckets: list[int] | None, params: Mapping[str, Any]
 ) -> Packing | None:
-    """The packing of a wrapper's calls: ``None`` (the default) packs when the model
-    takes packed input (:func:`~.packed.packs`) and calls have ``row_buckets``;
-    ``True`` insists (refused, naming why, when it cannot); ``False`` never packs."""
+    """The packing of a wrapper's calls (``BucketedModel``'s ``packing=``), or ``None``."""
     if packing is not None and not isinstance(packing, bool):  # 0 == False would pack
         raise ShapeBucketError(f"packing must be None, True or False, got {packing!r}")
     if packing is False:
@@ -120,29 +119,11 @@ def packing_of(
         )
     if not can or row_buckets is None:
         return None
-    document_ids = "document_ids" in params
-    return Packing(shifted_labels=not document_ids, document_ids=document_ids)
+    return Packing(document_ids="document_ids" in params)
 
 
-@dataclass(frozen=True)
-class Costs:
-    """Measured step costs of a model's calls on static (planned) and dynamic graphs."""
-
-    static: StepCost
-    dynamic: StepCost
-
-    def dynamic_cheaper(self, rows: int, padded_rows: int, sides: Mapping[str, Side]) -> bool:
-        """Whether the call costs less at its own shape on the dynamic graph than padded."""
-        padded = sum(
-            padded_rows * s.bucket * self.static.per_token(s.bucket) for s in sides.values()
-        )
-        own = sum(rows * s.length * self.dynamic.per_token(s.length) for s in sides.values())
-        return own < padded
-
-
-def check_costs(costs: Any, overflow: str) -> Costs | None:
-    """``costs`` as :class:`Costs` (``None`` stays ``None``); refused unless a pair of
-    ``StepCost`` with ``overflow="dynamic"``."""
+def check_costs(costs: Any, overflow: str) -> tuple[StepCost, StepCost] | None:
+    """``costs``, the measured ``(static, dynamic)`` step costs, checked."""
     if costs is None:
         return None
     if (
@@ -159,7 +140,7 @@ def check_costs(costs: Any, overflow: str) -> Costs | None:
             f"costs=(static, dynamic) decides which calls run on the dynamic graph, but "
             f"overflow={overflow!r} has none; pass overflow='dynamic'"
         )
-    return Costs(*costs)
+    return costs
 
 
 def batch_norms(model: Any) -> list[str]:

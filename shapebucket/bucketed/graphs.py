@@ -15,7 +15,7 @@ from .calls import Call
 from .outputs import cloned, cut_outputs, leaves, numbers
 from .stats import BucketedReport
 
-__all__ = ["Graphs", "capture", "compiled_wrapper_refused", "emulated_capture"]
+__all__ = ["Graphs", "capture", "emulated_capture"]
 
 #: runs of the model on the static buffers before its capture, on a side stream: the
 #: first compiles a compiled model, the next finds its lazy set-up done
@@ -28,12 +28,9 @@ PLAIN = (type(None), bool, int, float, str)
 def capture(
     fn: Callable[[dict[str, Any]], Any], static: dict[str, Any], pool: Graphs
 ) -> tuple[Callable[[], None], Any]:
-    """Capture ``fn(static)`` as one ``torch.cuda.CUDAGraph`` in ``pool.handle`` (the memory
-    pool every graph of a wrapper shares, made at its first capture): ``(replay,
-    static_out)``, where ``replay()`` runs the graph again on what ``static``'s tensors
-    hold then and writes ``static_out``'s tensors in place. Before the capture, ``fn``
-    runs :data:`WARMUP_RUNS` times on a side stream (a compiled model compiles there).
-    Refused for a tensor not on CUDA (no CUDA graph holds CPU work)."""
+    """Capture ``fn(static)`` as one ``torch.cuda.CUDAGraph`` in ``pool.handle`` (shared by
+    a wrapper's graphs): ``(replay, static_out)``; ``replay()`` reruns it on what
+    ``static`` holds then and writes ``static_out`` in place."""
     for key, v in static.items():
         if isinstance(v, torch.Tensor) and v.device.type != "cuda":
             raise ShapeBucketError(
@@ -92,20 +89,10 @@ def emulated_capture(
     return replay, static_out
 
 
-def compiled_wrapper_refused() -> ShapeBucketError:
-    """The refusal of ``graphs=True`` on a wrapper that is compiled itself."""
-    return ShapeBucketError(
-        "BucketedModel(graphs=True) is compiled itself (torch.compile(BucketedModel(...))), "
-        "so its graphs would be captured inside a compiled frame; compile the model inside "
-        "it instead: BucketedModel(torch.compile(model), graphs=True)"
-    )
-
-
 @dataclass
 class Graph:
-    """One captured graph: its replay, the keys of its static tensors, the static
-    tensors themselves (persistent: each call of its key is copied into them) and its
-    static outputs (kept referenced: replays write them)."""
+    """One captured graph: its replay, its static input tensors (each call is copied into
+    them) by key, and its static outputs (replays write them)."""
 
     replay: Callable[[], None]
     names: tuple[str, ...]
@@ -174,10 +161,8 @@ class Graphs:
         self.__init__()  # type: ignore[misc]
 
     def run(self, model: Any, batch: dict[str, Any], call: Call, stats: BucketedReport) -> Any:
-        """``model(**batch)`` (a planned call's padded batch) by a replay of its key's
-        graph, captured at its first call, cut back to ``call`` and every tensor cloned
-        (the next replay overwrites the static outputs). The key holds what the graph
-        bakes in besides the batch (:func:`state_of`)."""
+        """``model(**batch)`` by a replay of its key's graph (captured at its first call),
+        cut back to ``call``, every tensor cloned (the next replay overwrites them)."""
         key = (state_of(model, batch), key_of(batch))
         try:
             graph = self.table.get(key)

@@ -36,7 +36,7 @@ from .checks import (
     check_settings,
     packing_of,
 )
-from .graphs import Graphs, compiled_wrapper_refused
+from .graphs import Graphs
 from .outputs import cut_outputs
 from .packed import pack
 from .pad import config_pad_values, pad_call
@@ -131,14 +131,12 @@ class BucketedModel(torch.nn.Module):
         super().__init__()
         tracing.apply_marks(BucketedModel)
         self._params = dict(parameters(model))
-        name = type(compat.unwrap_compiled(model)).__name__
-        check_settings(model, overflow, padding_side, self._params, name)
+        check_settings(model, overflow, padding_side, self._params)
         self.model = model
         self.overflow = overflow
         self.sequence_keys = check_sequence_keys(sequence_keys)
         self.stats = BucketedReport()
         self._table = Buckets(buckets)
-        self._lengths = list(self._table)
         self._rows = None if row_buckets is None else check_row_buckets(row_buckets)
         self._left = padding_side == "left"
         config = getattr(model, "config", None)
@@ -204,7 +202,11 @@ class BucketedModel(torch.nn.Module):
         call on the padded batch, one graph per planned shape."""
         compiled = tracing.in_compiled_call()  # the wrapper is compiled
         if compiled and self._graphs is not None:
-            raise compiled_wrapper_refused()
+            raise ShapeBucketError(
+                "BucketedModel(graphs=True) is compiled itself (torch.compile(BucketedModel("
+                "...))), so its graphs would be captured inside a compiled frame; compile the "
+                "model inside it instead: BucketedModel(torch.compile(model), graphs=True)"
+            )
         batch, call = self.pad(*args, **kwargs) if compiled else self._pad(args, kwargs)
         if not call.planned:
             if self.overflow == "dynamic":  # one dynamic graph, compiled at its first call
@@ -236,7 +238,7 @@ class BucketedModel(torch.nn.Module):
             return self._unplanned(kwargs, rows, sides, call)
         check_call(call, route, kwargs, self._norms, getattr(self.model, "training", False))
         if route.outputs is None and (call.pads or self._packing is not None):
-            self.learn(kwargs, route, sides)
+            learn(self, kwargs, route, sides)
         call.outputs = route.outputs
         packed = pack(self, kwargs, route, call) if route.packer is not None else None
         if isinstance(packed, str):  # its samples pack into more rows than planned
@@ -255,7 +257,7 @@ class BucketedModel(torch.nn.Module):
         return plan_call(
             rows,
             sides,
-            lengths=self._lengths,
+            lengths=self._table.lengths,
             row_buckets=self._rows,
             overflow=self.overflow,
             costs=self._costs,
@@ -268,7 +270,7 @@ class BucketedModel(torch.nn.Module):
     ) -> tuple[dict[str, Any], Call]:
         """The call as it came, to run at its own shape (counted, warned once)."""
         self.stats.count_unplanned(rows, sides, why, self.overflow)
-        same = {k: Side(k, s.keys, s.length, s.length) for k, s in sides.items()}
+        same = {k: Side(s.keys, s.length, s.length) for k, s in sides.items()}
         return self.with_cache_off(kwargs), Call(rows, rows, same, planned=False)
 
     def route(self, kwargs: Mapping[str, Any]) -> Route:
@@ -299,10 +301,6 @@ class BucketedModel(torch.nn.Module):
         if "use_cache" not in batch and takes(self._params, "use_cache"):
             batch["use_cache"] = False
         return batch
-
-    def learn(self, kwargs: Mapping[str, Any], route: Route, sides: dict[str, Side]) -> None:
-        """Learn ``route``'s output roles and whether its calls pack (:func:`.planning.learn`)."""
-        learn(self, kwargs, route, sides)
 
     def plan(self, example: Mapping[str, Any]) -> ShapePlan:
         """Every shape this wrapper runs, each made from ``example`` (a call's keyword

@@ -21,14 +21,8 @@ __all__ = ["OutputRoles", "cloned", "cut_outputs", "learn_roles", "numbers", "pr
 _OFFSETS = (0, -1, 1, -2, 2)
 
 Role = tuple[Any, ...]  # ("rows",) | ("length", side, offset) | ("flat", side, offset)
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputRoles:
-    """Per output tensor (in :func:`leaves` order), the role of each dim (``None``:
-    fixed)."""
-
-    leaves: tuple[tuple[Role | None, ...], ...]
+#: per output tensor (in :func:`leaves` order), the role of each dim (``None``: fixed)
+OutputRoles = tuple[tuple[Role | None, ...], ...]
 
 
 # -- walking an output ------------------------------------------------------------------------
@@ -70,10 +64,8 @@ def numbers(out: Any) -> Iterator[tuple[str, Any]]:
 
 
 def _refuse_shape_numbers(outs: list[Any], shapes: list[tuple[int, dict[str, int]]]) -> None:
-    """An int in the outputs (not a tensor) that follows the rows or a length between the
-    probe shapes, as a dim would (``input_ids.shape[1]``), would come back as the padded
-    call's number, not the caller's: refused by name. Other numbers (a loss's
-    ``.item()``) pass as they are."""
+    """Refuse an int output that follows the probe shapes' rows or a length, as a dim would
+    (other numbers, a loss's ``.item()``, pass)."""
     patterns = {pair for _, pair in _patterns(shapes)}
     (r0, l0), (r1, l1) = shapes
     second = dict(_values(outs[1]))
@@ -151,7 +143,7 @@ def learn_roles(outs: list[Any], shapes: list[tuple[int, dict[str, int]]]) -> Ou
 
     >>> shapes = probe_shapes([8, 16], ["source"])
     >>> outs = [{"logits": torch.zeros(r, ls["source"], 8), "loss": torch.zeros(())} for r, ls in shapes]
-    >>> learn_roles(outs, shapes).leaves
+    >>> learn_roles(outs, shapes)
     ((('rows',), ('length', 'source', 0), None), ())
     """
     patterns = dict((pair, role) for role, pair in _patterns(shapes))
@@ -180,7 +172,7 @@ def learn_roles(outs: list[Any], shapes: list[tuple[int, dict[str, int]]]) -> Ou
                     "the model unwrapped, or return [rows, length, ...] outputs"
                 )
         roles.append(tuple(dims))
-    return OutputRoles(tuple(roles))
+    return tuple(roles)
 
 
 # -- cutting --------------------------------------------------------------------------------
@@ -208,29 +200,28 @@ def packs_outputs(roles: OutputRoles) -> bool:
             and dims[1] == ("length", "source", 0)
             and all(r is None for r in dims[2:])
         )
-        for dims in roles.leaves
+        for dims in roles
     )
 
 
 def _with_roles(out: Any, roles: OutputRoles) -> list[tuple[torch.Tensor, tuple[Role | None, ...]]]:
-    """Each tensor of ``out`` with its learned roles; refused when the model returned
-    another number of tensors than its kind of call did when the roles were learned."""
+    """Each tensor of ``out`` with its learned roles (refused when their numbers differ)."""
     tensors = [t for _, t in leaves(out)]
-    if len(tensors) != len(roles.leaves):
+    if len(tensors) != len(roles):
         raise ShapeBucketError(
             f"the model returned {len(tensors)} tensors for a call of a kind that returned "
-            f"{len(roles.leaves)} before: BucketedModel cannot cut them back; call the model "
+            f"{len(roles)} before: BucketedModel cannot cut them back; call the model "
             "unwrapped"
         )
-    return list(zip(tensors, roles.leaves, strict=True))
+    return list(zip(tensors, roles, strict=True))
 
 
 def cut_outputs(out: Any, roles: OutputRoles, call: Call) -> Any:
     """Every tensor of ``out`` cut back to the call's shape along its learned roles.
 
     >>> from shapebucket.bucketed.calls import Side
-    >>> call = Call(rows=2, padded_rows=4, sides={"source": Side("source", ["input_ids"], 5, 8)})
-    >>> roles = OutputRoles(((("rows",), ("length", "source", 0), None), ()))
+    >>> call = Call(rows=2, padded_rows=4, sides={"source": Side(["input_ids"], 5, 8)})
+    >>> roles = ((("rows",), ("length", "source", 0), None), ())
     >>> out = cut_outputs({"logits": torch.zeros(4, 8, 8), "loss": torch.tensor(1.0)}, roles, call)
     >>> out["logits"].shape, out["loss"].shape
     (torch.Size([2, 5, 8]), torch.Size([]))

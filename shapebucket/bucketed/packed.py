@@ -8,7 +8,6 @@ samples of a row (-1 on padding), and there is no ``attention_mask``."""
 from __future__ import annotations
 
 import ast
-import bisect
 import functools
 import inspect
 import sys
@@ -223,24 +222,18 @@ def unpack(t: torch.Tensor, packed: PackedCall, fill: float = 0) -> torch.Tensor
 
 
 class Packer:
-    """What a packed route decides once: the keys it packs, the row lengths, the pad
-    values, and its layouts, kept per call lengths (:class:`~.placement.Layouts`), so a
-    call reads its lengths, looks its layout up and gathers. Pickles without the
-    layouts (rebuilt at the next calls)."""
+    """What a packed route decides once: the keys it packs, the pad values, and its
+    layouts, kept per call lengths (:class:`~.placement.Layouts`), so a call reads its
+    lengths, looks its layout up and gathers. Pickles without the layouts (rebuilt at
+    the next calls)."""
 
     def __init__(self, wrapper: Any, route: Route) -> None:
-        packing = wrapper.packing
+        document_ids = wrapper.packing.document_ids
         self.source = list(route.sides["source"])
         self.keys = [k for k in self.source if k != "attention_mask"]
-        self.table = list(wrapper.buckets)
         self.pad_values = route.pad_values
-        self.shifted_labels = bool(packing.shifted_labels)
-        self.layouts = Layouts(wrapper.row_buckets, bool(packing.document_ids))
-
-    def row_length(self, longest: int) -> int:
-        """The row length of a call whose longest sample has ``longest`` tokens: the
-        smallest bucket that holds it."""
-        return self.table[bisect.bisect_left(self.table, longest)]
+        self.shifted_labels = not document_ids  # a Hugging Face decoder shifts its labels
+        self.layouts = Layouts(wrapper.row_buckets, document_ids)
 
 
 def pack(
@@ -277,7 +270,7 @@ def pack(
             "collators do)"
         )
         return None
-    row_length = packer.row_length(max(lengths, default=0))
+    row_length = wrapper.buckets.bucket_for(max(lengths, default=0))  # the longest's
     why = _past_row_buckets(wrapper, call.rows, lengths, row_length)
     if why is not None:
         return why
@@ -287,7 +280,7 @@ def pack(
         kwargs, packer.keys, layout, packer.pad_values, shifted_labels=packer.shifted_labels
     )
     rest = {k: v for k, v in kwargs.items() if k not in packer.source}
-    sides = {"source": Side("source", packer.keys, side.length, row_length)}
+    sides = {"source": Side(packer.keys, side.length, row_length)}
     done = Call(call.rows, packed.packed_rows, sides, outputs=call.outputs, packed=packed)
     return wrapper.with_cache_off({**rest, **batch}), done
 

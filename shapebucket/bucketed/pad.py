@@ -10,15 +10,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .calls import PAD_TRUE, Call, Route
+from .calls import ID_KEYS, PAD_TRUE, Call, Route
 
 __all__ = ["config_pad_values", "pad_call"]
 
 
 def config_pad_values(model: Any) -> dict[str, Any]:
     """The model config's ``pad_token_id`` as the pad value of its token-id keys."""
-    from .calls import ID_KEYS
-
     pad = getattr(getattr(model, "config", None), "pad_token_id", None)
     if isinstance(pad, int) and not isinstance(pad, bool):
         return {k: pad for k in ID_KEYS}
@@ -68,7 +66,7 @@ def pad_call(kwargs: Mapping[str, Any], route: Route, call: Call) -> dict[str, A
 
     >>> from shapebucket.bucketed.calls import Side
     >>> route = Route({"source": ["input_ids"]}, [], {"source": "attention_mask"}, {"input_ids": 0, "attention_mask": 0})
-    >>> call = Call(1, 2, {"source": Side("source", ["input_ids"], 3, 4)})
+    >>> call = Call(1, 2, {"source": Side(["input_ids"], 3, 4)})
     >>> batch = pad_call({"input_ids": torch.tensor([[5, 6, 7]])}, route, call)
     >>> batch["input_ids"].tolist(), batch["attention_mask"].tolist()
     ([[5, 6, 7, 0], [0, 0, 0, 0]], [[1, 1, 1, 0], [1, 0, 0, 0]])

@@ -5,6 +5,7 @@ refusal), and ``BucketedModel.plan(example)``, every shape a wrapper runs."""
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,9 +13,10 @@ import torch
 
 from .. import _torch as compat
 from ..errors import ShapeBucketError
+from ..fit.step_cost import StepCost
 from ..plan import Shape, ShapePlan
 from .calls import Call, Route, Side, read_call
-from .checks import Costs, refuse_empty
+from .checks import refuse_empty
 from .outputs import learn_roles, packs_outputs, probe, probe_shapes
 from .packed import Packer, host_lengths
 from .pad import pad_call
@@ -29,16 +31,14 @@ def learn(
     route: Route,
     sides: dict[str, Side],
 ) -> None:
-    """Learn ``route``'s output roles from two probe calls of ``kwargs`` (run with the
-    compiler off), and whether its calls pack: the wrapper packs, pads right, the call
-    has one side and no per-row or position keys, and every output is per-token or
-    fixed."""
+    """Learn ``route``'s output roles from two probe calls of ``kwargs`` (compiler off),
+    and whether its calls pack."""
     left = wrapper.padding_side == "left"
     shapes = probe_shapes(list(wrapper.buckets), list(sides))
     have = int(kwargs[next(iter(sides.values())).keys[0]].shape[0])
     batches = []
     for rows, lengths in shapes:
-        at = {n: Side(n, s.keys, min(s.length, lengths[n]), lengths[n]) for n, s in sides.items()}
+        at = {n: Side(s.keys, min(s.length, lengths[n]), lengths[n]) for n, s in sides.items()}
         call = Call(min(rows, have), rows, at, left=left)
         batches.append(wrapper.with_cache_off(pad_call(kwargs, route, call)))
     inner = compat.unwrap_compiled(wrapper.model)
@@ -61,7 +61,7 @@ def plan_call(
     lengths: Sequence[int],
     row_buckets: Sequence[int] | None,
     overflow: str,
-    costs: Costs | None,
+    costs: tuple[StepCost, StepCost] | None,
     left: bool,
     packed: bool = False,
 ) -> Call | str:
@@ -88,10 +88,9 @@ def plan_call(
                 "the input, or pass overflow='eager' or 'dynamic' to run such calls at "
                 "their own shape"
             )
-        largest = row_buckets[-1] if row_buckets else rows
         raise ShapeBucketError(
             f"BucketedModel: the call has {rows} rows > largest row bucket "
-            f"{largest} (row_buckets {row_buckets}); add a row bucket >= {rows}, "
+            f"{row_buckets[-1]} (row_buckets {row_buckets}); add a row bucket >= {rows}, "  # type: ignore[index]
             "split the batch, or pass overflow='eager' or 'dynamic'"
         )
     padded_rows = (  # a packed call past the row buckets: its packed rows decide
@@ -101,9 +100,19 @@ def plan_call(
     )
     for s in sides.values():
         s.bucket = lengths[bisect.bisect_left(lengths, s.length)]
-    if costs is not None and costs.dynamic_cheaper(rows, padded_rows, sides):
+    if costs is not None and _dynamic_cheaper(costs, rows, padded_rows, sides):
         return "cheaper on the dynamic graph than padded, by costs="
     return Call(rows, padded_rows, sides, left=left)
+
+
+def _dynamic_cheaper(
+    costs: tuple[StepCost, StepCost], rows: int, padded_rows: int, sides: dict[str, Side]
+) -> bool:
+    """Whether the call costs less at its own shape on the dynamic graph than padded."""
+    static, dynamic = costs
+    padded = sum(padded_rows * s.bucket * static.per_token(s.bucket) for s in sides.values())
+    own = sum(rows * s.length * dynamic.per_token(s.length) for s in sides.values())
+    return own < padded
 
 
 def plan_of(wrapper: Any, example: Mapping[str, Any]) -> ShapePlan:
@@ -123,59 +132,53 @@ def plan_of(wrapper: Any, example: Mapping[str, Any]) -> ShapePlan:
         shapes: Any = [(r, s, t) for r in row_counts for s in table for t in table]
     else:
         shapes = [(r, b) for r in row_counts for b in table]
-    return ShapePlan.from_function(shapes, ExampleAt(wrapper, example))
+    return ShapePlan.from_function(shapes, functools.partial(_example_at, wrapper, example))
 
 
-class ExampleAt:
-    """A plan's maker of a shape's batch: the example padded (or cut, keeping its first
-    rows and tokens) to the shape. A class, so that the plan pickles."""
+def _example_at(wrapper: Any, example: dict[str, Any], shape: Shape) -> dict[str, Any]:
+    """A plan's batch: ``example`` padded (or cut) to ``shape`` (a partial of it pickles)."""
+    route = wrapper.route(example)
+    rows, sides = read_call(example, route)
+    if route.outputs is None:  # a packed plan needs to know whether calls pack
+        learn(wrapper, example, route, sides)
+    if route.packer is not None:
+        return _packed_example(example, route, shape)  # packed by the wrapper when run
+    lengths = {"source": shape[1], "target": shape[-1]}
+    for name, side in sides.items():
+        side.bucket = lengths[name]
+        side.length = min(side.length, side.bucket)
+    left = wrapper.padding_side == "left"
+    call = Call(min(rows, shape.rows), shape.rows, sides, left=left)
+    return wrapper.with_cache_off(pad_call(example, route, call))
 
-    def __init__(self, wrapper: Any, example: dict[str, Any]) -> None:
-        self.wrapper, self.example = wrapper, example
 
-    def __call__(self, shape: Shape) -> dict[str, Any]:
-        route = self.wrapper.route(self.example)
-        rows, sides = read_call(self.example, route)
-        if route.outputs is None:  # a packed plan needs to know whether calls pack
-            self.wrapper.learn(self.example, route, sides)
-        if route.packer is not None:
-            return self._packed(route, shape)  # a call, packed by the wrapper when run
-        lengths = {"source": shape[1], "target": shape[-1]}
-        for name, side in sides.items():
-            side.bucket = lengths[name]
-            side.length = min(side.length, side.bucket)
-        left = self.wrapper.padding_side == "left"
-        call = Call(min(rows, shape.rows), shape.rows, sides, left=left)
-        return self.wrapper.with_cache_off(pad_call(self.example, route, call))
-
-    def _packed(self, route: Any, shape: Shape) -> dict[str, Any]:
-        """A call that packs into exactly ``shape``: ``shape.rows`` samples, each the
-        example's longest sample repeated to ``shape.length`` real tokens (so each fills
-        one packed row), with the example's keys: passed through the wrapper, as
-        prewarm does, it runs the packed shape with the inputs real calls give it."""
-        example = self.example
-        keys = route.sides["source"]
-        if example[keys[0]].shape[1] == 0:
-            raise ShapeBucketError(
-                f"plan(example): {keys[0]!r} has shape {tuple(example[keys[0]].shape)}, no "
-                "token to grow into a packed shape's samples; pass an example call with "
-                "at least one token"
-            )
-        mask = example.get("attention_mask")
-        try:
-            lengths = host_lengths(mask)[0] if mask is not None else None
-        except ShapeBucketError as e:
-            raise ShapeBucketError(
-                f"plan(example): {e}. A left-padded loop's calls are padded, not packed: "
-                "pass BucketedModel(..., packing=False) and a left-padded example, or pad "
-                "the loop's calls on the right"
-            ) from None
-        row = lengths.index(max(lengths)) if lengths is not None else 0
-        real = lengths[row] if lengths is not None else int(example[keys[0]].shape[1])
-        at = torch.arange(shape.length) % max(real, 1)
-        call = {k: v for k, v in example.items() if k not in keys}
-        for k in keys:
-            v = example[k]
-            grown = v[row, at] if k != "attention_mask" else torch.ones_like(v[row, at])
-            call[k] = grown.expand(shape.rows, *grown.shape).contiguous()
-        return call
+def _packed_example(example: dict[str, Any], route: Any, shape: Shape) -> dict[str, Any]:
+    """A call that packs into exactly ``shape``: ``shape.rows`` samples, each the
+    example's longest sample repeated to ``shape.length`` real tokens (so each fills
+    one packed row), with the example's keys: passed through the wrapper, as
+    prewarm does, it runs the packed shape with the inputs real calls give it."""
+    keys = route.sides["source"]
+    if example[keys[0]].shape[1] == 0:
+        raise ShapeBucketError(
+            f"plan(example): {keys[0]!r} has shape {tuple(example[keys[0]].shape)}, no "
+            "token to grow into a packed shape's samples; pass an example call with "
+            "at least one token"
+        )
+    mask = example.get("attention_mask")
+    try:
+        lengths = host_lengths(mask)[0] if mask is not None else None
+    except ShapeBucketError as e:
+        raise ShapeBucketError(
+            f"plan(example): {e}. A left-padded loop's calls are padded, not packed: "
+            "pass BucketedModel(..., packing=False) and a left-padded example, or pad "
+            "the loop's calls on the right"
+        ) from None
+    row = lengths.index(max(lengths)) if lengths is not None else 0
+    real = lengths[row] if lengths is not None else int(example[keys[0]].shape[1])
+    at = torch.arange(shape.length) % max(real, 1)
+    call = {k: v for k, v in example.items() if k not in keys}
+    for k in keys:
+        v = example[k]
+        grown = v[row, at] if k != "attention_mask" else torch.ones_like(v[row, at])
+        call[k] = grown.expand(shape.rows, *grown.shape).contiguous()
+    return call

@@ -21,9 +21,8 @@ __all__ = ["BucketedReport", "caller_level"]
 
 
 def caller_level() -> int:
-    """The ``stacklevel`` of the first frame outside shapebucket and torch, for a warning
-    of the function that calls this: the caller's own line, however deep the wrapped call
-    (``Module.__call__``, a compiled wrapper, ``prewarm``)."""
+    """The ``stacklevel`` of the first frame outside shapebucket and torch (the caller's line,
+    however deep the wrapped call), for a warning of the function that calls this."""
     here = inspect.currentframe()
     frame, level = (here.f_back if here is not None else None), 1
     while frame is not None and frame.f_code.co_filename.startswith(_INSIDE):

@@ -41,11 +41,9 @@ class Forward:
 
 
 class DynamicGraph:
-    """The one dynamic graph of the calls past the plan (``overflow="dynamic"``):
-    ``torch.compile(dynamic=True)`` of the wrapped module on a code object of its own (so
-    its graph shares no cache entry or recompile count with the planned, static ones),
-    compiled at its first call. Pickles and copies without it: a compiled function does
-    not pickle, the copy compiles its own at its first call."""
+    """The one dynamic graph of the calls past the plan (``overflow="dynamic"``), on a code
+    object of its own (no cache entry or recompile count shared with the static graphs),
+    compiled at its first call; pickles and copies without it."""
 
     def __init__(self) -> None:
         self.compiled: Any = None

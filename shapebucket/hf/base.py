@@ -72,8 +72,7 @@ def _dataset_lengths(dataset: Any) -> np.ndarray:
 
 
 class ShapeTrainer(CheckpointHook, Trainer):
-    """What both trainers share: the DataLoader, checkpoints, resume, static shapes and
-    the prewarm (a subclass sets ``self.sampler`` and ``self.collator``)."""
+    """What both trainers share (this module's docstring)."""
 
     sampler: ResumableBatchSampler
     collator: BucketCollator | PackedCollator
@@ -218,13 +217,6 @@ def compile_cache_dir(value: Any, output_dir: str | None) -> str | None:
     )
 
 
-def _example(trainer: Any) -> Any:
-    """A real batch of one sample, made by a copy of the trainer's collate function (a
-    copy starts its counters at zero, so ``collator.stats`` counts training batches only)."""
-    dataset, collate = trainer.train_source()
-    return copy.deepcopy(collate)([dataset[0]])
-
-
 def prewarm_trainer(trainer: Any) -> PrewarmReport | None:
     """Compile every shape of ``trainer``'s plan on the model the Trainer compiled.
 
@@ -253,11 +245,14 @@ def prewarm_trainer(trainer: Any) -> PrewarmReport | None:
         _, count = trainer.get_batch_samples(iter([batch]), 1, args.device)
         trainer.training_step(model, batch, count)
 
+    # a real batch of one sample, by a copy of the collate function (a copy starts its
+    # counters at zero, so collator.stats counts training batches only)
+    dataset, collate = trainer.train_source()
     kept = counted(trainer)
     report = prewarm(
         model,
         plan,
-        _example(trainer),
+        copy.deepcopy(collate)([dataset[0]]),
         step=step,
         restore=[o for o in (trainer.optimizer, trainer.lr_scheduler) if o is not None],
         modes=modes,

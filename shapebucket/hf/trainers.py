@@ -132,7 +132,7 @@ class Packing:
         return buckets, rows_for_tokens(buckets, tokens) if self.rows is None else self.rows
 
 
-#: The keywords PackedTrainer took before its constructors (refused with the fix).
+#: Packing's keywords: refused beside a constructor (which passes them itself).
 _SHAPE_KEYWORDS = ("fit", "buckets", "rows", "tokens_per_batch")
 _T = TypeVar("_T", bound="PackedTrainer")
 

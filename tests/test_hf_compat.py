@@ -1,4 +1,4 @@
-"""shapebucket/hf/_compat.py, the one seam to transformers' and TRL's private names: each
+"""shapebucket/_hf.py, the one seam to transformers' and TRL's private names: each
 exists in the installed versions with the call shape the seam uses, and one that changed
 is refused with a ShapeBucketError naming the package, its version and the name."""
 
@@ -12,7 +12,7 @@ pytest.importorskip("transformers", reason="transformers is not installed (pip i
 from transformers import Trainer
 
 from shapebucket import ShapeBucketError
-from shapebucket.hf import _compat
+from shapebucket import _hf as _compat
 
 
 def _parameters(cls, name):
@@ -53,7 +53,36 @@ def test_the_seam_lists_every_private_name_and_only_those():
         "_total_train_tokens",
         "_tp_size",
         "_metrics",
+        "_attn_implementation",
     }
+
+
+def test_the_config_names_its_attention_implementation_where_the_seam_reads_it():
+    from transformers import BertConfig, BertModel, LlamaConfig, LlamaModel
+
+    assert _compat.PRIVATE["_attn_implementation"] == ("PretrainedConfig", "transformers")
+    llama = LlamaConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=32,
+        attn_implementation="sdpa",
+    )
+    assert llama._attn_implementation == "sdpa"
+    assert _compat.masks_packed_positions(LlamaModel, llama) is True
+    # BERT's mask is built without position_ids: no packed samples found
+    bert = BertConfig(
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        attn_implementation="sdpa",
+    )
+    assert _compat.masks_packed_positions(BertModel, bert) is False
+    llama._attn_implementation = "flash_attention_2"  # its packed path reads one flat row
+    assert _compat.masks_packed_positions(LlamaModel, llama) is False
 
 
 class _Changed:

@@ -138,7 +138,7 @@ CONCERNS = ("fit", "plan", "sampling", "collate", "compile", "bucketed")
 CORE = ["shapebucket", "shapebucket._progress"]
 CORE += [module_name(p) for p in (PKG / "_torch").glob("*.py")]
 CORE += ["shapebucket._lengths", "shapebucket._memory", "shapebucket._validate"]
-CORE += ["shapebucket.errors"]
+CORE += ["shapebucket.errors", "shapebucket._hf"]  # the seam imports no transformers
 #: loaded when first used: the triton kernels (the ``gpu`` extra)
 LAZY = {"shapebucket.collate._triton_kernels"}
 EXPECTED_MODULES = sorted(
@@ -185,6 +185,7 @@ CORE_MODULES = {
     "shapebucket._validate",
     *(module_name(p) for p in (PKG / "_torch").glob("*.py")),
     "shapebucket._progress",
+    "shapebucket._hf",
 }
 ALLOWED = {  # concern -> what it may import besides itself and the core
     "fit": set(),
@@ -372,7 +373,7 @@ def test_private_torch_attributes_live_in_one_module():
     assert found == []
 
 
-#: the private names of transformers and TRL that shapebucket/hf/_compat.py holds
+#: the private names of transformers and TRL that shapebucket/_hf.py holds
 HF_PRIVATE = (
     "_remove_unused_columns",
     "_get_collator_with_removed_columns",
@@ -381,22 +382,23 @@ HF_PRIVATE = (
     "_total_train_tokens",
     "_tp_size",
     "_metrics",
+    "_attn_implementation",
 )
 
 
 def test_private_names_of_transformers_and_trl_live_in_one_module():
-    """Every private name of transformers or TRL is used in ``hf/_compat.py`` alone (as
+    """Every private name of transformers or TRL is used in ``_hf.py`` alone (as
     an attribute, a string or a method override), so a release that renames one breaks
     one module; the seam's own list of them is this list."""
     found = [
         f"{p.relative_to(PKG.parent)}: {name}"
         for p in sorted(PKG.rglob("*.py"))
-        if p.name != "_compat.py" or p.parent.name != "hf"
+        if p != PKG / "_hf.py"
         for name in HF_PRIVATE
         if re.search(rf"\b{name}\b", p.read_text())
     ]
     assert found == []
-    text = (PKG / "hf" / "_compat.py").read_text()
+    text = (PKG / "_hf.py").read_text()
     assert all(f'"{name}"' in text for name in HF_PRIVATE)
 
 

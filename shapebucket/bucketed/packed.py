@@ -7,16 +7,13 @@ samples of a row (-1 on padding), and there is no ``attention_mask``."""
 
 from __future__ import annotations
 
-import ast
-import functools
-import inspect
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from .. import _hf as hf
 from ..errors import ShapeBucketError
 from .calls import Call, Route, Side, parameters, takes, wrapped
 from .placement import Layout, Layouts, PackedCall, rows_used
@@ -27,40 +24,6 @@ __all__ = ["Packer", "host_lengths", "pack", "pack_into", "packs", "unpack"]
 LABEL_KEY = "labels"
 #: the label no loss counts (Hugging Face and the bench GPT ignore it)
 IGNORE = -100
-#: the Hugging Face attention implementations whose mask reads packed samples from
-#: ``position_ids`` for any number of rows (transformers 5.24 ``masking_utils.py``: the
-#: sdpa, eager and flex mask functions are built by ``create_causal_mask``, which adds
-#: the packed-sequence mask). ``flash_attention_*`` is left out: its packed path
-#: (``_is_packed_sequence``) reads one flattened row only.
-PACKED_ATTENTION = frozenset({"sdpa", "eager", "flex_attention"})
-#: the config attribute naming a Hugging Face model's attention implementation
-#: (transformers has no public accessor for it; its docs read it this way)
-_ATTN_ATTRIBUTE = "_attn_implementation"
-
-
-@functools.cache
-def _causal_mask_reads_positions(cls: type) -> bool:
-    """Whether a module defining ``cls`` or one of its bases calls ``create_causal_mask``
-    with ``position_ids=`` (how a Hugging Face model hands its positions to the mask
-    that finds packed samples; BERT, for one, calls it without them)."""
-    for klass in cls.__mro__:
-        module = sys.modules.get(klass.__module__)
-        if module is None or not klass.__module__.startswith("transformers.models."):
-            continue
-        try:
-            tree = ast.parse(inspect.getsource(module))
-        except (OSError, TypeError, SyntaxError):
-            continue
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Call)
-                and ast.unparse(node.func).endswith("create_causal_mask")
-                and any(k.arg == "position_ids" for k in node.keywords)
-            ):
-                return True
-    return False
-
-
 def packs(model: Any) -> bool:
     """Whether ``model`` can take a packed call (:func:`pack_into`) and give the
     same outputs as the padded call, by this rule (a ``torch.compile`` d or DDP model
@@ -69,7 +32,8 @@ def packs(model: Any) -> bool:
     (a) a Hugging Face decoder-only model (``config.is_encoder_decoder`` not True) whose
         ``forward`` takes ``position_ids``, whose modeling code hands ``position_ids`` to
         ``create_causal_mask`` and whose attention implementation is one of
-        :data:`PACKED_ATTENTION` (sdpa, eager, flex_attention; not flash attention).
+        :data:`shapebucket._hf.PACKED_ATTENTION` (sdpa, eager, flex_attention; not flash
+        attention).
         Call it with ``use_cache=False``: with a cache, transformers skips the packed
         mask (checked in transformers 5.24);
     (b) any model whose ``forward`` takes ``document_ids`` (the bench ``GPT``: it masks
@@ -91,10 +55,7 @@ def packs(model: Any) -> bool:
         return False
     if not takes(params, "position_ids"):
         return False
-    if getattr(config, _ATTN_ATTRIBUTE, None) not in PACKED_ATTENTION:
-        return False
-    cls: Any = type(inner)  # a class is hashable (mypy reads type[Any] as not)
-    return _causal_mask_reads_positions(cls)
+    return hf.masks_packed_positions(type(inner), config)
 
 
 def host_lengths(

@@ -22,6 +22,13 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint, seed_worker
 
 from .. import _torch as compat
+from .._hf import (
+    CheckpointHook,
+    collator_without_unused_columns,
+    counted,
+    dataset_without_unused_columns,
+    restore_counted,
+)
 from .._lengths import check_lengths
 from .._validate import check_flag
 from ..collate.bucket import BucketCollator
@@ -33,13 +40,6 @@ from ..compile.report import PrewarmReport
 from ..errors import ShapeBucketError
 from ..plan.shapes import ShapePlan
 from ..sampling.base import ResumableBatchSampler
-from ._compat import (
-    CheckpointHook,
-    collator_without_unused_columns,
-    counted,
-    dataset_without_unused_columns,
-    restore_counted,
-)
 
 __all__ = ["STATE_FILE", "PrewarmCallback", "ShapeTrainer", "compile_cache_dir", "prewarm_trainer"]
 

@@ -10,9 +10,9 @@ from typing import Any, cast
 
 from trl import SFTTrainer
 
+from .._hf import count_train_tokens, tensor_parallel_size, train_tokens
 from ..collate.packed import PackedCollator
 from ..errors import ShapeBucketError
-from ._compat import count_train_tokens, tensor_parallel_size, train_tokens
 from .trainers import PackedTrainer
 
 __all__ = ["PackedSFTTrainer"]

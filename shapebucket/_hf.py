@@ -1,23 +1,31 @@
-"""The one place shapebucket touches private names of transformers and TRL (:data:`PRIVATE`):
-a release that renames one breaks this module alone, with a
+"""The one place shapebucket touches private names and internals of transformers and TRL
+(:data:`PRIVATE`; and which models' masks find packed samples, :func:`masks_packed_positions`):
+a release that changes one breaks this module alone, with a
 :class:`~shapebucket.ShapeBucketError` naming the installed version and the name
-(``tests/test_hf_compat.py`` checks each). It imports neither package."""
+(``tests/test_hf_compat.py`` checks each). It imports neither package, so the wrapper
+(``bucketed/``) and the integrations (``hf/``) both reach transformers through it."""
 
 from __future__ import annotations
 
+import ast
 import copy
+import functools
 import importlib.metadata
+import inspect
+import sys
 from typing import Any
 
-from ..errors import ShapeBucketError
+from .errors import ShapeBucketError
 
 __all__ = [
+    "PACKED_ATTENTION",
     "PRIVATE",
     "CheckpointHook",
     "collator_without_unused_columns",
     "count_train_tokens",
     "counted",
     "dataset_without_unused_columns",
+    "masks_packed_positions",
     "restore_counted",
     "tensor_parallel_size",
     "train_tokens",
@@ -32,7 +40,50 @@ PRIVATE: dict[str, tuple[str, str]] = {
     "_total_train_tokens": ("SFTTrainer", "trl"),
     "_tp_size": ("SFTTrainer", "trl"),
     "_metrics": ("SFTTrainer", "trl"),
+    "_attn_implementation": ("PretrainedConfig", "transformers"),
 }
+
+#: the Hugging Face attention implementations whose mask reads packed samples from
+#: ``position_ids`` for any number of rows (transformers 5.24 ``masking_utils.py``: the
+#: sdpa, eager and flex mask functions are built by ``create_causal_mask``, which adds
+#: the packed-sequence mask). ``flash_attention_*`` is left out: its packed path
+#: (``_is_packed_sequence``) reads one flattened row only.
+PACKED_ATTENTION = frozenset({"sdpa", "eager", "flex_attention"})
+
+
+@functools.cache
+def _causal_mask_reads_positions(cls: type) -> bool:
+    """Whether a module defining ``cls`` or one of its bases calls ``create_causal_mask``
+    with ``position_ids=`` (how a Hugging Face model hands its positions to the mask
+    that finds packed samples; BERT, for one, calls it without them)."""
+    for klass in cls.__mro__:
+        module = sys.modules.get(klass.__module__)
+        if module is None or not klass.__module__.startswith("transformers.models."):
+            continue
+        try:
+            tree = ast.parse(inspect.getsource(module))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func).endswith("create_causal_mask")
+                and any(k.arg == "position_ids" for k in node.keywords)
+            ):
+                return True
+    return False
+
+
+def masks_packed_positions(cls: type, config: Any) -> bool:
+    """Whether a Hugging Face model of class ``cls`` with ``config`` finds packed samples
+    from ``position_ids`` in its attention mask: its attention implementation (the
+    config's private ``_attn_implementation``: transformers has no public accessor, its
+    docs read it this way) is one of :data:`PACKED_ATTENTION`, and its modeling code hands
+    ``position_ids`` to ``create_causal_mask``."""
+    if getattr(config, "_attn_implementation", None) not in PACKED_ATTENTION:
+        return False
+    return _causal_mask_reads_positions(cls)
+
 
 #: Trainer attributes a training step adds to (TRL's ``SFTTrainer`` metrics), put back
 #: after the prewarm so its steps are not logged.
@@ -53,7 +104,7 @@ def changed(name: str) -> ShapeBucketError:
         f"shapebucket.hf uses {package}'s private {owner}.{name}, which {package} "
         f"{_version(package)} does not have (or has with another signature): install the "
         f"{package} version in shapebucket's constraints.txt, or report it so "
-        "shapebucket/hf/_compat.py follows the change"
+        "shapebucket/_hf.py follows the change"
     )
 
 

@@ -80,7 +80,7 @@ def check_number(
     the bound and ``hint`` (the fix). Refuses bools and strings: ``"0.1"`` is a typo, not
     a number.
 
-    >>> check_number("contention", 1.5, at_least=1)
+    >>> check_number("ratio", 1.5, above=1)
     1.5
     >>> check_number("share", 0, above=0, at_most=1, hint="; pass a share of the whole")
     Traceback (most recent call last):

@@ -1,8 +1,10 @@
 """The one place shapebucket touches private names and internals of transformers and TRL
 (:data:`PRIVATE`; and which models' masks find packed samples, :func:`masks_packed_positions`):
-a release that changes one breaks this module alone, with a
-:class:`~shapebucket.ShapeBucketError` naming the installed version and the name
-(``tests/test_hf_compat.py`` checks each). It imports neither package, so the wrapper
+a release that changes one breaks this module alone: a Trainer or TRL name with a
+:class:`~shapebucket.ShapeBucketError` naming the installed version and the name, the
+config's ``_attn_implementation`` by the wrapper padding the model's calls instead of
+packing them (the same outputs; ``tests/test_hf_compat.py`` checks each on the installed
+versions). It imports neither package, so the wrapper
 (``bucketed/``) and the integrations (``hf/``) both reach transformers through it."""
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ def changed(name: str) -> ShapeBucketError:
     """The error for a private name the installed transformers or TRL lacks."""
     owner, package = PRIVATE[name]
     return ShapeBucketError(
-        f"shapebucket.hf uses {package}'s private {owner}.{name}, which {package} "
+        f"shapebucket uses {package}'s private {owner}.{name}, which {package} "
         f"{_version(package)} does not have (or has with another signature): install the "
         f"{package} version in shapebucket's constraints.txt, or report it so "
         "shapebucket/_hf.py follows the change"

@@ -163,7 +163,7 @@ def test_fit_refuses_bad_input():
         fit_cells([3, 4], [5])
     with pytest.raises(ShapeBucketError, match="k"):
         fit_cells([3], [5], k=0)
-    with pytest.raises(ShapeBucketError, match="align"):
+    with pytest.raises(ShapeBucketError, match=r"align must be an int or a \(source, target\) pair"):
         fit_cells([3], [5], align=(8, 8, 8))  # type: ignore[arg-type]
     with pytest.raises(ShapeBucketError, match="sample 0 has length 0; sources"):
         fit_cells([0], [5])

@@ -313,4 +313,18 @@ def test_a_second_prewarm_reports_its_own_plan_and_a_failed_one_keeps_the_first(
 
         with pytest.raises(RuntimeError, match="the step failed"):
             prewarm(compiled, first, step=fails, modes=[AotCache(tmp_path / "c")], progress=False)
-    assert installed(compiled) is installed_forward  # the earlier prewarm's forward stays
+        assert installed(compiled) is installed_forward  # the earlier prewarm's forward stays
+
+        def fails_on_the_second_shape(b):
+            if b["input_ids"].shape == (SHAPES[1].rows, SHAPES[1].length):
+                raise RuntimeError("the step failed")
+            compiled(**b)
+
+        both = ShapePlan.from_function(SHAPES, batch)
+        with pytest.raises(RuntimeError, match="the step failed"):
+            prewarm(
+                compiled, both, step=fails_on_the_second_shape, modes=[AotCache(tmp_path / "d")]
+            )
+        # the failed prewarm let go of the forward: a later call is not compiled ahead of
+        # time as if a prewarm were still running (it compiled in silence, unseen by guards)
+        assert installed_forward.job is None and not installed_forward.compiling()

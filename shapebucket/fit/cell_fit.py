@@ -30,7 +30,9 @@ def _aligned(
             f"{len(s)} source lengths and {len(t)} target lengths; give both lengths of every sample"
         )
     pair = align if isinstance(align, tuple) else (align, align)
-    a_s, a_t = check_pair(pair, "align", ("source align", "target align"), 1, MAX_BUCKET)
+    a_s, a_t = check_pair(
+        pair, "align", ("source align", "target align"), 1, MAX_BUCKET, or_int=True
+    )
     sa = np.maximum(round_up(s, a_s), round_up(2, a_s))
     ta = np.maximum(round_up(t, a_t), round_up(2, a_t))
     return sa, ta, a_s, a_t

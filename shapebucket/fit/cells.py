@@ -34,15 +34,17 @@ MAX_WEIGHT = 2**30
 
 
 def check_pair(
-    value: Any, what: str, sides: tuple[str, str], low: int, high: int
+    value: Any, what: str, sides: tuple[str, str], low: int, high: int, *, or_int: bool = False
 ) -> tuple[int, int]:
-    """``value`` as a ``(source, target)`` pair of ints in ``[low, high]``; ``sides`` name them."""
+    """``value`` as a ``(source, target)`` pair of ints in ``[low, high]``; ``sides`` name them,
+    ``or_int`` says the caller also takes one int for both."""
     pair = (
         tuple(value) if isinstance(value, Iterable) and not isinstance(value, (str, bytes)) else ()
     )
     if len(pair) != 2:
         raise ShapeBucketError(
-            f"{what} must be a (source, target) pair of ints >= {low}, got {value!r}"
+            f"{what} must be {'an int or ' if or_int else ''}a (source, target) pair of ints "
+            f">= {low}, got {value!r}"
         )
     return (
         check_int(sides[0], pair[0], minimum=low, maximum=high),

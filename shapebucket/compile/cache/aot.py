@@ -169,8 +169,11 @@ class AotCache(Cache):
         try:
             yield
         except BaseException:
-            if job.memo.get("aot_new") and "aot" in job.memo:  # left as it was
-                job.model.forward = job.memo["aot"].original
+            forward = job.memo.get("aot")
+            if forward is not None:
+                forward.job = None  # a later call runs as after a finished prewarm
+                if job.memo.get("aot_new"):  # left as it was
+                    job.model.forward = forward.original
             raise
 
     def finish(self, job: Job) -> None:

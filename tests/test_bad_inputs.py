@@ -84,7 +84,10 @@ CASES = [
     (["suggest", "{good}", "--plot", "{dir}/x.unknownext"], "cannot write '.unknownext' files"),
     (["suggest", "{good}", "--plot", "{dir}/"], "is not a file name"),
     (["suggest", "{good}", "--compile-seconds", "5"], "describes the job for --k auto"),
-    (["suggest", "{good}", "--k", "3", "--job-samples", "9"], "(--k 3; 8 unless given) it would be ignored"),
+    (
+        ["suggest", "{good}", "--k", "3", "--job-samples", "9"],
+        "(--k 3; 8 unless given) it would be ignored",
+    ),
     ([*_auto("3", "9", "5"), "--max-k", "0"], "argument --max-k: must be >= 1, got 0"),
     (["suggest", "{good}", "--k", "auto", "--compile-seconds", "3"], "missing: --job-samples"),
     (["demo", "--samples", "0"], "--samples must be >= 1"),
@@ -98,7 +101,10 @@ CASES = [
     (["bench", "--workload", "nosuch"], "invalid choice: 'nosuch'"),
     (["bench", "--bogus"], "unrecognized arguments: --bogus"),
     (["bench", "--from-json", "{good}"], "is not a saved benchmark run"),
-    (["bench", "--from-json", "{partial_run}"], "is not a saved benchmark run: no 'workload'"),
+    (
+        ["bench", "--from-json", "{partial_run}"],
+        "is not a saved benchmark run: its results are an empty list",
+    ),
     (["bench", "--from-json", ""], "--from-json needs the path of a saved run"),
     (["bench", "--json", "{dir}"], "is not a file name; pass e.g. '{dir}/out.json'"),
     (["bench", "--strategies", ","], "--strategies ',' names no strategy"),

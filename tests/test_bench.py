@@ -527,10 +527,38 @@ def test_from_json_replays_a_saved_run_without_measuring(tmp_path, capsys):
     path.write_text(json.dumps({"config": config, "results": earlier}))
     assert cli.main(["--from-json", str(path)]) == 2
     assert "earlier version" in capsys.readouterr().err
-    # probe: a wrongly typed field printed a traceback halfway through the table
-    typed = [{**asdict(r), "useful_tokens_per_sec": "fast"} for r in results]
-    path.write_text(json.dumps({"config": config, "results": typed}))
-    assert cli.main(["--from-json", str(path)]) == 2
-    captured = capsys.readouterr()
-    assert captured.err.startswith("error:") and "not a saved benchmark run" in captured.err
-    assert captured.out == ""
+    # probe: a wrongly typed, missing or impossible field printed a traceback halfway
+    # through the table or after it, or was shown as if measured
+    good = [asdict(r) for r in results]
+    for field, value, says in [
+        (
+            "useful_tokens_per_sec",
+            "fast",
+            "useful_tokens_per_sec must be a number >= 0, got 'fast'",
+        ),
+        ("useful_tokens_per_sec", -1.0, "must be a number >= 0, got -1.0"),
+        ("tokens_per_sec_max", float("nan"), "tokens_per_sec_max must be a number >= 0, got nan"),
+        ("timed_compile_s", True, "timed_compile_s must be a number >= 0, got True"),
+        ("round_epoch_s", [1.0, "x"], "round_epoch_s must be a list of numbers >= 0"),
+        ("peer", 1, "peer must be a bool, got 1"),
+        ("epoch_s", None, "epoch_s must be a number >= 0, got None"),
+    ]:
+        bad = [{**good[0], field: value}, good[1]]
+        path.write_text(json.dumps({"config": config, "results": bad}))
+        assert cli.main(["--from-json", str(path)]) == 2, field
+        captured = capsys.readouterr()
+        assert (
+            captured.err.startswith("error: results[0] ('grouped-eager'): ")
+            and says in captured.err
+        )
+        assert captured.out == ""
+    gone = [{k: v for k, v in good[0].items() if k != "epoch_s"}, good[1]]
+    for bad_results, says in [
+        (gone, "lacks ['epoch_s']: it was not written by this version"),
+        ([], "its results are an empty list"),
+        ([good[0], good[0]], "lists a strategy twice"),
+    ]:
+        path.write_text(json.dumps({"config": config, "results": bad_results}))
+        assert cli.main(["--from-json", str(path)]) == 2
+        captured = capsys.readouterr()
+        assert says in captured.err and captured.out == ""

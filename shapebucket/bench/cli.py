@@ -64,7 +64,17 @@ def _replay(args: argparse.Namespace) -> int:
         raise ShapeBucketError("--from-json needs the path of a saved run (a .json it wrote)")
     try:
         data = json.loads(Path(args.from_json).read_text())
-        results = [StrategyResult(**r) for r in data["results"]]
+        entries = data["results"]
+        if not isinstance(entries, list) or not entries:
+            raise ShapeBucketError(
+                f"{args.from_json} is not a saved benchmark run: its results are "
+                f"{'an empty list' if entries == [] else 'a ' + type(entries).__name__}, not a "
+                "list of the strategies' results"
+            )
+        results = [StrategyResult.from_saved(r, f"results[{i}]") for i, r in enumerate(entries)]
+        names = [r.name for r in results]
+        if len(set(names)) < len(names):
+            raise ShapeBucketError(f"{args.from_json} lists a strategy twice: {names}")
         old = [r.name for r in results if r.error is None and not r.round_epoch_s]
         if old:
             raise ShapeBucketError(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..errors import ShapeBucketError
@@ -182,6 +183,39 @@ class StrategyResult:
     graph_memory_mb: float | None = None
     error: str | None = None
 
+    @classmethod
+    def from_saved(cls, entry: Any, where: str) -> StrategyResult:
+        """One result of a saved run (``--from-json``): every field there (one that defaults
+        to None may be missing: not measured by that run), each number a number >= 0
+        (``final_loss`` may be NaN), each list of numbers one, refused naming the entry, the
+        field and the value otherwise."""
+        if not isinstance(entry, dict):
+            raise ShapeBucketError(f"{where} is a {type(entry).__name__}, not a result")
+        where = f"{where} ({entry.get('name', 'no name')!r})"
+        names = [f.name for f in fields(cls)]
+        missing = [f.name for f in fields(cls) if f.name not in entry and f.default is not None]
+        unknown = [k for k in entry if k not in names]
+        if missing or unknown:
+            parts = [f"lacks {missing}"] * bool(missing) + [f"has unknown {unknown}"] * bool(
+                unknown
+            )
+            raise ShapeBucketError(
+                f"{where} {' and '.join(parts)}: it was not written by this version of the "
+                "benchmark; run it again to replay it"
+            )
+        for f in (f for f in fields(cls) if f.name in entry):
+            value, kind = entry[f.name], str(f.type)
+            numbers = value if kind.startswith("list[") else [value]
+            if kind in ("str", "bool") and type(value).__name__ != kind:
+                raise ShapeBucketError(f"{where}: {f.name} must be a {kind}, got {value!r}")
+            if kind in ("int", "float", "list[int]", "list[float]") and not (
+                isinstance(numbers, list)
+                and all(_measured(v, nan=f.name == "final_loss") for v in numbers)
+            ):
+                what = "a list of numbers" if kind.startswith("list[") else "a number"
+                raise ShapeBucketError(f"{where}: {f.name} must be {what} >= 0, got {value!r}")
+        return cls(**entry)
+
     def job_seconds(self, epochs: int, epoch_s: float | None = None) -> float:
         """Seconds to train ``epochs`` epochs of the whole dataset from a cold start: the
         warm-up, the steps that compiled while timed, and the epochs the warm-up's own
@@ -194,3 +228,10 @@ class StrategyResult:
         per_epoch = self.epoch_s if epoch_s is None else epoch_s
         left = max(0.0, epochs - self.warmup_epochs)
         return self.warmup_s + self.timed_compile_s + per_epoch * left
+
+
+def _measured(value: Any, *, nan: bool) -> bool:
+    """Whether ``value`` is a number a run measures: not a bool, >= 0 and finite (or NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return (nan and math.isnan(value)) or (math.isfinite(value) and value >= 0)

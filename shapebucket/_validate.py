@@ -92,7 +92,10 @@ def check_number(
         raise ShapeBucketError(
             f"{name} must be a number {bound}, got {value!r} ({type(value).__name__}){hint}"
         )
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int past the float range: refused as not finite
+        number = math.inf
     if not (
         math.isfinite(number)
         and (above is None or number > above)

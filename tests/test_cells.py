@@ -158,12 +158,21 @@ def test_a_sample_that_fits_no_cell_is_named_with_the_limit_and_the_fix():
     assert "longest target of the cells with source >= 20 is 4" in msg and "fit_cells" in msg
 
 
+def test_fit_takes_align_as_an_int_or_a_pair():
+    # a list pair was read as one int for both sides and refused ("must be an int")
+    assert fit_cells([3, 9], [5, 7], k=2, align=[8, 16]) == fit_cells(  # type: ignore[arg-type]
+        [3, 9], [5, 7], k=2, align=(8, 16)
+    )
+
+
 def test_fit_refuses_bad_input():
     with pytest.raises(ShapeBucketError, match="2 source lengths and 1 target"):
         fit_cells([3, 4], [5])
     with pytest.raises(ShapeBucketError, match="k"):
         fit_cells([3], [5], k=0)
-    with pytest.raises(ShapeBucketError, match=r"align must be an int or a \(source, target\) pair"):
+    with pytest.raises(
+        ShapeBucketError, match=r"align must be an int or a \(source, target\) pair"
+    ):
         fit_cells([3], [5], align=(8, 8, 8))  # type: ignore[arg-type]
     with pytest.raises(ShapeBucketError, match="sample 0 has length 0; sources"):
         fit_cells([0], [5])

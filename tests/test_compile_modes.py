@@ -11,6 +11,7 @@ from torch import nn
 from shapebucket import ShapeBucketError
 from shapebucket import _torch as compat
 from shapebucket.compile import (
+    AotCache,
     Cache,
     CompileCounter,
     CudaGraphs,
@@ -235,6 +236,8 @@ def test_cache_refuses_a_file_where_its_directory_goes(tmp_path):
         Cache(tmp_path / "cache" / "sub")._check_dir(tmp_path / "cache" / "sub" / "key")
     with pytest.raises(ShapeBucketError, match="working directory"):
         Cache("")  # probe: Path("") is ".", the cache went into the working directory
+    with pytest.raises(ShapeBucketError, match=r"AotCache\(dir='  '\) would write"):
+        AotCache("  ")  # the class and the value as given (it said Cache(dir=''))
 
 
 def test_prewarm_flags_must_be_bools():

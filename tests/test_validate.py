@@ -276,3 +276,21 @@ def test_rows_mapping_names_the_wrong_key(rows, needle):
     ):
         with pytest.raises(ShapeBucketError, match=needle):
             make()
+
+
+def test_an_int_past_the_float_range_is_refused_as_not_finite():
+    """Probe: ``choose_k(compile_seconds=10**400)`` raised a raw OverflowError from
+    ``float(value)``; ``job_samples=10**400`` overflowed in the estimate."""
+    from shapebucket._validate import check_number
+    from shapebucket.advise import choose_k
+
+    with pytest.raises(ShapeBucketError, match="x must be a finite number > 0, got 1000"):
+        check_number("x", 10**400, above=0)
+    good = {"compile_seconds": 1.0, "job_samples": 10, "tokens_per_second": 1e3}
+    for key, needle in [
+        ("compile_seconds", "compile_seconds must be a finite number > 0"),
+        ("tokens_per_second", "tokens_per_second must be a finite number > 0"),
+        ("job_samples", "job_samples must be <= 9007199254740992"),
+    ]:
+        with pytest.raises(ShapeBucketError, match=needle):
+            choose_k([5, 9, 30], **{**good, key: 10**400})

@@ -164,7 +164,9 @@ def choose_k(
     checked = CheckedLengths.of(lengths)
     compile_s = check_number("compile_seconds", compile_seconds, above=0)
     rate = check_number("tokens_per_second", tokens_per_second, above=0)
-    job_samples = check_int("job_samples", job_samples, minimum=1)
+    job_samples = check_int(
+        "job_samples", job_samples, minimum=1, maximum=2**53
+    )  # exact as a float
     max_k = check_int("max_k", max_k, minimum=1)
     mode, batch_size = check_batching(batching, batch_size)
 

@@ -29,7 +29,7 @@ def _aligned(
         raise ShapeBucketError(
             f"{len(s)} source lengths and {len(t)} target lengths; give both lengths of every sample"
         )
-    pair = align if isinstance(align, tuple) else (align, align)
+    pair = align if isinstance(align, (tuple, list)) else (align, align)
     a_s, a_t = check_pair(
         pair, "align", ("source align", "target align"), 1, MAX_BUCKET, or_int=True
     )

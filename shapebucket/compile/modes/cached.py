@@ -51,9 +51,10 @@ class Cache(Mode):
         if not isinstance(self.dir, (str, Path)):
             raise ShapeBucketError(f"Cache(dir) must be a path, got {self.dir!r}")
         if str(self.dir).strip() == "":
+            name = type(self).__name__
             raise ShapeBucketError(
-                "Cache(dir='') would write the cache into the working directory; name a "
-                "directory for it, e.g. Cache('compile-cache')"
+                f"{name}(dir={str(self.dir)!r}) would write the cache into the working "
+                f"directory; name a directory for it, e.g. {name}('compile-cache')"
             )
         if not isinstance(self.extra, str):
             raise ShapeBucketError(f"Cache(extra) must be a str, got {self.extra!r}")

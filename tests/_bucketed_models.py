@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -67,6 +68,7 @@ def bench_gpt() -> nn.Module:
 
 
 def tiny_llama() -> nn.Module:
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install .[hf])")
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(
@@ -84,6 +86,7 @@ def tiny_llama() -> nn.Module:
 
 
 def tiny_gpt2() -> nn.Module:
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install .[hf])")
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = GPT2Config(
@@ -99,6 +102,7 @@ def tiny_gpt2() -> nn.Module:
 
 
 def tiny_t5() -> nn.Module:
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install .[hf])")
     from transformers import T5Config, T5ForConditionalGeneration
 
     cfg = T5Config(

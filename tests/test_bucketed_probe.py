@@ -127,6 +127,7 @@ def test_a_packed_plan_of_a_left_padded_example_says_packing_false():
 
 
 def test_a_model_that_fails_at_the_probe_shapes_is_refused_naming_its_error():
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install .[hf])")
     from transformers import GPT2Config, GPT2ForSequenceClassification
 
     torch.manual_seed(0)

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import shapebucket
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +23,8 @@ def test_all_is_sorted_and_every_public_name_has_an_example():
 
 
 def test_api_docs_are_built_from_the_docstrings():
+    # the reference documents shapebucket.hf, which needs transformers to import
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install .[hf])")
     out = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "build_api_docs.py"), "--check"],
         capture_output=True,

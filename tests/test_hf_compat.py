@@ -6,6 +6,7 @@ import importlib.metadata
 import inspect
 
 import pytest
+from _bucketed_models import model
 
 pytest.importorskip("transformers", reason="transformers is not installed (pip install .[hf])")
 
@@ -58,31 +59,13 @@ def test_the_seam_lists_every_private_name_and_only_those():
 
 
 def test_the_config_names_its_attention_implementation_where_the_seam_reads_it():
-    from transformers import BertConfig, BertModel, LlamaConfig, LlamaModel
-
+    """What ``masks_packed_positions`` reads (``packs``' whole rule is tested in
+    test_bucketed_packed.py): the installed transformers keeps the attention
+    implementation a model was built with in ``config._attn_implementation``."""
     assert _compat.PRIVATE["_attn_implementation"] == ("PretrainedConfig", "transformers")
-    llama = LlamaConfig(
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        vocab_size=32,
-        attn_implementation="sdpa",
-    )
-    assert llama._attn_implementation == "sdpa"
-    assert _compat.masks_packed_positions(LlamaModel, llama) is True
-    # BERT's mask is built without position_ids: no packed samples found
-    bert = BertConfig(
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        attn_implementation="sdpa",
-    )
-    assert _compat.masks_packed_positions(BertModel, bert) is False
-    llama._attn_implementation = "flash_attention_2"  # its packed path reads one flat row
-    assert _compat.masks_packed_positions(LlamaModel, llama) is False
+    llama = model("llama")  # built with attn_implementation="sdpa"
+    assert llama.config._attn_implementation == "sdpa"
+    assert _compat.masks_packed_positions(type(llama), llama.config)
 
 
 class _Changed:
